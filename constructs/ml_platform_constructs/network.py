@@ -1,0 +1,168 @@
+"""The platform's network: a VPC it creates (PlatformNetwork) or one another team owns (ImportedNetwork)."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Optional, Sequence
+
+from aws_cdk import Acknowledgment, Annotations, RemovalPolicy, Stack, Token, Validations
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from .errors import ValidationError
+
+# What instances in private subnets must reach without a NAT gateway:
+# Session Manager (ssm, ssmmessages; ec2messages for SSM Agent before 3.3.40.0):
+#   https://docs.aws.amazon.com/systems-manager/latest/userguide/setup-create-vpc.html
+# CloudWatch agent metrics and logs:
+#   https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/cloudwatch-and-interface-VPC.html
+DEFAULT_INTERFACE_ENDPOINTS = (
+    ec2.InterfaceVpcEndpointAwsService.SSM,
+    ec2.InterfaceVpcEndpointAwsService.SSM_MESSAGES,
+    ec2.InterfaceVpcEndpointAwsService.EC2_MESSAGES,
+    ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_MONITORING,
+    ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS,
+)
+
+_AZ = re.compile(r"^([a-z]{2}(?:-gov)?-[a-z]+-\d)[a-z]$")
+
+
+def _validate_azs(construct: str, azs: Sequence[str], region: str) -> None:
+    if not azs:
+        raise ValidationError(construct, "availability_zones", list(azs), "at least one Availability Zone",
+                              "list the AZs the environment uses, e.g. ['us-east-1a', 'us-east-1b']")
+    if len(set(azs)) != len(azs):
+        raise ValidationError(construct, "availability_zones", list(azs), "each AZ once", "remove the duplicate AZ")
+    for az in azs:
+        match = _AZ.match(az)
+        if not match:
+            raise ValidationError(construct, "availability_zones", az, "an AZ name such as 'us-east-1a'", "use AZ names, not AZ ids")
+        if not Token.is_unresolved(region) and match.group(1) != region:
+            raise ValidationError(construct, "availability_zones", az, f"an AZ of the stack's Region {region}",
+                                  f"use AZs named {region}a, {region}b, ...")
+
+
+class PlatformNetwork(Construct):
+    """A VPC for GPU training: private subnets in every given AZ, private access to S3 and AWS APIs, flow logs.
+
+    - Compute subnets are private: isolated when ``nat_gateways`` is 0, routed through NAT gateways otherwise
+      (then with public subnets for the gateways). Instances never get public addresses.
+    - An S3 gateway endpoint (free) so dataset reads and checkpoint writes stay off NAT, and interface endpoints
+      (each about USD 7.30 per AZ per month) for what instances must reach privately.
+    - VPC flow logs to a CloudWatch Logs group encrypted with ``flow_logs_key``.
+    - The default security group is left as EC2 creates it: restricting it needs a Lambda-backed custom resource.
+
+    Availability Zones are given, never looked up. In a stack bound to an account and Region, also pin the
+    ``availability-zones:account=<account>:region=<region>`` context (the app's stages do), or CDK looks them up.
+
+    :param availability_zones: AZ names in the stack's Region, e.g. ``['us-east-1a', 'us-east-1b']``.
+    :param flow_logs_key: KMS key for the flow-log group; its policy must allow CloudWatch Logs (``PlatformKey``).
+    :param cidr: IPv4 block, /16 to /24. Default: ``10.0.0.0/16``.
+    :param nat_gateways: 0 (default, cheapest: no internet from the subnets) up to one per AZ.
+    :param interface_endpoints: Default: ``DEFAULT_INTERFACE_ENDPOINTS`` (SSM, SSM messages, EC2 messages,
+        CloudWatch metrics, CloudWatch Logs).
+    :param flow_logs_traffic: Default: REJECT (denied traffic only, the cheap security baseline); ALL for full audit.
+    :param flow_logs_retention: Default: one year.
+    :param removal_policy: for the flow-log group. Default: RETAIN.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        availability_zones: Sequence[str],
+        flow_logs_key: kms.IKey,
+        cidr: str = "10.0.0.0/16",
+        nat_gateways: int = 0,
+        interface_endpoints: Sequence[ec2.InterfaceVpcEndpointAwsService] = DEFAULT_INTERFACE_ENDPOINTS,
+        flow_logs_traffic: ec2.FlowLogTrafficType = ec2.FlowLogTrafficType.REJECT,
+        flow_logs_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR,
+        removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+    ) -> None:
+        super().__init__(scope, id)
+        _validate_azs("PlatformNetwork", availability_zones, Stack.of(self).region)
+        try:
+            network = ipaddress.IPv4Network(cidr)
+        except ValueError:
+            network = None
+        if network is None or not 16 <= network.prefixlen <= 24:
+            raise ValidationError("PlatformNetwork", "cidr", cidr, "an IPv4 CIDR block from /16 to /24",
+                                  "use for example '10.0.0.0/16'")
+        if not 0 <= nat_gateways <= len(availability_zones):
+            raise ValidationError("PlatformNetwork", "nat_gateways", nat_gateways,
+                                  f"0 to {len(availability_zones)} (one per AZ at most)", "set 0 (no internet) or 1 per AZ")
+        names = [endpoint.short_name for endpoint in interface_endpoints]
+        if len(set(names)) != len(names):
+            raise ValidationError("PlatformNetwork", "interface_endpoints", names, "each service once", "remove the duplicate")
+
+        compute_type = ec2.SubnetType.PRIVATE_WITH_EGRESS if nat_gateways else ec2.SubnetType.PRIVATE_ISOLATED
+        subnets = [ec2.SubnetConfiguration(name="compute", subnet_type=compute_type)]
+        if nat_gateways:
+            subnets.insert(0, ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=26,
+                                                      map_public_ip_on_launch=False))
+        self.compute_subnets = ec2.SubnetSelection(subnet_type=compute_type)
+        self.vpc = ec2.Vpc(
+            self, "Resource",
+            ip_addresses=ec2.IpAddresses.cidr(cidr),
+            availability_zones=list(availability_zones),
+            nat_gateways=nat_gateways,
+            subnet_configuration=subnets,
+            restrict_default_security_group=False,
+            gateway_endpoints={"S3": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.S3,
+                                                                   subnets=[self.compute_subnets])},
+        )
+        for endpoint in interface_endpoints:
+            interface = self.vpc.add_interface_endpoint(
+                f"{endpoint.short_name.title().replace('.', '')}Endpoint",
+                service=endpoint, subnets=self.compute_subnets, private_dns_enabled=True,
+            )
+            Validations.of(interface).acknowledge(Acknowledgment(
+                id="AwsSolutions-EC23",
+                reason="The endpoint's security group admits only HTTPS from the VPC's own CIDR block; the rule "
+                       "cannot evaluate that intrinsic (Fn::GetAtt CidrBlock) and reports an error instead.",
+            ))
+        self.flow_logs_group = logs.LogGroup(
+            self, "FlowLogs", encryption_key=flow_logs_key, retention=flow_logs_retention, removal_policy=removal_policy,
+        )
+        self.vpc.add_flow_log("FlowLog", destination=ec2.FlowLogDestination.to_cloud_watch_logs(self.flow_logs_group),
+                              traffic_type=flow_logs_traffic)
+
+
+class ImportedNetwork(Construct):
+    """A VPC another team owns, referenced from ids without a lookup; nothing is created in it.
+
+    The VPC's owner provides the private subnets (one per AZ, in the same order as ``availability_zones``),
+    the S3 gateway endpoint and the interface endpoints listed in ``DEFAULT_INTERFACE_ENDPOINTS``.
+
+    :param vpc_id: e.g. ``vpc-0123456789abcdef0``.
+    :param availability_zones: the AZs of ``private_subnet_ids``, in order.
+    :param private_subnet_ids: one private subnet per AZ, where GPU instances run.
+    """
+
+    def __init__(self, scope: Construct, id: str, *, vpc_id: str, availability_zones: Sequence[str],
+                 private_subnet_ids: Sequence[str]) -> None:
+        super().__init__(scope, id)
+        _validate_azs("ImportedNetwork", availability_zones, Stack.of(self).region)
+        if not Token.is_unresolved(vpc_id) and not re.match(r"^vpc-[0-9a-f]{8,17}$", vpc_id):
+            raise ValidationError("ImportedNetwork", "vpc_id", vpc_id, "a VPC id such as vpc-0123456789abcdef0",
+                                  "copy the id from the VPC console or `aws ec2 describe-vpcs`")
+        for subnet_id in private_subnet_ids:
+            if not Token.is_unresolved(subnet_id) and not re.match(r"^subnet-[0-9a-f]{8,17}$", subnet_id):
+                raise ValidationError("ImportedNetwork", "private_subnet_ids", subnet_id,
+                                      "a subnet id such as subnet-0123456789abcdef0", "copy the ids of the private subnets")
+        if len(private_subnet_ids) != len(availability_zones):
+            raise ValidationError("ImportedNetwork", "private_subnet_ids", list(private_subnet_ids),
+                                  f"one subnet per AZ ({len(availability_zones)})",
+                                  "list exactly one private subnet for each of availability_zones, in the same order")
+        self.vpc: ec2.IVpc = ec2.Vpc.from_vpc_attributes(
+            self, "Resource", vpc_id=vpc_id, availability_zones=list(availability_zones),
+            private_subnet_ids=list(private_subnet_ids),
+        )
+        self.compute_subnets = ec2.SubnetSelection(subnets=self.vpc.private_subnets)
+        Annotations.of(self).acknowledge_warning(
+            "@aws-cdk/aws-ec2:noSubnetRouteTableId",
+            "The platform adds no routes or gateway endpoints to an imported VPC, so it never reads its route tables.")

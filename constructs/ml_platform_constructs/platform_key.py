@@ -1,0 +1,80 @@
+"""PlatformKey: the environment's customer-managed KMS key, with a policy that lets the platform's AWS services use it."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from aws_cdk import RemovalPolicy, Stack, Token
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from constructs import Construct
+
+from .errors import ValidationError
+
+# Services that publish to an SNS topic encrypted with this key. An encrypted topic silently receives nothing
+# from them unless the key policy allows kms:GenerateDataKey* and kms:Decrypt; the AWS managed alias/aws/sns key
+# cannot be edited, so a customer-managed key is required:
+# https://docs.aws.amazon.com/sns/latest/dg/sns-key-management.html#compatibility-with-aws-services
+SNS_PUBLISHING_SERVICES = (
+    "cloudwatch.amazonaws.com",  # alarm actions
+    "events.amazonaws.com",  # EventBridge rules
+    "budgets.amazonaws.com",  # budget notifications: https://docs.aws.amazon.com/cost-management/latest/userguide/budgets-sns-policy.html
+)
+
+
+class PlatformKey(Construct):
+    """A KMS key with rotation for one environment, shared by the platform's topics, buckets and log groups.
+
+    Its policy (besides the account-root administration statement CDK adds) lets:
+
+    - CloudWatch alarms, EventBridge and AWS Budgets publish to SNS topics encrypted with it
+      (``kms:GenerateDataKey*``, ``kms:Decrypt``);
+    - CloudWatch Logs in this account and Region encrypt log groups with it (the ``logs.<region>.amazonaws.com``
+      principal, limited by the ``kms:EncryptionContext:aws:logs:arn`` condition):
+      https://docs.aws.amazon.com/AmazonCloudWatch/latest/logs/encrypt-log-data-kms.html
+
+    A team that brings its own key instead must add the same statements to that key's policy.
+
+    :param alias: alias name without the ``alias/`` prefix, e.g. ``ml-platform/dev``. Default: no alias.
+    :param removal_policy: Default: RETAIN. DESTROY schedules deletion after the 7-day minimum pending window.
+    """
+
+    def __init__(self, scope: Construct, id: str, *, alias: Optional[str] = None,
+                 removal_policy: RemovalPolicy = RemovalPolicy.RETAIN) -> None:
+        super().__init__(scope, id)
+        if alias is not None and not Token.is_unresolved(alias) and (
+                not re.match(r"^[A-Za-z0-9/_-]{1,250}$", alias) or alias.startswith("aws/")):
+            raise ValidationError("PlatformKey", "alias", alias,
+                                  "1-250 letters, digits, '/', '_' or '-', not starting with 'aws/' (reserved by AWS)",
+                                  "use a name such as 'ml-platform/dev' (without the 'alias/' prefix)")
+        stack = Stack.of(self)
+        self.key = kms.Key(
+            self, "Resource",
+            description=f"ML platform key ({stack.stack_name}): alert topics, dataset buckets, log groups",
+            enable_key_rotation=True,
+            alias=f"alias/{alias}" if alias else None,
+            removal_policy=removal_policy,
+        )
+        self.key.add_to_resource_policy(iam.PolicyStatement(
+            sid="AllowAwsServicesToPublishToEncryptedTopics",
+            principals=[iam.ServicePrincipal(service) for service in SNS_PUBLISHING_SERVICES],
+            actions=["kms:GenerateDataKey*", "kms:Decrypt"],
+            resources=["*"],
+        ))
+        self.key.add_to_resource_policy(iam.PolicyStatement(
+            sid="AllowCloudWatchLogsToEncryptLogGroups",
+            principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
+            actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+            resources=["*"],
+            conditions={"ArnLike": {
+                "kms:EncryptionContext:aws:logs:arn": f"arn:{stack.partition}:logs:{stack.region}:{stack.account}:*",
+            }},
+        ))
+
+    @property
+    def key_arn(self) -> str:
+        return self.key.key_arn
+
+    def grant_encrypt_decrypt(self, grantee: iam.IGrantable) -> iam.Grant:
+        return self.key.grant_encrypt_decrypt(grantee)

@@ -1,0 +1,1 @@
+"""Operator tooling: template lint, the local emulator deploy and its report."""

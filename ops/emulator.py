@@ -1,0 +1,69 @@
+"""moto's server mode as a local CloudFormation target, on 127.0.0.1 only."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from typing import Iterator
+
+DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}
+# Settings that would point a client at a real account or another endpoint.
+_REAL_AWS_VARIABLES = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
+                       "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def client_environment(port: int, region: str) -> dict[str, str]:
+    """Environment for the CDK CLI and boto3 that reaches only the emulator.
+
+    The CLI needs 'localhost' (with 127.0.0.1 it reads the template URL as a virtual-hosted bucket).
+    """
+    env = {k: v for k, v in os.environ.items() if k not in _REAL_AWS_VARIABLES}
+    env.update(DUMMY_CREDENTIALS)
+    env.update(AWS_ENDPOINT_URL=f"http://localhost:{port}", AWS_REGION=region, AWS_DEFAULT_REGION=region,
+               AWS_EC2_METADATA_DISABLED="true")
+    return env
+
+
+@contextmanager
+def moto_server(account: str, log_path: str, start_timeout: float = 30.0) -> Iterator[int]:
+    """Runs moto_server on 127.0.0.1 for the given account id; yields its port and stops it on exit."""
+    executable = shutil.which("moto_server") or os.path.join(os.path.dirname(sys.executable), "moto_server")
+    port = free_port()
+    env = {**os.environ, "MOTO_ACCOUNT_ID": account}
+    with open(log_path, "w") as log:
+        process = subprocess.Popen([executable, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT,
+                                   env=env)
+        try:
+            _wait_ready(port, process, start_timeout)
+            yield port
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def _wait_ready(port: int, process: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"moto_server exited with {process.returncode} before it was ready")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/data.json", timeout=1):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"moto_server did not answer on 127.0.0.1:{port} within {timeout:.0f} s")

@@ -1,0 +1,323 @@
+"""What really exists after a deploy to the emulator, read back from the emulated service APIs.
+
+moto reports a stack CREATE_COMPLETE even when it skipped resource types or properties, so this report
+compares each template resource with what the service APIs return and never claims more than they show.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+CREATED, PARTIAL, NOT_READ, MISSING = "created", "PARTIAL", "not read back", "NOT CREATED"
+
+
+@dataclass
+class Finding:
+    aspect: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class ResourceReport:
+    logical_id: str
+    type: str
+    physical_id: Optional[str]
+    status: str = CREATED
+    findings: list[Finding] = field(default_factory=list)
+    note: str = ""
+
+
+@dataclass
+class StackReport:
+    stack_name: str
+    status: str
+    resources: list[ResourceReport]
+
+    def by_type(self, resource_type: str) -> list[ResourceReport]:
+        return [r for r in self.resources if r.type == resource_type]
+
+
+class Reader:
+    """Reads resources back through boto3 clients bound to the emulator endpoint in the environment."""
+
+    def __init__(self, session: boto3.session.Session, endpoint_url: Optional[str]) -> None:
+        self._session = session
+        self._endpoint_url = endpoint_url
+        self._clients: dict[str, Any] = {}
+        self.physical: dict[str, str] = {}
+
+    def client(self, service: str) -> Any:
+        if service not in self._clients:
+            # No retries: an emulator error is an answer to report, not a fault to wait out.
+            self._clients[service] = self._session.client(service, endpoint_url=self._endpoint_url,
+                                                          config=Config(retries={"max_attempts": 1, "mode": "standard"}))
+        return self._clients[service]
+
+    def literal(self, value: Any) -> Any:
+        """A template value with Refs to this stack's resources replaced by their physical ids, else as is."""
+        if isinstance(value, dict) and set(value) == {"Ref"}:
+            return self.physical.get(value["Ref"], value)
+        return value
+
+
+def report_stack(session: boto3.session.Session, endpoint_url: str, stack_name: str,
+                 template: dict[str, Any]) -> StackReport:
+    reader = Reader(session, endpoint_url)
+    cloudformation = reader.client("cloudformation")
+    status = cloudformation.describe_stacks(StackName=stack_name)["Stacks"][0]["StackStatus"]
+    paginator = cloudformation.get_paginator("list_stack_resources")
+    for page in paginator.paginate(StackName=stack_name):
+        for summary in page["StackResourceSummaries"]:
+            if summary.get("LogicalResourceId"):
+                reader.physical[summary["LogicalResourceId"]] = summary.get("PhysicalResourceId", "")
+    reports = []
+    for logical_id, resource in template["Resources"].items():
+        if resource["Type"] == "AWS::CDK::Metadata":
+            continue
+        report = ResourceReport(logical_id, resource["Type"], reader.physical.get(logical_id))
+        if not report.physical_id:
+            report.status = MISSING
+            report.note = "the emulator did not create it (no CloudFormation support for this type), yet reported the stack complete"
+        elif resource["Type"] in READERS:
+            try:
+                report.findings = READERS[resource["Type"]](reader, report.physical_id, resource.get("Properties", {}))
+            except ClientError as error:
+                report.findings = [Finding("read back", False, error.response["Error"].get("Code", str(error)))]
+            report.status = CREATED if all(f.ok for f in report.findings) else PARTIAL
+        else:
+            report.status = NOT_READ
+            report.note = "listed by the stack; this report has no reader for the type"
+        reports.append(report)
+    return StackReport(stack_name, status, reports)
+
+
+def report_assembly(session: boto3.session.Session, endpoint_url: str, assembly_dir: Path) -> list[StackReport]:
+    """Reports every stack of a (nested) cloud assembly directory, in manifest order."""
+    return [report_stack(session, endpoint_url, name, json.loads(path.read_text()))
+            for name, path in stack_templates(assembly_dir)]
+
+
+def stack_templates(assembly_dir: Path) -> list[tuple[str, Path]]:
+    """(stack name, template path) for every stack of a cloud assembly, nested stage assemblies included."""
+    manifest = json.loads((assembly_dir / "manifest.json").read_text())
+    found = []
+    for artifact in manifest["artifacts"].values():
+        if artifact["type"] == "aws:cloudformation:stack":
+            found.append((artifact["properties"].get("stackName"), assembly_dir / artifact["properties"]["templateFile"]))
+        elif artifact["type"] == "cdk:cloud-assembly":
+            found.extend(stack_templates(assembly_dir / artifact["properties"]["directoryName"]))
+    return found
+
+
+def format_reports(reports: list[StackReport]) -> str:
+    lines = []
+    for stack in reports:
+        counts = {s: sum(1 for r in stack.resources if r.status == s) for s in (CREATED, PARTIAL, NOT_READ, MISSING)}
+        lines.append(f"\n{stack.stack_name}: {stack.status} as reported; of {len(stack.resources)} template resources: "
+                     + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
+        for resource in stack.resources:
+            detail = "; ".join(f"{f.aspect}: {f.detail}" + ("" if f.ok else " [NOT AS DECLARED]") for f in resource.findings)
+            lines.append(f"  {resource.status:<13} {resource.type:<38} {resource.logical_id}")
+            if detail or resource.note:
+                lines.append(f"  {'':<13} {detail or resource.note}")
+    return "\n".join(lines)
+
+
+# --- readers: one per resource type, each comparing what the API returns with the template -------------------
+
+def _ask(aspect: str, question: Callable[[], Finding]) -> Finding:
+    """One aspect read back; an emulator error becomes a failed finding instead of hiding the others."""
+    try:
+        return question()
+    except ClientError as error:
+        return Finding(aspect, False, f"the emulator could not answer ({error.response['Error'].get('Code', 'error')})")
+
+
+def _kms_key(reader: Reader, key_id: str, props: dict) -> list[Finding]:
+    kms = reader.client("kms")
+    listed = {key["KeyId"] for key in kms.list_keys()["Keys"]}
+
+    def rotation() -> Finding:
+        enabled = kms.get_key_rotation_status(KeyId=key_id)["KeyRotationEnabled"]
+        return Finding("rotation", enabled == bool(props.get("EnableKeyRotation")), "on" if enabled else "off")
+
+    def policy() -> Finding:
+        document = kms.get_key_policy(KeyId=key_id, PolicyName="default")["Policy"]
+        # moto returns a template-created key's policy as an object rather than JSON text.
+        statements = (json.loads(document) if isinstance(document, str) else document).get("Statement", [])
+        wanted = {s["Sid"] for s in props.get("KeyPolicy", {}).get("Statement", []) if "Sid" in s}
+        present = {s.get("Sid") for s in statements}
+        return Finding("policy statements", wanted <= present, ", ".join(sorted(wanted & present)) or "none named")
+
+    def tags() -> Finding:
+        listed_tags = kms.list_resource_tags(KeyId=key_id)["Tags"]
+        return _tags_finding({t["TagKey"]: t["TagValue"] for t in listed_tags}, props)
+
+    return [Finding("listed", key_id in listed, "in ListKeys" if key_id in listed else "absent from ListKeys"),
+            _ask("state", lambda: Finding("state", (state := kms.describe_key(KeyId=key_id)["KeyMetadata"]["KeyState"])
+                                          == "Enabled", state)),
+            _ask("rotation", rotation), _ask("policy statements", policy), _ask("tags", tags)]
+
+
+def _kms_alias(reader: Reader, alias: str, props: dict) -> list[Finding]:
+    aliases = {a["AliasName"]: a.get("TargetKeyId") for a in reader.client("kms").list_aliases()["Aliases"]}
+    return [Finding("alias", alias in aliases, f"{alias} -> {aliases.get(alias, 'absent')}")]
+
+
+def _sns_topic(reader: Reader, arn: str, props: dict) -> list[Finding]:
+    sns = reader.client("sns")
+    attributes = sns.get_topic_attributes(TopicArn=arn)["Attributes"]
+    encrypted = bool(attributes.get("KmsMasterKeyId"))
+    findings = [Finding("encryption", encrypted == ("KmsMasterKeyId" in props),
+                        f"KMS key {attributes['KmsMasterKeyId']}" if encrypted else "none")]
+    subscriptions = sns.list_subscriptions_by_topic(TopicArn=arn)["Subscriptions"]
+    findings.append(Finding("subscriptions", True, f"{len(subscriptions)} in the emulator"))
+    findings.append(Finding("TLS-only policy", "aws:SecureTransport" in attributes.get("Policy", ""),
+                            "present" if "aws:SecureTransport" in attributes.get("Policy", "") else "absent"))
+    return findings
+
+
+def _vpc(reader: Reader, vpc_id: str, props: dict) -> list[Finding]:
+    vpc = reader.client("ec2").describe_vpcs(VpcIds=[vpc_id])["Vpcs"][0]
+    return [Finding("CIDR", vpc["CidrBlock"] == props.get("CidrBlock"), vpc["CidrBlock"])]
+
+
+def _subnet(reader: Reader, subnet_id: str, props: dict) -> list[Finding]:
+    subnet = reader.client("ec2").describe_subnets(SubnetIds=[subnet_id])["Subnets"][0]
+    return [
+        Finding("AZ", subnet["AvailabilityZone"] == props.get("AvailabilityZone"), subnet["AvailabilityZone"]),
+        Finding("CIDR", subnet["CidrBlock"] == props.get("CidrBlock"), subnet["CidrBlock"]),
+        Finding("public IPs on launch", not subnet.get("MapPublicIpOnLaunch"),
+                "yes" if subnet.get("MapPublicIpOnLaunch") else "no"),
+    ]
+
+
+def _route_table(reader: Reader, table_id: str, props: dict) -> list[Finding]:
+    table = reader.client("ec2").describe_route_tables(RouteTableIds=[table_id])["RouteTables"][0]
+    return [Finding("routes", True, f"{len(table['Routes'])} ({', '.join(sorted(r.get('GatewayId', r.get('DestinationPrefixListId', '?')) for r in table['Routes']))})")]
+
+
+def _vpc_endpoint(reader: Reader, endpoint_id: str, props: dict) -> list[Finding]:
+    endpoint = reader.client("ec2").describe_vpc_endpoints(VpcEndpointIds=[endpoint_id])["VpcEndpoints"][0]
+    kind = endpoint["VpcEndpointType"]
+    return [Finding("service", kind == props.get("VpcEndpointType", "Gateway"), f"{endpoint['ServiceName']} ({kind})")]
+
+
+def _security_group(reader: Reader, group_id: str, props: dict) -> list[Finding]:
+    group = reader.client("ec2").describe_security_groups(GroupIds=[group_id])["SecurityGroups"][0]
+    ports = sorted({rule.get("FromPort", -1) for rule in group["IpPermissions"]})
+    wanted = sorted({rule.get("FromPort", -1) for rule in props.get("SecurityGroupIngress", [])})
+    return [Finding("ingress ports", ports == wanted, ", ".join(map(str, ports)) or "none")]
+
+
+def _flow_log(reader: Reader, flow_log_id: str, props: dict) -> list[Finding]:
+    flow_log = reader.client("ec2").describe_flow_logs(FlowLogIds=[flow_log_id])["FlowLogs"][0]
+    return [Finding("traffic type", flow_log["TrafficType"] == props.get("TrafficType"), flow_log["TrafficType"]),
+            Finding("destination", True, flow_log.get("LogGroupName") or flow_log.get("LogDestination", "?"))]
+
+
+def _log_group(reader: Reader, name: str, props: dict) -> list[Finding]:
+    groups = reader.client("logs").describe_log_groups(logGroupNamePrefix=name)["logGroups"]
+    group = next(g for g in groups if g["logGroupName"] == name)
+    return [Finding("retention", group.get("retentionInDays") == props.get("RetentionInDays"),
+                    f"{group.get('retentionInDays', 'never expires')} days"),
+            Finding("KMS key", bool(group.get("kmsKeyId")) == ("KmsKeyId" in props), group.get("kmsKeyId", "none"))]
+
+
+def _iam_role(reader: Reader, name: str, props: dict) -> list[Finding]:
+    role = reader.client("iam").get_role(RoleName=name)["Role"]
+    principals = [s.get("Principal") for s in role["AssumeRolePolicyDocument"]["Statement"]]
+    return [Finding("trust", True, json.dumps(principals))]
+
+
+def _iam_policy(reader: Reader, physical: str, props: dict) -> list[Finding]:
+    roles = [reader.literal(role) for role in props.get("Roles", [])]
+    name = props.get("PolicyName")
+    attached = [role for role in roles if isinstance(role, str)
+                and name in reader.client("iam").list_role_policies(RoleName=role)["PolicyNames"]]
+    return [Finding("attached to", len(attached) == len(roles), ", ".join(attached) or "no role")]
+
+
+def _s3_bucket(reader: Reader, name: str, props: dict) -> list[Finding]:
+    s3 = reader.client("s3")
+
+    def call(fn: Callable[..., Any], *keys: str) -> Any:
+        try:
+            value = fn(Bucket=name)
+        except ClientError:
+            return None
+        for key in keys:
+            value = value.get(key) if isinstance(value, dict) else None
+        return value
+
+    findings = []
+    rules = call(s3.get_bucket_encryption, "ServerSideEncryptionConfiguration", "Rules") or []
+    algorithm = rules[0]["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] if rules else "none"
+    wanted = props.get("BucketEncryption", {}).get("ServerSideEncryptionConfiguration", [{}])[0]
+    findings.append(Finding("encryption", algorithm == wanted.get("ServerSideEncryptionByDefault", {}).get("SSEAlgorithm"),
+                            algorithm + (" with bucket key" if rules and rules[0].get("BucketKeyEnabled") else "")))
+    if wanted.get("BucketKeyEnabled"):
+        findings.append(Finding("S3 Bucket Key", bool(rules and rules[0].get("BucketKeyEnabled")),
+                                "on" if rules and rules[0].get("BucketKeyEnabled") else "off"))
+    if "VersioningConfiguration" in props:
+        versioning = call(s3.get_bucket_versioning, "Status") or "off"
+        findings.append(Finding("versioning", versioning == props["VersioningConfiguration"]["Status"], versioning))
+    if "PublicAccessBlockConfiguration" in props:
+        block = call(s3.get_public_access_block, "PublicAccessBlockConfiguration") or {}
+        findings.append(Finding("public access block", block and all(block.values()), "all four on" if block and all(block.values()) else str(block or "none")))
+    if "LoggingConfiguration" in props:
+        target = call(s3.get_bucket_logging, "LoggingEnabled", "TargetBucket")
+        findings.append(Finding("access logs", target == reader.literal(props["LoggingConfiguration"]["DestinationBucketName"]),
+                                f"to {target}" if target else "off"))
+    declared = props.get("LifecycleConfiguration", {}).get("Rules", [])
+    if declared:
+        applied = call(s3.get_bucket_lifecycle_configuration, "Rules") or []
+        findings.append(Finding("lifecycle rules", len(applied) == len(declared), f"{len(applied)} of {len(declared)} applied"))
+    if "IntelligentTieringConfigurations" in props:
+        configs = call(s3.list_bucket_intelligent_tiering_configurations, "IntelligentTieringConfigurationList") or []
+        findings.append(Finding("Intelligent-Tiering archive configurations",
+                                len(configs) == len(props["IntelligentTieringConfigurations"]), f"{len(configs)} applied"))
+    tags = call(s3.get_bucket_tagging, "TagSet") or []
+    findings.append(_tags_finding({t["Key"]: t["Value"] for t in tags}, props))
+    return findings
+
+
+def _s3_bucket_policy(reader: Reader, physical: str, props: dict) -> list[Finding]:
+    bucket = reader.literal(props.get("Bucket"))
+    try:
+        policy = reader.client("s3").get_bucket_policy(Bucket=bucket)["Policy"]
+    except ClientError:
+        return [Finding("policy", False, f"no policy on {bucket}")]
+    return [Finding("TLS-only", "aws:SecureTransport" in policy, "deny without TLS present")]
+
+
+def _tags_finding(actual: dict[str, str], props: dict) -> Finding:
+    wanted = {t["Key"]: t["Value"] for t in props.get("Tags", []) if isinstance(t.get("Value"), str)}
+    missing = sorted(set(wanted) - set(actual))
+    return Finding("tags", not missing, ", ".join(f"{k}={v}" for k, v in sorted(actual.items())) or "none")
+
+
+READERS: dict[str, Callable[[Reader, str, dict], list[Finding]]] = {
+    "AWS::KMS::Key": _kms_key,
+    "AWS::KMS::Alias": _kms_alias,
+    "AWS::SNS::Topic": _sns_topic,
+    "AWS::EC2::VPC": _vpc,
+    "AWS::EC2::Subnet": _subnet,
+    "AWS::EC2::RouteTable": _route_table,
+    "AWS::EC2::VPCEndpoint": _vpc_endpoint,
+    "AWS::EC2::SecurityGroup": _security_group,
+    "AWS::EC2::FlowLog": _flow_log,
+    "AWS::Logs::LogGroup": _log_group,
+    "AWS::IAM::Role": _iam_role,
+    "AWS::IAM::Policy": _iam_policy,
+    "AWS::S3::Bucket": _s3_bucket,
+    "AWS::S3::BucketPolicy": _s3_bucket_policy,
+}

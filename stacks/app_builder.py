@@ -1,0 +1,51 @@
+"""Builds the app's stages from configuration; app.py and the tests share it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from aws_cdk import App, DefaultStackSynthesizer, Validations
+from cdk_nag import AwsSolutionsChecks
+
+from .config import ConfigError, PlatformConfig
+from .stage import PlatformStage
+
+TARGETS = ("aws", "local")
+
+
+def build(app: App, config: PlatformConfig, *, target: str = "aws", environments: str | None = None) -> list[PlatformStage]:
+    """Adds one stage per selected environment and registers cdk-nag's AwsSolutions checks once.
+
+    target "local" builds only dev, for the local emulator: without the bootstrap-version rule, which the
+    emulator cannot evaluate on updates.
+    """
+    if target not in TARGETS:
+        raise ConfigError("context target", target, f"one of {list(TARGETS)}", "pass -c target=aws (default) or -c target=local")
+    if target == "local":
+        selected = config.select("dev")
+        synthesizer = DefaultStackSynthesizer(generate_bootstrap_version_rule=False)
+    else:
+        selected = config.select(environments)
+        synthesizer = None
+    stages = [PlatformStage(app, env.name, config=env, synthesizer=synthesizer, emulator=target == "local")
+              for env in selected]
+    Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return stages
+
+
+def failed_validations(outdir: str) -> list[str]:
+    """The rule/construct pairs that failed in a synthesized assembly's validation report.
+
+    Under the CDK CLI the app does not raise on failed validations, and `cdk synth` with no stack selected
+    exits 0 anyway; app.py checks this report so that every synth fails on an unacknowledged finding.
+    """
+    report = Path(outdir) / "validation-report.json"
+    if not report.exists():
+        return []
+    failures = []
+    for plugin in json.loads(report.read_text())["pluginReports"]:
+        for violation in plugin["violations"]:
+            for construct in violation["violatingConstructs"]:
+                failures.append(f"{violation['ruleName']} at {construct['constructPath']}: {violation['description']}")
+    return failures

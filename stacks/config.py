@@ -1,0 +1,226 @@
+"""Typed, validated environment configuration (config/environments.toml).
+
+Every value is checked before any construct is created; a bad one raises ConfigError naming the key, the
+value, what is allowed and how to fix it.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from aws_cdk import RemovalPolicy
+from aws_cdk.region_info import RegionInfo
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "environments.toml"
+ENVIRONMENT_NAMES = ("dev", "staging", "prod")
+# Short names of the interface endpoints an environment may ask for (com.amazonaws.<region>.<name>).
+INTERFACE_ENDPOINT_NAMES = frozenset({
+    "ssm", "ssmmessages", "ec2messages", "monitoring", "logs", "kms", "sts", "ec2", "autoscaling", "events", "sns",
+    "ecr.api", "ecr.dkr", "sagemaker.api", "sagemaker.runtime",
+})
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be deployed."""
+
+    def __init__(self, key: str, value: Any, allowed: str, fix: str) -> None:
+        self.key = key
+        super().__init__(f"config: {key}={value!r} is invalid: {allowed}. Fix: {fix}")
+
+
+@dataclass(frozen=True)
+class CreatedNetworkConfig:
+    cidr: str
+    nat_gateways: int
+    interface_endpoints: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ImportedNetworkConfig:
+    vpc_id: str
+    private_subnet_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DatasetsConfig:
+    noncurrent_version_days: int
+    access_logs_retention_days: int
+
+
+@dataclass(frozen=True)
+class EnvironmentConfig:
+    name: str
+    project: str
+    account: str
+    region: str
+    availability_zones: tuple[str, ...]
+    cost_center: str
+    alert_emails: tuple[str, ...]
+    network: CreatedNetworkConfig | ImportedNetworkConfig
+    datasets: DatasetsConfig
+
+    @property
+    def is_dev(self) -> bool:
+        return self.name == "dev"
+
+    @property
+    def removal_policy(self) -> RemovalPolicy:
+        """dev's stateful resources go with their stack; everywhere else they are retained."""
+        return RemovalPolicy.DESTROY if self.is_dev else RemovalPolicy.RETAIN
+
+    @property
+    def termination_protection(self) -> bool:
+        return self.name == "prod"
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return {"environment": self.name, "project": self.project, "cost-center": self.cost_center}
+
+
+@dataclass(frozen=True)
+class PlatformConfig:
+    project: str
+    environments: Mapping[str, EnvironmentConfig]
+
+    def select(self, names: Optional[str]) -> list[EnvironmentConfig]:
+        """The environments named in a comma-separated list (all when None), in the order given."""
+        if names is None:
+            return list(self.environments.values())
+        selected = []
+        for name in (n.strip() for n in names.split(",")):
+            if name not in self.environments:
+                raise ConfigError("context environments", name, f"one of {sorted(self.environments)}",
+                                  "pass -c environments=dev,staging,prod with configured names")
+            selected.append(self.environments[name])
+        return selected
+
+
+def load(path: Path = DEFAULT_CONFIG) -> PlatformConfig:
+    with open(path, "rb") as handle:
+        return parse(tomllib.load(handle))
+
+
+def parse(raw: Mapping[str, Any]) -> PlatformConfig:
+    _keys("<top level>", raw, required={"project", "environments"})
+    project = _string("project", raw["project"], r"^[a-z][a-z0-9-]{1,30}[a-z0-9]$",
+                      "3-32 lowercase letters, digits and hyphens", "use a short name such as 'ml-platform'")
+    environments = raw["environments"]
+    if not isinstance(environments, Mapping) or not environments:
+        raise ConfigError("environments", environments, "a table of environments", "add [environments.dev]")
+    parsed = {}
+    for name, values in environments.items():
+        if name not in ENVIRONMENT_NAMES:
+            raise ConfigError(f"environments.{name}", name, f"one of {list(ENVIRONMENT_NAMES)}",
+                              "rename the table or remove it")
+        parsed[name] = _environment(name, project, values)
+    return PlatformConfig(project=project, environments=parsed)
+
+
+def _environment(name: str, project: str, raw: Any) -> EnvironmentConfig:
+    at = f"environments.{name}"
+    _keys(at, raw, required={"account", "region", "availability_zones", "cost_center", "alert_emails", "network",
+                             "datasets"})
+    region = raw["region"]
+    if region not in _regions():
+        raise ConfigError(f"{at}.region", region, "an AWS Region name known to aws-cdk-lib, such as us-east-1",
+                          "fix the spelling")
+    azs = _string_list(f"{at}.availability_zones", raw["availability_zones"], 1, 6)
+    for az in azs:
+        if not re.match(rf"^{re.escape(region)}[a-z]$", az):
+            raise ConfigError(f"{at}.availability_zones", az, f"an AZ name of {region}, such as {region}a",
+                              "use AZ names of the environment's Region")
+    if len(set(azs)) != len(azs):
+        raise ConfigError(f"{at}.availability_zones", list(azs), "each AZ once", "remove the duplicate")
+    emails = _string_list(f"{at}.alert_emails", raw["alert_emails"], 1, 20)
+    for email in emails:
+        if not re.match(r"^[^@\s]+@[^@\s]+\.[^@\s]+$", email):
+            raise ConfigError(f"{at}.alert_emails", email, "an e-mail address", "correct the address")
+    return EnvironmentConfig(
+        name=name,
+        project=project,
+        account=_string(f"{at}.account", raw["account"], r"^\d{12}$", "a 12-digit AWS account id (as a string)",
+                        'quote it and keep leading zeros, e.g. account = "012345678901"'),
+        region=region,
+        availability_zones=azs,
+        cost_center=_string(f"{at}.cost_center", raw["cost_center"], r"^[\w .:/=+@-]{1,256}$",
+                            "1-256 characters allowed in an AWS tag value", "use the finance team's cost-center code"),
+        alert_emails=emails,
+        network=_network(f"{at}.network", raw["network"], len(azs)),
+        datasets=_datasets(f"{at}.datasets", raw["datasets"]),
+    )
+
+
+def _regions() -> set[str]:
+    # Regions CDK's region facts know, so that service principals and endpoint names resolve.
+    return {region.name for region in RegionInfo.regions}
+
+
+def _network(at: str, raw: Any, az_count: int) -> CreatedNetworkConfig | ImportedNetworkConfig:
+    if not isinstance(raw, Mapping) or raw.get("mode") not in ("create", "import"):
+        raise ConfigError(f"{at}.mode", raw.get("mode") if isinstance(raw, Mapping) else raw, "'create' or 'import'",
+                          "set mode = \"create\" for a new VPC or \"import\" with vpc_id and private_subnet_ids")
+    if raw["mode"] == "create":
+        _keys(at, raw, required={"mode", "cidr", "nat_gateways", "interface_endpoints"})
+        endpoints = _string_list(f"{at}.interface_endpoints", raw["interface_endpoints"], 0, 20)
+        for endpoint in endpoints:
+            if endpoint not in INTERFACE_ENDPOINT_NAMES:
+                raise ConfigError(f"{at}.interface_endpoints", endpoint, f"one of {sorted(INTERFACE_ENDPOINT_NAMES)}",
+                                  "use the service's endpoint short name")
+        return CreatedNetworkConfig(
+            cidr=_string(f"{at}.cidr", raw["cidr"], r"^\d{1,3}(\.\d{1,3}){3}/(1[6-9]|2[0-4])$",
+                         "an IPv4 CIDR block from /16 to /24", "use for example \"10.10.0.0/16\""),
+            nat_gateways=_integer(f"{at}.nat_gateways", raw["nat_gateways"], 0, az_count),
+            interface_endpoints=endpoints,
+        )
+    _keys(at, raw, required={"mode", "vpc_id", "private_subnet_ids"})
+    subnets = _string_list(f"{at}.private_subnet_ids", raw["private_subnet_ids"], az_count, az_count)
+    for subnet in subnets:
+        _string(f"{at}.private_subnet_ids", subnet, r"^subnet-[0-9a-f]{8,17}$", "a subnet id such as subnet-0123456789abcdef0",
+                "copy the ids of the VPC's private subnets, one per AZ in availability_zones order")
+    return ImportedNetworkConfig(
+        vpc_id=_string(f"{at}.vpc_id", raw["vpc_id"], r"^vpc-[0-9a-f]{8,17}$", "a VPC id such as vpc-0123456789abcdef0",
+                       "copy the id of the network team's VPC"),
+        private_subnet_ids=subnets,
+    )
+
+
+def _datasets(at: str, raw: Any) -> DatasetsConfig:
+    _keys(at, raw, required={"noncurrent_version_days", "access_logs_retention_days"})
+    return DatasetsConfig(
+        noncurrent_version_days=_integer(f"{at}.noncurrent_version_days", raw["noncurrent_version_days"], 1, 3650),
+        access_logs_retention_days=_integer(f"{at}.access_logs_retention_days", raw["access_logs_retention_days"], 1, 3650),
+    )
+
+
+def _keys(at: str, raw: Any, *, required: set[str]) -> None:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(at, raw, "a table", f"write [{at}] with keys {sorted(required)}")
+    missing = required - raw.keys()
+    if missing:
+        raise ConfigError(f"{at}.{sorted(missing)[0]}", None, "a required key", f"add {sorted(missing)} to [{at}]")
+    unknown = raw.keys() - required
+    if unknown:
+        key = sorted(unknown)[0]
+        raise ConfigError(f"{at}.{key}", raw[key], f"one of the known keys {sorted(required)}", "remove or rename it")
+
+
+def _string(key: str, value: Any, pattern: str, allowed: str, fix: str) -> str:
+    if not isinstance(value, str) or not re.match(pattern, value):
+        raise ConfigError(key, value, allowed, fix)
+    return value
+
+
+def _string_list(key: str, value: Any, low: int, high: int) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value) or not low <= len(value) <= high:
+        raise ConfigError(key, value, f"a list of {low} to {high} strings", "write it as [\"a\", \"b\"]")
+    return tuple(value)
+
+
+def _integer(key: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(key, value, f"a whole number from {low} to {high}", f"set a value between {low} and {high}")
+    return value

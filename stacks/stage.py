@@ -1,0 +1,46 @@
+"""PlatformStage: one environment, so `cdk deploy 'dev/*'` and `cdk diff 'prod/*'` address it whole."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from aws_cdk import Annotations, Environment, IStackSynthesizer, Stage, Tags
+from constructs import Construct
+
+from .config import EnvironmentConfig
+from .core_stack import CoreStack
+from .data_stack import DataStack
+
+# moto 5.2 fails to create a tagged AWS::KMS::Key from a template (KeyError 'TagKey' in its tagging service),
+# so the emulator target leaves keys untagged; the deploy report says so.
+EMULATOR_UNTAGGED_TYPES = ("AWS::KMS::Key",)
+
+
+class PlatformStage(Stage):
+    """One environment's stacks: Core (key, alert topic, network) and Data (dataset bucket).
+
+    :param synthesizer: Default: the default synthesizer (bootstrapped environment, bootstrap-version rule).
+    :param emulator: synthesize for the local emulator (see EMULATOR_UNTAGGED_TYPES). Default: False.
+    """
+
+    def __init__(self, scope: Construct, id: str, *, config: EnvironmentConfig,
+                 synthesizer: Optional[IStackSynthesizer] = None, emulator: bool = False) -> None:
+        super().__init__(scope, id, env=Environment(account=config.account, region=config.region))
+        # The AZs come from config: pinning this context stops CDK from looking them up (which needs credentials).
+        self.node.set_context(f"availability-zones:account={config.account}:region={config.region}",
+                              list(config.availability_zones))
+        common = {"config": config, "synthesizer": synthesizer,
+                  "termination_protection": config.termination_protection}
+        self.core = CoreStack(self, "Core", description=f"{config.project} {config.name}: KMS key, alert topic, network",
+                              **common)
+        self.data = DataStack(self, "Data", key=self.core.platform_key.key,
+                              description=f"{config.project} {config.name}: dataset bucket", **common)
+
+        excluded = list(EMULATOR_UNTAGGED_TYPES) if emulator else None
+        for scope_, tags in ((self, config.tags), (self.core, {"component": "core"}), (self.data, {"component": "data"})):
+            for key, value in tags.items():
+                Tags.of(scope_).add(key, value, exclude_resource_types=excluded)
+        if config.is_dev:
+            # dev is meant to be torn down with its stacks: the warning is known and accepted there.
+            Annotations.of(self.data.datasets).acknowledge_warning(
+                "ml-platform:dataset-bucket-destroy", "dev stateful resources are destroyed with their stack by design")
