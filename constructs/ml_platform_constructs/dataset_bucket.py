@@ -109,6 +109,9 @@ class DatasetBucket(Construct):
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
     ) -> None:
         super().__init__(scope, id)
+        # ACLs are disabled on every bucket here, so log delivery must be granted by bucket policy whatever the
+        # app's feature flags say (without this flag CDK would set a LogDeliveryWrite ACL and fail).
+        self.node.set_context("@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy", True)
         rules = list(default_tiering_rules() if lifecycle_rules is None else lifecycle_rules)
         self._direct_read_prefixes = tuple(direct_read_prefixes)
         self._validate(bucket_name, direct_read_prefixes, noncurrent_version_expiration,

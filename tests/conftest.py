@@ -1,0 +1,65 @@
+"""Shared fixtures. jsii synthesis is slow, so each app is synthesized once per session and shared."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+import pytest
+from aws_cdk import App, Stack
+from aws_cdk.assertions import Template
+
+from stacks import config as platform_config
+from stacks.app_builder import build
+
+ROOT = Path(__file__).resolve().parent.parent
+ACCOUNT = "123456789012"
+CDK_CONTEXT = json.loads((ROOT / "cdk.json").read_text())["context"]
+
+
+def new_app(outdir: Path, *, validate_templates: bool = False, **context) -> App:
+    """An App with the feature flags of cdk.json, as the CLI would run it.
+
+    validate_templates switches aws-cdk-lib's built-in CloudFormation validation (about 2 s a synth);
+    the local-target synth of the emulator tests keeps it on.
+    """
+    return App(outdir=str(outdir), context={**CDK_CONTEXT, **context},
+               builtin_cloud_formation_validation=validate_templates)
+
+
+@pytest.fixture(scope="session")
+def config() -> platform_config.PlatformConfig:
+    return platform_config.load()
+
+
+@pytest.fixture(scope="session")
+def platform_app(tmp_path_factory, config):
+    """The whole app (every environment), synthesized once; cdk-nag runs inside this synth."""
+    outdir = tmp_path_factory.mktemp("cdk.out")
+    app = new_app(outdir)
+    stages = {stage.stage_name: stage for stage in build(app, config)}
+    assembly = app.synth()
+    return stages, assembly, outdir
+
+
+@pytest.fixture(scope="session")
+def templates(platform_app) -> dict[str, Template]:
+    """Template per stack, keyed 'dev/Core', 'prod/Data', ..."""
+    stages, _, _ = platform_app
+    return {f"{name}/{stack.node.id}": Template.from_stack(stack)
+            for name, stage in stages.items() for stack in (stage.core, stage.data)}
+
+
+@pytest.fixture(scope="module")
+def synth_stack(tmp_path_factory) -> Callable[[Callable[[Stack], object]], Template]:
+    """Builds a one-stack app with the given body (account-bound, us-east-1), synthesizes it, returns its Template."""
+
+    def make(body: Callable[[Stack], object], *, region: str = "us-east-1") -> Template:
+        azs = {f"availability-zones:account={ACCOUNT}:region={region}": [f"{region}a", f"{region}b", f"{region}c"]}
+        app = new_app(tmp_path_factory.mktemp("unit"), **azs)
+        stack = Stack(app, "Test", env={"account": ACCOUNT, "region": region})
+        body(stack)
+        return Template.from_stack(stack)
+
+    return make
