@@ -1,0 +1,112 @@
+"""The dev environment deploys to the local emulator (moto server on 127.0.0.1), and the report says what exists.
+
+The app is synthesized here for the local target with aws-cdk-lib's built-in template validation on: the
+suite's one fully validated synth.
+"""
+
+import json
+
+import boto3
+import pytest
+
+from ops.emulator import moto_server
+from ops.report import CREATED, MISSING, PARTIAL, format_reports, report_assembly, stack_templates
+from stacks.app_builder import build
+from tests.conftest import new_app
+
+
+@pytest.fixture(scope="module")
+def local_assembly(tmp_path_factory, config):
+    outdir = tmp_path_factory.mktemp("cdk.out.local")
+    app = new_app(outdir, validate_templates=True)
+    build(app, config, target="local")
+    app.synth()
+    return outdir
+
+
+@pytest.fixture(scope="module")
+def deployed(local_assembly, config, tmp_path_factory):
+    dev = config.environments["dev"]
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with moto_server(dev.account, str(log)) as port:
+        endpoint = f"http://127.0.0.1:{port}"
+        session = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
+                                        region_name=dev.region)
+        cloudformation = session.client("cloudformation", endpoint_url=endpoint)
+        for name, path in stack_templates(local_assembly):
+            cloudformation.create_stack(StackName=name, TemplateBody=json.dumps(json.loads(path.read_text())),
+                                        Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM"])
+        yield {r.stack_name: r for r in report_assembly(session, endpoint, local_assembly)}
+
+
+def resource(reports, stack, logical_prefix, resource_type):
+    return next(r for r in reports[stack].resources if r.type == resource_type and r.logical_id.startswith(logical_prefix)
+                and "AccessLogs" not in r.logical_id)
+
+
+def finding(report, aspect):
+    return next(f for f in report.findings if f.aspect == aspect)
+
+
+def test_local_target_is_dev_only_without_bootstrap_version_rule(local_assembly):
+    stacks = stack_templates(local_assembly)
+    assert [name for name, _ in stacks] == ["dev-Core", "dev-Data"]
+    for _, path in stacks:
+        assert "CheckBootstrapVersion" not in json.loads(path.read_text()).get("Rules", {})
+
+
+def test_local_target_leaves_kms_keys_untagged(local_assembly):
+    core = json.loads(stack_templates(local_assembly)[0][1].read_text())
+    keys = [r for r in core["Resources"].values() if r["Type"] == "AWS::KMS::Key"]
+    assert keys and all("Tags" not in k["Properties"] for k in keys)
+
+
+def test_every_stack_reaches_create_complete(deployed):
+    assert {name: report.status for name, report in deployed.items()} == {"dev-Core": "CREATE_COMPLETE",
+                                                                          "dev-Data": "CREATE_COMPLETE"}
+
+
+def test_dataset_bucket_exists_encrypted_with_kms(deployed):
+    bucket = resource(deployed, "dev-Data", "Datasets", "AWS::S3::Bucket")
+    assert bucket.physical_id.startswith("dev-data-datasets")
+    assert finding(bucket, "encryption").ok and finding(bucket, "encryption").detail.startswith("aws:kms")
+
+
+def test_report_says_the_emulator_did_not_apply_lifecycle_rules(deployed):
+    bucket = resource(deployed, "dev-Data", "Datasets", "AWS::S3::Bucket")
+    lifecycle = finding(bucket, "lifecycle rules")
+    assert (lifecycle.ok, lifecycle.detail) == (False, "0 of 4 applied")
+    assert bucket.status == PARTIAL
+
+
+def test_report_lists_skipped_resource_types_as_not_created(deployed):
+    skipped = {r.type for stack in deployed.values() for r in stack.resources if r.status == MISSING}
+    assert {"AWS::S3::BucketPolicy", "AWS::SNS::Subscription", "AWS::SNS::TopicPolicy"} <= skipped
+
+
+def test_vpc_subnets_and_endpoints_exist_as_declared(deployed, config):
+    dev = config.environments["dev"]
+    vpc = resource(deployed, "dev-Core", "Network", "AWS::EC2::VPC")
+    assert (vpc.status, finding(vpc, "CIDR").detail) == (CREATED, dev.network.cidr)
+    subnets = deployed["dev-Core"].by_type("AWS::EC2::Subnet")
+    assert sorted(finding(s, "AZ").detail for s in subnets) == sorted(dev.availability_zones)
+    services = sorted(finding(e, "service").detail.split(" ")[0].rsplit(".", 1)[-1]
+                      for e in deployed["dev-Core"].by_type("AWS::EC2::VPCEndpoint"))
+    assert services == sorted(["s3", *dev.network.interface_endpoints])
+
+
+def test_alert_topic_exists_encrypted_with_the_platform_key(deployed):
+    topic = resource(deployed, "dev-Core", "Alerts", "AWS::SNS::Topic")
+    assert finding(topic, "encryption").ok and ":key/" in finding(topic, "encryption").detail
+
+
+def test_platform_key_has_rotation_and_its_service_statements(deployed):
+    key = resource(deployed, "dev-Core", "PlatformKey", "AWS::KMS::Key")
+    assert finding(key, "rotation").detail == "on"
+    assert finding(key, "policy statements").ok
+
+
+def test_formatted_report_names_every_status(deployed):
+    text = format_reports(list(deployed.values()))
+    assert "dev-Core: CREATE_COMPLETE as reported" in text
+    assert "NOT CREATED" in text and "PARTIAL" in text and "[NOT AS DECLARED]" in text

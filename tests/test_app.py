@@ -1,0 +1,127 @@
+"""The composed app: stages per environment, protection, tags, no lookups, no custom resources."""
+
+import json
+
+import pytest
+from aws_cdk import Stack
+from aws_cdk.assertions import Match
+
+from stacks.app_builder import build
+from stacks.config import ConfigError
+from tests.conftest import new_app
+
+ENVIRONMENTS = ("dev", "staging", "prod")
+TAG_KEYS = {"environment", "project", "cost-center", "component"}
+
+
+def test_one_stage_per_environment_with_core_and_data_stacks(platform_app):
+    stages, assembly, _ = platform_app
+    assert list(stages) == list(ENVIRONMENTS)
+    for name in ENVIRONMENTS:
+        nested = assembly.get_nested_assembly(f"assembly-{name}")
+        assert sorted(s.stack_name for s in nested.stacks) == [f"{name}-Core", f"{name}-Data"]
+
+
+def test_stacks_are_bound_to_the_configured_account_and_region(platform_app, config):
+    stages, _, _ = platform_app
+    for name, stage in stages.items():
+        env = config.environments[name]
+        assert (stage.core.account, stage.core.region) == (env.account, env.region)
+
+
+@pytest.mark.parametrize("name,protected", [("dev", False), ("staging", False), ("prod", True)])
+def test_termination_protection_only_in_prod(platform_app, name, protected):
+    stages, _, _ = platform_app
+    assert stages[name].core.termination_protection is protected
+    assert stages[name].data.termination_protection is protected
+
+
+@pytest.mark.parametrize("name,policy", [("dev", "Delete"), ("staging", "Retain"), ("prod", "Retain")])
+def test_stateful_resources_retained_outside_dev(templates, name, policy):
+    stateful = ("AWS::S3::Bucket", "AWS::KMS::Key", "AWS::Logs::LogGroup")
+    found = 0
+    for stack in ("Core", "Data"):
+        for resource in templates[f"{name}/{stack}"].to_json()["Resources"].values():
+            if resource["Type"] in stateful:
+                assert resource["DeletionPolicy"] == policy
+                found += 1
+    assert found >= 3
+
+
+def test_every_taggable_resource_carries_the_cost_tags(templates, config):
+    for key, template in templates.items():
+        env = config.environments[key.split("/")[0]]
+        for logical_id, resource in template.to_json()["Resources"].items():
+            tags = resource.get("Properties", {}).get("Tags")
+            if isinstance(tags, list):
+                assert TAG_KEYS <= {t["Key"] for t in tags}, (key, logical_id)
+                assert {"Key": "cost-center", "Value": env.cost_center} in tags
+
+
+def test_key_bucket_and_topic_are_tagged(templates):
+    template = templates["staging/Core"]
+    for resource_type in ("AWS::KMS::Key", "AWS::SNS::Topic", "AWS::EC2::VPC"):
+        template.has_resource_properties(resource_type, {"Tags": Match.array_with([{"Key": "environment", "Value": "staging"}])})
+
+
+def test_synthesis_needs_no_lookups(platform_app):
+    _, assembly, outdir = platform_app
+    for name in ENVIRONMENTS:
+        manifest = json.loads((outdir / f"assembly-{name}" / "manifest.json").read_text())
+        assert not manifest.get("missing"), manifest.get("missing")
+    assert not (outdir / "cdk.context.json").exists()
+
+
+def test_no_lambda_backed_custom_resources_anywhere(templates):
+    for key, template in templates.items():
+        types = {r["Type"] for r in template.to_json()["Resources"].values()}
+        assert not any(t.startswith("Custom::") or t in ("AWS::Lambda::Function", "AWS::CloudFormation::CustomResource")
+                       for t in types), key
+
+
+def test_prod_uses_the_imported_vpc_and_creates_none(templates):
+    templates["prod/Core"].resource_count_is("AWS::EC2::VPC", 0)
+    templates["dev/Core"].resource_count_is("AWS::EC2::VPC", 1)
+
+
+def test_nat_gateways_follow_config(templates):
+    templates["dev/Core"].resource_count_is("AWS::EC2::NatGateway", 0)
+    templates["staging/Core"].resource_count_is("AWS::EC2::NatGateway", 1)
+
+
+def test_subnets_in_the_configured_azs(templates, config):
+    azs = sorted(r["Properties"]["AvailabilityZone"]
+                 for r in templates["staging/Core"].find_resources("AWS::EC2::Subnet").values())
+    assert sorted(set(azs)) == sorted(config.environments["staging"].availability_zones)
+
+
+def test_alert_topic_encrypted_with_the_platform_key_and_subscribed(templates, config):
+    core = templates["prod/Core"]
+    key_id = next(iter(core.find_resources("AWS::KMS::Key")))
+    core.has_resource_properties("AWS::SNS::Topic", {"KmsMasterKeyId": {"Fn::GetAtt": [key_id, "Arn"]}})
+    core.resource_count_is("AWS::SNS::Subscription", len(config.environments["prod"].alert_emails))
+
+
+def test_dataset_bucket_uses_the_platform_key_across_stacks(templates):
+    templates["dev/Data"].has_resource_properties("AWS::S3::Bucket", {"BucketEncryption": {
+        "ServerSideEncryptionConfiguration": [Match.object_like({"ServerSideEncryptionByDefault": {
+            "SSEAlgorithm": "aws:kms", "KMSMasterKeyID": {"Fn::ImportValue": Match.string_like_regexp("^dev-Core:")}}})]}})
+    templates["dev/Data"].resource_count_is("AWS::KMS::Key", 0)
+
+
+def test_dataset_retention_settings_follow_config(templates, config):
+    rules = next(b for b in templates["prod/Data"].find_resources("AWS::S3::Bucket").values()
+                 if b["Properties"]["LifecycleConfiguration"]["Rules"][0]["Id"] == "housekeeping")
+    assert rules["Properties"]["LifecycleConfiguration"]["Rules"][0]["NoncurrentVersionExpiration"] == {
+        "NoncurrentDays": config.environments["prod"].datasets.noncurrent_version_days}
+
+
+def test_unknown_target_fails(tmp_path, config):
+    with pytest.raises(ConfigError, match="context target='cloud'.*one of \\['aws', 'local'\\]"):
+        build(new_app(tmp_path), config, target="cloud")
+
+
+def test_environment_selection_builds_only_those_stages(tmp_path, config):
+    app = new_app(tmp_path)
+    assert [stage.stage_name for stage in build(app, config, environments="prod")] == ["prod"]
+    assert all(isinstance(s, Stack) for s in (app.node.find_child("prod").node.find_child("Core"),))

@@ -1,0 +1,82 @@
+"""Configuration: every bad value fails before synth, naming the key, the value and what is allowed."""
+
+import copy
+import tomllib
+
+import pytest
+from aws_cdk import RemovalPolicy
+
+from stacks.config import DEFAULT_CONFIG, ConfigError, CreatedNetworkConfig, ImportedNetworkConfig, parse
+
+RAW = tomllib.loads(DEFAULT_CONFIG.read_text())
+
+
+def with_change(path: str, value):
+    raw = copy.deepcopy(RAW)
+    *parents, last = path.split(".")
+    node = raw
+    for part in parents:
+        node = node[part]
+    if value is DELETE:
+        del node[last]
+    else:
+        node[last] = value
+    return raw
+
+
+DELETE = object()
+
+
+def test_shipped_configuration_is_valid():
+    config = parse(RAW)
+    assert list(config.environments) == ["dev", "staging", "prod"]
+    assert isinstance(config.environments["dev"].network, CreatedNetworkConfig)
+    assert isinstance(config.environments["prod"].network, ImportedNetworkConfig)
+
+
+def test_only_dev_is_destroyable_and_only_prod_is_termination_protected():
+    envs = parse(RAW).environments
+    assert [e.removal_policy for e in envs.values()] == [RemovalPolicy.DESTROY, RemovalPolicy.RETAIN, RemovalPolicy.RETAIN]
+    assert [e.termination_protection for e in envs.values()] == [False, False, True]
+
+
+def test_tags_carry_environment_project_and_cost_center():
+    assert parse(RAW).environments["prod"].tags == {"environment": "prod", "project": "ml-platform",
+                                                    "cost-center": "ml-production"}
+
+
+@pytest.mark.parametrize("path,value,message", [
+    ("environments.qa", RAW["environments"]["dev"], "environments.qa='qa' is invalid: one of ['dev', 'staging', 'prod']"),
+    ("environments.dev.account", "12345", "environments.dev.account='12345' is invalid: a 12-digit AWS account id"),
+    ("environments.dev.account", 111111111111, "environments.dev.account=111111111111"),
+    ("environments.dev.region", "us-middle-1", "environments.dev.region='us-middle-1' is invalid: an AWS Region name"),
+    ("environments.dev.availability_zones", ["us-west-2a"], "environments.dev.availability_zones='us-west-2a'"),
+    ("environments.dev.availability_zones", [], "a list of 1 to 6 strings"),
+    ("environments.dev.network.nat_gateways", -1, "environments.dev.network.nat_gateways=-1 is invalid: a whole number from 0 to 2"),
+    ("environments.dev.network.nat_gateways", 3, "nat_gateways=3"),
+    ("environments.dev.network.cidr", "10.0.0.0/8", "environments.dev.network.cidr='10.0.0.0/8' is invalid: an IPv4 CIDR block from /16 to /24"),
+    ("environments.dev.network.interface_endpoints", ["s3"], "interface_endpoints='s3' is invalid: one of"),
+    ("environments.dev.network.mode", "borrow", "environments.dev.network.mode='borrow' is invalid: 'create' or 'import'"),
+    ("environments.prod.network.private_subnet_ids", ["subnet-0a1b2c3d4e5f60711"], "a list of 3 to 3 strings"),
+    ("environments.prod.network.vpc_id", "vpc-1", "environments.prod.network.vpc_id='vpc-1'"),
+    ("environments.dev.alert_emails", ["nobody"], "environments.dev.alert_emails='nobody' is invalid: an e-mail address"),
+    ("environments.dev.datasets.noncurrent_version_days", 0, "noncurrent_version_days=0 is invalid: a whole number from 1 to 3650"),
+    ("environments.dev.cost_center", "", "environments.dev.cost_center=''"),
+    ("environments.dev.colour", "blue", "environments.dev.colour='blue' is invalid: one of the known keys"),
+    ("environments.dev.account", DELETE, "environments.dev.account=None is invalid: a required key"),
+    ("project", "ML Platform", "project='ML Platform'"),
+])
+def test_bad_value_names_key_value_and_what_is_allowed(path, value, message):
+    with pytest.raises(ConfigError) as error:
+        parse(with_change(path, value))
+    assert message in str(error.value)
+    assert "Fix: " in str(error.value)
+
+
+def test_selecting_an_unknown_environment_fails():
+    with pytest.raises(ConfigError, match="context environments='qa'"):
+        parse(RAW).select("dev,qa")
+
+
+def test_selection_keeps_the_given_order():
+    assert [e.name for e in parse(RAW).select("prod,dev")] == ["prod", "dev"]
