@@ -25,7 +25,8 @@ _STORAGE_TYPES = frozenset({
     # https://docs.aws.amazon.com/AmazonS3/latest/userguide/metrics-dimensions.html#s3-cloudwatch-dimensions
     "StandardStorage", "IntelligentTieringFAStorage", "IntelligentTieringIAStorage", "IntelligentTieringAAStorage",
     "IntelligentTieringAIAStorage", "IntelligentTieringDAAStorage", "StandardIAStorage", "StandardIASizeOverhead",
-    "OneZoneIAStorage", "OneZoneIASizeOverhead", "GlacierInstantRetrievalStorage", "GlacierStorage",
+    "StandardIAObjectOverhead", "OneZoneIAStorage", "OneZoneIASizeOverhead", "ReducedRedundancyStorage",
+    "GlacierInstantRetrievalStorage", "GlacierStorage",
     "GlacierStagingStorage", "GlacierObjectOverhead", "GlacierS3ObjectOverhead", "DeepArchiveStorage",
     "DeepArchiveObjectOverhead", "DeepArchiveS3ObjectOverhead", "DeepArchiveStagingStorage",
 })
