@@ -299,6 +299,58 @@ def _s3_bucket_policy(reader: Reader, physical: str, props: dict) -> list[Findin
     return [Finding("TLS-only", "aws:SecureTransport" in policy, "deny without TLS present")]
 
 
+def _auto_scaling_group(reader: Reader, name: str, props: dict) -> list[Finding]:
+    groups = reader.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"]
+    group = groups[0]
+    findings = [Finding("size", (str(group["MinSize"]), str(group["MaxSize"])) == (props.get("MinSize"), props.get("MaxSize")),
+                        f"min {group['MinSize']}, max {group['MaxSize']}, desired {group['DesiredCapacity']}")]
+    declared = props.get("MixedInstancesPolicy", {})
+    policy = group.get("MixedInstancesPolicy", {})
+    wanted_types = [o["InstanceType"] for o in declared.get("LaunchTemplate", {}).get("Overrides", [])]
+    types = [o.get("InstanceType") for o in policy.get("LaunchTemplate", {}).get("Overrides", [])]
+    findings.append(Finding("instance types", types == wanted_types, ", ".join(t or "?" for t in types) or "none"))
+    strategy = policy.get("InstancesDistribution", {}).get("SpotAllocationStrategy")
+    wanted = declared.get("InstancesDistribution", {}).get("SpotAllocationStrategy")
+    findings.append(Finding("Spot allocation", strategy == wanted, strategy or "none"))
+    findings.append(Finding("capacity rebalance", bool(group.get("CapacityRebalance")) == bool(props.get("CapacityRebalance")),
+                            "on" if group.get("CapacityRebalance") else "off"))
+    return findings
+
+
+def _launch_template(reader: Reader, template_id: str, props: dict) -> list[Finding]:
+    versions = reader.client("ec2").describe_launch_template_versions(LaunchTemplateId=template_id)["LaunchTemplateVersions"]
+    data = versions[-1]["LaunchTemplateData"]
+    wanted = props.get("LaunchTemplateData", {})
+    tokens = data.get("MetadataOptions", {}).get("HttpTokens")
+    findings = [Finding("IMDSv2", tokens == wanted.get("MetadataOptions", {}).get("HttpTokens"), f"HttpTokens {tokens}")]
+    ebs = (data.get("BlockDeviceMappings") or [{}])[0].get("Ebs", {})
+    findings.append(Finding("root volume", bool(ebs.get("Encrypted")) == bool(
+        (wanted.get("BlockDeviceMappings") or [{}])[0].get("Ebs", {}).get("Encrypted")),
+        f"{ebs.get('VolumeType', '?')} {ebs.get('VolumeSize', '?')} GiB, encrypted {ebs.get('Encrypted')}"))
+    return findings
+
+
+def _events_rule(reader: Reader, name: str, props: dict) -> list[Finding]:
+    rule_name = name.split("|")[-1].split("/")[-1]
+    rule = reader.client("events").describe_rule(Name=rule_name)
+    pattern = json.loads(rule.get("EventPattern", "{}"))
+    targets = reader.client("events").list_targets_by_rule(Rule=rule_name)["Targets"]
+    wanted = props.get("EventPattern", {}).get("detail-type")
+    return [Finding("pattern", pattern.get("detail-type") == wanted, ", ".join(pattern.get("detail-type", []))),
+            Finding("targets", len(targets) == len(props.get("Targets", [])), f"{len(targets)}")]
+
+
+def _instance_profile(reader: Reader, name: str, props: dict) -> list[Finding]:
+    profile = reader.client("iam").get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
+    return [Finding("roles", len(profile["Roles"]) == len(props.get("Roles", [])),
+                    ", ".join(r["RoleName"] for r in profile["Roles"]) or "none")]
+
+
+def _dashboard(reader: Reader, name: str, props: dict) -> list[Finding]:
+    body = json.loads(reader.client("cloudwatch").get_dashboard(DashboardName=name)["DashboardBody"])
+    return [Finding("widgets", bool(body.get("widgets")), str(len(body.get("widgets", []))))]
+
+
 def _tags_finding(actual: dict[str, str], props: dict) -> Finding:
     wanted = {t["Key"]: t["Value"] for t in props.get("Tags", []) if isinstance(t.get("Value"), str)}
     missing = sorted(set(wanted) - set(actual))
@@ -320,4 +372,9 @@ READERS: dict[str, Callable[[Reader, str, dict], list[Finding]]] = {
     "AWS::IAM::Policy": _iam_policy,
     "AWS::S3::Bucket": _s3_bucket,
     "AWS::S3::BucketPolicy": _s3_bucket_policy,
+    "AWS::AutoScaling::AutoScalingGroup": _auto_scaling_group,
+    "AWS::EC2::LaunchTemplate": _launch_template,
+    "AWS::Events::Rule": _events_rule,
+    "AWS::IAM::InstanceProfile": _instance_profile,
+    "AWS::CloudWatch::Dashboard": _dashboard,
 }

@@ -14,6 +14,7 @@ from typing import Any, Mapping, Optional
 
 from aws_cdk import RemovalPolicy
 from aws_cdk.region_info import RegionInfo
+from ml_platform_constructs.gpu_catalog import GPU_CATALOG
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "environments.toml"
 ENVIRONMENT_NAMES = ("dev", "staging", "prod")
@@ -52,6 +53,15 @@ class DatasetsConfig:
 
 
 @dataclass(frozen=True)
+class FleetConfig:
+    name: str
+    instance_types: tuple[str, ...]
+    max_capacity: int
+    on_demand_base_capacity: int
+    scale_to_zero_after_minutes: int  # 0: the idle alarm only notifies
+
+
+@dataclass(frozen=True)
 class EnvironmentConfig:
     name: str
     project: str
@@ -62,6 +72,7 @@ class EnvironmentConfig:
     alert_emails: tuple[str, ...]
     network: CreatedNetworkConfig | ImportedNetworkConfig
     datasets: DatasetsConfig
+    fleets: tuple[FleetConfig, ...]
 
     @property
     def is_dev(self) -> bool:
@@ -123,7 +134,7 @@ def parse(raw: Mapping[str, Any]) -> PlatformConfig:
 def _environment(name: str, project: str, raw: Any) -> EnvironmentConfig:
     at = f"environments.{name}"
     _keys(at, raw, required={"account", "region", "availability_zones", "cost_center", "alert_emails", "network",
-                             "datasets"})
+                             "datasets"}, optional={"fleets"})
     region = raw["region"]
     if region not in _regions():
         raise ConfigError(f"{at}.region", region, "an AWS Region name known to aws-cdk-lib, such as us-east-1",
@@ -151,6 +162,7 @@ def _environment(name: str, project: str, raw: Any) -> EnvironmentConfig:
         alert_emails=emails,
         network=_network(f"{at}.network", raw["network"], len(azs)),
         datasets=_datasets(f"{at}.datasets", raw["datasets"]),
+        fleets=_fleets(f"{at}.fleets", raw.get("fleets", [])),
     )
 
 
@@ -196,16 +208,47 @@ def _datasets(at: str, raw: Any) -> DatasetsConfig:
     )
 
 
-def _keys(at: str, raw: Any, *, required: set[str]) -> None:
+def _fleets(at: str, raw: Any) -> tuple[FleetConfig, ...]:
+    if not isinstance(raw, list):
+        raise ConfigError(at, raw, "an array of tables", f"write each fleet as [[{at}]]")
+    fleets = []
+    for index, fleet in enumerate(raw):
+        where = f"{at}[{index}]"
+        _keys(where, fleet, required={"name", "instance_types", "max_capacity"},
+              optional={"on_demand_base_capacity", "scale_to_zero_after_minutes"})
+        types = _string_list(f"{where}.instance_types", fleet["instance_types"], 1, 40)
+        for name in types:
+            if name not in GPU_CATALOG:
+                raise ConfigError(f"{where}.instance_types", name, "a GPU instance type of the platform's catalog",
+                                  f"use types such as g5.xlarge or g6.2xlarge (see ml_platform_constructs.gpu_catalog)")
+        max_capacity = _integer(f"{where}.max_capacity", fleet["max_capacity"], 1, 1000)
+        fleets.append(FleetConfig(
+            name=_string(f"{where}.name", fleet["name"], r"^[a-z][a-z0-9-]{0,39}$",
+                         "1-40 lowercase letters, digits and hyphens", "use a name such as \"training\""),
+            instance_types=types,
+            max_capacity=max_capacity,
+            on_demand_base_capacity=_integer(f"{where}.on_demand_base_capacity",
+                                             fleet.get("on_demand_base_capacity", 0), 0, max_capacity),
+            scale_to_zero_after_minutes=_integer(f"{where}.scale_to_zero_after_minutes",
+                                                 fleet.get("scale_to_zero_after_minutes", 0), 0, 1440),
+        ))
+    names = [f.name for f in fleets]
+    if len(set(names)) != len(names):
+        raise ConfigError(at, names, "each fleet name once", "rename the duplicate fleet")
+    return tuple(fleets)
+
+
+def _keys(at: str, raw: Any, *, required: set[str], optional: set[str] = frozenset()) -> None:
     if not isinstance(raw, Mapping):
         raise ConfigError(at, raw, "a table", f"write [{at}] with keys {sorted(required)}")
     missing = required - raw.keys()
     if missing:
         raise ConfigError(f"{at}.{sorted(missing)[0]}", None, "a required key", f"add {sorted(missing)} to [{at}]")
-    unknown = raw.keys() - required
+    unknown = raw.keys() - required - optional
     if unknown:
         key = sorted(unknown)[0]
-        raise ConfigError(f"{at}.{key}", raw[key], f"one of the known keys {sorted(required)}", "remove or rename it")
+        raise ConfigError(f"{at}.{key}", raw[key], f"one of the known keys {sorted(required | optional)}",
+                          "remove or rename it")
 
 
 def _string(key: str, value: Any, pattern: str, allowed: str, fix: str) -> str:

@@ -15,7 +15,9 @@ from .config import CreatedNetworkConfig, EnvironmentConfig
 class CoreStack(Stack):
     def __init__(self, scope: Construct, id: str, *, config: EnvironmentConfig, **kwargs: Any) -> None:
         super().__init__(scope, id, **kwargs)
+        # GPU fleets encrypt their volumes with this key, launched by Auto Scaling's service-linked role.
         self.platform_key = PlatformKey(self, "PlatformKey", alias=f"{config.project}/{config.name}",
+                                        allow_autoscaling_service_linked_role=bool(config.fleets),
                                         removal_policy=config.removal_policy)
         self.alerts = AlertTopic(self, "Alerts", master_key=self.platform_key.key, email_addresses=config.alert_emails,
                                  display_name=f"{config.project} {config.name} alerts")

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Optional
 
 from aws_cdk import Annotations, Environment, IStackSynthesizer, Stage, Tags
+from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
+from .compute_stack import ComputeStack
 from .config import EnvironmentConfig
 from .core_stack import CoreStack
 from .data_stack import DataStack
@@ -14,13 +16,15 @@ from .data_stack import DataStack
 # moto 5.2 fails to create a tagged AWS::KMS::Key from a template (KeyError 'TagKey' in its tagging service),
 # so the emulator target leaves keys untagged; the deploy report says so.
 EMULATOR_UNTAGGED_TYPES = ("AWS::KMS::Key",)
+# The emulator cannot resolve AWS's public /aws/service/... SSM parameters, so fleets there get a fixed image id.
+EMULATOR_AMI = "ami-0123456789abcdef0"
 
 
 class PlatformStage(Stage):
-    """One environment's stacks: Core (key, alert topic, network) and Data (dataset bucket).
+    """One environment's stacks: Core (key, alert topic, network), Data (dataset bucket), Compute (GPU fleets).
 
     :param synthesizer: Default: the default synthesizer (bootstrapped environment, bootstrap-version rule).
-    :param emulator: synthesize for the local emulator (see EMULATOR_UNTAGGED_TYPES). Default: False.
+    :param emulator: synthesize for the local emulator (see EMULATOR_UNTAGGED_TYPES, EMULATOR_AMI). Default: False.
     """
 
     def __init__(self, scope: Construct, id: str, *, config: EnvironmentConfig,
@@ -35,9 +39,15 @@ class PlatformStage(Stage):
                               **common)
         self.data = DataStack(self, "Data", key=self.core.platform_key.key,
                               description=f"{config.project} {config.name}: dataset bucket", **common)
+        self.compute = ComputeStack(
+            self, "Compute", vpc=self.core.network.vpc, subnets=self.core.network.compute_subnets,
+            alerts=self.core.alerts.topic, key=self.core.platform_key.key, datasets=self.data.datasets,
+            machine_image=ec2.MachineImage.generic_linux({config.region: EMULATOR_AMI}) if emulator else None,
+            description=f"{config.project} {config.name}: Spot GPU fleets", **common)
 
         excluded = list(EMULATOR_UNTAGGED_TYPES) if emulator else None
-        for scope_, tags in ((self, config.tags), (self.core, {"component": "core"}), (self.data, {"component": "data"})):
+        for scope_, tags in ((self, config.tags), (self.core, {"component": "core"}), (self.data, {"component": "data"}),
+                             (self.compute, {"component": "compute"})):
             for key, value in tags.items():
                 Tags.of(scope_).add(key, value, exclude_resource_types=excluded)
         if config.is_dev:

@@ -15,6 +15,7 @@ from stacks.app_builder import build
 
 ROOT = Path(__file__).resolve().parent.parent
 ACCOUNT = "123456789012"
+STACKS = [f"{env}/{stack}" for env in ("dev", "staging", "prod") for stack in ("Core", "Data", "Compute")]
 CDK_CONTEXT = json.loads((ROOT / "cdk.json").read_text())["context"]
 
 
@@ -48,7 +49,7 @@ def templates(platform_app) -> dict[str, Template]:
     """Template per stack, keyed 'dev/Core', 'prod/Data', ..."""
     stages, _, _ = platform_app
     return {f"{name}/{stack.node.id}": Template.from_stack(stack)
-            for name, stage in stages.items() for stack in (stage.core, stage.data)}
+            for name, stage in stages.items() for stack in (stage.core, stage.data, stage.compute)}
 
 
 @pytest.fixture(scope="module")

@@ -14,12 +14,12 @@ ENVIRONMENTS = ("dev", "staging", "prod")
 TAG_KEYS = {"environment", "project", "cost-center", "component"}
 
 
-def test_one_stage_per_environment_with_core_and_data_stacks(platform_app):
+def test_one_stage_per_environment_with_core_data_and_compute_stacks(platform_app):
     stages, assembly, _ = platform_app
     assert list(stages) == list(ENVIRONMENTS)
     for name in ENVIRONMENTS:
         nested = assembly.get_nested_assembly(f"assembly-{name}")
-        assert sorted(s.stack_name for s in nested.stacks) == [f"{name}-Core", f"{name}-Data"]
+        assert sorted(s.stack_name for s in nested.stacks) == [f"{name}-Compute", f"{name}-Core", f"{name}-Data"]
 
 
 def test_stacks_are_bound_to_the_configured_account_and_region(platform_app, config):
@@ -32,15 +32,15 @@ def test_stacks_are_bound_to_the_configured_account_and_region(platform_app, con
 @pytest.mark.parametrize("name,protected", [("dev", False), ("staging", False), ("prod", True)])
 def test_termination_protection_only_in_prod(platform_app, name, protected):
     stages, _, _ = platform_app
-    assert stages[name].core.termination_protection is protected
-    assert stages[name].data.termination_protection is protected
+    for stack in (stages[name].core, stages[name].data, stages[name].compute):
+        assert stack.termination_protection is protected
 
 
 @pytest.mark.parametrize("name,policy", [("dev", "Delete"), ("staging", "Retain"), ("prod", "Retain")])
 def test_stateful_resources_retained_outside_dev(templates, name, policy):
     stateful = ("AWS::S3::Bucket", "AWS::KMS::Key", "AWS::Logs::LogGroup")
     found = 0
-    for stack in ("Core", "Data"):
+    for stack in ("Core", "Data", "Compute"):
         for resource in templates[f"{name}/{stack}"].to_json()["Resources"].values():
             if resource["Type"] in stateful:
                 assert resource["DeletionPolicy"] == policy
@@ -55,7 +55,7 @@ def test_every_taggable_resource_carries_the_cost_tags(templates, config):
             tags = resource.get("Properties", {}).get("Tags")
             if isinstance(tags, list):
                 assert TAG_KEYS <= {t["Key"] for t in tags}, (key, logical_id)
-                assert {"Key": "cost-center", "Value": env.cost_center} in tags
+                assert any(t["Key"] == "cost-center" and t["Value"] == env.cost_center for t in tags)
 
 
 def test_key_bucket_and_topic_are_tagged(templates):
@@ -125,3 +125,39 @@ def test_environment_selection_builds_only_those_stages(tmp_path, config):
     app = new_app(tmp_path)
     assert [stage.stage_name for stage in build(app, config, environments="prod")] == ["prod"]
     assert all(isinstance(s, Stack) for s in (app.node.find_child("prod").node.find_child("Core"),))
+
+
+def test_gpu_instances_and_their_volumes_carry_the_cost_tags(templates):
+    group = next(iter(templates["prod/Compute"].find_resources("AWS::AutoScaling::AutoScalingGroup").values()))
+    propagated = {t["Key"]: t["Value"] for t in group["Properties"]["Tags"] if t["PropagateAtLaunch"]}
+    assert propagated["cost-center"] == "ml-production" and propagated["component"] == "compute"
+    assert propagated["ml-platform:fleet"] == "training"
+
+
+def test_one_fleet_per_configured_fleet_and_one_interruption_rule(templates, config):
+    for name, env in config.environments.items():
+        compute = templates[f"{name}/Compute"]
+        compute.resource_count_is("AWS::AutoScaling::AutoScalingGroup", len(env.fleets))
+        compute.resource_count_is("AWS::Events::Rule", 1 + len(env.fleets))
+
+
+def test_platform_key_allows_auto_scaling_only_where_fleets_use_it(templates):
+    statements = next(iter(templates["dev/Core"].find_resources("AWS::KMS::Key").values()))["Properties"]["KeyPolicy"]["Statement"]
+    assert {"AllowAutoScalingToUseKeyForInstanceVolumes", "AllowAutoScalingToAttachEncryptedVolumes"} <= {
+        s.get("Sid") for s in statements}
+
+
+def test_fleet_volumes_use_the_platform_key(templates):
+    template = next(iter(templates["prod/Compute"].find_resources("AWS::EC2::LaunchTemplate").values()))
+    ebs = template["Properties"]["LaunchTemplateData"]["BlockDeviceMappings"][0]["Ebs"]
+    assert ebs["Encrypted"] is True and "Fn::ImportValue" in ebs["KmsKeyId"]
+
+
+def test_prod_keeps_one_on_demand_instance(templates):
+    group = next(iter(templates["prod/Compute"].find_resources("AWS::AutoScaling::AutoScalingGroup").values()))
+    assert group["Properties"]["MixedInstancesPolicy"]["InstancesDistribution"]["OnDemandBaseCapacity"] == 1
+
+
+def test_scale_to_zero_follows_config(templates):
+    templates["dev/Compute"].resource_count_is("AWS::AutoScaling::ScalingPolicy", 1)
+    templates["prod/Compute"].resource_count_is("AWS::AutoScaling::ScalingPolicy", 0)

@@ -9,8 +9,10 @@ from .dataset_bucket import (
     default_tiering_rules,
 )
 from .errors import ValidationError
+from .gpu_catalog import GPU_CATALOG, GpuInstanceType
 from .network import DEFAULT_INTERFACE_ENDPOINTS, ImportedNetwork, PlatformNetwork
 from .platform_key import SNS_PUBLISHING_SERVICES, PlatformKey
+from .spot_gpu_fleet import GPU_NAMESPACE, JOB_NAMESPACE, SpotGpuFleet, SpotInterruptionAlerts
 
 __all__ = [
     "AlertTopic",
@@ -18,11 +20,17 @@ __all__ = [
     "DATASETS_PREFIX",
     "DEFAULT_INTERFACE_ENDPOINTS",
     "DatasetBucket",
+    "GPU_CATALOG",
+    "GPU_NAMESPACE",
+    "GpuInstanceType",
+    "JOB_NAMESPACE",
     "ImportedNetwork",
     "LOGS_PREFIX",
     "PlatformKey",
     "PlatformNetwork",
     "SNS_PUBLISHING_SERVICES",
+    "SpotGpuFleet",
+    "SpotInterruptionAlerts",
     "ValidationError",
     "default_tiering_rules",
 ]

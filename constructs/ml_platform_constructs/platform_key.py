@@ -37,10 +37,17 @@ class PlatformKey(Construct):
     A team that brings its own key instead must add the same statements to that key's policy.
 
     :param alias: alias name without the ``alias/`` prefix, e.g. ``ml-platform/dev``. Default: no alias.
+    :param allow_autoscaling_service_linked_role: let EC2 Auto Scaling's service-linked role use the key for
+        encrypted volumes of the instances it launches (GPU fleets). The role must exist when the key policy is
+        set (KMS rejects unknown principals): it exists once any Auto Scaling group was created in the account,
+        or create it with ``aws iam create-service-linked-role --aws-service-name autoscaling.amazonaws.com``.
+        https://docs.aws.amazon.com/autoscaling/ec2/userguide/key-policy-requirements-EBS-encryption.html
+        Default: False.
     :param removal_policy: Default: RETAIN. DESTROY schedules deletion after the 7-day minimum pending window.
     """
 
     def __init__(self, scope: Construct, id: str, *, alias: Optional[str] = None,
+                 allow_autoscaling_service_linked_role: bool = False,
                  removal_policy: RemovalPolicy = RemovalPolicy.RETAIN) -> None:
         super().__init__(scope, id)
         if alias is not None and not Token.is_unresolved(alias) and (
@@ -71,6 +78,19 @@ class PlatformKey(Construct):
                 "kms:EncryptionContext:aws:logs:arn": f"arn:{stack.partition}:logs:{stack.region}:{stack.account}:*",
             }},
         ))
+
+        if allow_autoscaling_service_linked_role:
+            service_linked_role = iam.ArnPrincipal(
+                f"arn:{stack.partition}:iam::{stack.account}:role/aws-service-role/autoscaling.amazonaws.com/"
+                "AWSServiceRoleForAutoScaling")
+            self.key.add_to_resource_policy(iam.PolicyStatement(
+                sid="AllowAutoScalingToUseKeyForInstanceVolumes", principals=[service_linked_role],
+                actions=["kms:Encrypt", "kms:Decrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:DescribeKey"],
+                resources=["*"]))
+            self.key.add_to_resource_policy(iam.PolicyStatement(
+                sid="AllowAutoScalingToAttachEncryptedVolumes", principals=[service_linked_role],
+                actions=["kms:CreateGrant"], resources=["*"],
+                conditions={"Bool": {"kms:GrantIsForAWSResource": True}}))
 
     @property
     def key_arn(self) -> str:

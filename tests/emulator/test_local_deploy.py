@@ -50,7 +50,7 @@ def finding(report, aspect):
 
 def test_local_target_is_dev_only_without_bootstrap_version_rule(local_assembly):
     stacks = stack_templates(local_assembly)
-    assert [name for name, _ in stacks] == ["dev-Core", "dev-Data"]
+    assert [name for name, _ in stacks] == ["dev-Core", "dev-Data", "dev-Compute"]
     for _, path in stacks:
         assert "CheckBootstrapVersion" not in json.loads(path.read_text()).get("Rules", {})
 
@@ -62,8 +62,8 @@ def test_local_target_leaves_kms_keys_untagged(local_assembly):
 
 
 def test_every_stack_reaches_create_complete(deployed):
-    assert {name: report.status for name, report in deployed.items()} == {"dev-Core": "CREATE_COMPLETE",
-                                                                          "dev-Data": "CREATE_COMPLETE"}
+    assert {name: report.status for name, report in deployed.items()} == {
+        "dev-Core": "CREATE_COMPLETE", "dev-Data": "CREATE_COMPLETE", "dev-Compute": "CREATE_COMPLETE"}
 
 
 def test_dataset_bucket_exists_encrypted_with_kms(deployed):
@@ -110,3 +110,22 @@ def test_formatted_report_names_every_status(deployed):
     text = format_reports(list(deployed.values()))
     assert "dev-Core: CREATE_COMPLETE as reported" in text
     assert "NOT CREATED" in text and "PARTIAL" in text and "[NOT AS DECLARED]" in text
+
+
+def test_gpu_fleet_group_exists_with_its_spot_policy(deployed, config):
+    group = resource(deployed, "dev-Compute", "training", "AWS::AutoScaling::AutoScalingGroup")
+    fleet = config.environments["dev"].fleets[0]
+    assert finding(group, "size").detail.startswith(f"min 0, max {fleet.max_capacity}")
+    assert finding(group, "instance types").detail == ", ".join(fleet.instance_types)
+    assert finding(group, "Spot allocation").detail == "price-capacity-optimized"
+
+
+def test_fleet_launch_template_requires_imdsv2_and_encrypts_the_root_volume(deployed):
+    template = resource(deployed, "dev-Compute", "training", "AWS::EC2::LaunchTemplate")
+    assert template.status == CREATED
+    assert finding(template, "IMDSv2").detail == "HttpTokens required"
+
+
+def test_report_says_alarms_and_scaling_policies_exist_only_in_a_real_account(deployed):
+    missing = {r.type for r in deployed["dev-Compute"].resources if r.status == MISSING}
+    assert {"AWS::CloudWatch::Alarm", "AWS::AutoScaling::ScalingPolicy", "AWS::AutoScaling::LifecycleHook"} <= missing

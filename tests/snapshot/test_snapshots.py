@@ -6,6 +6,8 @@ import re
 import pytest
 from syrupy.extensions.json import JSONSnapshotExtension
 
+from tests.conftest import STACKS
+
 ASSET_HASH = re.compile(r"[0-9a-f]{64}")
 
 
@@ -23,7 +25,7 @@ def snapshot_json(snapshot):
     return snapshot.use_extension(JSONSnapshotExtension)
 
 
-@pytest.mark.parametrize("stack", ["dev/Core", "dev/Data", "staging/Core", "staging/Data", "prod/Core", "prod/Data"])
+@pytest.mark.parametrize("stack", STACKS)
 def test_stack_snapshot(templates, snapshot_json, stack):
     assert normalized(templates[stack].to_json()) == snapshot_json
 

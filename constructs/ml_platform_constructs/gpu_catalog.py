@@ -1,0 +1,106 @@
+"""The GPU instance types the platform supports, with what a job and a fleet need to know about each.
+
+Sources (AWS documentation):
+- Specifications: https://docs.aws.amazon.com/ec2/latest/instancetypes/ac.html, the GPU table of
+  https://docs.aws.amazon.com/batch/latest/userguide/gpu-jobs.html and
+  https://docs.aws.amazon.com/sagemaker/latest/dg/notebooks-available-instance-types.html. The g6 12-48xlarge,
+  g6e and p5 rows could not be checked against a stored AWS page when this was written; check them with
+  `aws ec2 describe-instance-types` before relying on their vCPU, memory or NVMe figures.
+- Deep Learning AMI support: https://docs.aws.amazon.com/dlami/latest/devguide/appendix-ami-release-notes.html
+  The x86_64 "Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)" supports G4dn, G5, G6, G6e, P4d and P5; its
+  current drivers (CUDA 13) no longer support P3's Volta GPUs, so P3 needs a pinned AMI of your own. The
+  arm64 variant supports G5g.
+- The SSM parameter of the latest DLAMI, named by the rule "/aws/service/deeplearning/ami/<arch>/<name without
+  deep, learning, ami>/latest/ami-id": https://docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+DLAMI_NAME = "base-oss-nvidia-driver-gpu-ubuntu-22.04"
+
+
+def dlami_parameter(architecture: str) -> str:
+    """The public SSM parameter holding the latest Base OSS Nvidia Driver GPU DLAMI for an architecture."""
+    return f"/aws/service/deeplearning/ami/{architecture}/{DLAMI_NAME}/latest/ami-id"
+
+
+@dataclass(frozen=True)
+class GpuInstanceType:
+    name: str
+    gpu_model: str
+    gpu_count: int
+    gpu_memory_gib: int  # per GPU
+    vcpus: int
+    memory_gib: float
+    local_nvme_gb: int  # total instance store; 0 for EBS only
+    architecture: str  # "x86_64" or "arm64"
+    dlami: bool  # whether the current Base OSS Nvidia Driver GPU DLAMI supports it
+
+    @property
+    def family(self) -> str:
+        return self.name.split(".")[0]
+
+
+def _family(family: str, gpu: str, memory: int, arch: str, dlami: bool,
+            sizes: list[tuple[str, int, int, float, int]]) -> dict[str, GpuInstanceType]:
+    return {f"{family}.{size}": GpuInstanceType(f"{family}.{size}", gpu, count, memory, vcpus, mem, nvme, arch, dlami)
+            for size, count, vcpus, mem, nvme in sizes}
+
+
+# size, GPUs, vCPUs, memory GiB, local NVMe GB
+GPU_CATALOG: dict[str, GpuInstanceType] = {
+    **_family("g4dn", "NVIDIA T4", 16, "x86_64", True, [
+        ("xlarge", 1, 4, 16, 125), ("2xlarge", 1, 8, 32, 225), ("4xlarge", 1, 16, 64, 225),
+        ("8xlarge", 1, 32, 128, 900), ("16xlarge", 1, 64, 256, 900), ("12xlarge", 4, 48, 192, 900),
+        ("metal", 8, 96, 384, 1800)]),
+    **_family("g5", "NVIDIA A10G", 24, "x86_64", True, [
+        ("xlarge", 1, 4, 16, 250), ("2xlarge", 1, 8, 32, 450), ("4xlarge", 1, 16, 64, 600),
+        ("8xlarge", 1, 32, 128, 900), ("16xlarge", 1, 64, 256, 1900), ("12xlarge", 4, 48, 192, 3800),
+        ("24xlarge", 4, 96, 384, 3800), ("48xlarge", 8, 192, 768, 7600)]),
+    **_family("g5g", "NVIDIA T4G", 16, "arm64", True, [
+        ("xlarge", 1, 4, 8, 0), ("2xlarge", 1, 8, 16, 0), ("4xlarge", 1, 16, 32, 0), ("8xlarge", 1, 32, 64, 0),
+        ("16xlarge", 2, 64, 128, 0), ("metal", 2, 64, 128, 0)]),
+    **_family("g6", "NVIDIA L4", 24, "x86_64", True, [
+        ("xlarge", 1, 4, 16, 250), ("2xlarge", 1, 8, 32, 450), ("4xlarge", 1, 16, 64, 600),
+        ("8xlarge", 1, 32, 128, 900), ("16xlarge", 1, 64, 256, 1880), ("12xlarge", 4, 48, 192, 3760),
+        ("24xlarge", 4, 96, 384, 3760), ("48xlarge", 8, 192, 768, 7520)]),
+    **_family("g6e", "NVIDIA L40S", 48, "x86_64", True, [
+        ("xlarge", 1, 4, 32, 250), ("2xlarge", 1, 8, 64, 450), ("4xlarge", 1, 16, 128, 600),
+        ("8xlarge", 1, 32, 256, 900), ("16xlarge", 1, 64, 512, 1900), ("12xlarge", 4, 48, 384, 3800),
+        ("24xlarge", 4, 96, 768, 3800), ("48xlarge", 8, 192, 1536, 7600)]),
+    **_family("p3", "NVIDIA V100", 16, "x86_64", False, [
+        ("2xlarge", 1, 8, 61, 0), ("8xlarge", 4, 32, 244, 0), ("16xlarge", 8, 64, 488, 0)]),
+    **_family("p3dn", "NVIDIA V100", 32, "x86_64", False, [("24xlarge", 8, 96, 768, 1800)]),
+    **_family("p4d", "NVIDIA A100", 40, "x86_64", True, [("24xlarge", 8, 96, 1152, 8000)]),
+    **_family("p5", "NVIDIA H100", 80, "x86_64", True, [("48xlarge", 8, 192, 2048, 30720)]),
+}
+
+# Service Quotas (service code ec2), counted in vCPUs of running and pending instances; 0 in new accounts.
+# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/using-spot-limits.html
+SPOT_QUOTA_CODES = {
+    "g": ("L-3819A6DF", "All G and VT Spot Instance Requests"),
+    "p": ("L-7212CCBC", "All P4, P3 and P2 Spot Instance Requests"),
+    "p5": ("L-C4BD4855", "All P5 Spot Instance Requests"),
+}
+ON_DEMAND_QUOTA_CODES = {
+    "g": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
+    "p": ("L-417A185B", "Running On-Demand P instances"),
+}
+
+
+def lookup(name: str) -> Optional[GpuInstanceType]:
+    return GPU_CATALOG.get(name)
+
+
+def spot_quota(instance: GpuInstanceType) -> tuple[str, str]:
+    """The Spot vCPU quota (code, name) an instance type counts against."""
+    if instance.family.startswith("p5"):
+        return SPOT_QUOTA_CODES["p5"]
+    return SPOT_QUOTA_CODES["p" if instance.family.startswith("p") else "g"]
+
+
+def on_demand_quota(instance: GpuInstanceType) -> tuple[str, str]:
+    return ON_DEMAND_QUOTA_CODES["p" if instance.family.startswith("p") else "g"]

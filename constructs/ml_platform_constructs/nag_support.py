@@ -1,0 +1,59 @@
+"""Acknowledging cdk-nag findings whose ids are only known once cross-stack references are resolved."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+import jsii
+from aws_cdk import Acknowledgment, Stack, Validations
+from aws_cdk import aws_iam as iam
+from constructs import IValidation
+
+
+def flatten_reference(node: Any) -> str:
+    """A CloudFormation value rendered the way cdk-nag names it in a finding id (its flattenCfnReference)."""
+    if node is None:
+        return ""
+    if isinstance(node, str):
+        return node.replace("${", "<").replace("}", ">")
+    if isinstance(node, dict):
+        if "Fn::Join" in node:
+            delimiter, items = node["Fn::Join"]
+            return delimiter.join(flatten_reference(item) for item in items)
+        if "Fn::Sub" in node:
+            return flatten_reference(node["Fn::Sub"])
+        if "Fn::GetAtt" in node:
+            resource, attribute = node["Fn::GetAtt"]
+            return f"<{flatten_reference(resource)}.{flatten_reference(attribute)}>"
+        if "Fn::ImportValue" in node:
+            return flatten_reference(node["Fn::ImportValue"])
+        if "Ref" in node:
+            return f"<{flatten_reference(node['Ref'])}>"
+    return json.dumps(node, separators=(",", ":"))
+
+
+@jsii.implements(IValidation)
+class AcknowledgeWildcardResources:
+    """At validation time (after references resolve), acknowledges AwsSolutions-IAM5 for each resource of the
+    policy that ends with one of ``suffixes``, e.g. a bucket ARN followed by ``/datasets/*``."""
+
+    def __init__(self, policy: iam.Policy, suffixes: Sequence[str], reason: str) -> None:
+        self._policy = policy
+        self._suffixes = tuple(suffixes)
+        self._reason = reason
+
+    def validate(self) -> list[str]:
+        document = Stack.of(self._policy).resolve(self._policy.document)
+        resources = set()
+        for statement in document.get("Statement", []):
+            listed = statement.get("Resource", [])
+            for resource in listed if isinstance(listed, list) else [listed]:
+                flat = flatten_reference(resource)
+                if flat.endswith(self._suffixes):
+                    resources.add(flat)
+        if resources:
+            Validations.of(self._policy).acknowledge(*[
+                Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{flat}]", reason=self._reason)
+                for flat in sorted(resources)])
+        return []
