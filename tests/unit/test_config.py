@@ -65,6 +65,19 @@ def test_tags_carry_environment_project_and_cost_center():
     ("environments.dev.colour", "blue", "environments.dev.colour='blue' is invalid: one of the known keys"),
     ("environments.dev.account", DELETE, "environments.dev.account=None is invalid: a required key"),
     ("project", "ML Platform", "project='ML Platform'"),
+    ("environments.dev.fleets", {"name": "x"}, "environments.dev.fleets={'name': 'x'} is invalid: an array of tables"),
+    ("environments.dev.fleets", [{"name": "training", "instance_types": ["m5.large"], "max_capacity": 1}],
+     "environments.dev.fleets[0].instance_types='m5.large' is invalid: a GPU instance type of the platform's catalog"),
+    ("environments.dev.fleets", [{"name": "training", "instance_types": ["g5.xlarge"], "max_capacity": 0}],
+     "environments.dev.fleets[0].max_capacity=0 is invalid: a whole number from 1 to 1000"),
+    ("environments.dev.fleets", [{"name": "training", "instance_types": ["g5.xlarge"], "max_capacity": 2,
+                                  "on_demand_base_capacity": 3}], "on_demand_base_capacity=3 is invalid: a whole number from 0 to 2"),
+    ("environments.dev.fleets", [{"name": "Training", "instance_types": ["g5.xlarge"], "max_capacity": 1}],
+     "environments.dev.fleets[0].name='Training'"),
+    ("environments.dev.fleets", [{"name": "a", "instance_types": ["g5.xlarge"], "max_capacity": 1},
+                                 {"name": "a", "instance_types": ["g5.xlarge"], "max_capacity": 1}], "each fleet name once"),
+    ("environments.dev.fleets", [{"name": "a", "instance_types": ["g5.xlarge"], "max_capacity": 1, "spot": True}],
+     "environments.dev.fleets[0].spot=True is invalid: one of the known keys"),
 ])
 def test_bad_value_names_key_value_and_what_is_allowed(path, value, message):
     with pytest.raises(ConfigError) as error:
@@ -80,3 +93,10 @@ def test_selecting_an_unknown_environment_fails():
 
 def test_selection_keeps_the_given_order():
     assert [e.name for e in parse(RAW).select("prod,dev")] == ["prod", "dev"]
+
+
+def test_fleets_are_optional_and_default_to_all_spot_and_notify_only():
+    raw = with_change("environments.dev.fleets", [{"name": "training", "instance_types": ["g5.xlarge"], "max_capacity": 1}])
+    fleet = parse(raw).environments["dev"].fleets[0]
+    assert (fleet.on_demand_base_capacity, fleet.scale_to_zero_after_minutes) == (0, 0)
+    assert parse(with_change("environments.dev.fleets", DELETE)).environments["dev"].fleets == ()

@@ -1,0 +1,123 @@
+"""The on-instance interruption watcher, against a fake instance metadata service on 127.0.0.1."""
+
+import json
+import signal
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from ml_platform_constructs.runtime import interruption_watcher as watcher
+
+
+class FakeImds(BaseHTTPRequestHandler):
+    paths: dict[str, str] = {}
+
+    def do_PUT(self):  # noqa: N802 (http.server naming)
+        assert self.path == "/latest/api/token" and self.headers["X-aws-ec2-metadata-token-ttl-seconds"]
+        self._reply(200, "token-1")
+
+    def do_GET(self):  # noqa: N802
+        assert self.headers["X-aws-ec2-metadata-token"] == "token-1"
+        path = self.path.removeprefix("/latest/meta-data/")
+        self._reply(200, self.paths[path]) if path in self.paths else self._reply(404, "")
+
+    def _reply(self, status, body):
+        self.send_response(status)
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def imds():
+    server = HTTPServer(("127.0.0.1", 0), FakeImds)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    FakeImds.paths = {}
+    yield watcher.Metadata(f"http://127.0.0.1:{server.server_address[1]}"), FakeImds.paths
+    server.shutdown()
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return watcher.Settings(stop_file=str(tmp_path / "run" / "stop-requested"), pid_file=str(tmp_path / "job.pid"),
+                            lifecycle_hook="checkpoint-before-termination", hook_timeout_seconds=300,
+                            region="us-east-1", fleet_name="training")
+
+
+def test_nothing_scheduled_is_no_stop(imds):
+    metadata, _ = imds
+    assert watcher.check(metadata) is None
+
+
+def test_spot_interruption_notice_is_a_stop_with_its_deadline(imds):
+    metadata, paths = imds
+    paths["spot/instance-action"] = json.dumps({"action": "terminate", "time": "2026-11-29T20:00:00Z"})
+    assert watcher.check(metadata) == {"reason": "spot-interruption", "action": "terminate", "deadline": 1795982400}  # 2026-11-29T20:00:00Z
+
+
+def test_scale_in_is_a_stop_without_deadline(imds):
+    metadata, paths = imds
+    paths["autoscaling/target-lifecycle-state"] = "Terminated"
+    assert watcher.check(metadata) == {"reason": "scale-in", "deadline": None}
+
+
+def test_in_service_lifecycle_state_is_no_stop(imds):
+    metadata, paths = imds
+    paths["autoscaling/target-lifecycle-state"] = "InService"
+    assert watcher.check(metadata) is None
+
+
+def test_stop_writes_the_stop_file_and_signals_the_job(settings):
+    with open(settings.pid_file, "w") as handle:
+        handle.write("4242\n")
+    sent = []
+    pid = watcher.request_stop(settings, {"reason": "scale-in", "deadline": None}, kill=lambda p, s: sent.append((p, s)))
+    assert pid == 4242 and sent == [(4242, signal.SIGTERM)]
+    with open(settings.stop_file) as handle:
+        assert json.load(handle) == {"reason": "scale-in", "deadline": None}
+
+
+def test_stop_without_a_job_still_writes_the_stop_file(settings):
+    assert watcher.request_stop(settings, {"reason": "scale-in", "deadline": None}, kill=lambda p, s: None) is None
+    with open(settings.stop_file) as handle:
+        assert json.load(handle)["reason"] == "scale-in"
+
+
+def test_wait_for_exit_returns_when_the_job_is_gone():
+    states = iter([True, False])
+    assert watcher.wait_for_exit(7, timeout=10, alive=lambda pid: next(states)) is True
+
+
+def test_wait_for_exit_gives_up_at_the_timeout():
+    assert watcher.wait_for_exit(7, timeout=0, alive=lambda pid: True) is False
+
+
+def test_job_running_follows_the_pid_file(settings):
+    assert watcher.job_running(settings.pid_file, alive=lambda pid: True) is False
+    with open(settings.pid_file, "w") as handle:
+        handle.write("99")
+    assert watcher.job_running(settings.pid_file, alive=lambda pid: pid == 99) is True
+
+
+def test_job_running_metric_names_the_fleet(settings):
+    calls = []
+    watcher.publish_job_running(settings, True, run=lambda args, check: calls.append(args))
+    assert calls[0][:3] == ["aws", "cloudwatch", "put-metric-data"]
+    assert calls[0][calls[0].index("--namespace") + 1] == "MLPlatform/Training"
+    assert calls[0][calls[0].index("--dimensions") + 1] == "FleetName=training"
+    assert calls[0][calls[0].index("--value") + 1] == "1"
+
+
+def test_scale_in_completes_the_lifecycle_action_of_its_group(imds, settings):
+    metadata, paths = imds
+    paths.update({"instance-id": "i-0abc", "tags/instance/aws:autoscaling:groupName": "dev-Compute-trainingASG"})
+    calls = []
+    watcher.complete_lifecycle_action(settings, metadata, run=lambda args, check: calls.append(args))
+    args = calls[0]
+    assert args[:3] == ["aws", "autoscaling", "complete-lifecycle-action"]
+    assert args[args.index("--auto-scaling-group-name") + 1] == "dev-Compute-trainingASG"
+    assert args[args.index("--instance-id") + 1] == "i-0abc"
+    assert args[args.index("--lifecycle-action-result") + 1] == "CONTINUE"
