@@ -27,7 +27,8 @@ The emulator (moto) reports stacks complete even where it skipped work. Read the
                  S3 bucket policies, budgets, ...): exists only in a real account.
   PARTIAL        created, but some declared settings were not applied (for example S3 lifecycle rules).
   not read back  listed by the stack; this report cannot read the type back.
-The local target also leaves KMS keys untagged (moto fails on tagged keys in templates)."""
+The local target also leaves KMS keys untagged (moto fails on tagged keys in templates) and gives GPU fleets a
+fixed image id (moto cannot resolve AWS's public Deep Learning AMI parameter)."""
 
 
 def _run(command: list[str], env: dict[str, str], what: str) -> None:
