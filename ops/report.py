@@ -333,11 +333,46 @@ def _launch_template(reader: Reader, template_id: str, props: dict) -> list[Find
 def _events_rule(reader: Reader, name: str, props: dict) -> list[Finding]:
     rule_name = name.split("|")[-1].split("/")[-1]
     rule = reader.client("events").describe_rule(Name=rule_name)
-    pattern = json.loads(rule.get("EventPattern", "{}"))
     targets = reader.client("events").list_targets_by_rule(Rule=rule_name)["Targets"]
-    wanted = props.get("EventPattern", {}).get("detail-type")
-    return [Finding("pattern", pattern.get("detail-type") == wanted, ", ".join(pattern.get("detail-type", []))),
-            Finding("targets", len(targets) == len(props.get("Targets", [])), f"{len(targets)}")]
+    if "ScheduleExpression" in props:
+        trigger = Finding("schedule", rule.get("ScheduleExpression") == props["ScheduleExpression"],
+                          rule.get("ScheduleExpression", "none"))
+    else:
+        pattern = json.loads(rule.get("EventPattern", "{}"))
+        wanted = props.get("EventPattern", {}).get("detail-type")
+        trigger = Finding("pattern", pattern.get("detail-type") == wanted, ", ".join(pattern.get("detail-type", [])))
+    return [trigger, Finding("targets", len(targets) == len(props.get("Targets", [])), f"{len(targets)}")]
+
+
+def _sagemaker_model(reader: Reader, name: str, props: dict) -> list[Finding]:
+    model = reader.client("sagemaker").describe_model(ModelName=name)
+    image = model.get("PrimaryContainer", {}).get("Image")
+    return [Finding("image", image == props.get("PrimaryContainer", {}).get("Image"), image or "none")]
+
+
+def _sagemaker_endpoint_config(reader: Reader, name: str, props: dict) -> list[Finding]:
+    config = reader.client("sagemaker").describe_endpoint_config(EndpointConfigName=name.split("/")[-1])
+    capture = config.get("DataCaptureConfig", {})
+    wanted = props.get("DataCaptureConfig", {})
+    return [Finding("data capture", capture.get("InitialSamplingPercentage") == wanted.get("InitialSamplingPercentage"),
+                    f"{'on' if capture.get('EnableCapture') else 'off'}, {capture.get('InitialSamplingPercentage', '?')}% "
+                    f"to {capture.get('DestinationS3Uri', '?')}"),
+            Finding("instance type", [v["InstanceType"] for v in config["ProductionVariants"]] ==
+                    [v["InstanceType"] for v in props.get("ProductionVariants", [])],
+                    ", ".join(v["InstanceType"] for v in config["ProductionVariants"]))]
+
+
+def _sagemaker_endpoint(reader: Reader, name: str, props: dict) -> list[Finding]:
+    endpoint = reader.client("sagemaker").describe_endpoint(EndpointName=name.split("/")[-1])
+    return [Finding("status", endpoint["EndpointStatus"] == "InService", endpoint["EndpointStatus"]),
+            Finding("name", endpoint["EndpointName"] == props.get("EndpointName"), endpoint["EndpointName"])]
+
+
+def _lambda_function(reader: Reader, name: str, props: dict) -> list[Finding]:
+    function = reader.client("lambda").get_function_configuration(FunctionName=name)
+    return [Finding("runtime", function["Runtime"] == props.get("Runtime"), f"{function['Runtime']} {function['Handler']}"),
+            Finding("environment", set(function.get("Environment", {}).get("Variables", {})) ==
+                    set(props.get("Environment", {}).get("Variables", {})), "variables as declared")]
 
 
 def _instance_profile(reader: Reader, name: str, props: dict) -> list[Finding]:
@@ -377,4 +412,8 @@ READERS: dict[str, Callable[[Reader, str, dict], list[Finding]]] = {
     "AWS::Events::Rule": _events_rule,
     "AWS::IAM::InstanceProfile": _instance_profile,
     "AWS::CloudWatch::Dashboard": _dashboard,
+    "AWS::SageMaker::Model": _sagemaker_model,
+    "AWS::SageMaker::EndpointConfig": _sagemaker_endpoint_config,
+    "AWS::SageMaker::Endpoint": _sagemaker_endpoint,
+    "AWS::Lambda::Function": _lambda_function,
 }

@@ -62,6 +62,17 @@ class FleetConfig:
 
 
 @dataclass(frozen=True)
+class EndpointConfig:
+    name: str
+    image_uri: str
+    model_data_key: str  # in the environment's dataset bucket
+    instance_type: str
+    sampling_percentage: int
+    max_instances: int  # above 1: target tracking on invocations per instance
+    invocations_per_instance: int
+
+
+@dataclass(frozen=True)
 class EnvironmentConfig:
     name: str
     project: str
@@ -73,6 +84,7 @@ class EnvironmentConfig:
     network: CreatedNetworkConfig | ImportedNetworkConfig
     datasets: DatasetsConfig
     fleets: tuple[FleetConfig, ...]
+    endpoints: tuple[EndpointConfig, ...]
 
     @property
     def is_dev(self) -> bool:
@@ -134,7 +146,7 @@ def parse(raw: Mapping[str, Any]) -> PlatformConfig:
 def _environment(name: str, project: str, raw: Any) -> EnvironmentConfig:
     at = f"environments.{name}"
     _keys(at, raw, required={"account", "region", "availability_zones", "cost_center", "alert_emails", "network",
-                             "datasets"}, optional={"fleets"})
+                             "datasets"}, optional={"fleets", "endpoints"})
     region = raw["region"]
     if region not in _regions():
         raise ConfigError(f"{at}.region", region, "an AWS Region name known to aws-cdk-lib, such as us-east-1",
@@ -163,6 +175,7 @@ def _environment(name: str, project: str, raw: Any) -> EnvironmentConfig:
         network=_network(f"{at}.network", raw["network"], len(azs)),
         datasets=_datasets(f"{at}.datasets", raw["datasets"]),
         fleets=_fleets(f"{at}.fleets", raw.get("fleets", [])),
+        endpoints=_endpoints(f"{at}.endpoints", raw.get("endpoints", [])),
     )
 
 
@@ -236,6 +249,35 @@ def _fleets(at: str, raw: Any) -> tuple[FleetConfig, ...]:
     if len(set(names)) != len(names):
         raise ConfigError(at, names, "each fleet name once", "rename the duplicate fleet")
     return tuple(fleets)
+
+
+def _endpoints(at: str, raw: Any) -> tuple[EndpointConfig, ...]:
+    if not isinstance(raw, list):
+        raise ConfigError(at, raw, "an array of tables", f"write each endpoint as [[{at}]]")
+    endpoints = []
+    for index, endpoint in enumerate(raw):
+        where = f"{at}[{index}]"
+        _keys(where, endpoint, required={"name", "image_uri", "model_data_key", "instance_type"},
+              optional={"sampling_percentage", "max_instances", "invocations_per_instance"})
+        endpoints.append(EndpointConfig(
+            name=_string(f"{where}.name", endpoint["name"], r"^[a-z][a-z0-9-]{0,39}$",
+                         "1-40 lowercase letters, digits and hyphens", "use a name such as \"classifier\""),
+            image_uri=_string(f"{where}.image_uri", endpoint["image_uri"], r"^\S+/\S+$",
+                              "a container image URI (registry/repository:tag)",
+                              "use the image of your inference container"),
+            model_data_key=_string(f"{where}.model_data_key", endpoint["model_data_key"], r"^models/\S+\.tar\.gz$",
+                                   "a key under models/ ending in .tar.gz", "upload the artifact to models/<name>/model.tar.gz"),
+            instance_type=_string(f"{where}.instance_type", endpoint["instance_type"], r"^ml\.[a-z0-9]+\.[a-z0-9]+$",
+                                  "a SageMaker instance type such as ml.m5.large", "prefix it with ml."),
+            sampling_percentage=_integer(f"{where}.sampling_percentage", endpoint.get("sampling_percentage", 100), 0, 100),
+            max_instances=_integer(f"{where}.max_instances", endpoint.get("max_instances", 1), 1, 100),
+            invocations_per_instance=_integer(f"{where}.invocations_per_instance",
+                                              endpoint.get("invocations_per_instance", 100), 1, 100000),
+        ))
+    names = [e.name for e in endpoints]
+    if len(set(names)) != len(names):
+        raise ConfigError(at, names, "each endpoint name once", "rename the duplicate endpoint")
+    return tuple(endpoints)
 
 
 def _keys(at: str, raw: Any, *, required: set[str], optional: set[str] = frozenset()) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Duration, Stack
+from aws_cdk import CfnOutput, Duration, Stack
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 from ml_platform_constructs import DatasetBucket
@@ -22,3 +22,6 @@ class DataStack(Stack):
             access_logs_retention=Duration.days(config.datasets.access_logs_retention_days),
             removal_policy=config.removal_policy,
         )
+        # Operators' commands (drift baselines, model uploads) find the bucket by this output.
+        CfnOutput(self, "DatasetBucketName", value=self.datasets.bucket_name,
+                  description="The environment's dataset bucket (datasets/, checkpoints/, models/, drift/)")

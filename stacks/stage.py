@@ -12,6 +12,7 @@ from .compute_stack import ComputeStack
 from .config import EnvironmentConfig
 from .core_stack import CoreStack
 from .data_stack import DataStack
+from .serving_stack import ServingStack
 
 # moto 5.2 fails to create a tagged AWS::KMS::Key from a template (KeyError 'TagKey' in its tagging service),
 # so the emulator target leaves keys untagged; the deploy report says so.
@@ -21,7 +22,8 @@ EMULATOR_AMI = "ami-0123456789abcdef0"
 
 
 class PlatformStage(Stage):
-    """One environment's stacks: Core (key, alert topic, network), Data (dataset bucket), Compute (GPU fleets).
+    """One environment's stacks: Core (key, alert topic, network), Data (dataset bucket), Compute (GPU fleets),
+    and Serving (monitored SageMaker endpoints) when the environment has endpoints.
 
     :param synthesizer: Default: the default synthesizer (bootstrapped environment, bootstrap-version rule).
     :param emulator: synthesize for the local emulator (see EMULATOR_UNTAGGED_TYPES, EMULATOR_AMI). Default: False.
@@ -45,12 +47,22 @@ class PlatformStage(Stage):
             machine_image=ec2.MachineImage.generic_linux({config.region: EMULATOR_AMI}) if emulator else None,
             description=f"{config.project} {config.name}: Spot GPU fleets", **common)
 
+        components = [(self.core, "core"), (self.data, "data"), (self.compute, "compute")]
+        self.serving = None
+        if config.endpoints:
+            self.serving = ServingStack(
+                self, "Serving", vpc=self.core.network.vpc, subnets=self.core.network.compute_subnets,
+                alerts=self.core.alerts.topic, key=self.core.platform_key.key, datasets=self.data.datasets,
+                description=f"{config.project} {config.name}: monitored SageMaker endpoints", **common)
+            components.append((self.serving, "serving"))
+
         excluded = list(EMULATOR_UNTAGGED_TYPES) if emulator else None
-        for scope_, tags in ((self, config.tags), (self.core, {"component": "core"}), (self.data, {"component": "data"}),
-                             (self.compute, {"component": "compute"})):
+        for scope_, tags in ((self, config.tags), *((stack, {"component": name}) for stack, name in components)):
             for key, value in tags.items():
                 Tags.of(scope_).add(key, value, exclude_resource_types=excluded)
         if config.is_dev:
             # dev is meant to be torn down with its stacks: the warning is known and accepted there.
-            Annotations.of(self.data.datasets).acknowledge_warning(
-                "ml-platform:dataset-bucket-destroy", "dev stateful resources are destroyed with their stack by design")
+            for stack in (self.data, self.serving):
+                if stack is not None:
+                    Annotations.of(stack).acknowledge_warning(
+                        "ml-platform:dataset-bucket-destroy", "dev stateful resources are destroyed with their stack by design")

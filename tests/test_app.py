@@ -4,7 +4,7 @@ import json
 
 import pytest
 from aws_cdk import Stack
-from aws_cdk.assertions import Match
+from aws_cdk.assertions import Match, Template
 
 from stacks.app_builder import build
 from stacks.config import ConfigError
@@ -19,7 +19,14 @@ def test_one_stage_per_environment_with_core_data_and_compute_stacks(platform_ap
     assert list(stages) == list(ENVIRONMENTS)
     for name in ENVIRONMENTS:
         nested = assembly.get_nested_assembly(f"assembly-{name}")
-        assert sorted(s.stack_name for s in nested.stacks) == [f"{name}-Compute", f"{name}-Core", f"{name}-Data"]
+        assert sorted(s.stack_name for s in nested.stacks) == [f"{name}-Compute", f"{name}-Core", f"{name}-Data"] + (
+            [f"{name}-Serving"] if name == "dev" else [])
+
+
+def test_serving_stack_only_where_endpoints_are_configured(platform_app, config):
+    stages, _, _ = platform_app
+    assert {name: stage.serving is not None for name, stage in stages.items()} == {
+        name: bool(env.endpoints) for name, env in config.environments.items()}
 
 
 def test_stacks_are_bound_to_the_configured_account_and_region(platform_app, config):
@@ -32,16 +39,16 @@ def test_stacks_are_bound_to_the_configured_account_and_region(platform_app, con
 @pytest.mark.parametrize("name,protected", [("dev", False), ("staging", False), ("prod", True)])
 def test_termination_protection_only_in_prod(platform_app, name, protected):
     stages, _, _ = platform_app
-    for stack in (stages[name].core, stages[name].data, stages[name].compute):
-        assert stack.termination_protection is protected
+    for stack in (stages[name].core, stages[name].data, stages[name].compute, stages[name].serving):
+        assert stack is None or stack.termination_protection is protected
 
 
 @pytest.mark.parametrize("name,policy", [("dev", "Delete"), ("staging", "Retain"), ("prod", "Retain")])
 def test_stateful_resources_retained_outside_dev(templates, name, policy):
     stateful = ("AWS::S3::Bucket", "AWS::KMS::Key", "AWS::Logs::LogGroup")
     found = 0
-    for stack in ("Core", "Data", "Compute"):
-        for resource in templates[f"{name}/{stack}"].to_json()["Resources"].values():
+    for stack in ("Core", "Data", "Compute", "Serving"):
+        for resource in templates.get(f"{name}/{stack}", Template.from_json({"Resources": {}})).to_json()["Resources"].values():
             if resource["Type"] in stateful:
                 assert resource["DeletionPolicy"] == policy
                 found += 1
@@ -72,11 +79,16 @@ def test_synthesis_needs_no_lookups(platform_app):
     assert not (outdir / "cdk.context.json").exists()
 
 
-def test_no_lambda_backed_custom_resources_anywhere(templates):
+def test_no_custom_resources_anywhere(templates):
     for key, template in templates.items():
         types = {r["Type"] for r in template.to_json()["Resources"].values()}
-        assert not any(t.startswith("Custom::") or t in ("AWS::Lambda::Function", "AWS::CloudFormation::CustomResource")
-                       for t in types), key
+        assert not any(t.startswith("Custom::") or t == "AWS::CloudFormation::CustomResource" for t in types), key
+
+
+def test_the_only_lambda_functions_are_drift_checks(templates):
+    for key, template in templates.items():
+        for logical_id in template.find_resources("AWS::Lambda::Function"):
+            assert key.endswith("/Serving") and "DriftCheck" in logical_id
 
 
 def test_prod_uses_the_imported_vpc_and_creates_none(templates):

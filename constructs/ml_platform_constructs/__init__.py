@@ -10,6 +10,7 @@ from .dataset_bucket import (
 )
 from .errors import ValidationError
 from .gpu_catalog import GPU_CATALOG, GpuInstanceType
+from .monitored_endpoint import DRIFT_NAMESPACE, EndpointAutoScaling, MonitoredEndpoint
 from .network import DEFAULT_INTERFACE_ENDPOINTS, ImportedNetwork, PlatformNetwork
 from .platform_key import SNS_PUBLISHING_SERVICES, PlatformKey
 from .spot_gpu_fleet import GPU_NAMESPACE, JOB_NAMESPACE, SpotGpuFleet, SpotInterruptionAlerts
@@ -19,13 +20,16 @@ __all__ = [
     "CHECKPOINTS_PREFIX",
     "DATASETS_PREFIX",
     "DEFAULT_INTERFACE_ENDPOINTS",
+    "DRIFT_NAMESPACE",
     "DatasetBucket",
+    "EndpointAutoScaling",
     "GPU_CATALOG",
     "GPU_NAMESPACE",
     "GpuInstanceType",
     "JOB_NAMESPACE",
     "ImportedNetwork",
     "LOGS_PREFIX",
+    "MonitoredEndpoint",
     "PlatformKey",
     "PlatformNetwork",
     "SNS_PUBLISHING_SERVICES",

@@ -6,7 +6,7 @@ import json
 from typing import Any, Sequence
 
 import jsii
-from aws_cdk import Acknowledgment, Stack, Validations
+from aws_cdk import Acknowledgment, Stack, Token, Validations
 from aws_cdk import aws_iam as iam
 from constructs import IValidation
 
@@ -31,6 +31,16 @@ def flatten_reference(node: Any) -> str:
         if "Ref" in node:
             return f"<{flatten_reference(node['Ref'])}>"
     return json.dumps(node, separators=(",", ":"))
+
+
+def nag_arn(stack: Stack, arn_template: str) -> str:
+    """An ARN as cdk-nag names it in a finding: {partition}, {region} and {account} as literals when the stack
+    is bound to an environment, else as <AWS::Partition>, <AWS::Region>, <AWS::AccountId>."""
+    def rendered(pseudo: str, value: str) -> str:
+        return f"<AWS::{pseudo}>" if Token.is_unresolved(value) else value
+
+    return arn_template.format(partition=rendered("Partition", stack.partition), region=rendered("Region", stack.region),
+                               account=rendered("AccountId", stack.account))
 
 
 @jsii.implements(IValidation)

@@ -7,7 +7,7 @@ import re
 from importlib import resources
 from typing import Optional, Sequence
 
-from aws_cdk import Acknowledgment, Annotations, Duration, Size, Stack, Tags, Token, Validations
+from aws_cdk import Acknowledgment, Annotations, Duration, Size, Stack, Tags, Validations
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -22,7 +22,7 @@ from constructs import Construct
 from . import gpu_catalog
 from .dataset_bucket import DATASETS_PREFIX, DatasetBucket
 from .errors import ValidationError
-from .nag_support import AcknowledgeWildcardResources
+from .nag_support import AcknowledgeWildcardResources, nag_arn
 
 GPU_NAMESPACE = "MLPlatform/GPU"
 JOB_NAMESPACE = "MLPlatform/Training"
@@ -305,10 +305,7 @@ class SpotGpuFleet(Construct):
             sid="CompleteOwnCheckpointHook", actions=["autoscaling:CompleteLifecycleAction"],
             resources=[groups_arn.format(stack.partition, stack.region, stack.account)],
             conditions={"StringEquals": {f"autoscaling:ResourceTag/{FLEET_TAG}": self.fleet_name}}))
-        # cdk-nag names a finding by the resource as rendered: literals, or <AWS::...> for pseudo parameters.
-        nag_groups_arn = groups_arn.format(*(
-            f"<AWS::{pseudo}>" if Token.is_unresolved(value) else value
-            for pseudo, value in (("Partition", stack.partition), ("Region", stack.region), ("AccountId", stack.account))))
+        nag_groups_arn = nag_arn(stack, "arn:{partition}:autoscaling:{region}:{account}:autoScalingGroup:*")
         Validations.of(self.role).acknowledge(
             Acknowledgment(id="AwsSolutions-IAM5[Resource::*]",
                            reason="PutMetricData and DescribeTags have no resource-level permissions; PutMetricData is "

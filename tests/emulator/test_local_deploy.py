@@ -4,7 +4,10 @@ The app is synthesized here for the local target with aws-cdk-lib's built-in tem
 suite's one fully validated synth.
 """
 
+import io
 import json
+import zipfile
+from pathlib import Path
 
 import boto3
 import pytest
@@ -24,6 +27,26 @@ def local_assembly(tmp_path_factory, config):
     return outdir
 
 
+def publish_file_assets(s3, assembly: Path, account: str, region: str) -> None:
+    """What `cdk deploy` does before creating stacks: upload each file asset (e.g. Lambda code) to its bucket."""
+    for manifest in assembly.rglob("*.assets.json"):
+        for asset in json.loads(manifest.read_text()).get("files", {}).values():
+            source = manifest.parent / asset["source"]["path"]
+            if asset["source"].get("packaging") == "zip":
+                buffer = io.BytesIO()
+                with zipfile.ZipFile(buffer, "w") as archive:
+                    for path in sorted(source.rglob("*")):
+                        archive.write(path, path.relative_to(source))
+                body = buffer.getvalue()
+            else:
+                body = source.read_bytes()
+            for destination in asset["destinations"].values():
+                bucket = destination["bucketName"].replace("${AWS::AccountId}", account).replace("${AWS::Region}", region)
+                if bucket not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
+                    s3.create_bucket(Bucket=bucket)
+                s3.put_object(Bucket=bucket, Key=destination["objectKey"], Body=body)
+
+
 @pytest.fixture(scope="module")
 def deployed(local_assembly, config, tmp_path_factory):
     dev = config.environments["dev"]
@@ -32,6 +55,7 @@ def deployed(local_assembly, config, tmp_path_factory):
         endpoint = f"http://127.0.0.1:{port}"
         session = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
                                         region_name=dev.region)
+        publish_file_assets(session.client("s3", endpoint_url=endpoint), local_assembly, dev.account, dev.region)
         cloudformation = session.client("cloudformation", endpoint_url=endpoint)
         for name, path in stack_templates(local_assembly):
             cloudformation.create_stack(StackName=name, TemplateBody=json.dumps(json.loads(path.read_text())),
@@ -50,7 +74,7 @@ def finding(report, aspect):
 
 def test_local_target_is_dev_only_without_bootstrap_version_rule(local_assembly):
     stacks = stack_templates(local_assembly)
-    assert [name for name, _ in stacks] == ["dev-Core", "dev-Data", "dev-Compute"]
+    assert [name for name, _ in stacks] == ["dev-Core", "dev-Data", "dev-Compute", "dev-Serving"]
     for _, path in stacks:
         assert "CheckBootstrapVersion" not in json.loads(path.read_text()).get("Rules", {})
 
@@ -63,7 +87,8 @@ def test_local_target_leaves_kms_keys_untagged(local_assembly):
 
 def test_every_stack_reaches_create_complete(deployed):
     assert {name: report.status for name, report in deployed.items()} == {
-        "dev-Core": "CREATE_COMPLETE", "dev-Data": "CREATE_COMPLETE", "dev-Compute": "CREATE_COMPLETE"}
+        "dev-Core": "CREATE_COMPLETE", "dev-Data": "CREATE_COMPLETE", "dev-Compute": "CREATE_COMPLETE",
+        "dev-Serving": "CREATE_COMPLETE"}
 
 
 def test_dataset_bucket_exists_encrypted_with_kms(deployed):
@@ -129,3 +154,16 @@ def test_fleet_launch_template_requires_imdsv2_and_encrypts_the_root_volume(depl
 def test_report_says_alarms_and_scaling_policies_exist_only_in_a_real_account(deployed):
     missing = {r.type for r in deployed["dev-Compute"].resources if r.status == MISSING}
     assert {"AWS::CloudWatch::Alarm", "AWS::AutoScaling::ScalingPolicy", "AWS::AutoScaling::LifecycleHook"} <= missing
+
+
+def test_endpoint_captures_every_request_to_its_own_bucket(deployed):
+    config = resource(deployed, "dev-Serving", "classifier", "AWS::SageMaker::EndpointConfig")
+    capture = finding(config, "data capture")
+    assert capture.ok and capture.detail.startswith("on, 100% to s3://dev-serving-classifiercapturebucket")
+
+
+def test_drift_check_function_and_its_schedule_exist(deployed):
+    function = resource(deployed, "dev-Serving", "classifierDriftCheck", "AWS::Lambda::Function")
+    assert function.status == CREATED and finding(function, "runtime").detail == "python3.14 drift_handler.handler"
+    schedule = resource(deployed, "dev-Serving", "classifierDriftSchedule", "AWS::Events::Rule")
+    assert finding(schedule, "schedule").detail == "rate(1 hour)"

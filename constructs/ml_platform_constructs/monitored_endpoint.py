@@ -1,0 +1,405 @@
+"""MonitoredEndpoint: a SageMaker real-time endpoint that captures its traffic and watches drift, latency and errors."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Optional, Sequence
+
+from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Stack, Validations
+from aws_cdk import aws_applicationautoscaling as appscaling
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sagemaker as sagemaker
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+
+from .dataset_bucket import DatasetBucket
+from .errors import ValidationError
+from .nag_support import AcknowledgeWildcardResources, nag_arn
+
+DRIFT_NAMESPACE = "MLPlatform/Drift"
+CAPTURE_PREFIX = "capture/"
+# Nitro instance families with local (instance store) volumes: their storage is encrypted by hardware and
+# CreateEndpointConfig fails when KmsKeyId is set. https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateEndpointConfig.html
+INSTANCE_STORAGE_FAMILIES = frozenset({
+    "m5d", "c5d", "r5d", "m6id", "c6id", "r6id", "g4dn", "g5", "g6", "g6e", "p3dn", "p4d", "p4de", "p5", "p5e",
+    "trn1", "trn1n",
+})
+
+
+@dataclass(frozen=True)
+class EndpointAutoScaling:
+    """Target tracking on SageMakerVariantInvocationsPerInstance for the endpoint's variant."""
+    max_capacity: int
+    invocations_per_instance: float
+    min_capacity: int = 1
+
+
+class MonitoredEndpoint(Construct):
+    """A SageMaker real-time endpoint, its endpoint configuration with data capture, and its monitoring.
+
+    The construct owns the model, the endpoint configuration (immutable in SageMaker: a change creates a new
+    one and updates the endpoint) and the endpoint, so capture cannot be switched off behind its back.
+
+    Captured requests and responses are users' raw data: they go to a bucket of their own (``.capture_bucket``,
+    a DatasetBucket under ``capture/``, expiring after ``capture_retention``), readable only by the drift check.
+
+    Drift: SageMaker Model Monitor is no longer open to new customers
+    (https://docs.aws.amazon.com/sagemaker/latest/dg/model-monitor.html), so a scheduled Lambda (standard
+    library and boto3 only) reads a bounded sample of the last window of captured inputs, computes PSI and KL
+    divergence per feature against the baseline at ``drift/baselines/<endpoint>/baseline.json`` in
+    ``baseline_bucket``, publishes them to ``MLPlatform/Drift`` and stores each result under
+    ``drift/results/<endpoint>/``.
+
+    :param endpoint_name: the SageMaker endpoint name (1-63 letters, digits and hyphens).
+    :param image_uri: the inference container image.
+    :param model_data_bucket: where the model artifact is; read access to ``model_data_key`` only.
+    :param model_data_key: the model artifact (``model.tar.gz``) key.
+    :param instance_type: e.g. ``ml.m5.large``.
+    :param alerts: the alert topic.
+    :param baseline_bucket: the environment's DatasetBucket (drift baselines and results).
+    :param vpc: the model runs in its private subnets (``vpc_subnets``), with a security group without inbound rules.
+    :param capture_key: encrypts captured data. Default: the capture bucket's own new key.
+    :param volume_key: encrypts the endpoint's storage volume; must be None for instance types with local NVMe
+        storage (hardware-encrypted). Default: none (SageMaker's AWS managed key).
+    :param initial_instance_count: Default: 1.
+    :param variant_name: Default: ``AllTraffic``.
+    :param environment: container environment variables. Default: none.
+    :param sampling_percentage: share of requests captured, 0-100. Default: 100.
+    :param csv_content_types: Default: ``text/csv``.
+    :param json_content_types: Default: ``application/json``.
+    :param capture_retention: Default: 30 days.
+    :param drift_schedule: how often the drift check runs. Default: 1 hour.
+    :param drift_window: hours of capture each run reads (capture files are grouped by hour). Default: 1 hour.
+    :param max_records_per_run: the sample bound of one run. Default: 10,000.
+    :param psi_threshold: Default: 0.25. :param kl_threshold: Default: 0.3.
+    :param p99_latency_threshold: Default: 500 ms (ModelLatency is published in microseconds).
+    :param error_rate_threshold: share of 5xx responses. Default: 0.01.
+    :param auto_scaling: Default: none (fixed instance count).
+    :param removal_policy: for the capture bucket. Default: RETAIN.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        endpoint_name: str,
+        image_uri: str,
+        model_data_bucket: s3.IBucket,
+        model_data_key: str,
+        instance_type: str,
+        alerts: sns.ITopic,
+        baseline_bucket: DatasetBucket,
+        vpc: ec2.IVpc,
+        vpc_subnets: Optional[ec2.SubnetSelection] = None,
+        capture_key: Optional[kms.IKey] = None,
+        volume_key: Optional[kms.IKey] = None,
+        initial_instance_count: int = 1,
+        variant_name: str = "AllTraffic",
+        environment: Optional[dict[str, str]] = None,
+        sampling_percentage: int = 100,
+        csv_content_types: Sequence[str] = ("text/csv",),
+        json_content_types: Sequence[str] = ("application/json",),
+        capture_retention: Duration = Duration.days(30),
+        drift_schedule: Duration = Duration.hours(1),
+        drift_window: Duration = Duration.hours(1),
+        max_records_per_run: int = 10_000,
+        psi_threshold: float = 0.25,
+        kl_threshold: float = 0.3,
+        p99_latency_threshold: Duration = Duration.millis(500),
+        error_rate_threshold: float = 0.01,
+        auto_scaling: Optional[EndpointAutoScaling] = None,
+        removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+    ) -> None:
+        super().__init__(scope, id)
+        self._validate(endpoint_name, instance_type, volume_key, initial_instance_count, sampling_percentage,
+                       csv_content_types, json_content_types, drift_schedule, drift_window, max_records_per_run,
+                       psi_threshold, kl_threshold, p99_latency_threshold, error_rate_threshold, auto_scaling)
+        self.endpoint_name = endpoint_name
+        self.variant_name = variant_name
+        self._removal_policy = removal_policy
+        self.baseline_key = f"drift/baselines/{endpoint_name}/baseline.json"
+        self.results_prefix = f"drift/results/{endpoint_name}/"
+
+        self.capture_bucket = DatasetBucket(
+            self, "CaptureBucket", encryption_key=capture_key, direct_read_prefixes=(CAPTURE_PREFIX,),
+            lifecycle_rules=[s3.LifecycleRule(id="expire-captured-requests", prefix=CAPTURE_PREFIX,
+                                              expiration=capture_retention)],
+            removal_policy=removal_policy)
+
+        self.role = iam.Role(self, "ModelRole", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+                             description=f"SageMaker endpoint {endpoint_name}: model, capture, logs")
+        self._grant_model_role(model_data_bucket, model_data_key, image_uri)
+        self.security_group = ec2.SecurityGroup(self, "SecurityGroup", vpc=vpc, allow_all_outbound=True,
+                                                description=f"SageMaker endpoint {endpoint_name}: no inbound")
+        selection = vpc_subnets or ec2.SubnetSelection()
+        subnet_ids = vpc.select_subnets(
+            subnet_type=selection.subnet_type, subnets=selection.subnets, subnet_group_name=selection.subnet_group_name,
+            availability_zones=selection.availability_zones, one_per_az=selection.one_per_az).subnet_ids
+        self.model = sagemaker.CfnModel(
+            self, "Model", execution_role_arn=self.role.role_arn,
+            primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
+                image=image_uri, model_data_url=f"s3://{model_data_bucket.bucket_name}/{model_data_key}",
+                environment=environment),
+            vpc_config=sagemaker.CfnModel.VpcConfigProperty(security_group_ids=[self.security_group.security_group_id],
+                                                            subnets=subnet_ids))
+        self.model.node.add_dependency(self.role)
+        self.endpoint_config = sagemaker.CfnEndpointConfig(
+            self, "EndpointConfig",
+            kms_key_id=volume_key.key_arn if volume_key else None,
+            production_variants=[sagemaker.CfnEndpointConfig.ProductionVariantProperty(
+                variant_name=variant_name, model_name=self.model.attr_model_name, instance_type=instance_type,
+                initial_instance_count=initial_instance_count, initial_variant_weight=1)],
+            data_capture_config=sagemaker.CfnEndpointConfig.DataCaptureConfigProperty(
+                enable_capture=True, initial_sampling_percentage=sampling_percentage,
+                destination_s3_uri=f"s3://{self.capture_bucket.bucket_name}/{CAPTURE_PREFIX.rstrip('/')}",
+                kms_key_id=self.capture_bucket.encryption_key.key_arn,
+                capture_options=[sagemaker.CfnEndpointConfig.CaptureOptionProperty(capture_mode="Input"),
+                                 sagemaker.CfnEndpointConfig.CaptureOptionProperty(capture_mode="Output")],
+                capture_content_type_header=sagemaker.CfnEndpointConfig.CaptureContentTypeHeaderProperty(
+                    csv_content_types=list(csv_content_types), json_content_types=list(json_content_types))))
+        if volume_key is None:
+            Validations.of(self.endpoint_config).acknowledge(Acknowledgment(
+                id="AwsSolutions-SM2",
+                reason="The storage volume is encrypted with SageMaker's AWS managed key (or by hardware on instance "
+                       "types with local NVMe storage, where a KMS key is rejected); captured data uses a CMK."))
+        self.endpoint = sagemaker.CfnEndpoint(self, "Resource", endpoint_name=endpoint_name,
+                                              endpoint_config_name=self.endpoint_config.attr_endpoint_config_name)
+
+        self.drift_function = self._drift_check(baseline_bucket, drift_schedule, drift_window, max_records_per_run)
+        self.alarms = self._alarms(alerts, psi_threshold, kl_threshold, p99_latency_threshold, error_rate_threshold,
+                                   drift_schedule)
+        if auto_scaling is not None:
+            self._auto_scaling(auto_scaling)
+        self.dashboard = self._dashboard(drift_schedule)
+
+    @staticmethod
+    def accepts_volume_key(instance_type: str) -> bool:
+        """False for instance types with local NVMe storage, whose volumes SageMaker will not encrypt with a key."""
+        match = re.match(r"^ml\.([a-z0-9]+)\.", instance_type)
+        return not (match and match.group(1) in INSTANCE_STORAGE_FAMILIES)
+
+    # --- validation -------------------------------------------------------------------------------------------
+    @staticmethod
+    def _validate(endpoint_name, instance_type, volume_key, initial_instance_count, sampling_percentage,
+                  csv_content_types, json_content_types, drift_schedule, drift_window, max_records_per_run,
+                  psi_threshold, kl_threshold, p99_latency_threshold, error_rate_threshold, auto_scaling) -> None:
+        def fail(prop, value, allowed, fix):
+            raise ValidationError("MonitoredEndpoint", prop, value, allowed, fix)
+
+        if not re.match(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$", endpoint_name):
+            fail("endpoint_name", endpoint_name, "1-63 letters, digits and hyphens, not starting or ending with a hyphen",
+                 "e.g. 'classifier-prod'")
+        match = re.match(r"^ml\.([a-z0-9]+)\.[a-z0-9]+$", instance_type)
+        if not match:
+            fail("instance_type", instance_type, "a SageMaker instance type such as ml.m5.large", "prefix it with 'ml.'")
+        if volume_key is not None and not MonitoredEndpoint.accepts_volume_key(instance_type):
+            fail("volume_key", instance_type, f"no KMS key for instance types with local NVMe storage ({match.group(1)}): "
+                 "their volumes are encrypted by hardware and CreateEndpointConfig rejects a key",
+                 "leave volume_key unset for this instance type")
+        if not isinstance(initial_instance_count, int) or initial_instance_count < 1:
+            fail("initial_instance_count", initial_instance_count, "at least 1", "set 1 or more")
+        if not isinstance(sampling_percentage, int) or not 0 <= sampling_percentage <= 100:
+            fail("sampling_percentage", sampling_percentage, "a whole percentage 0-100", "e.g. 100 (capture all)")
+        for prop, types in (("csv_content_types", csv_content_types), ("json_content_types", json_content_types)):
+            if not 1 <= len(types) <= 10:
+                fail(prop, list(types), "1 to 10 content types (SageMaker's limit)", "e.g. ['text/csv']")
+        schedule_minutes = drift_schedule.to_seconds() / 60
+        if schedule_minutes < 1 or schedule_minutes != int(schedule_minutes):
+            fail("drift_schedule", drift_schedule.to_human_string(), "whole minutes, at least 1", "e.g. Duration.hours(1)")
+        window_hours = drift_window.to_seconds() / 3600
+        if window_hours != int(window_hours) or not 1 <= window_hours <= 24:
+            fail("drift_window", drift_window.to_human_string(), "1 to 24 whole hours (capture files are grouped by hour)",
+                 "e.g. Duration.hours(1)")
+        if not 1 <= max_records_per_run <= 1_000_000:
+            fail("max_records_per_run", max_records_per_run, "1 to 1,000,000 records", "e.g. 10000")
+        for prop, value in (("psi_threshold", psi_threshold), ("kl_threshold", kl_threshold),
+                            ("error_rate_threshold", error_rate_threshold)):
+            if value <= 0:
+                fail(prop, value, "a positive number", "e.g. the defaults 0.25, 0.3, 0.01")
+        if p99_latency_threshold.to_milliseconds() <= 0:
+            fail("p99_latency_threshold", p99_latency_threshold.to_human_string(), "a positive duration",
+                 "e.g. Duration.millis(500)")
+        if auto_scaling is not None and not (1 <= auto_scaling.min_capacity <= auto_scaling.max_capacity
+                                             and auto_scaling.invocations_per_instance > 0):
+            fail("auto_scaling", auto_scaling, "1 <= min_capacity <= max_capacity and invocations_per_instance > 0",
+                 "e.g. EndpointAutoScaling(max_capacity=4, invocations_per_instance=100)")
+
+    # --- permissions ------------------------------------------------------------------------------------------
+    def _grant_model_role(self, model_data_bucket: s3.IBucket, model_data_key: str, image_uri: str) -> None:
+        stack = Stack.of(self)
+        model_data_bucket.grant_read(self.role, model_data_key)
+        self.capture_bucket.grant_write_prefix(self.role, CAPTURE_PREFIX)
+        ecr = re.match(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/([^:@]+)", image_uri)
+        if ecr:
+            account, region, repository = ecr.groups()
+            self.role.add_to_principal_policy(iam.PolicyStatement(
+                actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
+                resources=[f"arn:{stack.partition}:ecr:{region}:{account}:repository/{repository}"]))
+            self.role.add_to_principal_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
+        log_groups = f"arn:{stack.partition}:logs:{stack.region}:{stack.account}:log-group:/aws/sagemaker/Endpoints/{self.endpoint_name}"
+        self.role.add_to_principal_policy(iam.PolicyStatement(
+            actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+            resources=[log_groups, f"{log_groups}:*"]))
+        # SageMaker creates the network interfaces of a model in a VPC with the execution role.
+        self.role.add_to_principal_policy(iam.PolicyStatement(
+            actions=["ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission", "ec2:DeleteNetworkInterface",
+                     "ec2:DeleteNetworkInterfacePermission", "ec2:DescribeNetworkInterfaces", "ec2:DescribeVpcs",
+                     "ec2:DescribeDhcpOptions", "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups"],
+            resources=["*"]))
+        reason = ("Actions without resource-level permissions (ECR authorization token, VPC network interfaces), "
+                  "the endpoint's own log streams, and objects under its model artifact and capture prefix.")
+        findings = ["Resource::*", "Resource::" + nag_arn(stack, "arn:{partition}:logs:{region}:{account}:log-group:"
+                                                           f"/aws/sagemaker/Endpoints/{self.endpoint_name}:*"),
+                    "Action::s3:GetObject*", "Action::s3:GetBucket*", "Action::s3:List*", "Action::s3:Abort*",
+                    "Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*"]
+        Validations.of(self.role).acknowledge(*[Acknowledgment(id=f"AwsSolutions-IAM5[{f}]", reason=reason)
+                                                for f in findings])
+        policy = self.role.node.find_child("DefaultPolicy")
+        policy.node.add_validation(AcknowledgeWildcardResources(policy, [f"/{CAPTURE_PREFIX}*"], reason))
+
+    # --- drift check ------------------------------------------------------------------------------------------
+    def _drift_check(self, baseline_bucket: DatasetBucket, schedule: Duration, window: Duration,
+                     max_records: int) -> lambda_.Function:
+        code_dir = str(resources.files("ml_platform_constructs.runtime"))
+        log_group = logs.LogGroup(self, "DriftCheckLogs", retention=logs.RetentionDays.THREE_MONTHS,
+                                  removal_policy=self._removal_policy)
+        function = lambda_.Function(
+            self, "DriftCheck",
+            description=f"Drift of {self.endpoint_name}'s captured inputs against its training baseline (PSI, KL)",
+            runtime=lambda_.Runtime.PYTHON_3_14, architecture=lambda_.Architecture.ARM_64,
+            handler="drift_handler.handler",
+            code=lambda_.Code.from_asset(code_dir, exclude=["interruption_watcher.py", "__pycache__", "*.pyc",
+                                                            "__init__.py"]),
+            timeout=Duration.minutes(5), memory_size=1024, log_group=log_group,
+            environment={
+                "CAPTURE_BUCKET": self.capture_bucket.bucket_name,
+                "CAPTURE_PREFIX": f"{CAPTURE_PREFIX}{self.endpoint_name}/",
+                "VARIANT_NAME": self.variant_name,
+                "BASELINE_BUCKET": baseline_bucket.bucket_name, "BASELINE_KEY": self.baseline_key,
+                "RESULTS_PREFIX": self.results_prefix, "ENDPOINT_NAME": self.endpoint_name,
+                "METRIC_NAMESPACE": DRIFT_NAMESPACE, "WINDOW_HOURS": str(int(window.to_hours())),
+                "MAX_RECORDS": str(max_records),
+            })
+        self.capture_bucket.grant_read(function, f"{CAPTURE_PREFIX}{self.endpoint_name}/")
+        baseline_bucket.grant_read(function, f"drift/baselines/{self.endpoint_name}/")
+        baseline_bucket.grant_write_prefix(function, self.results_prefix)
+        function.add_to_role_policy(iam.PolicyStatement(
+            actions=["cloudwatch:PutMetricData"], resources=["*"],
+            conditions={"StringEquals": {"cloudwatch:namespace": DRIFT_NAMESPACE}}))
+        reason = ("PutMetricData has no resource-level permissions (limited to MLPlatform/Drift by condition); object "
+                  "access is limited to this endpoint's capture, baseline and results prefixes.")
+        Validations.of(function.role).acknowledge(
+            *[Acknowledgment(id=f"AwsSolutions-IAM5[{f}]", reason=reason)
+              for f in ("Resource::*", "Action::s3:GetObject*", "Action::s3:GetBucket*", "Action::s3:List*",
+                        "Action::s3:Abort*", "Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*")],
+            Acknowledgment(id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+                              "AWSLambdaBasicExecutionRole]",
+                           reason="The AWS-managed basic execution policy only writes the function's own logs."))
+        policy = function.role.node.find_child("DefaultPolicy")
+        policy.node.add_validation(AcknowledgeWildcardResources(
+            policy, [f"/{CAPTURE_PREFIX}{self.endpoint_name}/*", f"/drift/baselines/{self.endpoint_name}/*",
+                     f"/{self.results_prefix}*"], reason))
+        events.Rule(self, "DriftSchedule", description=f"Runs the drift check of {self.endpoint_name}",
+                    schedule=events.Schedule.rate(schedule),
+                    targets=[targets.LambdaFunction(function, retry_attempts=2)])
+        return function
+
+    # --- metrics, alarms, scaling, dashboard ------------------------------------------------------------------
+    def _endpoint_metric(self, name: str, statistic: str, period: Duration = Duration.minutes(5)) -> cloudwatch.Metric:
+        return cloudwatch.Metric(namespace="AWS/SageMaker", metric_name=name, statistic=statistic, period=period,
+                                 dimensions_map={"EndpointName": self.endpoint_name, "VariantName": self.variant_name})
+
+    def metric_model_latency(self, statistic: str = "p99") -> cloudwatch.Metric:
+        """``AWS/SageMaker ModelLatency`` in microseconds (5-minute periods)."""
+        return self._endpoint_metric("ModelLatency", statistic)
+
+    def metric_invocations(self) -> cloudwatch.Metric:
+        return self._endpoint_metric("Invocations", "Sum")
+
+    def metric_5xx_error_rate(self) -> cloudwatch.MathExpression:
+        """Invocation5XXErrors / Invocations (0 when there is no traffic)."""
+        return cloudwatch.MathExpression(
+            expression="IF(invocations > 0, errors / invocations, 0)", label="5xx error rate", period=Duration.minutes(5),
+            using_metrics={"errors": self._endpoint_metric("Invocation5XXErrors", "Sum"),
+                           "invocations": self.metric_invocations()})
+
+    def metric_drift(self, name: str, period: Duration) -> cloudwatch.Metric:
+        """``MLPlatform/Drift`` MaxPSI or MaxKL over the endpoint's features."""
+        return cloudwatch.Metric(namespace=DRIFT_NAMESPACE, metric_name=name, statistic="Maximum", period=period,
+                                 dimensions_map={"EndpointName": self.endpoint_name})
+
+    def _alarms(self, alerts, psi_threshold, kl_threshold, latency, error_rate, schedule) -> dict[str, cloudwatch.Alarm]:
+        notify = cw_actions.SnsAction(alerts)
+        alarms = {
+            "psi": self.metric_drift("MaxPSI", schedule).create_alarm(
+                self, "PsiDriftAlarm", threshold=psi_threshold, evaluation_periods=1,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                alarm_description=f"{self.endpoint_name}: a feature's PSI against the training baseline is above "
+                                  f"{psi_threshold:g}"),
+            "kl": self.metric_drift("MaxKL", schedule).create_alarm(
+                self, "KlDriftAlarm", threshold=kl_threshold, evaluation_periods=1,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                alarm_description=f"{self.endpoint_name}: a feature's KL divergence from the baseline is above "
+                                  f"{kl_threshold:g}"),
+            # A p99 over a handful of requests is noise: below 10/(1-0.99) = 1000 samples a period is ignored.
+            "latency": self.metric_model_latency().create_alarm(
+                self, "P99LatencyAlarm", threshold=latency.to_milliseconds() * 1000, evaluation_periods=3,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                evaluate_low_sample_count_percentile="ignore",
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                alarm_description=f"{self.endpoint_name}: p99 model latency above {latency.to_milliseconds():g} ms "
+                                  "for 15 minutes (periods with under 1000 requests are ignored)"),
+            "errors": self.metric_5xx_error_rate().create_alarm(
+                self, "ErrorRateAlarm", threshold=error_rate, evaluation_periods=3,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                alarm_description=f"{self.endpoint_name}: more than {error_rate:.1%} of requests end in a 5xx error"),
+            "drift_check": self.drift_function.metric_errors(period=Duration.hours(1)).create_alarm(
+                self, "DriftCheckFailingAlarm", threshold=1, evaluation_periods=1,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                alarm_description=f"{self.endpoint_name}: the drift check fails (is the baseline at "
+                                  f"{self.baseline_key} built?)"),
+        }
+        for alarm in alarms.values():
+            alarm.add_alarm_action(notify)
+        return alarms
+
+    def _auto_scaling(self, config: EndpointAutoScaling) -> None:
+        target = appscaling.ScalableTarget(
+            self, "ScalableTarget", service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
+            resource_id=f"endpoint/{self.endpoint_name}/variant/{self.variant_name}",
+            scalable_dimension="sagemaker:variant:DesiredInstanceCount",
+            min_capacity=config.min_capacity, max_capacity=config.max_capacity)
+        target.node.add_dependency(self.endpoint)
+        target.scale_to_track_metric(
+            "InvocationsPerInstance", target_value=config.invocations_per_instance,
+            predefined_metric=appscaling.PredefinedMetric.SAGEMAKER_VARIANT_INVOCATIONS_PER_INSTANCE)
+
+    def _dashboard(self, schedule: Duration) -> cloudwatch.Dashboard:
+        search = (f"SEARCH('{{{DRIFT_NAMESPACE},EndpointName,Feature}} MetricName=\"PSI\" "
+                  f"EndpointName=\"{self.endpoint_name}\"', 'Maximum', {int(schedule.to_seconds())})")
+        return cloudwatch.Dashboard(self, "Dashboard", widgets=[
+            [cloudwatch.GraphWidget(title="Invocations", left=[self.metric_invocations()], width=12),
+             cloudwatch.GraphWidget(title="Model latency (microseconds)", width=12,
+                                    left=[self.metric_model_latency(s) for s in ("p50", "p90", "p99")])],
+            [cloudwatch.GraphWidget(title="5xx error rate", left=[self.metric_5xx_error_rate()], width=12),
+             cloudwatch.GraphWidget(title="Drift: max PSI and KL over features", width=12,
+                                    left=[self.metric_drift("MaxPSI", schedule), self.metric_drift("MaxKL", schedule)])],
+            [cloudwatch.GraphWidget(title="Drift: PSI per feature", width=24,
+                                    left=[cloudwatch.MathExpression(expression=search, label="", period=schedule)])],
+        ])

@@ -1,0 +1,76 @@
+"""Builds an endpoint's drift baseline from a sample of its training data and uploads it.
+
+  python -m ops.drift_baseline ENV ENDPOINT SAMPLE.csv|SAMPLE.jsonl [--exclude label] [--bins 10]
+                               [--max-categories 20] [--bucket NAME | --output FILE]
+
+The features are the sample's columns in order (a CSV's header; a JSON Lines file's first record's keys),
+which must match the order of the values in the endpoint's CSV requests. Without --bucket or --output the
+baseline goes to the environment's dataset bucket (read from the Data stack's DatasetBucketName output) at
+drift/baselines/<endpoint name>/baseline.json, where the drift check reads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import boto3
+from ml_platform_constructs.runtime.drift import build_baseline
+
+from stacks import config as platform_config
+
+
+def read_rows(path: Path) -> tuple[list[str], Iterator[dict]]:
+    if path.suffix == ".jsonl":
+        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return (list(lines[0]) if lines else []), iter(lines)
+    handle = path.open(newline="")
+    reader = csv.DictReader(handle)
+    return list(reader.fieldnames or []), reader
+
+
+def endpoint_name(env: platform_config.EnvironmentConfig, endpoint: str) -> str:
+    names = [e.name for e in env.endpoints]
+    if endpoint not in names:
+        raise SystemExit(f"{env.name} has no endpoint {endpoint!r} in config (it has {names})")
+    return f"{env.project}-{env.name}-{endpoint}"
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("env")
+    parser.add_argument("endpoint")
+    parser.add_argument("sample", type=Path)
+    parser.add_argument("--exclude", action="append", default=[], help="a column that is not a model input")
+    parser.add_argument("--bins", type=int, default=10)
+    parser.add_argument("--max-categories", type=int, default=20)
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--bucket")
+    target.add_argument("--output", type=Path)
+    args = parser.parse_args(argv)
+    env = platform_config.load().select(args.env)[0]
+    name = endpoint_name(env, args.endpoint)
+    columns, rows = read_rows(args.sample)
+    features = [c for c in columns if c not in args.exclude]
+    baseline = build_baseline(rows, features, bins=args.bins, max_categories=args.max_categories)
+    body = json.dumps(baseline, indent=1)
+    if args.output:
+        args.output.write_text(body)
+        print(f"baseline of {baseline['sample_size']} rows, {len(features)} features -> {args.output}")
+        return 0
+    session = boto3.session.Session(region_name=env.region)
+    bucket = args.bucket or next(
+        o["OutputValue"] for o in session.client("cloudformation").describe_stacks(
+            StackName=f"{env.name}-Data")["Stacks"][0]["Outputs"] if o["OutputKey"].startswith("DatasetBucketName"))
+    key = f"drift/baselines/{name}/baseline.json"
+    session.client("s3").put_object(Bucket=bucket, Key=key, Body=body.encode())
+    print(f"baseline of {baseline['sample_size']} rows, {len(features)} features -> s3://{bucket}/{key}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

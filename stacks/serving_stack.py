@@ -1,0 +1,36 @@
+"""Serving: the environment's SageMaker endpoints, each with data capture, drift checks and alarms."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+from ml_platform_constructs import DatasetBucket, EndpointAutoScaling, MonitoredEndpoint
+
+from .config import EnvironmentConfig
+
+
+class ServingStack(Stack):
+    def __init__(self, scope: Construct, id: str, *, config: EnvironmentConfig, vpc: ec2.IVpc,
+                 subnets: ec2.SubnetSelection, alerts: sns.ITopic, key: kms.IKey, datasets: DatasetBucket,
+                 **kwargs: Any) -> None:
+        super().__init__(scope, id, **kwargs)
+        self.endpoints = {
+            endpoint.name: MonitoredEndpoint(
+                self, endpoint.name,
+                endpoint_name=f"{config.project}-{config.name}-{endpoint.name}",
+                image_uri=endpoint.image_uri, model_data_bucket=datasets.bucket, model_data_key=endpoint.model_data_key,
+                instance_type=endpoint.instance_type, alerts=alerts, baseline_bucket=datasets,
+                vpc=vpc, vpc_subnets=subnets,
+                volume_key=key if MonitoredEndpoint.accepts_volume_key(endpoint.instance_type) else None,
+                sampling_percentage=endpoint.sampling_percentage,
+                auto_scaling=EndpointAutoScaling(max_capacity=endpoint.max_instances,
+                                                 invocations_per_instance=endpoint.invocations_per_instance)
+                if endpoint.max_instances > 1 else None,
+                removal_policy=config.removal_policy)
+            for endpoint in config.endpoints
+        }

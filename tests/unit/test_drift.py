@@ -1,0 +1,116 @@
+"""Drift math on known distributions, and the parsing of captured records (empty, unseen, malformed)."""
+
+import base64
+import json
+import math
+from statistics import NormalDist
+
+import pytest
+
+from ml_platform_constructs.runtime import drift
+
+
+def normal_sample(mean, n=20000):
+    """n evenly spaced quantiles of N(mean, 1): a deterministic, exactly normal 'sample'."""
+    dist = NormalDist(mean, 1)
+    return [dist.inv_cdf((i + 0.5) / n) for i in range(n)]
+
+
+def counts(baseline, feature, values):
+    window = drift.Window(baseline)
+    for value in values:
+        window.counts[feature][window._bin(baseline["features"][feature], value)] += 1
+    return window.counts[feature]
+
+
+def test_identical_distributions_have_zero_psi_and_kl():
+    assert drift.psi([10, 20, 30], [10, 20, 30]) == pytest.approx(0.0, abs=1e-12)
+    assert drift.kl_divergence([10, 20, 30], [10, 20, 30]) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_two_bin_example_by_hand():
+    # Smoothed: baseline (50.5, 50.5)/101 = (0.5, 0.5); actual (90.5, 10.5)/101.
+    a1, a2 = 90.5 / 101, 10.5 / 101
+    assert drift.psi([90, 10], [50, 50]) == pytest.approx((a1 - .5) * math.log(a1 / .5) + (a2 - .5) * math.log(a2 / .5))
+    assert drift.psi([90, 10], [50, 50]) == pytest.approx(0.8530, abs=1e-4)
+    assert drift.kl_divergence([90, 10], [50, 50]) == pytest.approx(a1 * math.log(2 * a1) + a2 * math.log(2 * a2))
+
+
+def test_empty_bins_are_smoothed_not_infinite():
+    assert math.isfinite(drift.psi([0, 100], [100, 0]))
+    assert math.isfinite(drift.kl_divergence([0, 100], [100, 0]))
+
+
+def test_half_sigma_mean_shift_of_a_normal_is_about_the_psi_alarm_threshold():
+    # For N(mu,1) against N(0,1): PSI = mu^2 and KL = mu^2/2 in the continuum; 20 quantile bins come close.
+    baseline = drift.build_baseline(({"x": v} for v in normal_sample(0)), ["x"], bins=20)
+    shifted = counts(baseline, "x", normal_sample(0.5))
+    assert drift.psi(shifted, baseline["features"]["x"]["counts"]) == pytest.approx(0.25, rel=0.1)
+    assert drift.kl_divergence(shifted, baseline["features"]["x"]["counts"]) == pytest.approx(0.125, rel=0.1)
+
+
+def test_no_shift_scores_near_zero():
+    baseline = drift.build_baseline(({"x": v} for v in normal_sample(0)), ["x"], bins=10)
+    same = counts(baseline, "x", normal_sample(0, n=5000))
+    assert drift.psi(same, baseline["features"]["x"]["counts"]) < 0.001
+
+
+def test_baseline_uses_quantile_bins_for_numbers_and_top_categories_plus_other():
+    rows = [{"age": str(a), "color": c} for a, c in zip(range(100), ["red"] * 60 + ["blue"] * 30 + ["green"] * 10)]
+    baseline = drift.build_baseline(rows, ["age", "color"], bins=4, max_categories=2)
+    assert baseline["features"]["age"] == {"type": "numeric", "edges": [25.0, 50.0, 75.0], "counts": [26, 25, 25, 24]}
+    assert baseline["features"]["color"] == {"type": "categorical", "categories": ["red", "blue"], "counts": [60, 30, 10]}
+    assert (baseline["sample_size"], baseline["feature_order"]) == (100, ["age", "color"])
+
+
+def test_empty_training_sample_is_refused():
+    with pytest.raises(ValueError, match="empty"):
+        drift.build_baseline([], ["x"])
+
+
+def record(data, encoding="CSV", content_type="text/csv"):
+    return json.dumps({"captureData": {"endpointInput": {"observedContentType": content_type, "mode": "INPUT",
+                                                         "data": data, "encoding": encoding}},
+                       "eventMetadata": {"eventId": "e1", "inferenceTime": "2026-11-29T20:00:00Z"}, "eventVersion": "0"})
+
+
+@pytest.fixture
+def baseline():
+    rows = [{"age": str(a), "color": c} for a, c in zip(range(100), ["red"] * 50 + ["blue"] * 50)]
+    return drift.build_baseline(rows, ["age", "color"], bins=4)
+
+
+def test_csv_json_and_base64_records_are_binned(baseline):
+    window = drift.Window(baseline)
+    window.add_record(record("10,red"))
+    window.add_record(record(json.dumps({"age": 90, "color": "blue"}), encoding="JSON", content_type="application/json"))
+    window.add_record(record(base64.b64encode(b"60,red").decode(), encoding="BASE64"))
+    window.add_record(record(json.dumps({"instances": [[30, "blue"], [31, "blue"]]}), encoding="JSON",
+                             content_type="application/json"))
+    assert window.records == 5 and window.malformed == 0
+    assert sum(window.counts["age"]) == 5 and sum(window.counts["color"]) == 5
+
+
+def test_unseen_category_lands_in_other_and_is_counted(baseline):
+    window = drift.Window(baseline)
+    window.add_record(record("10,purple"))
+    assert window.counts["color"] == [0, 0, 1] and window.other_category_values == 1
+
+
+def test_malformed_records_are_counted_not_dropped_silently(baseline):
+    window = drift.Window(baseline)
+    for line in ("not json", json.dumps({"captureData": {}}), record("1,2,3"), record("{", encoding="JSON",
+                                                                                      content_type="application/json")):
+        window.add_record(line)
+    assert (window.malformed, window.records) == (4, 0)
+
+
+def test_missing_and_non_numeric_values_are_counted(baseline):
+    window = drift.Window(baseline)
+    window.add_record(record(",red"))
+    window.add_record(record("abc,red"))
+    assert window.missing_values == 2 and sum(window.counts["age"]) == 0
+
+
+def test_empty_window_scores_nothing(baseline):
+    assert drift.Window(baseline).scores() == {}

@@ -1,0 +1,86 @@
+"""The scheduled drift check against moto S3 and CloudWatch."""
+
+import json
+from datetime import datetime, timezone
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from ml_platform_constructs.runtime import drift, drift_handler
+
+NOW = datetime(2026, 11, 29, 20, 30, tzinfo=timezone.utc)
+ENV = {"CAPTURE_BUCKET": "capture", "CAPTURE_PREFIX": "capture/classifier/", "VARIANT_NAME": "AllTraffic",
+       "BASELINE_BUCKET": "datasets", "BASELINE_KEY": "drift/baselines/classifier/baseline.json",
+       "RESULTS_PREFIX": "drift/results/classifier/", "ENDPOINT_NAME": "classifier",
+       "METRIC_NAMESPACE": "MLPlatform/Drift", "WINDOW_HOURS": "2", "MAX_RECORDS": "1000"}
+
+
+def line(age, color):
+    return json.dumps({"captureData": {"endpointInput": {"observedContentType": "text/csv", "mode": "INPUT",
+                                                         "data": f"{age},{color}", "encoding": "CSV"}}})
+
+
+@pytest.fixture
+def aws(monkeypatch):
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with mock_aws():
+        s3, cloudwatch = boto3.client("s3"), boto3.client("cloudwatch")
+        for bucket in ("capture", "datasets"):
+            s3.create_bucket(Bucket=bucket)
+        rows = [{"age": str(a % 100), "color": "red" if a % 2 else "blue"} for a in range(1000)]
+        s3.put_object(Bucket="datasets", Key=ENV["BASELINE_KEY"],
+                      Body=json.dumps(drift.build_baseline(rows, ["age", "color"], bins=5)).encode())
+        yield s3, cloudwatch
+
+
+def put_capture(s3, hour_path, name, lines):
+    s3.put_object(Bucket="capture", Key=f"capture/classifier/AllTraffic/{hour_path}/{name}.jsonl",
+                  Body="\n".join(lines).encode())
+
+
+def metric_values(cloudwatch, name, feature=None):
+    dimensions = [{"Name": "EndpointName", "Value": "classifier"}] + (
+        [{"Name": "Feature", "Value": feature}] if feature else [])
+    stats = cloudwatch.get_metric_statistics(Namespace="MLPlatform/Drift", MetricName=name, Dimensions=dimensions,
+                                             StartTime=datetime(2026, 11, 29, tzinfo=timezone.utc),
+                                             EndTime=datetime(2026, 11, 30, tzinfo=timezone.utc), Period=3600,
+                                             Statistics=["Maximum"])
+    return [p["Maximum"] for p in stats["Datapoints"]]
+
+
+def test_capture_prefixes_cover_the_window_hour_by_hour():
+    assert drift_handler.capture_prefixes("capture/classifier/", "AllTraffic", NOW, 2) == [
+        "capture/classifier/AllTraffic/2026/11/29/20/", "capture/classifier/AllTraffic/2026/11/29/19/"]
+
+
+def test_drifted_window_publishes_scores_and_counts_and_stores_the_result(aws):
+    s3, cloudwatch = aws
+    put_capture(s3, "2026/11/29/20", "a", [line(95, "green")] * 50 + ["garbage"])
+    put_capture(s3, "2026/11/29/18", "old", [line(1, "red")] * 10)  # outside the 2-hour window
+    summary = drift_handler.run(ENV, s3, cloudwatch, NOW)
+    assert (summary["records_read"], summary["records_malformed"], summary["other_category_values"]) == (50, 1, 50)
+    assert summary["scores"]["age"]["psi"] > 0.25 and summary["scores"]["color"]["kl"] > 0.3
+    assert metric_values(cloudwatch, "MaxPSI") == [max(s["psi"] for s in summary["scores"].values())]
+    assert metric_values(cloudwatch, "PSI", "age") == [summary["scores"]["age"]["psi"]]
+    assert metric_values(cloudwatch, "RecordsMalformed") == [1.0]
+    stored = s3.list_objects_v2(Bucket="datasets", Prefix="drift/results/classifier/")["Contents"]
+    assert json.loads(s3.get_object(Bucket="datasets", Key=stored[0]["Key"])["Body"].read())["records_read"] == 50
+
+
+def test_empty_window_publishes_counts_but_no_score(aws):
+    s3, cloudwatch = aws
+    summary = drift_handler.run(ENV, s3, cloudwatch, NOW)
+    assert summary["records_read"] == 0 and summary["scores"] == {}
+    assert metric_values(cloudwatch, "RecordsRead") == [0.0]
+    assert metric_values(cloudwatch, "MaxPSI") == []
+
+
+def test_sample_is_bounded_and_what_was_skipped_is_reported(aws):
+    s3, cloudwatch = aws
+    for i in range(10):
+        put_capture(s3, "2026/11/29/20", f"f{i}", [line(i, "red")] * 300)
+    summary = drift_handler.run({**ENV, "MAX_RECORDS": "1000"}, s3, cloudwatch, NOW)
+    assert summary["objects_read"] == 4 and summary["objects_skipped"] == 6
+    assert summary["records_read"] == 1200
+    assert metric_values(cloudwatch, "ObjectsSkipped") == [6.0]
