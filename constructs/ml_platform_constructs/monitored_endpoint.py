@@ -205,7 +205,8 @@ class MonitoredEndpoint(Construct):
         if not match:
             fail("instance_type", instance_type, "a SageMaker instance type such as ml.m5.large", "prefix it with 'ml.'")
         if volume_key is not None and not MonitoredEndpoint.accepts_volume_key(instance_type):
-            fail("volume_key", instance_type, f"no KMS key for instance types with local NVMe storage ({match.group(1)}): "
+            fail("volume_key", f"a key with instance_type {instance_type}",
+                 f"no KMS key for instance types with local NVMe storage ({match.group(1)}): "
                  "their volumes are encrypted by hardware and CreateEndpointConfig rejects a key",
                  "leave volume_key unset for this instance type")
         if not isinstance(initial_instance_count, int) or initial_instance_count < 1:

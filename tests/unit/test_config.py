@@ -1,6 +1,7 @@
 """Configuration: every bad value fails before synth, naming the key, the value and what is allowed."""
 
 import copy
+import re
 import tomllib
 
 import pytest
@@ -100,3 +101,23 @@ def test_fleets_are_optional_and_default_to_all_spot_and_notify_only():
     fleet = parse(raw).environments["dev"].fleets[0]
     assert (fleet.on_demand_base_capacity, fleet.scale_to_zero_after_minutes) == (0, 0)
     assert parse(with_change("environments.dev.fleets", DELETE)).environments["dev"].fleets == ()
+
+
+@pytest.mark.parametrize("endpoint,message", [
+    ({"name": "c", "image_uri": "img", "model_data_key": "models/c.tar.gz", "instance_type": "ml.m5.large"},
+     "image_uri='img' is invalid: a container image URI"),
+    ({"name": "c", "image_uri": "r/i:1", "model_data_key": "c.tar.gz", "instance_type": "ml.m5.large"},
+     "model_data_key='c.tar.gz' is invalid: a key under models/"),
+    ({"name": "c", "image_uri": "r/i:1", "model_data_key": "models/c.tar.gz", "instance_type": "m5.large"},
+     "instance_type='m5.large' is invalid"),
+    ({"name": "c", "image_uri": "r/i:1", "model_data_key": "models/c.tar.gz", "instance_type": "ml.m5.large",
+      "sampling_percentage": 150}, "sampling_percentage=150 is invalid: a whole number from 0 to 100"),
+])
+def test_bad_endpoint_values_name_the_key(endpoint, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse(with_change("environments.dev.endpoints", [endpoint]))
+
+
+def test_endpoints_default_to_full_capture_and_one_instance():
+    endpoint = parse(RAW).environments["dev"].endpoints[0]
+    assert (endpoint.sampling_percentage, endpoint.max_instances) == (100, 1)

@@ -1,0 +1,200 @@
+"""MonitoredEndpoint: capture, drift check, alarms and scaling on one endpoint synthesized for the module."""
+
+import json
+
+import pytest
+from aws_cdk import App, Duration, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+from aws_cdk.assertions import Match
+
+from ml_platform_constructs import DatasetBucket, EndpointAutoScaling, MonitoredEndpoint, ValidationError
+
+IMAGE = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1"
+
+
+def network(stack):
+    return ec2.Vpc(stack, "Vpc", availability_zones=["us-east-1a", "us-east-1b"], nat_gateways=0,
+                   restrict_default_security_group=False,
+                   subnet_configuration=[ec2.SubnetConfiguration(name="c", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)])
+
+
+@pytest.fixture(scope="module")
+def built(synth_stack):
+    parts = {}
+
+    def body(stack):
+        datasets = DatasetBucket(stack, "Datasets")
+        parts["endpoint"] = MonitoredEndpoint(
+            stack, "Classifier", endpoint_name="classifier-dev", image_uri=IMAGE, model_data_bucket=datasets.bucket,
+            model_data_key="models/classifier/model.tar.gz", instance_type="ml.m5.large", alerts=sns.Topic(stack, "Alerts"),
+            baseline_bucket=datasets, vpc=network(stack), volume_key=kms.Key(stack, "VolumeKey"),
+            auto_scaling=EndpointAutoScaling(max_capacity=4, invocations_per_instance=200))
+    return synth_stack(body), parts
+
+
+def resource(template, resource_type):
+    return next(iter(template.find_resources(resource_type).values()))["Properties"]
+
+
+def test_main_child_is_the_endpoint_with_its_name(built):
+    template, parts = built
+    assert parts["endpoint"].node.default_child is parts["endpoint"].endpoint
+    assert resource(template, "AWS::SageMaker::Endpoint")["EndpointName"] == "classifier-dev"
+
+
+def test_endpoint_config_captures_all_requests_and_responses_encrypted(built):
+    capture = resource(built[0], "AWS::SageMaker::EndpointConfig")["DataCaptureConfig"]
+    assert capture["EnableCapture"] is True and capture["InitialSamplingPercentage"] == 100
+    assert capture["CaptureOptions"] == [{"CaptureMode": "Input"}, {"CaptureMode": "Output"}]
+    assert capture["CaptureContentTypeHeader"] == {"CsvContentTypes": ["text/csv"], "JsonContentTypes": ["application/json"]}
+    assert "Fn::GetAtt" in capture["KmsKeyId"]
+
+
+def test_capture_goes_to_its_own_bucket_not_the_training_data(built):
+    template, _ = built
+    capture = resource(template, "AWS::SageMaker::EndpointConfig")["DataCaptureConfig"]
+    bucket_ref = json.dumps(capture["DestinationS3Uri"])
+    assert "ClassifierCaptureBucket" in bucket_ref and "Datasets" not in bucket_ref
+
+
+def test_captured_requests_expire(built):
+    template, _ = built
+    bucket = next(v["Properties"] for k, v in template.find_resources("AWS::S3::Bucket").items()
+                  if k.startswith("ClassifierCaptureBucket") and "AccessLogs" not in k)
+    rules = {r["Id"]: r for r in bucket["LifecycleConfiguration"]["Rules"]}
+    assert rules["expire-captured-requests"] == {"Id": "expire-captured-requests", "Prefix": "capture/",
+                                                 "ExpirationInDays": 30, "Status": "Enabled"}
+
+
+def test_storage_volume_is_encrypted_with_the_given_key(built):
+    assert "Fn::GetAtt" in resource(built[0], "AWS::SageMaker::EndpointConfig")["KmsKeyId"]
+
+
+def test_model_runs_in_the_vpc_without_inbound_rules(built):
+    model = resource(built[0], "AWS::SageMaker::Model")
+    assert len(model["VpcConfig"]["Subnets"]) == 2 and model["PrimaryContainer"]["Image"] == IMAGE
+
+
+def test_model_role_reads_only_its_artifact_and_pulls_only_its_repository(built):
+    template, _ = built
+    policy = next(v for k, v in template.find_resources("AWS::IAM::Policy").items() if k.startswith("ClassifierModelRole"))
+    text = json.dumps(policy["Properties"]["PolicyDocument"])
+    assert "/models/classifier/model.tar.gz" in text
+    assert "repository/sagemaker-xgboost" in text and "683313688378" in text
+    assert "/capture/*" in text
+
+
+def test_drift_check_runs_hourly_on_python_with_its_settings(built):
+    template, _ = built
+    function = resource(template, "AWS::Lambda::Function")
+    assert (function["Runtime"], function["Handler"], function["Timeout"]) == ("python3.14", "drift_handler.handler", 300)
+    variables = function["Environment"]["Variables"]
+    assert variables["BASELINE_KEY"] == "drift/baselines/classifier-dev/baseline.json"
+    assert (variables["CAPTURE_PREFIX"], variables["VARIANT_NAME"]) == ("capture/classifier-dev/", "AllTraffic")
+    assert (variables["WINDOW_HOURS"], variables["MAX_RECORDS"]) == ("1", "10000")
+    template.has_resource_properties("AWS::Events::Rule", {"ScheduleExpression": "rate(1 hour)"})
+
+
+def test_drift_check_reads_capture_and_baseline_and_writes_only_results(built):
+    template, _ = built
+    policy = next(v for k, v in template.find_resources("AWS::IAM::Policy").items() if k.startswith("ClassifierDriftCheck"))
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    puts = [s for s in statements if "s3:PutObject" in s["Action"]]
+    assert len(puts) == 1 and "drift/results/classifier-dev/*" in json.dumps(puts[0]["Resource"])
+    put_metrics = next(s for s in statements if s["Action"] == "cloudwatch:PutMetricData")
+    assert put_metrics["Condition"] == {"StringEquals": {"cloudwatch:namespace": "MLPlatform/Drift"}}
+
+
+@pytest.mark.parametrize("metric,threshold", [("MaxPSI", 0.25), ("MaxKL", 0.3)])
+def test_drift_alarms(built, metric, threshold):
+    built[0].has_resource_properties("AWS::CloudWatch::Alarm", {
+        "Namespace": "MLPlatform/Drift", "MetricName": metric, "Threshold": threshold, "Statistic": "Maximum",
+        "ComparisonOperator": "GreaterThanThreshold", "TreatMissingData": "notBreaching",
+        "Dimensions": [{"Name": "EndpointName", "Value": "classifier-dev"}]})
+
+
+def test_p99_latency_alarm_in_microseconds_ignoring_low_sample_periods(built):
+    built[0].has_resource_properties("AWS::CloudWatch::Alarm", {
+        "Namespace": "AWS/SageMaker", "MetricName": "ModelLatency", "ExtendedStatistic": "p99",
+        "Threshold": 500000, "EvaluateLowSampleCountPercentile": "ignore", "EvaluationPeriods": 3,
+        "Dimensions": Match.array_with([{"Name": "EndpointName", "Value": "classifier-dev"},
+                                        {"Name": "VariantName", "Value": "AllTraffic"}])})
+
+
+def test_5xx_error_rate_alarm(built):
+    built[0].has_resource_properties("AWS::CloudWatch::Alarm", {
+        "Threshold": 0.01, "Metrics": Match.array_with([Match.object_like(
+            {"Expression": "IF(invocations > 0, errors / invocations, 0)"})])})
+
+
+def test_a_failing_drift_check_alarms(built):
+    built[0].has_resource_properties("AWS::CloudWatch::Alarm", {
+        "Namespace": "AWS/Lambda", "MetricName": "Errors", "Threshold": 1,
+        "AlarmDescription": Match.string_like_regexp("baseline")})
+
+
+def test_every_alarm_notifies_the_alert_topic(built):
+    alarms = built[0].find_resources("AWS::CloudWatch::Alarm")
+    assert len(alarms) == 5
+    for alarm in alarms.values():
+        actions = alarm["Properties"]["AlarmActions"]
+        assert len(actions) == 1 and actions[0]["Ref"].startswith("Alerts")
+
+
+def test_target_tracking_on_invocations_per_instance(built):
+    template, _ = built
+    template.has_resource_properties("AWS::ApplicationAutoScaling::ScalableTarget", {
+        "ResourceId": "endpoint/classifier-dev/variant/AllTraffic", "ScalableDimension": "sagemaker:variant:DesiredInstanceCount",
+        "MinCapacity": 1, "MaxCapacity": 4, "ServiceNamespace": "sagemaker"})
+    template.has_resource_properties("AWS::ApplicationAutoScaling::ScalingPolicy", {
+        "TargetTrackingScalingPolicyConfiguration": Match.object_like({"TargetValue": 200, "PredefinedMetricSpecification": {
+            "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"}})})
+
+
+def test_dashboard_shows_traffic_latency_errors_and_drift_per_feature(built):
+    body = json.dumps(resource(built[0], "AWS::CloudWatch::Dashboard"))
+    for fragment in ("Invocations", "Model latency", "5xx error rate", "max PSI and KL", "PSI per feature", "SEARCH("):
+        assert fragment in body
+
+
+@pytest.fixture
+def make():
+    def build(**overrides):
+        stack = Stack(App(), "S", env={"account": "123456789012", "region": "us-east-1"})
+        datasets = DatasetBucket(stack, "D")
+        vpc = ec2.Vpc.from_vpc_attributes(stack, "Vpc", vpc_id="vpc-0123456789abcdef0", availability_zones=["us-east-1a"],
+                                          private_subnet_ids=["subnet-0123456789abcdef0"])
+        props = {"endpoint_name": "e", "image_uri": IMAGE, "model_data_bucket": datasets.bucket,
+                 "model_data_key": "models/m.tar.gz", "instance_type": "ml.m5.large", "alerts": sns.Topic(stack, "T"),
+                 "baseline_bucket": datasets, "vpc": vpc, **overrides}
+        return MonitoredEndpoint(stack, "E", **props)
+    return build
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"endpoint_name": "-bad"}, "endpoint_name='-bad' is invalid"),
+    ({"instance_type": "m5.large"}, "instance_type='m5.large' is invalid: a SageMaker instance type"),
+    ({"instance_type": "ml.g5.xlarge", "volume_key": "KEY"}, "volume_key='a key with instance_type ml.g5.xlarge' is invalid: no KMS key for instance types with local NVMe storage (g5)"),
+    ({"sampling_percentage": 101}, "sampling_percentage=101 is invalid"),
+    ({"csv_content_types": []}, "csv_content_types=[] is invalid: 1 to 10 content types"),
+    ({"drift_schedule": Duration.seconds(30)}, "drift_schedule='30 seconds' is invalid"),
+    ({"drift_window": Duration.minutes(90)}, "drift_window='1 hour 30 minutes' is invalid: 1 to 24 whole hours"),
+    ({"max_records_per_run": 0}, "max_records_per_run=0 is invalid"),
+    ({"psi_threshold": 0}, "psi_threshold=0 is invalid"),
+    ({"initial_instance_count": 0}, "initial_instance_count=0 is invalid"),
+    ({"auto_scaling": EndpointAutoScaling(max_capacity=1, min_capacity=2, invocations_per_instance=10)}, "auto_scaling="),
+])
+def test_invalid_props_fail_with_the_rule(make, overrides, message):
+    if overrides.get("volume_key") == "KEY":
+        overrides["volume_key"] = kms.Key(Stack(App(), "K"), "K")
+    with pytest.raises(ValidationError) as error:
+        make(**overrides)
+    assert message in str(error.value) and "Fix: " in str(error.value)
+
+
+def test_nvme_instance_types_do_not_accept_a_volume_key():
+    assert MonitoredEndpoint.accepts_volume_key("ml.m5.large")
+    assert not MonitoredEndpoint.accepts_volume_key("ml.g4dn.xlarge")
+    assert not MonitoredEndpoint.accepts_volume_key("ml.p4d.24xlarge")
