@@ -173,3 +173,8 @@ def test_prod_keeps_one_on_demand_instance(templates):
 def test_scale_to_zero_follows_config(templates):
     templates["dev/Compute"].resource_count_is("AWS::AutoScaling::ScalingPolicy", 1)
     templates["prod/Compute"].resource_count_is("AWS::AutoScaling::ScalingPolicy", 0)
+
+
+def test_endpoint_capture_is_encrypted_with_the_platform_key(templates):
+    config = next(iter(templates["dev/Serving"].find_resources("AWS::SageMaker::EndpointConfig").values()))
+    assert "Fn::ImportValue" in json.dumps(config["Properties"]["DataCaptureConfig"]["KmsKeyId"])
