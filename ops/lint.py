@@ -9,7 +9,11 @@ import json
 import sys
 from pathlib import Path
 
-from cfnlint.api import ManualArgs, lint
+from cfnlint.api import decode_str, run_template_by_data
+from cfnlint.config import ConfigMixIn
+from cfnlint.runner import Runner
+
+_RULES: dict[tuple[str, ...], tuple] = {}
 
 
 def templates(assembly_dir: Path) -> list[Path]:
@@ -17,8 +21,17 @@ def templates(assembly_dir: Path) -> list[Path]:
 
 
 def lint_template(path: Path, regions: list[str]) -> list[str]:
-    """cfn-lint findings at error level (E*) for one template, as printable lines."""
-    matches = lint(path.read_text(), config=ManualArgs(regions=regions))
+    """cfn-lint findings at error level (E*) for one template, as printable lines.
+
+    The rule set is loaded once per Region list and reused: loading it is most of cfn-lint's time.
+    """
+    key = tuple(regions)
+    if key not in _RULES:
+        config = ConfigMixIn(regions=regions)
+        _RULES[key] = (config, Runner(config).rules)
+    config, rules = _RULES[key]
+    template, errors = decode_str(path.read_text())
+    matches = errors or list(run_template_by_data(template, config, rules))
     return [f"{path.name}: {m.rule.id} {m.message} ({'/'.join(map(str, m.path))})"
             for m in matches if m.rule.id.startswith("E")]
 

@@ -73,6 +73,13 @@ class EndpointConfig:
 
 
 @dataclass(frozen=True)
+class BudgetConfig:
+    monthly_limit_usd: float
+    stop_at_percent: Optional[int]  # None: notify only
+    spend_check_minutes: int
+
+
+@dataclass(frozen=True)
 class EnvironmentConfig:
     name: str
     project: str
@@ -85,6 +92,7 @@ class EnvironmentConfig:
     datasets: DatasetsConfig
     fleets: tuple[FleetConfig, ...]
     endpoints: tuple[EndpointConfig, ...]
+    budget: Optional[BudgetConfig]
 
     @property
     def is_dev(self) -> bool:
@@ -146,7 +154,7 @@ def parse(raw: Mapping[str, Any]) -> PlatformConfig:
 def _environment(name: str, project: str, raw: Any) -> EnvironmentConfig:
     at = f"environments.{name}"
     _keys(at, raw, required={"account", "region", "availability_zones", "cost_center", "alert_emails", "network",
-                             "datasets"}, optional={"fleets", "endpoints"})
+                             "datasets"}, optional={"fleets", "endpoints", "budget"})
     region = raw["region"]
     if region not in _regions():
         raise ConfigError(f"{at}.region", region, "an AWS Region name known to aws-cdk-lib, such as us-east-1",
@@ -176,6 +184,7 @@ def _environment(name: str, project: str, raw: Any) -> EnvironmentConfig:
         datasets=_datasets(f"{at}.datasets", raw["datasets"]),
         fleets=_fleets(f"{at}.fleets", raw.get("fleets", [])),
         endpoints=_endpoints(f"{at}.endpoints", raw.get("endpoints", [])),
+        budget=_budget(f"{at}.budget", raw["budget"]) if "budget" in raw else None,
     )
 
 
@@ -278,6 +287,19 @@ def _endpoints(at: str, raw: Any) -> tuple[EndpointConfig, ...]:
     if len(set(names)) != len(names):
         raise ConfigError(at, names, "each endpoint name once", "rename the duplicate endpoint")
     return tuple(endpoints)
+
+
+def _budget(at: str, raw: Any) -> BudgetConfig:
+    _keys(at, raw, required={"monthly_limit_usd"}, optional={"stop_at_percent", "spend_check_minutes"})
+    limit = raw["monthly_limit_usd"]
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 < limit <= 10_000_000:
+        raise ConfigError(f"{at}.monthly_limit_usd", limit, "a positive amount in USD", "e.g. monthly_limit_usd = 2000")
+    stop = raw.get("stop_at_percent", 80)
+    return BudgetConfig(
+        monthly_limit_usd=float(limit),
+        stop_at_percent=None if stop == 0 else _integer(f"{at}.stop_at_percent", stop, 1, 100),
+        spend_check_minutes=_integer(f"{at}.spend_check_minutes", raw.get("spend_check_minutes", 15), 1, 1440),
+    )
 
 
 def _keys(at: str, raw: Any, *, required: set[str], optional: set[str] = frozenset()) -> None:

@@ -12,6 +12,7 @@ from .compute_stack import ComputeStack
 from .config import EnvironmentConfig
 from .core_stack import CoreStack
 from .data_stack import DataStack
+from .governance_stack import GovernanceStack
 from .serving_stack import ServingStack
 
 # moto 5.2 fails to create a tagged AWS::KMS::Key from a template (KeyError 'TagKey' in its tagging service),
@@ -23,7 +24,7 @@ EMULATOR_AMI = "ami-0123456789abcdef0"
 
 class PlatformStage(Stage):
     """One environment's stacks: Core (key, alert topic, network), Data (dataset bucket), Compute (GPU fleets),
-    and Serving (monitored SageMaker endpoints) when the environment has endpoints.
+    Serving (monitored SageMaker endpoints) when it has endpoints, Governance (budget, GPU stop) when it has a budget.
 
     :param synthesizer: Default: the default synthesizer (bootstrapped environment, bootstrap-version rule).
     :param emulator: synthesize for the local emulator (see EMULATOR_UNTAGGED_TYPES, EMULATOR_AMI). Default: False.
@@ -55,6 +56,12 @@ class PlatformStage(Stage):
                 alerts=self.core.alerts.topic, key=self.core.platform_key.key, datasets=self.data.datasets,
                 description=f"{config.project} {config.name}: monitored SageMaker endpoints", **common)
             components.append((self.serving, "serving"))
+        self.governance = None
+        if config.budget:
+            self.governance = GovernanceStack(
+                self, "Governance", alerts=self.core.alerts.topic, key=self.core.platform_key.key,
+                description=f"{config.project} {config.name}: budget and GPU spend guard", **common)
+            components.append((self.governance, "governance"))
 
         excluded = list(EMULATOR_UNTAGGED_TYPES) if emulator else None
         for scope_, tags in ((self, config.tags), *((stack, {"component": name}) for stack, name in components)):

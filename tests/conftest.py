@@ -16,7 +16,8 @@ from stacks.app_builder import build
 ROOT = Path(__file__).resolve().parent.parent
 ACCOUNT = "123456789012"
 STACKS = [f"{name}/{stack}" for name, env in platform_config.load().environments.items()
-          for stack in ("Core", "Data", "Compute", *(("Serving",) if env.endpoints else ()))]
+          for stack in ("Core", "Data", "Compute", *(("Serving",) if env.endpoints else ()),
+                        *(("Governance",) if env.budget else ()))]
 CDK_CONTEXT = json.loads((ROOT / "cdk.json").read_text())["context"]
 
 
@@ -50,8 +51,8 @@ def templates(platform_app) -> dict[str, Template]:
     """Template per stack, keyed 'dev/Core', 'prod/Data', ..."""
     stages, _, _ = platform_app
     return {f"{name}/{stack.node.id}": Template.from_stack(stack)
-            for name, stage in stages.items() for stack in (stage.core, stage.data, stage.compute, stage.serving)
-            if stack is not None}
+            for name, stage in stages.items()
+            for stack in (stage.core, stage.data, stage.compute, stage.serving, stage.governance) if stack is not None}
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,8 @@ def test_one_stage_per_environment_with_core_data_and_compute_stacks(platform_ap
     assert list(stages) == list(ENVIRONMENTS)
     for name in ENVIRONMENTS:
         nested = assembly.get_nested_assembly(f"assembly-{name}")
-        assert sorted(s.stack_name for s in nested.stacks) == [f"{name}-Compute", f"{name}-Core", f"{name}-Data"] + (
-            [f"{name}-Serving"] if name == "dev" else [])
+        assert sorted(s.stack_name for s in nested.stacks) == [f"{name}-Compute", f"{name}-Core", f"{name}-Data",
+                                                               f"{name}-Governance"] + ([f"{name}-Serving"] if name == "dev" else [])
 
 
 def test_serving_stack_only_where_endpoints_are_configured(platform_app, config):
@@ -39,7 +39,8 @@ def test_stacks_are_bound_to_the_configured_account_and_region(platform_app, con
 @pytest.mark.parametrize("name,protected", [("dev", False), ("staging", False), ("prod", True)])
 def test_termination_protection_only_in_prod(platform_app, name, protected):
     stages, _, _ = platform_app
-    for stack in (stages[name].core, stages[name].data, stages[name].compute, stages[name].serving):
+    for stack in (stages[name].core, stages[name].data, stages[name].compute, stages[name].serving,
+                  stages[name].governance):
         assert stack is None or stack.termination_protection is protected
 
 
@@ -47,7 +48,7 @@ def test_termination_protection_only_in_prod(platform_app, name, protected):
 def test_stateful_resources_retained_outside_dev(templates, name, policy):
     stateful = ("AWS::S3::Bucket", "AWS::KMS::Key", "AWS::Logs::LogGroup")
     found = 0
-    for stack in ("Core", "Data", "Compute", "Serving"):
+    for stack in ("Core", "Data", "Compute", "Serving", "Governance"):
         for resource in templates.get(f"{name}/{stack}", Template.from_json({"Resources": {}})).to_json()["Resources"].values():
             if resource["Type"] in stateful:
                 assert resource["DeletionPolicy"] == policy
@@ -85,10 +86,20 @@ def test_no_custom_resources_anywhere(templates):
         assert not any(t.startswith("Custom::") or t == "AWS::CloudFormation::CustomResource" for t in types), key
 
 
-def test_the_only_lambda_functions_are_drift_checks(templates):
+def test_the_only_lambda_functions_are_drift_checks_and_budget_guards(templates):
     for key, template in templates.items():
         for logical_id in template.find_resources("AWS::Lambda::Function"):
-            assert key.endswith("/Serving") and "DriftCheck" in logical_id
+            assert (key.endswith("/Serving") and "DriftCheck" in logical_id) or (
+                key.endswith("/Governance") and "StopFunction" in logical_id)
+
+
+@pytest.mark.parametrize("name,limit,stop", [("dev", 1500, "80"), ("staging", 3000, "80"), ("prod", 12000, "90")])
+def test_each_environment_has_its_budget_and_stop_threshold(templates, name, limit, stop):
+    governance = templates[f"{name}/Governance"]
+    governance.has_resource_properties("AWS::Budgets::Budget", {"Budget": Match.object_like({
+        "BudgetName": f"ml-platform-{name}-monthly", "BudgetLimit": {"Amount": limit, "Unit": "USD"}})})
+    governance.has_resource_properties("AWS::Lambda::Function", {"Environment": {"Variables": Match.object_like(
+        {"ENVIRONMENT": name, "STOP_AT_PERCENT": stop})}})
 
 
 def test_prod_uses_the_imported_vpc_and_creates_none(templates):

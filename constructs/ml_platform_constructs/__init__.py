@@ -1,6 +1,7 @@
 """ml_platform_constructs: the ML training platform's reusable AWS CDK v2 constructs."""
 
 from .alert_topic import AlertTopic
+from .budget_guard import BudgetGuard
 from .dataset_bucket import (
     CHECKPOINTS_PREFIX,
     DATASETS_PREFIX,
@@ -17,6 +18,7 @@ from .spot_gpu_fleet import GPU_NAMESPACE, JOB_NAMESPACE, SpotGpuFleet, SpotInte
 
 __all__ = [
     "AlertTopic",
+    "BudgetGuard",
     "CHECKPOINTS_PREFIX",
     "DATASETS_PREFIX",
     "DEFAULT_INTERFACE_ENDPOINTS",

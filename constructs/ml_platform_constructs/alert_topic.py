@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Optional, Sequence
 
-from aws_cdk import Duration, Token
+from aws_cdk import Duration, Stack, Token
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -18,6 +18,17 @@ from .errors import ValidationError
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
 
+def allow_budgets_to_publish(topic: sns.Topic) -> None:
+    """The topic policy AWS Budgets needs to publish, limited to this account's budgets
+    (https://docs.aws.amazon.com/cost-management/latest/userguide/budgets-sns-policy.html)."""
+    stack = Stack.of(topic)
+    topic.add_to_resource_policy(iam.PolicyStatement(
+        sid="AllowBudgetsToPublish", principals=[iam.ServicePrincipal("budgets.amazonaws.com")],
+        actions=["sns:Publish"], resources=[topic.topic_arn],
+        conditions={"StringEquals": {"aws:SourceAccount": stack.account},
+                    "ArnLike": {"aws:SourceArn": f"arn:{stack.partition}:budgets::{stack.account}:*"}}))
+
+
 class AlertTopic(Construct):
     """An SNS topic encrypted with a customer-managed key, publish over TLS only, with e-mail subscribers.
 
@@ -27,6 +38,9 @@ class AlertTopic(Construct):
     :param email_addresses: subscribers. Each receives a confirmation e-mail and gets nothing until it confirms.
         Default: none.
     :param display_name: Default: none.
+
+    Its policy lets this account's AWS Budgets publish (CloudWatch alarms need no topic policy; EventBridge
+    rule targets add their own statement).
     """
 
     def __init__(self, scope: Construct, id: str, *, master_key: kms.IKey, email_addresses: Sequence[str] = (),
@@ -40,6 +54,7 @@ class AlertTopic(Construct):
             raise ValidationError("AlertTopic", "email_addresses", list(email_addresses), "each address once",
                                   "remove the duplicate address")
         self.topic = sns.Topic(self, "Resource", master_key=master_key, enforce_ssl=True, display_name=display_name)
+        allow_budgets_to_publish(self.topic)
         for address in email_addresses:
             self.topic.add_subscription(subscriptions.EmailSubscription(address))
 

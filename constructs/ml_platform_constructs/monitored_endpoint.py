@@ -281,8 +281,7 @@ class MonitoredEndpoint(Construct):
             description=f"Drift of {self.endpoint_name}'s captured inputs against its training baseline (PSI, KL)",
             runtime=lambda_.Runtime.PYTHON_3_14, architecture=lambda_.Architecture.ARM_64,
             handler="drift_handler.handler",
-            code=lambda_.Code.from_asset(code_dir, exclude=["interruption_watcher.py", "__pycache__", "*.pyc",
-                                                            "__init__.py"]),
+            code=lambda_.Code.from_asset(code_dir, exclude=["*", "!drift.py", "!drift_handler.py"]),
             timeout=Duration.minutes(5), memory_size=1024, log_group=log_group,
             environment={
                 "CAPTURE_BUCKET": self.capture_bucket.bucket_name,

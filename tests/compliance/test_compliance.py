@@ -14,7 +14,7 @@ from tests.conftest import STACKS, new_app
 
 # Every acknowledged cdk-nag finding, reviewed: a new one must be added here with its reason next to the resource.
 EXPECTED_ACKNOWLEDGEMENTS = {"AwsSolutions-S1", "AwsSolutions-EC23", "AwsSolutions-EC26", "AwsSolutions-AS3",
-                             "AwsSolutions-IAM4", "AwsSolutions-IAM5"}
+                             "AwsSolutions-IAM4", "AwsSolutions-IAM5", "AwsSolutions-SQS3"}
 
 
 def acknowledgements(outdir):
@@ -79,3 +79,9 @@ def test_cfn_lint_reports_no_error(all_templates, config, index):
     path = all_templates[index]
     env = config.environments[path.parent.name.removeprefix("assembly-")]
     assert lint_template(path, [env.region]) == []
+
+
+def test_cfn_lint_reports_the_errors_it_finds(tmp_path):
+    path = tmp_path / "Bad.template.json"
+    path.write_text(json.dumps({"Resources": {"B": {"Type": "AWS::S3::Bucket", "Properties": {"BucketNameX": "x"}}}}))
+    assert [line.split(" ")[1] for line in lint_template(path, ["us-east-1"])] == ["E3002"]

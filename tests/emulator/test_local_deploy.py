@@ -74,7 +74,7 @@ def finding(report, aspect):
 
 def test_local_target_is_dev_only_without_bootstrap_version_rule(local_assembly):
     stacks = stack_templates(local_assembly)
-    assert [name for name, _ in stacks] == ["dev-Core", "dev-Data", "dev-Compute", "dev-Serving"]
+    assert [name for name, _ in stacks] == ["dev-Core", "dev-Data", "dev-Compute", "dev-Serving", "dev-Governance"]
     for _, path in stacks:
         assert "CheckBootstrapVersion" not in json.loads(path.read_text()).get("Rules", {})
 
@@ -88,7 +88,7 @@ def test_local_target_leaves_kms_keys_untagged(local_assembly):
 def test_every_stack_reaches_create_complete(deployed):
     assert {name: report.status for name, report in deployed.items()} == {
         "dev-Core": "CREATE_COMPLETE", "dev-Data": "CREATE_COMPLETE", "dev-Compute": "CREATE_COMPLETE",
-        "dev-Serving": "CREATE_COMPLETE"}
+        "dev-Serving": "CREATE_COMPLETE", "dev-Governance": "CREATE_COMPLETE"}
 
 
 def test_dataset_bucket_exists_encrypted_with_kms(deployed):
@@ -167,3 +167,11 @@ def test_drift_check_function_and_its_schedule_exist(deployed):
     assert function.status == CREATED and finding(function, "runtime").detail == "python3.14 drift_handler.handler"
     schedule = resource(deployed, "dev-Serving", "classifierDriftSchedule", "AWS::Events::Rule")
     assert finding(schedule, "schedule").detail == "rate(1 hour)"
+
+
+def test_budget_exists_only_in_a_real_account_but_its_stop_function_deploys(deployed):
+    governance = deployed["dev-Governance"]
+    assert resource(deployed, "dev-Governance", "Budget", "AWS::Budgets::Budget").status == MISSING
+    function = resource(deployed, "dev-Governance", "BudgetStopFunction", "AWS::Lambda::Function")
+    assert function.status == CREATED and finding(function, "runtime").detail == "python3.14 budget_guard.handler"
+    assert {r.type for r in governance.resources if r.status != MISSING} >= {"AWS::SNS::Topic", "AWS::SQS::Queue"}

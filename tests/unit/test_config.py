@@ -121,3 +121,21 @@ def test_bad_endpoint_values_name_the_key(endpoint, message):
 def test_endpoints_default_to_full_capture_and_one_instance():
     endpoint = parse(RAW).environments["dev"].endpoints[0]
     assert (endpoint.sampling_percentage, endpoint.max_instances) == (100, 1)
+
+
+
+@pytest.mark.parametrize("budget,message", [
+    ({"monthly_limit_usd": 0}, "environments.dev.budget.monthly_limit_usd=0 is invalid: a positive amount in USD"),
+    ({"monthly_limit_usd": 100, "stop_at_percent": 120}, "stop_at_percent=120 is invalid: a whole number from 1 to 100"),
+    ({"monthly_limit_usd": 100, "cap": 1}, "environments.dev.budget.cap=1 is invalid: one of the known keys"),
+])
+def test_bad_budget_values_name_the_key(budget, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse(with_change("environments.dev.budget", budget))
+
+
+def test_budget_defaults_stop_at_80_percent_checked_every_15_minutes_and_0_means_notify_only():
+    budget = parse(with_change("environments.dev.budget", {"monthly_limit_usd": 100})).environments["dev"].budget
+    assert (budget.stop_at_percent, budget.spend_check_minutes) == (80, 15)
+    notify_only = parse(with_change("environments.dev.budget", {"monthly_limit_usd": 100, "stop_at_percent": 0}))
+    assert notify_only.environments["dev"].budget.stop_at_percent is None

@@ -1,0 +1,238 @@
+"""Estimates each environment's monthly cost from its synthesized templates and the shipped price table.
+
+Usage: python -m ops.cost_estimate [ASSEMBLY_DIR] [ENV] [--utilization 0.25] [--storage-gb 1000] [--capture-gb 50]
+
+Everything the templates do not say is an assumption, printed with the estimate. Prices:
+constructs/ml_platform_constructs/runtime/prices.json (source and date inside; refresh with ops/refresh_prices.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from ml_platform_constructs import GPU_CATALOG
+from ml_platform_constructs.runtime.budget_guard import load_prices
+
+HOURS_PER_MONTH = 730
+PREFIX_SHARES = {"datasets/": 0.6, "checkpoints/": 0.3, "logs/": 0.1}  # of the dataset bucket's bytes
+ASSUMED_RETENTION_DAYS = 365  # for data no rule expires
+
+
+@dataclass
+class Assumptions:
+    utilization: float = 0.25
+    storage_gb: float = 1000
+    capture_gb: float = 50
+
+    def lines(self, prices: dict) -> list[str]:
+        return [
+            f"prices: {prices['source']} ({prices['retrieved']}, {prices['region']}); other Regions differ",
+            f"GPU fleets run at max size {self.utilization:.0%} of the month (--utilization), on the median-priced "
+            "of their types; Spot at the table's discount per family",
+            f"dataset bucket holds {self.storage_gb:g} GB (--storage-gb): "
+            + ", ".join(f"{p} {s:.0%}" for p, s in PREFIX_SHARES.items())
+            + f"; data no rule expires is kept {ASSUMED_RETENTION_DAYS} days; steady ingest",
+            "Intelligent-Tiering priced at its Frequent Access rate (no savings assumed), monitoring fee excluded",
+            f"each endpoint's capture bucket holds {self.capture_gb:g} GB (--capture-gb)",
+            "requests, data transfer, Lambda, CloudWatch Logs ingestion and metrics: not included",
+        ]
+
+
+@dataclass
+class FleetEstimate:
+    name: str
+    types: list[str]
+    gpus_per_instance: int
+    max_size: int
+    on_demand_base: int
+    hourly_spot: float
+    hourly_on_demand: float
+    has_idle_alarm: bool
+
+    def hourly(self, instances: int) -> float:
+        on_demand = min(self.on_demand_base, instances)
+        return on_demand * self.hourly_on_demand + (instances - on_demand) * self.hourly_spot
+
+    @property
+    def gpu_hour(self) -> float:
+        return self.hourly(self.max_size) / (self.max_size * self.gpus_per_instance)
+
+
+@dataclass
+class EnvironmentEstimate:
+    name: str
+    region: str
+    budget: Optional[float] = None
+    fleets: list[FleetEstimate] = field(default_factory=list)
+    lines: list[tuple[str, str, float]] = field(default_factory=list)  # (group, item, USD per month)
+    flags: list[str] = field(default_factory=list)
+
+    def total(self) -> float:
+        return sum(amount for _, _, amount in self.lines)
+
+
+def fleet_estimate(logical_id: str, group: dict, alarms: list[dict], prices: dict) -> FleetEstimate:
+    props = group["Properties"]
+    policy = props["MixedInstancesPolicy"]
+    types = [o["InstanceType"] for o in policy["LaunchTemplate"]["Overrides"]]
+    od = sorted(prices["on_demand_hourly"][t] for t in types)
+    spot = sorted(prices["on_demand_hourly"][t] * (1 - prices["spot_discount"].get(t.split(".")[0], 0)) for t in types)
+    distribution = policy.get("InstancesDistribution", {})
+    all_on_demand = distribution.get("OnDemandPercentageAboveBaseCapacity", 100) == 100
+    name = next((t["Value"] for t in props.get("Tags", []) if t["Key"] == "ml-platform:fleet"), logical_id)
+    idle = any(a["Properties"].get("MetricName") == "nvidia_smi_utilization_gpu"
+               and {"Ref": logical_id} in [d.get("Value") for d in a["Properties"].get("Dimensions", [])]
+               for a in alarms)
+    return FleetEstimate(
+        name=name, types=types, gpus_per_instance=GPU_CATALOG[types[0]].gpu_count, max_size=int(props["MaxSize"]),
+        on_demand_base=int(props["MaxSize"]) if all_on_demand else int(distribution.get("OnDemandBaseCapacity", 0)),
+        hourly_spot=statistics.median(od) if all_on_demand else statistics.median(spot),
+        hourly_on_demand=statistics.median(od), has_idle_alarm=idle)
+
+
+def class_fractions(transitions: list[tuple[int, str]], retention_days: int) -> dict[str, float]:
+    """Share of a steadily filled prefix's bytes in each storage class, from its transitions and retention."""
+    boundaries = [(0, "STANDARD"), *sorted(transitions)]
+    fractions: dict[str, float] = {}
+    for (start, storage_class), (end, _) in zip(boundaries, [*boundaries[1:], (retention_days, "")]):
+        span = max(0, min(end, retention_days) - start)
+        if span:
+            fractions[storage_class] = fractions.get(storage_class, 0) + span / retention_days
+    return fractions
+
+
+def bucket_monthly(props: dict, gb: float, shares: dict[str, float], prices: dict) -> float:
+    rules = props.get("LifecycleConfiguration", {}).get("Rules", [])
+    cost = 0.0
+    for prefix, share in shares.items():
+        rule = next((r for r in rules if r.get("Prefix") == prefix), None)
+        transitions = [(t["TransitionInDays"], t["StorageClass"]) for t in (rule or {}).get("Transitions", [])]
+        retention = (rule or {}).get("ExpirationInDays", ASSUMED_RETENTION_DAYS)
+        for storage_class, fraction in class_fractions(transitions, retention).items():
+            table = prices["s3_gb_month"]
+            cost += gb * share * fraction * table.get(storage_class, table["STANDARD"])
+    return cost
+
+
+def estimate_environment(name: str, region: str, templates: list[dict], prices: dict,
+                         assumptions: Assumptions) -> EnvironmentEstimate:
+    estimate = EnvironmentEstimate(name=name, region=region)
+    if region != prices["region"]:
+        estimate.flags.append(f"priced with {prices['region']} rates; {region} differs (refresh the table for it)")
+    resources = [(logical_id, r) for t in templates for logical_id, r in t.get("Resources", {}).items()]
+    by_type: dict[str, list[tuple[str, dict]]] = {}
+    for logical_id, resource in resources:
+        by_type.setdefault(resource["Type"], []).append((logical_id, resource))
+    alarms = [r for _, r in by_type.get("AWS::CloudWatch::Alarm", [])]
+
+    for logical_id, group in by_type.get("AWS::AutoScaling::AutoScalingGroup", []):
+        fleet = fleet_estimate(logical_id, group, alarms, prices)
+        estimate.fleets.append(fleet)
+        at_max = fleet.hourly(fleet.max_size) * HOURS_PER_MONTH
+        estimate.lines.append(("GPU fleets", f"{fleet.name}: max {fleet.max_size}, {assumptions.utilization:.0%} of the month "
+                               f"(all month: {at_max:,.0f}; all On-Demand: "
+                               f"{fleet.hourly_on_demand * fleet.max_size * HOURS_PER_MONTH:,.0f})",
+                               at_max * assumptions.utilization))
+        if fleet.on_demand_base >= fleet.max_size:
+            estimate.flags.append(f"fleet {fleet.name} is On-Demand only: Spot would cost about "
+                                  f"{1 - fleet.hourly_spot / fleet.hourly_on_demand:.0%} less" if fleet.hourly_spot <
+                                  fleet.hourly_on_demand else f"fleet {fleet.name} is On-Demand only")
+        if not fleet.has_idle_alarm:
+            estimate.flags.append(f"fleet {fleet.name} has no idle-GPU alarm: idle GPUs go unnoticed")
+
+    for logical_id, bucket in by_type.get("AWS::S3::Bucket", []):
+        props = bucket["Properties"]
+        rules = props.get("LifecycleConfiguration", {}).get("Rules", [])
+        tiered = any(r.get("Transitions") for r in rules) or props.get("IntelligentTieringConfigurations")
+        expires = any(r.get("ExpirationInDays") for r in rules)
+        if not tiered and not expires:
+            estimate.flags.append(f"bucket {logical_id} has no tiering and no expiry: all of it stays in Standard")
+        if any(r.get("Prefix") == "datasets/" for r in rules):
+            estimate.lines.append(("Storage", f"dataset bucket, {assumptions.storage_gb:g} GB across tiers",
+                                   bucket_monthly(props, assumptions.storage_gb, PREFIX_SHARES, prices)))
+        elif any(r.get("Prefix") == "capture/" for r in rules):
+            estimate.lines.append(("Storage", f"capture bucket {logical_id}, {assumptions.capture_gb:g} GB",
+                                   bucket_monthly(props, assumptions.capture_gb, {"capture/": 1.0}, prices)))
+
+    for logical_id, config in by_type.get("AWS::SageMaker::EndpointConfig", []):
+        for variant in config["Properties"]["ProductionVariants"]:
+            hourly = prices["sagemaker_hourly"].get(variant["InstanceType"])
+            if hourly is None:
+                estimate.flags.append(f"no price for {variant['InstanceType']} ({logical_id}): add it to the table")
+                continue
+            estimate.lines.append(("Endpoints", f"{logical_id}: {variant['InitialInstanceCount']} x "
+                                   f"{variant['InstanceType']}, always on",
+                                   hourly * variant["InitialInstanceCount"] * HOURS_PER_MONTH))
+
+    interface = [e for _, e in by_type.get("AWS::EC2::VPCEndpoint", [])
+                 if e["Properties"].get("VpcEndpointType") == "Interface"]
+    endpoint_azs = sum(len(e["Properties"].get("SubnetIds", [])) for e in interface)
+    if interface:
+        estimate.lines.append(("Network", f"{len(interface)} interface endpoints, {endpoint_azs} endpoint-AZs",
+                               endpoint_azs * prices["interface_endpoint_az_hourly"] * HOURS_PER_MONTH))
+    nat = len(by_type.get("AWS::EC2::NatGateway", []))
+    if nat:
+        estimate.lines.append(("Network", f"{nat} NAT gateway(s), before data processing",
+                               nat * prices["nat_gateway_hourly"] * HOURS_PER_MONTH))
+    keys = len(by_type.get("AWS::KMS::Key", []))
+    dashboards = len(by_type.get("AWS::CloudWatch::Dashboard", []))
+    estimate.lines.append(("Other", f"{keys} KMS keys, {len(alarms)} alarms, {dashboards} dashboards",
+                           keys * prices["kms_key_month"] + len(alarms) * prices["alarm_month"]
+                           + dashboards * prices["dashboard_month"]))
+    for _, budget in by_type.get("AWS::Budgets::Budget", []):
+        estimate.budget = float(budget["Properties"]["Budget"]["BudgetLimit"]["Amount"])
+    return estimate
+
+
+def environments(assembly_dir: Path) -> list[tuple[str, str, list[dict]]]:
+    """(environment, Region, templates) per stage assembly of a synthesized app."""
+    found = []
+    for stage_dir in sorted(assembly_dir.glob("assembly-*")):
+        manifest = json.loads((stage_dir / "manifest.json").read_text())
+        stacks = [a for a in manifest["artifacts"].values() if a["type"] == "aws:cloudformation:stack"]
+        region = stacks[0]["environment"].rsplit("/", 1)[-1] if stacks else "?"
+        templates = [json.loads((stage_dir / a["properties"]["templateFile"]).read_text()) for a in stacks]
+        found.append((stage_dir.name.removeprefix("assembly-"), region, templates))
+    return found
+
+
+def format_estimate(estimate: EnvironmentEstimate) -> str:
+    out = [f"\n== {estimate.name} ({estimate.region}): about {estimate.total():,.0f} USD per month"
+           + (f", {estimate.total() / estimate.budget:.0%} of its {estimate.budget:,.0f} USD budget"
+              if estimate.budget else "")]
+    for group, item, amount in estimate.lines:
+        out.append(f"  {group:<11} {item:<70} {amount:>10,.2f}")
+    for fleet in estimate.fleets:
+        out.append(f"  GPU-hour    {fleet.name}: {fleet.gpu_hour:.3f} USD per GPU-hour at max size "
+                   f"({fleet.max_size} x {fleet.gpus_per_instance} GPU; On-Demand {fleet.hourly_on_demand / fleet.gpus_per_instance:.3f})")
+    out += [f"  FLAG        {flag}" for flag in estimate.flags]
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("assembly", nargs="?", default="cdk.out", type=Path)
+    parser.add_argument("env", nargs="?")
+    parser.add_argument("--utilization", type=float, default=0.25)
+    parser.add_argument("--storage-gb", type=float, default=1000)
+    parser.add_argument("--capture-gb", type=float, default=50)
+    args = parser.parse_args(argv)
+    if not 0 <= args.utilization <= 1:
+        parser.error(f"--utilization={args.utilization}: a fraction from 0 to 1")
+    prices = load_prices()
+    assumptions = Assumptions(args.utilization, args.storage_gb, args.capture_gb)
+    print("Monthly cost estimate. Assumptions:\n" + "\n".join(f"  - {line}" for line in assumptions.lines(prices)))
+    for name, region, templates in environments(args.assembly):
+        if args.env in (None, name):
+            print(format_estimate(estimate_environment(name, region, templates, prices, assumptions)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,124 @@
+"""BudgetGuard wiring: budget notifications, the stop topic and function, retries, failures and their alarms."""
+
+import json
+
+import pytest
+from aws_cdk import App, Duration, Stack
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+from aws_cdk.assertions import Match
+
+from ml_platform_constructs import AlertTopic, BudgetGuard, ValidationError
+
+
+@pytest.fixture(scope="module")
+def template(synth_stack):
+    def body(stack):
+        key = kms.Key(stack, "Key")
+        alerts = AlertTopic(stack, "Alerts", master_key=key)
+        BudgetGuard(stack, "Guard", budget_name="ml-platform-dev-monthly", monthly_limit=1500, alerts=alerts.topic,
+                    key=key, environment="dev", emails=["ops@example.com"])
+    return synth_stack(body)
+
+
+def notifications(template):
+    budget = next(iter(template.find_resources("AWS::Budgets::Budget").values()))["Properties"]
+    return budget, [(n["Notification"]["NotificationType"], n["Notification"]["Threshold"],
+                     json.dumps(n["Subscribers"])) for n in budget["NotificationsWithSubscribers"]]
+
+
+def test_monthly_cost_budget_over_the_whole_account(template):
+    budget, _ = notifications(template)
+    assert budget["Budget"] == {"BudgetName": "ml-platform-dev-monthly", "BudgetType": "COST", "TimeUnit": "MONTHLY",
+                                "BudgetLimit": {"Amount": 1500, "Unit": "USD"}}
+
+
+def test_actual_and_forecasted_notifications_at_50_80_100(template):
+    _, found = notifications(template)
+    assert sorted((kind, threshold) for kind, threshold, _ in found) == sorted(
+        (kind, p) for kind in ("ACTUAL", "FORECASTED") for p in (50, 80, 100))
+    assert all("ops@example.com" in subscribers for _, _, subscribers in found)
+
+
+def test_actual_spend_at_80_percent_goes_to_the_stop_topic_not_the_alerts(template):
+    _, found = notifications(template)
+    stop = next(s for kind, threshold, s in found if (kind, threshold) == ("ACTUAL", 80))
+    assert "GuardStopTopic" in stop and "Alerts" not in stop
+    forecast = next(s for kind, threshold, s in found if (kind, threshold) == ("FORECASTED", 80))
+    assert "Alerts" in forecast and "GuardStopTopic" not in forecast
+
+
+def test_budgets_may_publish_to_both_topics(template):
+    for prefix in ("Alerts", "GuardStopTopic"):
+        policy = next(v for k, v in template.find_resources("AWS::SNS::TopicPolicy").items() if k.startswith(prefix))
+        statement = next(s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s.get("Sid") == "AllowBudgetsToPublish")
+        assert statement["Principal"] == {"Service": "budgets.amazonaws.com"}
+        assert statement["Condition"]["StringEquals"] == {"aws:SourceAccount": "123456789012"}
+
+
+def test_stop_function_is_subscribed_retried_and_sends_failures_to_a_queue(template):
+    template.has_resource_properties("AWS::SNS::Subscription", {
+        "Protocol": "lambda", "TopicArn": {"Ref": Match.string_like_regexp("^GuardStopTopic")}})
+    template.has_resource_properties("AWS::Lambda::EventInvokeConfig", {
+        "MaximumRetryAttempts": 2, "DestinationConfig": {"OnFailure": {"Destination": {
+            "Fn::GetAtt": [Match.string_like_regexp("^GuardStopFailures"), "Arn"]}}}})
+    template.has_resource_properties("AWS::SQS::Queue", {"KmsMasterKeyId": Match.any_value()})
+
+
+def test_spend_check_runs_every_15_minutes(template):
+    template.has_resource_properties("AWS::Events::Rule", {"ScheduleExpression": "rate(15 minutes)"})
+
+
+def test_stop_function_settings(template):
+    function = next(iter(template.find_resources("AWS::Lambda::Function").values()))["Properties"]
+    assert function["Handler"] == "budget_guard.handler" and function["Runtime"] == "python3.14"
+    assert function["Environment"]["Variables"]["ENVIRONMENT"] == "dev"
+    assert function["Environment"]["Variables"]["STOP_AT_PERCENT"] == "80"
+
+
+def test_stop_function_may_change_only_this_environments_fleets(template):
+    policy = next(v for k, v in template.find_resources("AWS::IAM::Policy").items() if k.startswith("GuardStopFunction"))
+    change = next(s for s in policy["Properties"]["PolicyDocument"]["Statement"]
+                  if s.get("Sid") == "StopAndResumeOnlyThisEnvironmentsFleets")
+    assert change["Condition"] == {"StringEquals": {"autoscaling:ResourceTag/environment": "dev"},
+                                   "Null": {"autoscaling:ResourceTag/ml-platform:fleet": "false"}}
+    assert "autoscaling:SuspendProcesses" in change["Action"] and "ec2:TerminateInstances" not in json.dumps(policy)
+
+
+def test_audit_log_is_kept_a_year(template):
+    template.has_resource("AWS::Logs::LogGroup", {"Properties": {"RetentionInDays": 365}, "DeletionPolicy": "Retain"})
+
+
+def test_errors_and_failed_stops_alarm_the_alert_topic(template):
+    template.has_resource_properties("AWS::CloudWatch::Alarm", {"MetricName": "Errors", "Namespace": "AWS/Lambda",
+                                                               "AlarmActions": [{"Ref": Match.string_like_regexp("^Alerts")}]})
+    template.has_resource_properties("AWS::CloudWatch::Alarm", {"MetricName": "ApproximateNumberOfMessagesVisible",
+                                                               "AlarmActions": [{"Ref": Match.string_like_regexp("^Alerts")}]})
+
+
+def test_notify_only_creates_no_stop(synth_stack):
+    def body(stack):
+        key = kms.Key(stack, "Key")
+        BudgetGuard(stack, "Guard", budget_name="b", monthly_limit=10, alerts=sns.Topic(stack, "T"), key=key,
+                    environment="dev", stop_at_percent=None)
+    template = synth_stack(body)
+    template.resource_count_is("AWS::Lambda::Function", 0)
+    template.resource_count_is("AWS::SNS::Topic", 1)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"monthly_limit": 0}, "monthly_limit=0 is invalid: a positive amount in USD"),
+    ({"budget_name": "a:b"}, "budget_name='a:b' is invalid"),
+    ({"emails": [f"u{i}@example.com" for i in range(11)]}, "at most 10 e-mail subscribers"),
+    ({"stop_at_percent": 150}, "stop_at_percent=150 is invalid"),
+    ({"notify_at_percent": (50, 50)}, "each threshold once"),
+    ({"notify_at_percent": (10, 20, 30, 40, 50, 60)}, "at most 10 budget notifications"),
+    ({"spend_check_every": Duration.seconds(30)}, "spend_check_every='30 seconds' is invalid"),
+])
+def test_invalid_props(overrides, message):
+    stack = Stack(App(), "S")
+    props = {"budget_name": "b", "monthly_limit": 10, "alerts": sns.Topic(stack, "T"), "key": kms.Key(stack, "K"),
+             "environment": "dev", **overrides}
+    with pytest.raises(ValidationError) as error:
+        BudgetGuard(stack, "G", **props)
+    assert message in str(error.value) and "Fix: " in str(error.value)
