@@ -193,7 +193,11 @@ def estimate_environment(name: str, region: str, templates: list[dict], prices: 
 def environments(assembly_dir: Path) -> list[tuple[str, str, list[dict]]]:
     """(environment, Region, templates) per stage assembly of a synthesized app."""
     found = []
-    for stage_dir in sorted(assembly_dir.glob("assembly-*")):
+    top = json.loads((assembly_dir / "manifest.json").read_text())
+    for artifact in top["artifacts"].values():
+        if artifact["type"] != "cdk:cloud-assembly":
+            continue
+        stage_dir = assembly_dir / artifact["properties"]["directoryName"]
         manifest = json.loads((stage_dir / "manifest.json").read_text())
         stacks = [a for a in manifest["artifacts"].values() if a["type"] == "aws:cloudformation:stack"]
         region = stacks[0]["environment"].rsplit("/", 1)[-1] if stacks else "?"

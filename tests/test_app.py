@@ -189,3 +189,18 @@ def test_scale_to_zero_follows_config(templates):
 def test_endpoint_capture_is_encrypted_with_the_platform_key(templates):
     config = next(iter(templates["dev/Serving"].find_resources("AWS::SageMaker::EndpointConfig").values()))
     assert "Fn::ImportValue" in json.dumps(config["Properties"]["DataCaptureConfig"]["KmsKeyId"])
+
+
+def test_a_deploy_cannot_undo_a_budget_stop(templates):
+    # The stop suspends Launch and sets desired capacity 0; templates that set neither leave both alone.
+    for key, template in templates.items():
+        for group in template.find_resources("AWS::AutoScaling::AutoScalingGroup").values():
+            assert "DesiredCapacity" not in group["Properties"], key
+            assert "SuspendProcesses" not in json.dumps(group.get("UpdatePolicy", {})), key
+
+
+def test_the_budget_guard_cannot_delete_data(templates):
+    for name in ("dev", "staging", "prod"):
+        policies = json.dumps(templates[f"{name}/Governance"].find_resources("AWS::IAM::Policy"))
+        for action in ("s3:Delete", "s3:Put", "ec2:Delete", "ec2:Terminate", "DeleteSnapshot", "sagemaker:Delete"):
+            assert action not in policies
