@@ -17,6 +17,7 @@ from botocore.exceptions import ClientError
 from ml_platform_constructs import gpu_catalog
 from ml_platform_constructs.spot_gpu_fleet import FLEET_TAG
 
+from ops.dataset import missing_volumes
 from stacks import config as platform_config
 from stacks.config import EnvironmentConfig, FleetConfig
 
@@ -75,8 +76,9 @@ def quota_needs(fleets: tuple[FleetConfig, ...]) -> list[QuotaNeed]:
     return [QuotaNeed(code, name, vcpus) for (code, name), vcpus in sorted(needs.items())]
 
 
-def preflight(quotas: Any, iam: Any, env: EnvironmentConfig) -> tuple[list[str], bool]:
-    lines, ready = [], True
+def preflight(quotas: Any, iam: Any, env: EnvironmentConfig, ssm: Any) -> tuple[list[str], bool]:
+    lines = [f"MISSING {line}" for line in missing_volumes(ssm, env)]
+    ready = not lines
     for need in quota_needs(env.fleets):
         try:
             value = quotas.get_service_quota(ServiceCode="ec2", QuotaCode=need.code)["Quota"]["Value"]
@@ -116,7 +118,7 @@ def main(argv: list[str]) -> int:
     if args.command == "status":
         print("\n".join(status(session.client("autoscaling"), env)))
         return 0
-    lines, ready = preflight(session.client("service-quotas"), session.client("iam"), env)
+    lines, ready = preflight(session.client("service-quotas"), session.client("iam"), env, session.client("ssm"))
     print("\n".join(lines))
     return 0 if ready else 1
 

@@ -9,7 +9,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from constructs import Construct
-from ml_platform_constructs import DatasetBucket, SpotGpuFleet, SpotInterruptionAlerts
+from ml_platform_constructs import DatasetBucket, DatasetSnapshotBuilder, DatasetVolume, SpotGpuFleet, SpotInterruptionAlerts
 
 from .config import EnvironmentConfig
 
@@ -17,7 +17,8 @@ from .config import EnvironmentConfig
 class ComputeStack(Stack):
     def __init__(self, scope: Construct, id: str, *, config: EnvironmentConfig, vpc: ec2.IVpc,
                  subnets: ec2.SubnetSelection, alerts: sns.ITopic, key: kms.IKey, datasets: DatasetBucket,
-                 machine_image: Optional[ec2.IMachineImage] = None, **kwargs: Any) -> None:
+                 snapshots: DatasetSnapshotBuilder, machine_image: Optional[ec2.IMachineImage] = None,
+                 **kwargs: Any) -> None:
         super().__init__(scope, id, **kwargs)
         self.interruption_alerts = SpotInterruptionAlerts(self, "SpotInterruptions", alerts=alerts)
         self.fleets = {
@@ -28,6 +29,10 @@ class ComputeStack(Stack):
                 max_capacity=fleet.max_capacity, on_demand_base_capacity=fleet.on_demand_base_capacity,
                 scale_to_zero_after=Duration.minutes(fleet.scale_to_zero_after_minutes)
                 if fleet.scale_to_zero_after_minutes else None,
-                machine_image=machine_image, interruption_alerts=self.interruption_alerts)
+                machine_image=machine_image, interruption_alerts=self.interruption_alerts,
+                dataset_volumes=[DatasetVolume(name=v.name, version=v.version, size_gib=v.size_gib,
+                                               parameter_prefix=snapshots.parameter_prefix,
+                                               initialization_rate_mibps=v.initialization_rate_mibps)
+                                 for v in fleet.dataset_volumes])
             for fleet in config.fleets
         }

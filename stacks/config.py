@@ -50,6 +50,15 @@ class ImportedNetworkConfig:
 class DatasetsConfig:
     noncurrent_version_days: int
     access_logs_retention_days: int
+    snapshot_retention_days: int  # Recycle Bin retention of deleted dataset snapshots
+
+
+@dataclass(frozen=True)
+class DatasetVolumeConfig:
+    name: str
+    version: str
+    size_gib: int
+    initialization_rate_mibps: Optional[int]
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,7 @@ class FleetConfig:
     max_capacity: int
     on_demand_base_capacity: int
     scale_to_zero_after_minutes: int  # 0: the idle alarm only notifies
+    dataset_volumes: tuple[DatasetVolumeConfig, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -223,11 +233,32 @@ def _network(at: str, raw: Any, az_count: int) -> CreatedNetworkConfig | Importe
 
 
 def _datasets(at: str, raw: Any) -> DatasetsConfig:
-    _keys(at, raw, required={"noncurrent_version_days", "access_logs_retention_days"})
+    _keys(at, raw, required={"noncurrent_version_days", "access_logs_retention_days"},
+          optional={"snapshot_retention_days"})
     return DatasetsConfig(
         noncurrent_version_days=_integer(f"{at}.noncurrent_version_days", raw["noncurrent_version_days"], 1, 3650),
         access_logs_retention_days=_integer(f"{at}.access_logs_retention_days", raw["access_logs_retention_days"], 1, 3650),
+        snapshot_retention_days=_integer(f"{at}.snapshot_retention_days", raw.get("snapshot_retention_days", 30), 1, 365),
     )
+
+
+def _dataset_volumes(at: str, raw: Any) -> tuple[DatasetVolumeConfig, ...]:
+    if not isinstance(raw, list):
+        raise ConfigError(at, raw, "an array of tables", "write dataset_volumes = [{name = ..., version = ..., size_gib = ...}]")
+    volumes = []
+    for index, volume in enumerate(raw):
+        where = f"{at}[{index}]"
+        _keys(where, volume, required={"name", "version", "size_gib"}, optional={"initialization_rate_mibps"})
+        rate = volume.get("initialization_rate_mibps")
+        volumes.append(DatasetVolumeConfig(
+            name=_string(f"{where}.name", volume["name"], r"^[a-z0-9][a-z0-9-]{0,39}$",
+                         "1-40 lowercase letters, digits and hyphens", "use the dataset's name"),
+            version=_string(f"{where}.version", volume["version"], r"^[A-Za-z0-9._-]{1,32}$",
+                            "1-32 letters, digits, '.', '_' or '-'", "use the version you built"),
+            size_gib=_integer(f"{where}.size_gib", volume["size_gib"], 1, 65536),
+            initialization_rate_mibps=None if rate is None else _integer(f"{where}.initialization_rate_mibps", rate, 100, 300),
+        ))
+    return tuple(volumes)
 
 
 def _fleets(at: str, raw: Any) -> tuple[FleetConfig, ...]:
@@ -237,7 +268,7 @@ def _fleets(at: str, raw: Any) -> tuple[FleetConfig, ...]:
     for index, fleet in enumerate(raw):
         where = f"{at}[{index}]"
         _keys(where, fleet, required={"name", "instance_types", "max_capacity"},
-              optional={"on_demand_base_capacity", "scale_to_zero_after_minutes"})
+              optional={"on_demand_base_capacity", "scale_to_zero_after_minutes", "dataset_volumes"})
         types = _string_list(f"{where}.instance_types", fleet["instance_types"], 1, 40)
         for name in types:
             if name not in GPU_CATALOG:
@@ -253,6 +284,7 @@ def _fleets(at: str, raw: Any) -> tuple[FleetConfig, ...]:
                                              fleet.get("on_demand_base_capacity", 0), 0, max_capacity),
             scale_to_zero_after_minutes=_integer(f"{where}.scale_to_zero_after_minutes",
                                                  fleet.get("scale_to_zero_after_minutes", 0), 0, 1440),
+            dataset_volumes=_dataset_volumes(f"{where}.dataset_volumes", fleet.get("dataset_volumes", [])),
         ))
     names = [f.name for f in fleets]
     if len(set(names)) != len(names):

@@ -40,12 +40,14 @@ class PlatformStage(Stage):
                   "termination_protection": config.termination_protection}
         self.core = CoreStack(self, "Core", description=f"{config.project} {config.name}: KMS key, alert topic, network",
                               **common)
-        self.data = DataStack(self, "Data", key=self.core.platform_key.key,
-                              description=f"{config.project} {config.name}: dataset bucket", **common)
+        self.data = DataStack(self, "Data", key=self.core.platform_key.key, vpc=self.core.network.vpc,
+                              subnets=self.core.network.compute_subnets,
+                              description=f"{config.project} {config.name}: dataset bucket and snapshot workflow",
+                              **common)
         self.compute = ComputeStack(
             self, "Compute", vpc=self.core.network.vpc, subnets=self.core.network.compute_subnets,
             alerts=self.core.alerts.topic, key=self.core.platform_key.key, datasets=self.data.datasets,
-            machine_image=ec2.MachineImage.generic_linux({config.region: EMULATOR_AMI}) if emulator else None,
+            snapshots=self.data.snapshots, machine_image=ec2.MachineImage.generic_linux({config.region: EMULATOR_AMI}) if emulator else None,
             description=f"{config.project} {config.name}: Spot GPU fleets", **common)
 
         components = [(self.core, "core"), (self.data, "data"), (self.compute, "compute")]

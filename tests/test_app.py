@@ -204,3 +204,13 @@ def test_the_budget_guard_cannot_delete_data(templates):
         policies = json.dumps(templates[f"{name}/Governance"].find_resources("AWS::IAM::Policy"))
         for action in ("s3:Delete", "s3:Put", "ec2:Delete", "ec2:Terminate", "DeleteSnapshot", "sagemaker:Delete"):
             assert action not in policies
+
+
+
+def test_each_environment_has_a_dataset_snapshot_runbook_and_recycle_bin_rule(templates):
+    for name in ("dev", "staging", "prod"):
+        data = templates[f"{name}/Data"]
+        data.resource_count_is("AWS::SSM::Document", 1)
+        data.has_resource_properties("AWS::Rbin::Rule", {"ResourceTags": [
+            {"ResourceTagKey": "ml-platform:dataset-snapshot", "ResourceTagValue": name}]})
+        data.has_output("*", {"Description": Match.string_like_regexp("dataset snapshots")})

@@ -9,6 +9,7 @@ from .dataset_bucket import (
     DatasetBucket,
     default_tiering_rules,
 )
+from .dataset_snapshots import DatasetSnapshotBuilder, DatasetVolume, filesystem_label
 from .errors import ValidationError
 from .gpu_catalog import GPU_CATALOG, GpuInstanceType
 from .monitored_endpoint import DRIFT_NAMESPACE, EndpointAutoScaling, MonitoredEndpoint
@@ -24,6 +25,8 @@ __all__ = [
     "DEFAULT_INTERFACE_ENDPOINTS",
     "DRIFT_NAMESPACE",
     "DatasetBucket",
+    "DatasetSnapshotBuilder",
+    "DatasetVolume",
     "EndpointAutoScaling",
     "GPU_CATALOG",
     "GPU_NAMESPACE",
@@ -39,4 +42,5 @@ __all__ = [
     "SpotInterruptionAlerts",
     "ValidationError",
     "default_tiering_rules",
+    "filesystem_label",
 ]

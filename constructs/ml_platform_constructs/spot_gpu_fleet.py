@@ -17,10 +17,12 @@ from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from . import gpu_catalog
 from .dataset_bucket import DATASETS_PREFIX, DatasetBucket
+from .dataset_snapshots import DatasetVolume, filesystem_label
 from .errors import ValidationError
 from .nag_support import AcknowledgeWildcardResources, nag_arn
 
@@ -78,6 +80,8 @@ class SpotGpuFleet(Construct):
     :param memory_pressure_threshold: GPU memory used/total that alarms; None switches the alarm off. Default: 0.7.
     :param checkpoint_timeout: how long scale-in waits for the job to checkpoint. Default: 5 minutes.
     :param interruption_alerts: the environment's SpotInterruptionAlerts, charted on the dashboard. Default: none.
+    :param dataset_volumes: dataset snapshots (``DatasetSnapshotBuilder.volume(...)``) each instance gets as its own
+        gp3 volume, mounted read-only at ``/data/<name>``. Default: none.
     """
 
     def __init__(
@@ -106,6 +110,7 @@ class SpotGpuFleet(Construct):
         memory_pressure_threshold: Optional[float] = 0.7,
         checkpoint_timeout: Duration = Duration.minutes(5),
         interruption_alerts: Optional["SpotInterruptionAlerts"] = None,
+        dataset_volumes: Sequence[DatasetVolume] = (),
     ) -> None:
         super().__init__(scope, id)
         self.fleet_name = fleet_name or id
@@ -114,6 +119,7 @@ class SpotGpuFleet(Construct):
         self._validate_sizes(max_capacity, on_demand_base_capacity, spot_max_price, idle_threshold_percent,
                              idle_evaluation_periods, alarm_period, scale_to_zero_after, memory_pressure_threshold,
                              checkpoint_timeout)
+        self._validate_volumes(dataset_volumes)
         architecture = self.catalog_entries[0].architecture
         self.checkpoint_prefix = DatasetBucket.checkpoint_prefix(self.fleet_name)
         self._period = alarm_period
@@ -134,10 +140,11 @@ class SpotGpuFleet(Construct):
             security_group=self.security_group,
             require_imdsv2=True,
             instance_metadata_tags=True,  # the watcher reads its group's name from the instance tags
-            user_data=self._user_data(datasets, hook_name, checkpoint_timeout),
+            user_data=self._user_data(datasets, hook_name, checkpoint_timeout, dataset_volumes),
             block_devices=[ec2.BlockDevice(device_name=ROOT_DEVICE, volume=ec2.BlockDeviceVolume.ebs(
                 int(root_volume_size.to_gibibytes()), volume_type=ec2.EbsDeviceVolumeType.GP3, encrypted=True,
-                kms_key=volume_key, delete_on_termination=True))],
+                kms_key=volume_key, delete_on_termination=True)),
+                *[self._dataset_block_device(index, volume) for index, volume in enumerate(dataset_volumes)]],
         )
         self.auto_scaling_group = autoscaling.AutoScalingGroup(
             self, "Resource",
@@ -286,6 +293,31 @@ class SpotGpuFleet(Construct):
             fail("checkpoint_timeout", checkpoint_timeout.to_human_string(),
                  "30 seconds to 2 hours (Auto Scaling's lifecycle hook heartbeat range)", "e.g. Duration.minutes(5)")
 
+    def _validate_volumes(self, volumes: Sequence[DatasetVolume]) -> None:
+        names = [v.name for v in volumes]
+        if len(set(names)) != len(names):
+            raise ValidationError("SpotGpuFleet", "dataset_volumes", names, "each dataset once (one mount point each)",
+                                  "mount one version per dataset")
+        if len(volumes) > 10:
+            raise ValidationError("SpotGpuFleet", "dataset_volumes", names, "at most 10 dataset volumes (/dev/sdg-/dev/sdp)",
+                                  "merge datasets into fewer snapshots")
+        for volume in volumes:
+            volume.validate("SpotGpuFleet")
+            if volume.size_gib < volume.streaming_threshold_gib:
+                Annotations.of(self).add_warning_v2(
+                    "ml-platform:small-dataset-volume",
+                    f"dataset {volume.name} is {volume.size_gib} GiB, under {volume.streaming_threshold_gib} GiB: "
+                    "streaming it from S3 at job start is likely cheaper than a volume per instance.")
+
+    def _dataset_block_device(self, index: int, volume: DatasetVolume) -> ec2.BlockDevice:
+        # The snapshot id is read from SSM at deploy time; a version not built yet fails the deploy.
+        snapshot_id = ssm.StringParameter.value_for_string_parameter(self, volume.parameter_name)
+        return ec2.BlockDevice(device_name=f"/dev/sd{chr(ord('g') + index)}", volume=ec2.BlockDeviceVolume.ebs_from_snapshot(
+            snapshot_id, volume_size=volume.size_gib, delete_on_termination=True, volume_type=ec2.EbsDeviceVolumeType.GP3,
+            iops=volume.iops, throughput=volume.throughput_mibps,
+            volume_initialization_rate=Size.mebibytes(volume.initialization_rate_mibps)
+            if volume.initialization_rate_mibps else None))
+
     # --- instance permissions and bootstrap -------------------------------------------------------------------
     def _grant_instance_permissions(self, datasets: Optional[DatasetBucket]) -> None:
         self.role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore"))
@@ -330,7 +362,8 @@ class SpotGpuFleet(Construct):
         policy.node.add_validation(AcknowledgeWildcardResources(
             policy, [f"/{DATASETS_PREFIX}*", f"/{self.checkpoint_prefix}*"], wildcard_reason))
 
-    def _user_data(self, datasets: Optional[DatasetBucket], hook_name: str, checkpoint_timeout: Duration) -> ec2.UserData:
+    def _user_data(self, datasets: Optional[DatasetBucket], hook_name: str, checkpoint_timeout: Duration,
+                   dataset_volumes: Sequence[DatasetVolume]) -> ec2.UserData:
         stack = Stack.of(self)
         agent_config = {
             "agent": {"metrics_collection_interval": 60},
@@ -379,6 +412,14 @@ class SpotGpuFleet(Construct):
             "Restart=on-failure\n[Install]\nWantedBy=multi-user.target\nEOF",
             "systemctl daemon-reload && systemctl enable --now ml-platform-interruption-watcher.service",
         )
+        for volume in dataset_volumes:
+            # Nitro instances name EBS devices /dev/nvme*: mount by the label the snapshot builder gave the filesystem.
+            label = filesystem_label(volume.name, volume.version)
+            user_data.add_commands(
+                f"for i in $(seq 90); do [ -e /dev/disk/by-label/{label} ] && break; sleep 2; done",
+                f"mkdir -p {volume.mount_point}",
+                f"echo 'LABEL={label} {volume.mount_point} ext4 ro,noload,nofail 0 2' >> /etc/fstab",
+                f"mount {volume.mount_point}")
         return user_data
 
     # --- metrics ----------------------------------------------------------------------------------------------

@@ -139,3 +139,20 @@ def test_budget_defaults_stop_at_80_percent_checked_every_15_minutes_and_0_means
     assert (budget.stop_at_percent, budget.spend_check_minutes) == (80, 15)
     notify_only = parse(with_change("environments.dev.budget", {"monthly_limit_usd": 100, "stop_at_percent": 0}))
     assert notify_only.environments["dev"].budget.stop_at_percent is None
+
+
+
+@pytest.mark.parametrize("volumes,message", [
+    ([{"name": "imagenet", "version": "v3"}], "dataset_volumes[0].size_gib=None is invalid: a required key"),
+    ([{"name": "imagenet", "version": "v3", "size_gib": 200, "initialization_rate_mibps": 50}],
+     "dataset_volumes[0].initialization_rate_mibps=50 is invalid: a whole number from 100 to 300"),
+    ([{"name": "ImageNet", "version": "v3", "size_gib": 200}], "dataset_volumes[0].name='ImageNet' is invalid"),
+])
+def test_bad_dataset_volumes_name_the_key(volumes, message):
+    fleet = {"name": "training", "instance_types": ["g5.xlarge"], "max_capacity": 1, "dataset_volumes": volumes}
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse(with_change("environments.dev.fleets", [fleet]))
+
+
+def test_snapshot_retention_defaults_to_30_days():
+    assert parse(RAW).environments["dev"].datasets.snapshot_retention_days == 30

@@ -60,6 +60,11 @@ def test_quota_needs_count_the_largest_type_at_max_capacity():
     assert {(n.code, n.vcpus) for n in needs} == {("L-3819A6DF", 32), ("L-DB2E81BA", 16), ("L-C4BD4855", 192)}
 
 
+class NoParameters:
+    def get_parameters(self, Names):  # noqa: N803 (boto3 names)
+        return {"Parameters": []}
+
+
 def stubbed(client_name, responses):
     client = boto3.client(client_name, region_name="us-east-1", aws_access_key_id="t", aws_secret_access_key="t")
     stub = Stubber(client)
@@ -79,7 +84,7 @@ def test_preflight_passes_when_quotas_cover_the_fleets_and_the_role_exists(dev):
                                                  "Arn": "arn:aws:iam::111111111111:role/aws-service-role/autoscaling.amazonaws.com/AWSServiceRoleForAutoScaling",
                                                  "CreateDate": "2026-01-01T00:00:00Z"}},
                            {"RoleName": "AWSServiceRoleForAutoScaling"})])
-    lines, ready = fleet_ops.preflight(quotas, iam, dev)
+    lines, ready = fleet_ops.preflight(quotas, iam, dev, NoParameters())
     assert ready
     assert lines[0] == "ok All G and VT Spot Instance Requests (L-3819A6DF): 64 vCPUs, fleets need up to 32"
 
@@ -88,7 +93,7 @@ def test_preflight_fails_on_a_zero_quota_and_a_missing_role(dev):
     quotas = stubbed("service-quotas", [("get_service_quota", {"Quota": {"Value": 0.0}},
                                          {"ServiceCode": "ec2", "QuotaCode": "L-3819A6DF"})])
     iam = stubbed("iam", [("get_role", "NoSuchEntity", {"RoleName": "AWSServiceRoleForAutoScaling"})])
-    lines, ready = fleet_ops.preflight(quotas, iam, dev)
+    lines, ready = fleet_ops.preflight(quotas, iam, dev, NoParameters())
     assert not ready
     assert lines[0].startswith("TOO LOW All G and VT Spot Instance Requests") and "request an increase" in lines[0]
     assert "create-service-linked-role --aws-service-name autoscaling.amazonaws.com" in lines[1]
