@@ -26,9 +26,9 @@ def timed(command: list[str], cwd: Path = ROOT, env: dict | None = None) -> floa
     return time.perf_counter() - started
 
 
-def synth(app: str | None, outdir: str) -> list[str]:
-    command = ["npx", "--no-install", "cdk", "synth", "--quiet", "--output", outdir, "**"]
-    return command + (["--app", app] if app else [])
+def synth(app: str | None, outdir: str, environment: str | None = None) -> list[str]:
+    command = ["npx", "--no-install", "cdk", "synth", "--quiet", "--output", outdir, f"{environment}/*" if environment else "**"]
+    return command + (["--app", app] if app else []) + (["-c", f"environments={environment}"] if environment else [])
 
 
 def phases() -> dict[str, float]:
@@ -59,15 +59,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--skip-cold", action="store_true", help="skip the cold-setup measurement (several minutes)")
     args = parser.parse_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="bench-"))
-    full, floor = [], []
-    for run in range(args.runs):  # interleaved, so machine noise hits both alike
+    full, floor, one = [], [], []
+    for run in range(args.runs):  # interleaved, so machine noise hits all alike
         floor.append(timed(synth(f"{sys.executable} bench/floor_app.py", str(scratch / f"floor{run}"))))
         full.append(timed(synth(None, str(scratch / f"full{run}"))))
+        one.append(timed(synth(None, str(scratch / f"dev{run}"), "dev")))
     suite = timed([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"])
     rows = [
         ("`cdk synth '**'`, all environments (median of %d)" % args.runs, f"{statistics.median(full):.1f} s"),
         ("`cdk synth`, one empty stack, same validation (floor)", f"{statistics.median(floor):.1f} s"),
         ("ratio full / floor (target <= 1.5)", f"{statistics.median(full) / statistics.median(floor):.2f}"),
+        ("`./platform synth dev` (only the dev stage is built)", f"{statistics.median(one):.1f} s"),
+        ("ratio dev / floor", f"{statistics.median(one) / statistics.median(floor):.2f}"),
         ("test suite wall time (target < 60 s)", f"{suite:.1f} s"),
     ]
     for name, seconds in phases().items():

@@ -14,14 +14,14 @@ def dev(config):
     return config.environments["dev"]
 
 
-@pytest.fixture
-def autoscaling(dev, monkeypatch):
-    monkeypatch.setenv("AWS_DEFAULT_REGION", dev.region)
+@pytest.fixture(scope="module")
+def account():
     with mock_aws():
-        ec2 = boto3.client("ec2")
+        session = boto3.session.Session(region_name="us-east-1", aws_access_key_id="t", aws_secret_access_key="t")
+        ec2 = session.client("ec2")
         subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
         ec2.create_launch_template(LaunchTemplateName="fleet-lt", LaunchTemplateData={"ImageId": "ami-12c6146b"})
-        client = boto3.client("autoscaling")
+        client = session.client("autoscaling")
         for name, fleet, env in (("dev-training", "training", "dev"), ("prod-training", "training", "prod")):
             client.create_auto_scaling_group(
                 AutoScalingGroupName=name, MinSize=0, MaxSize=2, DesiredCapacity=0, VPCZoneIdentifier=subnet,
@@ -29,6 +29,13 @@ def autoscaling(dev, monkeypatch):
                 Tags=[{"Key": "ml-platform:fleet", "Value": fleet, "PropagateAtLaunch": True},
                       {"Key": "environment", "Value": env, "PropagateAtLaunch": True}])
         yield client
+
+
+@pytest.fixture
+def autoscaling(account):
+    for name in ("dev-training", "prod-training"):
+        account.set_desired_capacity(AutoScalingGroupName=name, DesiredCapacity=0)
+    return account
 
 
 def test_scale_finds_the_fleet_by_its_tags_and_sets_desired_capacity(autoscaling, dev):

@@ -34,7 +34,7 @@ class FakeImds(BaseHTTPRequestHandler):
 @pytest.fixture
 def imds():
     server = HTTPServer(("127.0.0.1", 0), FakeImds)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
     FakeImds.paths = {}
     yield watcher.Metadata(f"http://127.0.0.1:{server.server_address[1]}"), FakeImds.paths
     server.shutdown()
@@ -88,7 +88,7 @@ def test_stop_without_a_job_still_writes_the_stop_file(settings):
 
 def test_wait_for_exit_returns_when_the_job_is_gone():
     states = iter([True, False])
-    assert watcher.wait_for_exit(7, timeout=10, alive=lambda pid: next(states)) is True
+    assert watcher.wait_for_exit(7, timeout=10, alive=lambda pid: next(states), interval=0.01) is True
 
 
 def test_wait_for_exit_gives_up_at_the_timeout():

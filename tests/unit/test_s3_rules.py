@@ -119,7 +119,7 @@ def test_rule_id_over_255_characters_is_rejected():
 
 def test_more_than_1000_rules_are_rejected():
     with pytest.raises(ValidationError, match="at most 1000 rules"):
-        check(*[rule((SC.GLACIER, 1), rule_id=f"r{i}") for i in range(1001)])
+        check(*[rule((SC.GLACIER, 1), rule_id=None)] * 1001)
 
 
 @pytest.mark.parametrize("storage_class", [SC.GLACIER, SC.DEEP_ARCHIVE])

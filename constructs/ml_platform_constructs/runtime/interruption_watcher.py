@@ -131,13 +131,13 @@ def publish_job_running(settings: Settings, running: bool, run=subprocess.run) -
          "--value", "1" if running else "0", "--unit", "Count"], check=False)
 
 
-def wait_for_exit(pid: Optional[int], timeout: float, alive: Callable[[int], bool]) -> bool:
+def wait_for_exit(pid: Optional[int], timeout: float, alive: Callable[[int], bool], interval: float = 1.0) -> bool:
     """Waits until the job's process is gone; False if it outlived the timeout."""
     deadline = time.monotonic() + timeout
     while pid is not None and alive(pid):
         if time.monotonic() > deadline:
             return False
-        time.sleep(1)
+        time.sleep(interval)
     return True
 
 
