@@ -8,6 +8,7 @@ from typing import Callable
 
 import pytest
 from aws_cdk import App, Stack
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
 from stacks import config as platform_config
@@ -67,3 +68,9 @@ def synth_stack(tmp_path_factory) -> Callable[[Callable[[Stack], object]], Templ
         return Template.from_stack(stack)
 
     return make
+
+
+def isolated_vpc(stack: Stack, azs=("us-east-1a", "us-east-1b")) -> ec2.Vpc:
+    """A VPC with isolated subnets only, as the platform's default network creates."""
+    return ec2.Vpc(stack, "Vpc", availability_zones=list(azs), nat_gateways=0, restrict_default_security_group=False,
+                   subnet_configuration=[ec2.SubnetConfiguration(name="c", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from importlib import resources
 from typing import Optional, Sequence
 
 from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Stack, Validations
@@ -25,6 +24,7 @@ from constructs import Construct
 from .alert_topic import allow_budgets_to_publish
 from .errors import ValidationError
 from .nag_support import nag_arn
+from .runtime_function import runtime_function
 
 # One SNS and up to 10 e-mail subscribers per notification, up to 10 notifications per budget:
 # https://docs.aws.amazon.com/aws-cost-management/latest/APIReference/API_budgets_NotificationWithSubscribers.html
@@ -142,13 +142,9 @@ class BudgetGuard(Construct):
                              enforce_ssl=True, retention_period=Duration.days(14))
         Validations.of(failures).acknowledge(Acknowledgment(
             id="AwsSolutions-SQS3", reason="This queue is itself the failure destination of the stop function."))
-        code = str(resources.files("ml_platform_constructs.runtime"))
-        function = lambda_.Function(
-            self, "StopFunction",
+        function = runtime_function(
+            self, "StopFunction", handler="budget_guard.handler", files=["budget_guard.py", "prices.json"],
             description=f"Stops the {environment} GPU fleets when the budget {self.budget_name} runs out",
-            runtime=lambda_.Runtime.PYTHON_3_14, architecture=lambda_.Architecture.ARM_64,
-            handler="budget_guard.handler",
-            code=lambda_.Code.from_asset(code, exclude=["*", "!budget_guard.py", "!prices.json"]),
             timeout=Duration.minutes(2), memory_size=256,
             log_group=logs.LogGroup(self, "AuditLog", retention=logs.RetentionDays.ONE_YEAR,
                                     removal_policy=self._removal_policy),
@@ -184,10 +180,7 @@ class BudgetGuard(Construct):
             Acknowledgment(id="AwsSolutions-IAM5[Action::kms:GenerateDataKey*]",
                            reason="Publishing to the encrypted alert topic needs data keys of its key."),
             Acknowledgment(id="AwsSolutions-IAM5[Action::kms:ReEncrypt*]",
-                           reason="CDK's encrypt grant for the failure queue's key."),
-            Acknowledgment(id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
-                              "AWSLambdaBasicExecutionRole]",
-                           reason="The AWS-managed basic execution policy only writes the function's own logs."))
+                           reason="CDK's encrypt grant for the failure queue's key."))
         notify = cw_actions.SnsAction(alerts)
         for alarm in (
             function.metric_errors(period=Duration.minutes(5)).create_alarm(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from importlib import resources
 from typing import Optional, Sequence
 
 from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Stack, Validations
@@ -26,6 +25,7 @@ from constructs import Construct
 from .dataset_bucket import DatasetBucket
 from .errors import ValidationError
 from .nag_support import AcknowledgeWildcardResources, nag_arn
+from .runtime_function import runtime_function
 
 DRIFT_NAMESPACE = "MLPlatform/Drift"
 CAPTURE_PREFIX = "capture/"
@@ -273,15 +273,11 @@ class MonitoredEndpoint(Construct):
     # --- drift check ------------------------------------------------------------------------------------------
     def _drift_check(self, baseline_bucket: DatasetBucket, schedule: Duration, window: Duration,
                      max_records: int) -> lambda_.Function:
-        code_dir = str(resources.files("ml_platform_constructs.runtime"))
         log_group = logs.LogGroup(self, "DriftCheckLogs", retention=logs.RetentionDays.THREE_MONTHS,
                                   removal_policy=self._removal_policy)
-        function = lambda_.Function(
-            self, "DriftCheck",
+        function = runtime_function(
+            self, "DriftCheck", handler="drift_handler.handler", files=["drift.py", "drift_handler.py"],
             description=f"Drift of {self.endpoint_name}'s captured inputs against its training baseline (PSI, KL)",
-            runtime=lambda_.Runtime.PYTHON_3_14, architecture=lambda_.Architecture.ARM_64,
-            handler="drift_handler.handler",
-            code=lambda_.Code.from_asset(code_dir, exclude=["*", "!drift.py", "!drift_handler.py"]),
             timeout=Duration.minutes(5), memory_size=1024, log_group=log_group,
             environment={
                 "CAPTURE_BUCKET": self.capture_bucket.bucket_name,
@@ -303,10 +299,7 @@ class MonitoredEndpoint(Construct):
         Validations.of(function.role).acknowledge(
             *[Acknowledgment(id=f"AwsSolutions-IAM5[{f}]", reason=reason)
               for f in ("Resource::*", "Action::s3:GetObject*", "Action::s3:GetBucket*", "Action::s3:List*",
-                        "Action::s3:Abort*", "Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*")],
-            Acknowledgment(id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
-                              "AWSLambdaBasicExecutionRole]",
-                           reason="The AWS-managed basic execution policy only writes the function's own logs."))
+                        "Action::s3:Abort*", "Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*")])
         policy = function.role.node.find_child("DefaultPolicy")
         policy.node.add_validation(AcknowledgeWildcardResources(
             policy, [f"/{CAPTURE_PREFIX}{self.endpoint_name}/*", f"/drift/baselines/{self.endpoint_name}/*",

@@ -13,6 +13,7 @@ from aws_cdk.assertions import Annotations, Match
 from botocore.stub import Stubber
 from moto import mock_aws
 
+from tests.conftest import isolated_vpc
 from ml_platform_constructs import (DatasetBucket, DatasetSnapshotBuilder, DatasetVolume, SpotGpuFleet, ValidationError,
                                     filesystem_label)
 from ops import dataset as dataset_ops
@@ -25,9 +26,7 @@ def built(synth_stack):
     parts = {}
 
     def body(stack):
-        vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-east-1a", "us-east-1b"], nat_gateways=0,
-                      restrict_default_security_group=False,
-                      subnet_configuration=[ec2.SubnetConfiguration(name="c", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)])
+        vpc = isolated_vpc(stack)
         key = kms.Key(stack, "Key")
         data = DatasetBucket(stack, "Datasets", encryption_key=key)
         builder = DatasetSnapshotBuilder(stack, "Snapshots", vpc=vpc, source_buckets=[data.bucket], key=key,

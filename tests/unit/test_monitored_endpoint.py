@@ -9,15 +9,10 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Match
 
+from tests.conftest import isolated_vpc
 from ml_platform_constructs import DatasetBucket, EndpointAutoScaling, MonitoredEndpoint, ValidationError
 
 IMAGE = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1"
-
-
-def network(stack):
-    return ec2.Vpc(stack, "Vpc", availability_zones=["us-east-1a", "us-east-1b"], nat_gateways=0,
-                   restrict_default_security_group=False,
-                   subnet_configuration=[ec2.SubnetConfiguration(name="c", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)])
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +24,7 @@ def built(synth_stack):
         parts["endpoint"] = MonitoredEndpoint(
             stack, "Classifier", endpoint_name="classifier-dev", image_uri=IMAGE, model_data_bucket=datasets.bucket,
             model_data_key="models/classifier/model.tar.gz", instance_type="ml.m5.large", alerts=sns.Topic(stack, "Alerts"),
-            baseline_bucket=datasets, vpc=network(stack), volume_key=kms.Key(stack, "VolumeKey"),
+            baseline_bucket=datasets, vpc=isolated_vpc(stack), volume_key=kms.Key(stack, "VolumeKey"),
             auto_scaling=EndpointAutoScaling(max_capacity=4, invocations_per_instance=200))
     return synth_stack(body), parts
 

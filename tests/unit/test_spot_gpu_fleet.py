@@ -10,6 +10,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Annotations, Match
 
+from tests.conftest import isolated_vpc
 from ml_platform_constructs import DatasetBucket, SpotGpuFleet, SpotInterruptionAlerts, ValidationError
 
 TYPES = ["g5.xlarge", "g5.2xlarge", "g6.xlarge", "g6.2xlarge"]
@@ -24,9 +25,7 @@ def built(synth_stack):
     parts = {}
 
     def body(stack):
-        vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-east-1a", "us-east-1b"], nat_gateways=0,
-                      restrict_default_security_group=False,
-                      subnet_configuration=[ec2.SubnetConfiguration(name="c", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)])
+        vpc = isolated_vpc(stack)
         topic = sns.Topic(stack, "Alerts")
         parts["key"] = kms.Key(stack, "Key")
         parts["datasets"] = DatasetBucket(stack, "Datasets", encryption_key=parts["key"])
@@ -238,8 +237,7 @@ def test_grant_scale_allows_setting_the_desired_capacity_of_this_group(built):
 
 def test_arm64_fleet_uses_the_arm64_dlami(synth_stack):
     def body(stack):
-        vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-east-1a"], nat_gateways=0, restrict_default_security_group=False,
-                      subnet_configuration=[ec2.SubnetConfiguration(name="c", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)])
+        vpc = isolated_vpc(stack, azs=["us-east-1a"])
         SpotGpuFleet(stack, "Arm", vpc=vpc, alerts=sns.Topic(stack, "T"),
                      instance_types=types("g5g.xlarge", "g5g.2xlarge", "g5g.4xlarge", "g5g.8xlarge"))
     template = synth_stack(body)
