@@ -139,7 +139,6 @@ class SpotGpuFleet(Construct):
             role=self.role,
             security_group=self.security_group,
             require_imdsv2=True,
-            instance_metadata_tags=True,  # the watcher reads its group's name from the instance tags
             user_data=self._user_data(datasets, hook_name, checkpoint_timeout, dataset_volumes),
             block_devices=[ec2.BlockDevice(device_name=ROOT_DEVICE, volume=ec2.BlockDeviceVolume.ebs(
                 int(root_volume_size.to_gibibytes()), volume_type=ec2.EbsDeviceVolumeType.GP3, encrypted=True,
@@ -330,7 +329,8 @@ class SpotGpuFleet(Construct):
             actions=["cloudwatch:PutMetricData"], resources=["*"],
             conditions={"StringEquals": {"cloudwatch:namespace": [GPU_NAMESPACE, JOB_NAMESPACE]}}))
         self.role.add_to_principal_policy(iam.PolicyStatement(
-            sid="CloudWatchAgentReadsItsGroupName", actions=["ec2:DescribeTags"], resources=["*"]))
+            sid="AgentAndWatcherFindTheirGroup", actions=["ec2:DescribeTags", "autoscaling:DescribeAutoScalingInstances"],
+            resources=["*"]))
         stack = Stack.of(self)
         groups_arn = "arn:{}:autoscaling:{}:{}:autoScalingGroup:*"
         self.role.add_to_principal_policy(iam.PolicyStatement(
@@ -340,8 +340,8 @@ class SpotGpuFleet(Construct):
         nag_groups_arn = nag_arn(stack, "arn:{partition}:autoscaling:{region}:{account}:autoScalingGroup:*")
         Validations.of(self.role).acknowledge(
             Acknowledgment(id="AwsSolutions-IAM5[Resource::*]",
-                           reason="PutMetricData and DescribeTags have no resource-level permissions; PutMetricData is "
-                                  "limited to the fleet's two namespaces by condition."),
+                           reason="PutMetricData, DescribeTags and DescribeAutoScalingInstances have no resource-level "
+                                  "permissions; PutMetricData is limited to the fleet's two namespaces by condition."),
             Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{nag_groups_arn}]",
                            reason="The group's ARN is not known before it exists (it would be a dependency cycle); the "
                                   "fleet tag condition limits the hook completion to this fleet's group."),

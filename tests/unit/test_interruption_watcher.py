@@ -2,6 +2,7 @@
 
 import json
 import signal
+import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -113,10 +114,15 @@ def test_job_running_metric_names_the_fleet(settings):
 
 def test_scale_in_completes_the_lifecycle_action_of_its_group(imds, settings):
     metadata, paths = imds
-    paths.update({"instance-id": "i-0abc", "tags/instance/aws:autoscaling:groupName": "dev-Compute-trainingASG"})
+    paths["instance-id"] = "i-0abc"
     calls = []
-    watcher.complete_lifecycle_action(settings, metadata, run=lambda args, check: calls.append(args))
-    args = calls[0]
+
+    def run(args, check, **kwargs):
+        calls.append(args)
+        return subprocess.CompletedProcess(args, 0, stdout="dev-Compute-trainingASG\n")
+    watcher.complete_lifecycle_action(settings, metadata, run=run)
+    assert calls[0][:3] == ["aws", "autoscaling", "describe-auto-scaling-instances"] and "i-0abc" in calls[0]
+    args = calls[1]
     assert args[:3] == ["aws", "autoscaling", "complete-lifecycle-action"]
     assert args[args.index("--auto-scaling-group-name") + 1] == "dev-Compute-trainingASG"
     assert args[args.index("--instance-id") + 1] == "i-0abc"

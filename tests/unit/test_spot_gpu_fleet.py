@@ -106,8 +106,8 @@ def test_image_is_the_dlami_resolved_from_ssm_at_deploy_time(built):
     assert parameter["Default"] == "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
 
 
-def test_imdsv2_required_and_instance_tags_in_metadata(built):
-    assert launch_data(built[0])["MetadataOptions"] == {"HttpTokens": "required", "InstanceMetadataTags": "enabled"}
+def test_imdsv2_required(built):
+    assert launch_data(built[0])["MetadataOptions"] == {"HttpTokens": "required"}
 
 
 def test_root_volume_is_encrypted_gp3_with_the_given_key(built):

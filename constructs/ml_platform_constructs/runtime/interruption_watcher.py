@@ -149,9 +149,17 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def group_name(instance_id: str, region: str, run=subprocess.run) -> str:
+    """The instance's Auto Scaling group, from the Auto Scaling API (aws: tags may not be in instance metadata)."""
+    result = run(["aws", "autoscaling", "describe-auto-scaling-instances", "--region", region, "--instance-ids",
+                  instance_id, "--query", "AutoScalingInstances[0].AutoScalingGroupName", "--output", "text"],
+                 check=True, capture_output=True, text=True)
+    return result.stdout.strip()
+
+
 def complete_lifecycle_action(settings: Settings, metadata: Metadata, run=subprocess.run) -> None:
     instance_id = metadata.get("instance-id")
-    group = metadata.get("tags/instance/aws:autoscaling:groupName")
+    group = group_name(instance_id, settings.region, run)
     run(["aws", "autoscaling", "complete-lifecycle-action", "--region", settings.region,
          "--lifecycle-hook-name", settings.lifecycle_hook, "--auto-scaling-group-name", group,
          "--instance-id", instance_id, "--lifecycle-action-result", "CONTINUE"], check=True)
