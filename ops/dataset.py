@@ -36,6 +36,11 @@ def build(ssm: Any, cloudformation: Any, env: EnvironmentConfig, name: str, vers
           size_gib: int) -> str:
     if not prefix.startswith("datasets/") or not prefix.endswith("/"):
         raise SystemExit(f"--prefix {prefix!r}: a prefix under datasets/ ending in '/', e.g. datasets/{name}/")
+    if not 1 <= size_gib <= 65536:
+        raise SystemExit(f"--size-gib {size_gib}: a gp3 size of 1-65536 GiB, at least the dataset's size")
+    parameter = f"{parameter_prefix(env)}{name}/{version}/snapshot-id"
+    if ssm.get_parameters(Names=[parameter])["Parameters"]:
+        raise SystemExit(f"{name} {version} is already built ({parameter}): versions are built once; use a new version")
     bucket = stack_output(cloudformation, f"{env.name}-Data", "DatasetBucketName")
     runbook = stack_output(cloudformation, f"{env.name}-Data", "DatasetSnapshotRunbook")
     execution = ssm.start_automation_execution(DocumentName=runbook, Parameters={

@@ -157,8 +157,10 @@ class DatasetSnapshotBuilder(Construct):
             block_devices=[ec2.BlockDevice(device_name="/dev/xvda", volume=ec2.BlockDeviceVolume.ebs(
                 16, volume_type=ec2.EbsDeviceVolumeType.GP3, encrypted=True, kms_key=key))])
 
-        self.automation_role = iam.Role(self, "AutomationRole", assumed_by=iam.ServicePrincipal("ssm.amazonaws.com"),
-                                        description="Runs the dataset snapshot workflow")
+        self.automation_role = iam.Role(
+            self, "AutomationRole", description="Runs the dataset snapshot workflow",
+            assumed_by=iam.ServicePrincipal("ssm.amazonaws.com").with_conditions(
+                {"StringEquals": {"aws:SourceAccount": stack.account}}))
         self._grant_automation(stack, key)
         self.document = ssm.CfnDocument(
             self, "Resource", document_type="Automation", document_format="JSON",
@@ -180,8 +182,10 @@ class DatasetSnapshotBuilder(Construct):
     def _grant_automation(self, stack: Stack, key: kms.IKey) -> None:
         role = self.automation_role
         scoped = {"StringEquals": {f"aws:ResourceTag/{BUILDER_TAG}": self.environment}}
-        role.add_to_policy(iam.PolicyStatement(sid="LaunchTaggedBuilders", actions=["ec2:RunInstances"],
-                                               resources=["*"]))
+        role.add_to_policy(iam.PolicyStatement(
+            sid="LaunchOnlyFromTheBuilderTemplate", actions=["ec2:RunInstances"], resources=["*"],
+            conditions={"ArnLike": {"ec2:LaunchTemplate": f"arn:{stack.partition}:ec2:{stack.region}:{stack.account}:"
+                                                         f"launch-template/{self.launch_template.launch_template_id}"}}))
         role.add_to_policy(iam.PolicyStatement(sid="TagAtLaunchAndSnapshot", actions=["ec2:CreateTags"], resources=["*"],
                                                conditions={"StringEquals": {"ec2:CreateAction": ["RunInstances",
                                                                                                  "CreateSnapshot"]}}))
@@ -189,20 +193,33 @@ class DatasetSnapshotBuilder(Construct):
                                                resources=["*"], conditions=scoped))
         role.add_to_policy(iam.PolicyStatement(sid="SnapshotAndObserve", resources=["*"], actions=[
             "ec2:CreateSnapshot", "ec2:DescribeInstances", "ec2:DescribeVolumes", "ec2:DescribeSnapshots",
-            "ssm:DescribeInstanceInformation", "ssm:SendCommand", "ssm:GetCommandInvocation", "ssm:ListCommands",
+            "ssm:DescribeInstanceInformation", "ssm:GetCommandInvocation", "ssm:ListCommands",
             "ssm:ListCommandInvocations"]))
+        role.add_to_policy(iam.PolicyStatement(
+            sid="RunShellOnlyOnBuilders", actions=["ssm:SendCommand"],
+            resources=[f"arn:{stack.partition}:ssm:{stack.region}::document/AWS-RunShellScript"]))
+        role.add_to_policy(iam.PolicyStatement(
+            sid="RunShellOnBuilderInstances", actions=["ssm:SendCommand"],
+            resources=[f"arn:{stack.partition}:ec2:{stack.region}:{stack.account}:instance/*"],
+            conditions={"StringEquals": {f"ssm:resourceTag/{BUILDER_TAG}": self.environment}}))
         role.add_to_policy(iam.PolicyStatement(sid="PublishSnapshotIds", actions=["ssm:PutParameter"], resources=[
             f"arn:{stack.partition}:ssm:{stack.region}:{stack.account}:parameter{self.parameter_prefix}*"]))
         role.add_to_policy(iam.PolicyStatement(sid="PassBuilderRole", actions=["iam:PassRole"],
                                                resources=[self.builder_role.role_arn]))
-        key.grant(role, "kms:CreateGrant", "kms:GenerateDataKeyWithoutPlaintext", "kms:Decrypt", "kms:DescribeKey")
-        reason = ("EC2 describe/run/snapshot and SSM command APIs are scoped by tag conditions where they exist; "
-                  "parameters are limited to the dataset prefix.")
+        key.grant(role, "kms:GenerateDataKeyWithoutPlaintext", "kms:Decrypt", "kms:DescribeKey")
+        role.add_to_policy(iam.PolicyStatement(sid="GrantsForEncryptedVolumes", actions=["kms:CreateGrant"],
+                                               resources=[key.key_arn],
+                                               conditions={"Bool": {"kms:GrantIsForAWSResource": True}}))
+        reason = ("Launches only from the builder template, terminates and runs shell only on instances tagged as this "
+                  "environment's builders; describe and snapshot calls have no resource-level scope; parameters are "
+                  "limited to the dataset prefix.")
         Validations.of(role).acknowledge(
             Acknowledgment(id="AwsSolutions-IAM5[Resource::*]", reason=reason),
             Acknowledgment(id="AwsSolutions-IAM5[Resource::" + nag_arn(
                 stack, "arn:{partition}:ssm:{region}:{account}:parameter" + self.parameter_prefix + "*") + "]",
-                reason=reason))
+                reason=reason),
+            Acknowledgment(id="AwsSolutions-IAM5[Resource::" + nag_arn(
+                stack, "arn:{partition}:ec2:{region}:{account}:instance/*") + "]", reason=reason))
         Validations.of(self.builder_role).acknowledge(
             Acknowledgment(id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]",
                            reason="The workflow drives the builder through SSM Run Command."),
@@ -216,9 +233,11 @@ class DatasetSnapshotBuilder(Construct):
     def _runbook(self, default_subnet: str, key: kms.IKey) -> dict:
         fill = [
             "set -euo pipefail",
-            "ROOT=$(lsblk -no PKNAME $(findmnt -no SOURCE /))",
-            # The data volume is the one disk that is neither the root disk nor mounted.
-            "DEV=/dev/$(lsblk -dno NAME,TYPE | awk '$2==\"disk\"{print $1}' | grep -v \"^$ROOT$\" | head -1)",
+            # NVMe serial numbers are EBS volume ids without the hyphen: pick the data volume by it, never an
+            # instance-store disk: https://docs.aws.amazon.com/ebs/latest/userguide/nvme-ebs-volumes.html
+            "VOLUME='{{ FindVolume.VolumeId }}'",
+            "DEV=/dev/$(lsblk -dno NAME,SERIAL | awk -v serial=\"${VOLUME/-/}\" '$2==serial{print $1}')",
+            "[ \"$DEV\" != /dev/ ] || { echo \"volume $VOLUME not found\" >&2; exit 1; }",
             "LABEL=ds$(printf '%s' '{{ DatasetName }}/{{ Version }}' | sha1sum | cut -c1-10)",
             "mkfs.ext4 -q -L \"$LABEL\" \"$DEV\"",
             "mkdir -p /mnt/dataset && mount \"$DEV\" /mnt/dataset",
@@ -231,7 +250,7 @@ class DatasetSnapshotBuilder(Construct):
         terminate = {"name": "TerminateBuilder", "action": "aws:executeAwsApi", "onFailure": "Continue",
                      "inputs": {"Service": "ec2", "Api": "TerminateInstances",
                                 "InstanceIds": ["{{ LaunchBuilder.InstanceId }}"]}, "isEnd": True}
-        cleanup = {"onFailure": "step:TerminateBuilder"}
+        cleanup = {"onFailure": "step:TerminateBuilder", "onCancel": "step:TerminateBuilder"}
         return {
             "schemaVersion": "0.3",
             "description": "Builds an encrypted EBS snapshot of an S3 prefix and publishes its id in SSM "
@@ -240,8 +259,9 @@ class DatasetSnapshotBuilder(Construct):
             "parameters": {
                 "DatasetName": {"type": "String", "allowedPattern": _NAME.pattern},
                 "Version": {"type": "String", "allowedPattern": _VERSION.pattern},
-                "SourceBucket": {"type": "String"},
-                "SourcePrefix": {"type": "String", "allowedPattern": r"^datasets/[A-Za-z0-9!_.*'()/-]*$"},
+                "SourceBucket": {"type": "String", "allowedPattern": r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"},
+                # No quotes: the values are pasted into a shell command on the builder.
+                "SourcePrefix": {"type": "String", "allowedPattern": r"^datasets/[A-Za-z0-9!_.*()/-]*$"},
                 "SizeGiB": {"type": "Integer"},
                 "SubnetId": {"type": "String", "default": default_subnet},
                 "AutomationAssumeRole": {"type": "String", "default": self.automation_role.role_arn},
@@ -264,14 +284,14 @@ class DatasetSnapshotBuilder(Construct):
                             "InstanceInformationFilterList": [{"key": "InstanceIds",
                                                                "valueSet": ["{{ LaunchBuilder.InstanceId }}"]}],
                             "PropertySelector": "$.InstanceInformationList[0].PingStatus", "DesiredValues": ["Online"]}},
-                {"name": "CopyDataset", "action": "aws:runCommand", "timeoutSeconds": 172800, **cleanup,
-                 "inputs": {"DocumentName": "AWS-RunShellScript", "InstanceIds": ["{{ LaunchBuilder.InstanceId }}"],
-                            "Parameters": {"commands": fill, "executionTimeout": "172800"}}},
                 {"name": "FindVolume", "action": "aws:executeAwsApi", **cleanup,
                  "inputs": {"Service": "ec2", "Api": "DescribeVolumes", "Filters": [
                      {"Name": "attachment.instance-id", "Values": ["{{ LaunchBuilder.InstanceId }}"]},
                      {"Name": "attachment.device", "Values": [DATA_DEVICE]}]},
                  "outputs": [{"Name": "VolumeId", "Selector": "$.Volumes[0].VolumeId", "Type": "String"}]},
+                {"name": "CopyDataset", "action": "aws:runCommand", "timeoutSeconds": 172800, **cleanup,
+                 "inputs": {"DocumentName": "AWS-RunShellScript", "InstanceIds": ["{{ LaunchBuilder.InstanceId }}"],
+                            "Parameters": {"commands": fill, "executionTimeout": "172800"}}},
                 {"name": "Snapshot", "action": "aws:executeAwsApi", **cleanup,
                  "inputs": {"Service": "ec2", "Api": "CreateSnapshot", "VolumeId": "{{ FindVolume.VolumeId }}",
                             "Description": "Dataset {{ DatasetName }} {{ Version }} from s3://{{ SourceBucket }}/{{ SourcePrefix }}",
@@ -280,7 +300,7 @@ class DatasetSnapshotBuilder(Construct):
                                 {"Key": "dataset", "Value": "{{ DatasetName }}"},
                                 {"Key": "version", "Value": "{{ Version }}"},
                                 {"Key": "source", "Value": "s3://{{ SourceBucket }}/{{ SourcePrefix }}"},
-                                {"Key": "size-gib", "Value": "{{ SizeGiB }}"},
+                                {"Key": "size", "Value": "{{ SizeGiB }} GiB"},
                                 {"Key": "environment", "Value": self.environment}]}]},
                  "outputs": [{"Name": "SnapshotId", "Selector": "$.SnapshotId", "Type": "String"}]},
                 {"name": "WaitForSnapshot", "action": "aws:waitForAwsResourceProperty", "timeoutSeconds": 86400,

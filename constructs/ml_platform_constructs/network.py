@@ -19,12 +19,16 @@ from .errors import ValidationError
 #   https://docs.aws.amazon.com/systems-manager/latest/userguide/setup-create-vpc.html
 # CloudWatch agent metrics and logs:
 #   https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/cloudwatch-and-interface-VPC.html
+# EC2 (the agent's DescribeTags for the AutoScalingGroupName dimension) and Auto Scaling (the fleet watcher
+# completing the checkpoint lifecycle hook).
 DEFAULT_INTERFACE_ENDPOINTS = (
     ec2.InterfaceVpcEndpointAwsService.SSM,
     ec2.InterfaceVpcEndpointAwsService.SSM_MESSAGES,
     ec2.InterfaceVpcEndpointAwsService.EC2_MESSAGES,
     ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_MONITORING,
     ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS,
+    ec2.InterfaceVpcEndpointAwsService.EC2,
+    ec2.InterfaceVpcEndpointAwsService.AUTOSCALING,
 )
 
 _AZ = re.compile(r"^([a-z]{2}(?:-gov)?-[a-z]+-\d)[a-z]$")

@@ -184,8 +184,8 @@ class SpotGpuFleet(Construct):
             event_pattern=events.EventPattern(source=["aws.autoscaling"], detail_type=["EC2 Instance Launch Unsuccessful"],
                                               detail={"AutoScalingGroupName": [self.auto_scaling_group.auto_scaling_group_name]}),
             targets=[targets.SnsTopic(alerts, message=events.RuleTargetInput.from_text(
-                f"GPU fleet {self.fleet_name}: launch failed in {events.EventField.from_path('$.detail.Details.Availability Zone')}: "
-                f"{events.EventField.from_path('$.detail.StatusMessage')}"))],
+                f"GPU fleet {self.fleet_name}: launch failed: {events.EventField.from_path('$.detail.StatusMessage')} "
+                f"({events.EventField.from_path('$.detail.Description')})"))],
         )
         if spot_max_price is not None:
             Annotations.of(self).add_warning_v2(
@@ -393,17 +393,12 @@ class SpotGpuFleet(Construct):
         agent_url = (f"https://amazoncloudwatch-agent-{stack.region}.s3.{stack.region}.{stack.url_suffix}"
                      f"/ubuntu/{arch}/latest/amazon-cloudwatch-agent.deb")
         user_data = ec2.UserData.for_linux()
+        # The checkpoint signal and the dataset mounts come first: a failed agent download must not cost them.
         user_data.add_commands(
             "set -euo pipefail",
             f"mkdir -p {RUNTIME_DIR} /etc/ml-platform",
             "cat > /etc/ml-platform/fleet.env <<'EOF'\n" + "\n".join(f"{k}={v}" for k, v in environment.items()) + "\nEOF",
             f"cat > {RUNTIME_DIR}/interruption_watcher.py <<'EOF'\n{watcher}EOF",
-            # The Region's own agent bucket is reachable through the S3 gateway endpoint, without internet.
-            "if ! command -v /opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl >/dev/null; then "
-            f"curl -fsSL -o /tmp/cwagent.deb {agent_url} && dpkg -i /tmp/cwagent.deb; fi",
-            f"cat > {RUNTIME_DIR}/cloudwatch-agent.json <<'EOF'\n{json.dumps(agent_config, indent=1)}\nEOF",
-            "/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl -a fetch-config -m ec2 -s "
-            f"-c file:{RUNTIME_DIR}/cloudwatch-agent.json",
             "cat > /etc/systemd/system/ml-platform-interruption-watcher.service <<'EOF'\n"
             "[Unit]\nDescription=Checkpoint signal before Spot interruption or scale-in\nAfter=network-online.target\n"
             f"[Service]\nEnvironmentFile=/etc/ml-platform/fleet.env\nExecStart=/usr/bin/python3 {RUNTIME_DIR}/interruption_watcher.py\n"
@@ -420,6 +415,15 @@ class SpotGpuFleet(Construct):
                 f"mkdir -p {volume.mount_point}",
                 f"echo 'LABEL={label} {volume.mount_point} ext4 ro,noload,nofail 0 2' >> /etc/fstab",
                 f"mount {volume.mount_point}")
+        user_data.add_commands(
+            # The Region's own agent bucket is reachable through the S3 gateway endpoint, without internet.
+            "if ! command -v /opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl >/dev/null; then "
+            f"curl -fsSL -o /tmp/cwagent.deb {agent_url} && dpkg -i /tmp/cwagent.deb "
+            "|| echo 'CloudWatch agent install failed: no GPU metrics from this instance' >&2; fi",
+            f"cat > {RUNTIME_DIR}/cloudwatch-agent.json <<'EOF'\n{json.dumps(agent_config, indent=1)}\nEOF",
+            "/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl -a fetch-config -m ec2 -s "
+            f"-c file:{RUNTIME_DIR}/cloudwatch-agent.json || echo 'CloudWatch agent did not start' >&2",
+        )
         return user_data
 
     # --- metrics ----------------------------------------------------------------------------------------------

@@ -104,6 +104,30 @@ def test_resume_lets_fleets_launch_again_and_removes_the_stop_tag(aws):
     assert [e["fleet"] for e in report["resumed"]] == ["training"]
     assert resumed["SuspendedProcesses"] == [] and resumed["DesiredCapacity"] == 0
     assert not any(t["Key"] == "ml-platform:budget-stop" for t in resumed["Tags"])
+    assert {"Key": "ml-platform:budget-resumed", "Value": "2026-11"} in [
+        {"Key": t["Key"], "Value": t["Value"]} for t in resumed["Tags"]]
+
+
+def test_a_resumed_fleet_is_not_stopped_again_that_month(aws):
+    clients, topic, inbox, env = aws
+    budget_guard.stop(clients["autoscaling"], clients["sagemaker"], env, "test", NOW)
+    budget_guard.resume(clients["autoscaling"], env, "ops", NOW)
+    clients["budgets"] = FakeBudgets(900)
+    report = budget_guard.handle({"source": "aws.events"}, clients, settings(env, topic), NOW, PRICES)
+    assert "stop" not in report
+    assert group(clients["autoscaling"], f"{env}-training")["SuspendedProcesses"] == []
+    next_month = budget_guard.stop(clients["autoscaling"], clients["sagemaker"], env, "december",
+                                   datetime(2026, 12, 1, 1, tzinfo=timezone.utc))
+    assert [e["fleet"] for e in next_month["stopped"]] == ["training"]
+
+
+def test_checks_after_a_stop_do_not_repeat_the_message(aws):
+    clients, topic, inbox, env = aws
+    clients["budgets"] = FakeBudgets(760)
+    budget_guard.handle({"source": "aws.events"}, clients, settings(env, topic), NOW, PRICES)
+    assert len(inbox()) == 1
+    again = budget_guard.handle({"source": "aws.events"}, clients, settings(env, topic), NOW, PRICES)
+    assert "stop" not in again and inbox() == []
 
 
 def test_endpoints_are_reported_as_not_stopped(aws):

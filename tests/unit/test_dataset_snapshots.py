@@ -54,14 +54,14 @@ def test_runbook_is_an_automation_document(built):
 
 
 def test_steps_launch_copy_snapshot_wait_publish_and_terminate(built):
-    assert list(steps(built[0])) == ["LaunchBuilder", "WaitForBuilder", "CopyDataset", "FindVolume", "Snapshot",
+    assert list(steps(built[0])) == ["LaunchBuilder", "WaitForBuilder", "FindVolume", "CopyDataset", "Snapshot",
                                      "WaitForSnapshot", "PublishSnapshotId", "TerminateBuilder"]
 
 
-def test_every_step_after_launch_cleans_up_on_failure(built):
+def test_every_step_after_launch_cleans_up_on_failure_and_cancel(built):
     for name, step in steps(built[0]).items():
         if name not in ("LaunchBuilder", "TerminateBuilder"):
-            assert step["onFailure"] == "step:TerminateBuilder", name
+            assert step["onFailure"] == step["onCancel"] == "step:TerminateBuilder", name
     terminate = steps(built[0])["TerminateBuilder"]
     assert terminate["inputs"]["Api"] == "TerminateInstances" and terminate["isEnd"] is True
 
@@ -75,7 +75,7 @@ def test_the_data_volume_goes_with_the_builder_instance(built):
 def test_snapshot_is_tagged_and_its_id_published_once_per_version(built):
     snapshot = steps(built[0])["Snapshot"]["inputs"]
     keys = {t["Key"] for t in snapshot["TagSpecifications"][0]["Tags"]}
-    assert keys >= {"ml-platform:dataset-snapshot", "dataset", "version", "source", "size-gib"}
+    assert keys >= {"ml-platform:dataset-snapshot", "dataset", "version", "source", "size"}
     publish = steps(built[0])["PublishSnapshotId"]["inputs"]
     assert publish["Overwrite"] is False
     assert publish["Name"] == "/ml-platform/dev/datasets/{{ DatasetName }}/{{ Version }}/snapshot-id"
@@ -88,6 +88,14 @@ def test_copy_labels_the_filesystem_the_way_fleets_mount_it(built):
     label = subprocess.run(["bash", "-c", f"{shell}; echo $LABEL"], capture_output=True, text=True, check=True).stdout.strip()
     assert label == filesystem_label("imagenet", "v3") and len(label) <= 12
     assert any("aws s3 sync" in c for c in commands)
+    # The data volume is found by its serial (the volume id), never an instance-store disk.
+    assert "VOLUME='{{ FindVolume.VolumeId }}'" in commands and any("SERIAL" in c for c in commands)
+
+
+def test_parameters_that_reach_the_shell_cannot_carry_quotes(built):
+    parameters = runbook(built[0])["Content"]["parameters"]
+    assert "'" not in parameters["SourcePrefix"]["allowedPattern"]
+    assert parameters["SourceBucket"]["allowedPattern"] == r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
 
 
 def test_automation_role_terminates_only_builders_and_writes_only_dataset_parameters(built):
@@ -95,6 +103,10 @@ def test_automation_role_terminates_only_builders_and_writes_only_dataset_parame
     policy = next(v for k, v in template.find_resources("AWS::IAM::Policy").items() if k.startswith("SnapshotsAutomationRole"))
     statements = {s.get("Sid"): s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
     assert statements["TerminateOnlyBuilders"]["Condition"] == {"StringEquals": {"aws:ResourceTag/ml-platform:dataset-builder": "dev"}}
+    assert statements["RunShellOnBuilderInstances"]["Condition"] == {"StringEquals": {"ssm:resourceTag/ml-platform:dataset-builder": "dev"}}
+    assert "document/AWS-RunShellScript" in json.dumps(statements["RunShellOnlyOnBuilders"]["Resource"])
+    assert "launch-template/" in json.dumps(statements["LaunchOnlyFromTheBuilderTemplate"]["Condition"])
+    assert statements["GrantsForEncryptedVolumes"]["Condition"] == {"Bool": {"kms:GrantIsForAWSResource": True}}
     assert "parameter/ml-platform/dev/datasets/*" in json.dumps(statements["PublishSnapshotIds"]["Resource"])
     assert "ec2:DeleteSnapshot" not in json.dumps(policy) and "ec2:DeleteVolume" not in json.dumps(policy)
 
@@ -189,6 +201,8 @@ def test_build_starts_the_runbook_with_the_bucket_and_prefix(config):
     with Stubber(cloudformation) as cf_stub, Stubber(ssm) as ssm_stub:
         cf_stub.add_response("describe_stacks", outputs, {"StackName": "dev-Data"})
         cf_stub.add_response("describe_stacks", outputs, {"StackName": "dev-Data"})
+        ssm_stub.add_response("get_parameters", {"Parameters": []},
+                              {"Names": ["/ml-platform/dev/datasets/imagenet/v3/snapshot-id"]})
         ssm_stub.add_response("start_automation_execution", {"AutomationExecutionId": "0123abcd-4567-89ab-cdef-0123456789ab"}, {
             "DocumentName": "dev-Data-Runbook", "Parameters": {
                 "DatasetName": ["imagenet"], "Version": ["v3"], "SourceBucket": ["dev-bucket"],
@@ -200,6 +214,15 @@ def test_build_starts_the_runbook_with_the_bucket_and_prefix(config):
 def test_build_refuses_a_prefix_outside_datasets(config):
     with pytest.raises(SystemExit, match="a prefix under datasets/"):
         dataset_ops.build(None, None, config.environments["dev"], "x", "v1", "logs/x/", 10)
+
+
+def test_build_refuses_a_version_already_built(config, monkeypatch):
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with mock_aws():
+        ssm = boto3.client("ssm")
+        ssm.put_parameter(Name="/ml-platform/dev/datasets/imagenet/v3/snapshot-id", Value="snap-0abc", Type="String")
+        with pytest.raises(SystemExit, match="already built"):
+            dataset_ops.build(ssm, None, config.environments["dev"], "imagenet", "v3", "datasets/imagenet/", 100)
 
 
 def test_list_and_missing_volumes_read_the_published_parameters(config, monkeypatch):

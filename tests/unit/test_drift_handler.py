@@ -9,7 +9,7 @@ from moto import mock_aws
 
 from ml_platform_constructs.runtime import drift, drift_handler
 
-NOW = datetime(2026, 11, 29, 20, 30, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 29, 21, 30, tzinfo=timezone.utc)
 ENV = {"CAPTURE_BUCKET": "capture", "CAPTURE_PREFIX": "capture/classifier/", "VARIANT_NAME": "AllTraffic",
        "BASELINE_BUCKET": "datasets", "BASELINE_KEY": "drift/baselines/classifier/baseline.json",
        "RESULTS_PREFIX": "drift/results/classifier/", "ENDPOINT_NAME": "classifier",
@@ -49,7 +49,8 @@ def metric_values(cloudwatch, name, feature=None):
     return [p["Maximum"] for p in stats["Datapoints"]]
 
 
-def test_capture_prefixes_cover_the_window_hour_by_hour():
+def test_capture_prefixes_cover_the_last_complete_hours():
+    # At 21:30 the 21:00 hour is still being written: a 2-hour window reads 20:00 and 19:00.
     assert drift_handler.capture_prefixes("capture/classifier/", "AllTraffic", NOW, 2) == [
         "capture/classifier/AllTraffic/2026/11/29/20/", "capture/classifier/AllTraffic/2026/11/29/19/"]
 
@@ -58,6 +59,7 @@ def test_drifted_window_publishes_scores_and_counts_and_stores_the_result(aws):
     s3, cloudwatch = aws
     put_capture(s3, "2026/11/29/20", "a", [line(95, "green")] * 50 + ["garbage"])
     put_capture(s3, "2026/11/29/18", "old", [line(1, "red")] * 10)  # outside the 2-hour window
+    put_capture(s3, "2026/11/29/21", "now", [line(1, "red")] * 10)  # the hour still being written
     summary = drift_handler.run(ENV, s3, cloudwatch, NOW)
     assert (summary["records_read"], summary["records_malformed"], summary["other_category_values"]) == (50, 1, 50)
     assert summary["scores"]["age"]["psi"] > 0.25 and summary["scores"]["color"]["kl"] > 0.3

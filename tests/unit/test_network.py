@@ -39,7 +39,7 @@ def test_s3_gateway_endpoint(isolated):
 def test_default_interface_endpoints_with_private_dns(isolated):
     endpoints = isolated.find_resources("AWS::EC2::VPCEndpoint", {"Properties": {"VpcEndpointType": "Interface"}})
     names = sorted(e["Properties"]["ServiceName"].split(".")[-1] for e in endpoints.values())
-    assert names == ["ec2messages", "logs", "monitoring", "ssm", "ssmmessages"]
+    assert names == ["autoscaling", "ec2", "ec2messages", "logs", "monitoring", "ssm", "ssmmessages"]
     assert all(e["Properties"]["PrivateDnsEnabled"] for e in endpoints.values())
 
 

@@ -23,6 +23,7 @@ from typing import Any, Optional
 
 FLEET_TAG = "ml-platform:fleet"
 STOP_TAG = "ml-platform:budget-stop"
+RESUMED_TAG = "ml-platform:budget-resumed"  # YYYY-MM: an operator resumed this month; the guard leaves it running
 
 
 def fleet_groups(autoscaling: Any, environment: str) -> list[dict]:
@@ -48,14 +49,20 @@ def unstoppable(sagemaker: Any, environment: str) -> list[str]:
 
 
 def stop(autoscaling: Any, sagemaker: Any, environment: str, reason: str, now: datetime) -> dict:
-    """Idempotent: a fleet already stopped is reported as such and left as it is."""
+    """Idempotent: a fleet already stopped is reported as such and left as it is. A fleet an operator resumed
+    this month is left running: resuming is a decision to spend past the threshold."""
     report = {"action": "stop", "environment": environment, "reason": reason, "time": now.isoformat(),
-              "stopped": [], "already_stopped": [], "not_stopped": unstoppable(sagemaker, environment)}
+              "stopped": [], "already_stopped": [], "resumed_by_operator": [],
+              "not_stopped": unstoppable(sagemaker, environment)}
     for group in fleet_groups(autoscaling, environment):
         name = group["AutoScalingGroupName"]
         suspended = {p["ProcessName"] for p in group.get("SuspendedProcesses", [])}
+        tags = {t["Key"]: t["Value"] for t in group.get("Tags", [])}
         entry = {"fleet": _fleet_name(group), "group": name, "desired_before": group["DesiredCapacity"],
                  "instances": len(group.get("Instances", []))}
+        if tags.get(RESUMED_TAG) == f"{now:%Y-%m}":
+            report["resumed_by_operator"].append(entry)
+            continue
         if "Launch" in suspended and group["DesiredCapacity"] == 0:
             report["already_stopped"].append(entry)
             continue
@@ -69,7 +76,8 @@ def stop(autoscaling: Any, sagemaker: Any, environment: str, reason: str, now: d
 
 
 def resume(autoscaling: Any, environment: str, operator: str, now: datetime) -> dict:
-    """Lets the fleets launch again; their desired capacity stays 0 until someone scales them."""
+    """Lets the fleets launch again for the rest of the month (the guard will not stop them again before the
+    next month); their desired capacity stays 0 until someone scales them."""
     report = {"action": "resume", "environment": environment, "operator": operator, "time": now.isoformat(),
               "resumed": []}
     for group in fleet_groups(autoscaling, environment):
@@ -78,6 +86,9 @@ def resume(autoscaling: Any, environment: str, operator: str, now: datetime) -> 
             continue
         autoscaling.resume_processes(AutoScalingGroupName=name, ScalingProcesses=["Launch"])
         autoscaling.delete_tags(Tags=[{"ResourceId": name, "ResourceType": "auto-scaling-group", "Key": STOP_TAG}])
+        autoscaling.create_or_update_tags(Tags=[{
+            "ResourceId": name, "ResourceType": "auto-scaling-group", "Key": RESUMED_TAG, "PropagateAtLaunch": False,
+            "Value": f"{now:%Y-%m}"}])
         report["resumed"].append({"fleet": _fleet_name(group), "group": name})
     return report
 
@@ -137,7 +148,9 @@ def spend_check(clients: dict, env: dict[str, str], prices: dict, now: datetime)
     if projection >= limit:
         reason = (f"projected month spend {projection:.2f} USD >= {env['STOP_AT_PERCENT']}% of the "
                   f"{float(env['MONTHLY_LIMIT']):.2f} USD budget (actual {actual:.2f} + {rate:.2f} USD/h)")
-        result["stop"] = stop(clients["autoscaling"], clients["sagemaker"], env["ENVIRONMENT"], reason, now)
+        stopped = stop(clients["autoscaling"], clients["sagemaker"], env["ENVIRONMENT"], reason, now)
+        if stopped["stopped"]:  # every 15 minutes past the threshold: report a stop once, not each check
+            result["stop"] = stopped
     return result
 
 
@@ -151,7 +164,8 @@ def _announce(sns: Any, topic_arn: str, report: dict) -> None:
              f"why: {body.get('reason', body.get('operator', ''))}"]
     lines += [f"stopped fleet {e['fleet']} (was {e['desired_before']} desired)" for e in body.get("stopped", [])]
     lines += [f"already stopped: {e['fleet']}" for e in body.get("already_stopped", [])]
-    lines += [f"resumed fleet {e['fleet']} (desired stays 0)" for e in body.get("resumed", [])]
+    lines += [f"resumed fleet {e['fleet']} for the rest of the month (desired stays 0)" for e in body.get("resumed", [])]
+    lines += [f"left running (resumed by an operator this month): {e['fleet']}" for e in body.get("resumed_by_operator", [])]
     lines += [f"NOT stopped: {item}" for item in body.get("not_stopped", [])]
     if body["action"] == "stop":
         lines.append(f"resume with: ./platform budget resume {body['environment']}")

@@ -24,8 +24,9 @@ METRIC_BATCH = 20
 
 
 def capture_prefixes(prefix: str, variant: str, now: datetime, hours: int) -> list[str]:
-    """The hourly S3 prefixes SageMaker writes capture files under: <prefix><variant>/yyyy/mm/dd/hh/."""
-    return [f"{prefix}{variant}/{(now - timedelta(hours=h)):%Y/%m/%d/%H}/" for h in range(hours)]
+    """The hourly S3 prefixes SageMaker writes capture files under (<prefix><variant>/yyyy/mm/dd/hh/), for the
+    last complete hours: the current hour is still being written."""
+    return [f"{prefix}{variant}/{(now - timedelta(hours=h)):%Y/%m/%d/%H}/" for h in range(1, hours + 1)]
 
 
 def run(env: dict[str, str], s3: Any, cloudwatch: Any, now: datetime) -> dict:
