@@ -241,3 +241,11 @@ def test_list_and_missing_volumes_read_the_published_parameters(config, monkeypa
         assert dataset_ops.missing_volumes(ssm, env) == [
             "fleet training mounts coco v1, not built yet: ./platform dataset build dev coco v1 "
             "--prefix datasets/coco/ --size-gib 100"]
+
+
+def test_copy_commands_are_valid_bash(built, tmp_path):
+    commands = steps(built[0])["CopyDataset"]["inputs"]["Parameters"]["commands"]
+    script = tmp_path / "copy.sh"
+    script.write_text("\n".join(commands).replace("{{ ", "").replace(" }}", ""))
+    result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stderr == "", result.stderr

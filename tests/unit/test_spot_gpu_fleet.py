@@ -299,3 +299,14 @@ def test_p3_runs_with_a_pinned_image(make):
     fleet = make(instance_types=types("p3.16xlarge", "p3dn.24xlarge"), allow_low_diversity=True,
                  machine_image=ec2.MachineImage.generic_linux({"us-east-1": "ami-0123456789abcdef0"}))
     assert [e.name for e in fleet.catalog_entries] == ["p3.16xlarge", "p3dn.24xlarge"]
+
+
+def test_user_data_is_valid_bash(built, tmp_path):
+    import subprocess
+
+    parts = launch_data(built[0])["UserData"]["Fn::Base64"]
+    pieces = parts["Fn::Join"][1] if isinstance(parts, dict) else [parts]
+    script = tmp_path / "user-data.sh"
+    script.write_text("".join(p if isinstance(p, str) else "TOKEN" for p in pieces))
+    result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
