@@ -14,7 +14,7 @@ import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from ml_platform_constructs import GPU_CATALOG
 from ml_platform_constructs.runtime.budget_guard import load_prices

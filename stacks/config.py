@@ -273,7 +273,7 @@ def _fleets(at: str, raw: Any) -> tuple[FleetConfig, ...]:
         for name in types:
             if name not in GPU_CATALOG:
                 raise ConfigError(f"{where}.instance_types", name, "a GPU instance type of the platform's catalog",
-                                  f"use types such as g5.xlarge or g6.2xlarge (see ml_platform_constructs.gpu_catalog)")
+                                  "use types such as g5.xlarge or g6.2xlarge (see ml_platform_constructs.gpu_catalog)")
         max_capacity = _integer(f"{where}.max_capacity", fleet["max_capacity"], 1, 1000)
         fleets.append(FleetConfig(
             name=_string(f"{where}.name", fleet["name"], r"^[a-z][a-z0-9-]{0,39}$",

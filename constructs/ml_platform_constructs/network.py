@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Optional, Sequence
+from typing import Sequence
 
 from aws_cdk import Acknowledgment, Annotations, RemovalPolicy, Stack, Token, Validations
 from aws_cdk import aws_ec2 as ec2

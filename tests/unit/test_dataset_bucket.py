@@ -1,7 +1,6 @@
 """DatasetBucket: one behaviour per test, on two buckets synthesized once for the module."""
 
 import pytest
-from aws_cdk import Annotations as CoreAnnotations
 from aws_cdk import App, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms

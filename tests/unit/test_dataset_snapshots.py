@@ -226,7 +226,7 @@ def test_build_refuses_a_version_already_built(config, monkeypatch):
 
 
 def test_list_and_missing_volumes_read_the_published_parameters(config, monkeypatch):
-    from stacks.config import DatasetVolumeConfig, FleetConfig
+    from stacks.config import DatasetVolumeConfig
     import dataclasses
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
