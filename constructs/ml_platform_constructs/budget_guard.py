@@ -23,8 +23,9 @@ from constructs import Construct
 
 from .alert_topic import allow_budgets_to_publish
 from .errors import ValidationError
-from .nag_support import nag_arn
+from .nag_support import nag_arn, stack_arn
 from .runtime_function import runtime_function
+from .spot_gpu_fleet import AUTO_SCALING_GROUPS_ARN
 
 # One SNS and up to 10 e-mail subscribers per notification, up to 10 notifications per budget:
 # https://docs.aws.amazon.com/aws-cost-management/latest/APIReference/API_budgets_NotificationWithSubscribers.html
@@ -165,7 +166,7 @@ class BudgetGuard(Construct):
             sid="StopAndResumeOnlyThisEnvironmentsFleets",
             actions=["autoscaling:SuspendProcesses", "autoscaling:ResumeProcesses", "autoscaling:UpdateAutoScalingGroup",
                      "autoscaling:CreateOrUpdateTags", "autoscaling:DeleteTags"],
-            resources=[f"arn:{stack.partition}:autoscaling:{stack.region}:{stack.account}:autoScalingGroup:*"],
+            resources=[stack_arn(stack, AUTO_SCALING_GROUPS_ARN)],
             conditions={"StringEquals": {"autoscaling:ResourceTag/environment": environment},
                         "Null": {"autoscaling:ResourceTag/ml-platform:fleet": "false"}}))
         function.add_to_role_policy(iam.PolicyStatement(
@@ -175,8 +176,7 @@ class BudgetGuard(Construct):
                   "namespace); fleet changes are limited by the environment and fleet tags.")
         Validations.of(function.role).acknowledge(
             Acknowledgment(id="AwsSolutions-IAM5[Resource::*]", reason=reason),
-            Acknowledgment(id="AwsSolutions-IAM5[Resource::" + nag_arn(
-                stack, "arn:{partition}:autoscaling:{region}:{account}:autoScalingGroup:*") + "]", reason=reason),
+            Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{nag_arn(stack, AUTO_SCALING_GROUPS_ARN)}]", reason=reason),
             Acknowledgment(id="AwsSolutions-IAM5[Action::kms:GenerateDataKey*]",
                            reason="Publishing to the encrypted alert topic needs data keys of its key."),
             Acknowledgment(id="AwsSolutions-IAM5[Action::kms:ReEncrypt*]",

@@ -13,7 +13,6 @@ names the build command to run first.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -29,7 +28,7 @@ from constructs import Construct
 
 from .dataset_bucket import DATASETS_PREFIX
 from .errors import ValidationError
-from .nag_support import AcknowledgeWildcardResources, nag_arn
+from .nag_support import AcknowledgeWildcardResources, nag_arn, stack_arn
 
 SNAPSHOT_TAG = "ml-platform:dataset-snapshot"
 BUILDER_TAG = "ml-platform:dataset-builder"
@@ -181,6 +180,8 @@ class DatasetSnapshotBuilder(Construct):
 
     def _grant_automation(self, stack: Stack, key: kms.IKey) -> None:
         role = self.automation_role
+        instances_arn = "arn:{partition}:ec2:{region}:{account}:instance/*"
+        parameters_arn = "arn:{partition}:ssm:{region}:{account}:parameter" + self.parameter_prefix + "*"
         scoped = {"StringEquals": {f"aws:ResourceTag/{BUILDER_TAG}": self.environment}}
         role.add_to_policy(iam.PolicyStatement(
             sid="LaunchOnlyFromTheBuilderTemplate", actions=["ec2:RunInstances"], resources=["*"],
@@ -200,10 +201,10 @@ class DatasetSnapshotBuilder(Construct):
             resources=[f"arn:{stack.partition}:ssm:{stack.region}::document/AWS-RunShellScript"]))
         role.add_to_policy(iam.PolicyStatement(
             sid="RunShellOnBuilderInstances", actions=["ssm:SendCommand"],
-            resources=[f"arn:{stack.partition}:ec2:{stack.region}:{stack.account}:instance/*"],
+            resources=[stack_arn(stack, instances_arn)],
             conditions={"StringEquals": {f"ssm:resourceTag/{BUILDER_TAG}": self.environment}}))
-        role.add_to_policy(iam.PolicyStatement(sid="PublishSnapshotIds", actions=["ssm:PutParameter"], resources=[
-            f"arn:{stack.partition}:ssm:{stack.region}:{stack.account}:parameter{self.parameter_prefix}*"]))
+        role.add_to_policy(iam.PolicyStatement(sid="PublishSnapshotIds", actions=["ssm:PutParameter"],
+                                               resources=[stack_arn(stack, parameters_arn)]))
         role.add_to_policy(iam.PolicyStatement(sid="PassBuilderRole", actions=["iam:PassRole"],
                                                resources=[self.builder_role.role_arn]))
         key.grant(role, "kms:GenerateDataKeyWithoutPlaintext", "kms:Decrypt", "kms:DescribeKey")
@@ -215,11 +216,8 @@ class DatasetSnapshotBuilder(Construct):
                   "limited to the dataset prefix.")
         Validations.of(role).acknowledge(
             Acknowledgment(id="AwsSolutions-IAM5[Resource::*]", reason=reason),
-            Acknowledgment(id="AwsSolutions-IAM5[Resource::" + nag_arn(
-                stack, "arn:{partition}:ssm:{region}:{account}:parameter" + self.parameter_prefix + "*") + "]",
-                reason=reason),
-            Acknowledgment(id="AwsSolutions-IAM5[Resource::" + nag_arn(
-                stack, "arn:{partition}:ec2:{region}:{account}:instance/*") + "]", reason=reason))
+            *[Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{nag_arn(stack, arn)}]", reason=reason)
+              for arn in (parameters_arn, instances_arn)])
         Validations.of(self.builder_role).acknowledge(
             Acknowledgment(id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]",
                            reason="The workflow drives the builder through SSM Run Command."),

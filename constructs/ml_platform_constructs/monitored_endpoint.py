@@ -24,7 +24,7 @@ from constructs import Construct
 
 from .dataset_bucket import DatasetBucket
 from .errors import ValidationError
-from .nag_support import AcknowledgeWildcardResources, nag_arn
+from .nag_support import AcknowledgeWildcardResources, nag_arn, stack_arn
 from .runtime_function import runtime_function
 
 DRIFT_NAMESPACE = "MLPlatform/Drift"
@@ -249,10 +249,10 @@ class MonitoredEndpoint(Construct):
                 actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
                 resources=[f"arn:{stack.partition}:ecr:{region}:{account}:repository/{repository}"]))
             self.role.add_to_principal_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
-        log_groups = f"arn:{stack.partition}:logs:{stack.region}:{stack.account}:log-group:/aws/sagemaker/Endpoints/{self.endpoint_name}"
+        log_groups = "arn:{partition}:logs:{region}:{account}:log-group:/aws/sagemaker/Endpoints/" + self.endpoint_name
         self.role.add_to_principal_policy(iam.PolicyStatement(
             actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
-            resources=[log_groups, f"{log_groups}:*"]))
+            resources=[stack_arn(stack, log_groups), stack_arn(stack, f"{log_groups}:*")]))
         # SageMaker creates the network interfaces of a model in a VPC with the execution role.
         self.role.add_to_principal_policy(iam.PolicyStatement(
             actions=["ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission", "ec2:DeleteNetworkInterface",
@@ -261,8 +261,7 @@ class MonitoredEndpoint(Construct):
             resources=["*"]))
         reason = ("Actions without resource-level permissions (ECR authorization token, VPC network interfaces), "
                   "the endpoint's own log streams, and objects under its model artifact and capture prefix.")
-        findings = ["Resource::*", "Resource::" + nag_arn(stack, "arn:{partition}:logs:{region}:{account}:log-group:"
-                                                           f"/aws/sagemaker/Endpoints/{self.endpoint_name}:*"),
+        findings = ["Resource::*", f"Resource::{nag_arn(stack, log_groups + ':*')}",
                     "Action::s3:GetObject*", "Action::s3:GetBucket*", "Action::s3:List*", "Action::s3:Abort*",
                     "Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*"]
         Validations.of(self.role).acknowledge(*[Acknowledgment(id=f"AwsSolutions-IAM5[{f}]", reason=reason)

@@ -33,6 +33,14 @@ def flatten_reference(node: Any) -> str:
     return json.dumps(node, separators=(",", ":"))
 
 
+def stack_arn(stack: Stack, arn_template: str) -> str:
+    """An ARN of the stack's partition, Region and account: ``{partition}``, ``{region}``, ``{account}`` filled in.
+
+    Use the same template with ``nag_arn`` for the finding id, so a resource and its acknowledgement cannot drift.
+    """
+    return arn_template.format(partition=stack.partition, region=stack.region, account=stack.account)
+
+
 def nag_arn(stack: Stack, arn_template: str) -> str:
     """An ARN as cdk-nag names it in a finding: {partition}, {region} and {account} as literals when the stack
     is bound to an environment, else as <AWS::Partition>, <AWS::Region>, <AWS::AccountId>."""

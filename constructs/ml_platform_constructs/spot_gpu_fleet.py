@@ -24,7 +24,7 @@ from . import gpu_catalog
 from .dataset_bucket import DATASETS_PREFIX, DatasetBucket
 from .dataset_snapshots import DatasetVolume, filesystem_label
 from .errors import ValidationError
-from .nag_support import AcknowledgeWildcardResources, nag_arn
+from .nag_support import AcknowledgeWildcardResources, nag_arn, stack_arn
 
 GPU_NAMESPACE = "MLPlatform/GPU"
 JOB_NAMESPACE = "MLPlatform/Training"
@@ -33,6 +33,8 @@ MIN_INSTANCE_TYPES = 4
 MAX_GPU_MEMORY_RATIO = 2.0
 RUNTIME_DIR = "/opt/ml-platform"
 ROOT_DEVICE = "/dev/sda1"  # the Ubuntu DLAMI's root device name
+# Every Auto Scaling group of the stack's account and Region (for actions limited by a tag condition instead).
+AUTO_SCALING_GROUPS_ARN = "arn:{partition}:autoscaling:{region}:{account}:autoScalingGroup:*"
 
 
 class SpotGpuFleet(Construct):
@@ -332,17 +334,15 @@ class SpotGpuFleet(Construct):
             sid="AgentAndWatcherFindTheirGroup", actions=["ec2:DescribeTags", "autoscaling:DescribeAutoScalingInstances"],
             resources=["*"]))
         stack = Stack.of(self)
-        groups_arn = "arn:{}:autoscaling:{}:{}:autoScalingGroup:*"
         self.role.add_to_principal_policy(iam.PolicyStatement(
             sid="CompleteOwnCheckpointHook", actions=["autoscaling:CompleteLifecycleAction"],
-            resources=[groups_arn.format(stack.partition, stack.region, stack.account)],
+            resources=[stack_arn(stack, AUTO_SCALING_GROUPS_ARN)],
             conditions={"StringEquals": {f"autoscaling:ResourceTag/{FLEET_TAG}": self.fleet_name}}))
-        nag_groups_arn = nag_arn(stack, "arn:{partition}:autoscaling:{region}:{account}:autoScalingGroup:*")
         Validations.of(self.role).acknowledge(
             Acknowledgment(id="AwsSolutions-IAM5[Resource::*]",
                            reason="PutMetricData, DescribeTags and DescribeAutoScalingInstances have no resource-level "
                                   "permissions; PutMetricData is limited to the fleet's two namespaces by condition."),
-            Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{nag_groups_arn}]",
+            Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{nag_arn(stack, AUTO_SCALING_GROUPS_ARN)}]",
                            reason="The group's ARN is not known before it exists (it would be a dependency cycle); the "
                                   "fleet tag condition limits the hook completion to this fleet's group."),
         )
