@@ -10,6 +10,9 @@ Sources (AWS documentation):
   The x86_64 "Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)" supports G4dn, G5, G6, G6e, P4d and P5; its
   current drivers (CUDA 13) no longer support P3's Volta GPUs, so P3 needs a pinned AMI of your own. The
   arm64 variant supports G5g.
+- EFA support: the "Supported instance types" list of https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html
+  (accelerated computing); confirm per Region with `aws ec2 describe-instance-types --filters
+  Name=network-info.efa-supported,Values=true`.
 - The SSM parameter of the latest DLAMI, named by the rule "/aws/service/deeplearning/ami/<arch>/<name without
   deep, learning, ami>/latest/ami-id": https://docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html
 """
@@ -42,6 +45,11 @@ class GpuInstanceType:
     @property
     def family(self) -> str:
         return self.name.split(".")[0]
+
+    @property
+    def efa(self) -> bool:
+        """Whether the type supports an Elastic Fabric Adapter (multi-node training over EFA)."""
+        return self.name in EFA_INSTANCE_TYPES
 
 
 def _family(family: str, gpu: str, memory: int, arch: str, dlami: bool,
@@ -77,6 +85,13 @@ GPU_CATALOG: dict[str, GpuInstanceType] = {
     **_family("p4d", "NVIDIA A100", 40, "x86_64", True, [("24xlarge", 8, 96, 1152, 8000)]),
     **_family("p5", "NVIDIA H100", 80, "x86_64", True, [("48xlarge", 8, 192, 2048, 30720)]),
 }
+
+# The catalog's types that support EFA (source in the module docstring).
+EFA_INSTANCE_TYPES = frozenset({
+    "g4dn.8xlarge", "g4dn.12xlarge", "g4dn.16xlarge", "g4dn.metal",
+    *(f"{family}.{size}" for family in ("g5", "g6", "g6e") for size in ("8xlarge", "12xlarge", "16xlarge", "24xlarge", "48xlarge")),
+    "p3dn.24xlarge", "p4d.24xlarge", "p5.48xlarge",
+})
 
 # Service Quotas (service code ec2), counted in vCPUs of running and pending instances; 0 in new accounts.
 # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/using-spot-limits.html

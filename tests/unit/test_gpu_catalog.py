@@ -42,3 +42,10 @@ def test_spot_quota_per_family(name, code):
 def test_on_demand_quota_per_family():
     assert on_demand_quota(GPU_CATALOG["g6.xlarge"])[0] == "L-DB2E81BA"
     assert on_demand_quota(GPU_CATALOG["p5.48xlarge"])[0] == "L-417A185B"
+
+
+def test_efa_types_are_catalog_types_and_single_gpu_small_sizes_have_none():
+    from ml_platform_constructs.gpu_catalog import EFA_INSTANCE_TYPES, GPU_CATALOG
+    assert EFA_INSTANCE_TYPES <= set(GPU_CATALOG)
+    assert GPU_CATALOG["p4d.24xlarge"].efa and GPU_CATALOG["g6e.12xlarge"].efa
+    assert not GPU_CATALOG["g5.xlarge"].efa and not GPU_CATALOG["g5g.16xlarge"].efa
