@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import re
-from importlib import resources
 from typing import Optional, Sequence
 
 from aws_cdk import Acknowledgment, Annotations, Duration, Size, Stack, Tags, Validations
@@ -22,16 +20,15 @@ from constructs import Construct
 
 from . import gpu_catalog
 from .dataset_bucket import DATASETS_PREFIX, DatasetBucket
-from .dataset_snapshots import DatasetVolume, filesystem_label
+from .dataset_snapshots import DatasetVolume
 from .errors import ValidationError
+from .gpu_alarms import gpu_alarms, gpu_memory_used_ratio, gpu_metric, validate_alarm_props, validate_gpu_types
+from .instance_bootstrap import GPU_NAMESPACE, RUN_DIR, InstanceBootstrap, gpu_agent_config, ubuntu_agent_install
 from .nag_support import AcknowledgeWildcardResources, nag_arn, stack_arn
+from .runtime_function import runtime_function
 
-GPU_NAMESPACE = "MLPlatform/GPU"
 JOB_NAMESPACE = "MLPlatform/Training"
 FLEET_TAG = "ml-platform:fleet"
-MIN_INSTANCE_TYPES = 4
-MAX_GPU_MEMORY_RATIO = 2.0
-RUNTIME_DIR = "/opt/ml-platform"
 ROOT_DEVICE = "/dev/sda1"  # the Ubuntu DLAMI's root device name
 # Every Auto Scaling group of the stack's account and Region (for actions limited by a tag condition instead).
 AUTO_SCALING_GROUPS_ARN = "arn:{partition}:autoscaling:{region}:{account}:autoScalingGroup:*"
@@ -141,6 +138,9 @@ class SpotGpuFleet(Construct):
             role=self.role,
             security_group=self.security_group,
             require_imdsv2=True,
+            # 2 hops: a job in a Docker container (the DLAMI ships Docker) reaches IMDSv2 through the bridge
+            # (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-data-retrieval.html#imds-considerations).
+            http_put_response_hop_limit=2,
             user_data=self._user_data(datasets, hook_name, checkpoint_timeout, dataset_volumes),
             block_devices=[ec2.BlockDevice(device_name=ROOT_DEVICE, volume=ec2.BlockDeviceVolume.ebs(
                 int(root_volume_size.to_gibibytes()), volume_type=ec2.EbsDeviceVolumeType.GP3, encrypted=True,
@@ -186,8 +186,10 @@ class SpotGpuFleet(Construct):
             event_pattern=events.EventPattern(source=["aws.autoscaling"], detail_type=["EC2 Instance Launch Unsuccessful"],
                                               detail={"AutoScalingGroupName": [self.auto_scaling_group.auto_scaling_group_name]}),
             targets=[targets.SnsTopic(alerts, message=events.RuleTargetInput.from_text(
+                # The event's detail has Cause and StatusMessage (no Description):
+                # https://docs.aws.amazon.com/autoscaling/ec2/userguide/automating-ec2-auto-scaling-with-eventbridge.html
                 f"GPU fleet {self.fleet_name}: launch failed: {events.EventField.from_path('$.detail.StatusMessage')} "
-                f"({events.EventField.from_path('$.detail.Description')})"))],
+                f"(cause: {events.EventField.from_path('$.detail.Cause')})"))],
         )
         if spot_max_price is not None:
             Annotations.of(self).add_warning_v2(
@@ -201,47 +203,8 @@ class SpotGpuFleet(Construct):
 
     # --- validation -------------------------------------------------------------------------------------------
     def _validate_types(self, instance_types, machine_image, allow_low_diversity, allow_mixed_gpu_memory):
-        names = [t.to_string() for t in instance_types]
-        if not names:
-            raise ValidationError("SpotGpuFleet", "instance_types", [], "at least one GPU instance type",
-                                  "list several types of one GPU shape, e.g. g5.xlarge, g5.2xlarge, g6.xlarge, g6.2xlarge")
-        if len(set(names)) != len(names):
-            raise ValidationError("SpotGpuFleet", "instance_types", names, "each type once", "remove the duplicate")
-        entries = []
-        for name in names:
-            entry = gpu_catalog.lookup(name)
-            if entry is None:
-                raise ValidationError("SpotGpuFleet", "instance_types", name,
-                                      f"a GPU instance type of the catalog (families "
-                                      f"{sorted({e.family for e in gpu_catalog.GPU_CATALOG.values()})})",
-                                      "pick GPU types from ml_platform_constructs.gpu_catalog.GPU_CATALOG")
-            entries.append(entry)
-        architectures = sorted({e.architecture for e in entries})
-        if len(architectures) > 1:
-            raise ValidationError("SpotGpuFleet", "instance_types", names, f"one CPU architecture (got {architectures})",
-                                  "use only x86_64 types or only arm64 (g5g) types: one AMI serves the whole fleet")
-        counts = sorted({e.gpu_count for e in entries})
-        if len(counts) > 1:
-            raise ValidationError("SpotGpuFleet", "instance_types", names, f"one GPU count per instance (got {counts})",
-                                  "a job's parallelism is set per GPU count: split the types into one fleet per count")
-        memories = sorted({e.gpu_memory_gib for e in entries})
-        if memories[-1] / memories[0] > MAX_GPU_MEMORY_RATIO:
-            detail = (f"GPU memory within {MAX_GPU_MEMORY_RATIO:g}x across types (got {memories[0]} to "
-                      f"{memories[-1]} GiB)")
-            if not allow_mixed_gpu_memory:
-                raise ValidationError("SpotGpuFleet", "instance_types", names, detail,
-                                      "keep GPUs of a similar size (e.g. A10G/L4 24 GiB with L40S 48 GiB), or set "
-                                      "allow_mixed_gpu_memory=True if the job fits the smallest")
-            Annotations.of(self).add_warning_v2("ml-platform:mixed-gpu-memory",
-                                                f"{detail}: the job must fit the smallest GPU.")
-        if len(entries) < MIN_INSTANCE_TYPES:
-            detail = (f"at least {MIN_INSTANCE_TYPES} instance types for Spot to find capacity reliably "
-                      f"(got {len(entries)}; AWS's rule of thumb is 10)")
-            if not allow_low_diversity:
-                raise ValidationError("SpotGpuFleet", "instance_types", names, detail,
-                                      "add sizes or families of the same GPU shape, or set allow_low_diversity=True")
-            Annotations.of(self).add_warning_v2("ml-platform:low-spot-diversity", f"{detail}: expect interruptions "
-                                                "and unfilled capacity.")
+        entries = validate_gpu_types(self, "SpotGpuFleet", instance_types, allow_low_diversity=allow_low_diversity,
+                                     allow_mixed_gpu_memory=allow_mixed_gpu_memory)
         unsupported = [e.name for e in entries if not e.dlami]
         if machine_image is None and unsupported:
             raise ValidationError("SpotGpuFleet", "instance_types", unsupported,
@@ -270,25 +233,16 @@ class SpotGpuFleet(Construct):
             if price < 0.001:
                 fail("spot_max_price", spot_max_price, "a price in USD per instance-hour, at least 0.001 (a string)",
                      "e.g. spot_max_price='1.20', or leave it unset (recommended)")
-        if not 0 < idle_threshold_percent < 100:
-            fail("idle_threshold_percent", idle_threshold_percent, "between 0 and 100", "e.g. 40")
+        validate_alarm_props("SpotGpuFleet", idle_threshold_percent=idle_threshold_percent,
+                             idle_evaluation_periods=idle_evaluation_periods, alarm_period=alarm_period,
+                             memory_pressure_threshold=memory_pressure_threshold)
         period = alarm_period.to_seconds()
-        if period % 60 or period < 60:
-            fail("alarm_period", alarm_period.to_human_string(), "a whole number of minutes (the agent publishes "
-                 "every 60 s)", "e.g. Duration.minutes(5)")
-        if not isinstance(idle_evaluation_periods, int) or idle_evaluation_periods < 1 or \
-                period * idle_evaluation_periods > 86400:
-            fail("idle_evaluation_periods", idle_evaluation_periods, "at least 1, with periods x period up to one day "
-                 "(CloudWatch's limit for periods under an hour)", "e.g. 3")
         if scale_to_zero_after is not None:
             after = scale_to_zero_after.to_seconds()
             if after % period or after < 2 * period or after > 86400:
                 fail("scale_to_zero_after", scale_to_zero_after.to_human_string(),
                      f"a multiple of alarm_period ({alarm_period.to_human_string()}), at least two periods, "
                      "at most one day", "e.g. Duration.minutes(30), longer than boot plus your job's start-up")
-        if memory_pressure_threshold is not None and not 0 < memory_pressure_threshold <= 1:
-            fail("memory_pressure_threshold", memory_pressure_threshold, "a ratio in (0, 1], or None",
-                 "e.g. 0.7; None switches the alarm off")
         timeout = checkpoint_timeout.to_seconds()
         if not 30 <= timeout <= 7200:
             fail("checkpoint_timeout", checkpoint_timeout.to_human_string(),
@@ -365,22 +319,10 @@ class SpotGpuFleet(Construct):
     def _user_data(self, datasets: Optional[DatasetBucket], hook_name: str, checkpoint_timeout: Duration,
                    dataset_volumes: Sequence[DatasetVolume]) -> ec2.UserData:
         stack = Stack.of(self)
-        agent_config = {
-            "agent": {"metrics_collection_interval": 60},
-            "metrics": {
-                "namespace": GPU_NAMESPACE,
-                "append_dimensions": {"AutoScalingGroupName": "${aws:AutoScalingGroupName}",
-                                      "InstanceId": "${aws:InstanceId}"},
-                "aggregation_dimensions": [["AutoScalingGroupName"], ["InstanceId"]],
-                "metrics_collected": {"nvidia_gpu": {"measurement": [
-                    {"name": "utilization_gpu", "unit": "Percent"}, {"name": "memory_used", "unit": "Megabytes"},
-                    {"name": "memory_total", "unit": "Megabytes"}, "temperature_gpu", "power_draw"]}},
-            },
-        }
         environment = {
             "ML_PLATFORM_FLEET_NAME": self.fleet_name,
-            "ML_PLATFORM_STOP_FILE": "/run/ml-platform/stop-requested",
-            "ML_PLATFORM_JOB_PID_FILE": "/run/ml-platform/job.pid",
+            "ML_PLATFORM_STOP_FILE": f"{RUN_DIR}/stop-requested",
+            "ML_PLATFORM_JOB_PID_FILE": f"{RUN_DIR}/job.pid",
             "ML_PLATFORM_LIFECYCLE_HOOK": hook_name,
             "ML_PLATFORM_HOOK_TIMEOUT_SECONDS": str(int(checkpoint_timeout.to_seconds())),
             "AWS_REGION": stack.region,
@@ -388,61 +330,26 @@ class SpotGpuFleet(Construct):
         if datasets is not None:
             environment["ML_PLATFORM_DATASETS_URI"] = f"s3://{datasets.bucket_name}/{DATASETS_PREFIX}"
             environment["ML_PLATFORM_CHECKPOINT_URI"] = f"s3://{datasets.bucket_name}/{self.checkpoint_prefix}"
-        watcher = resources.files("ml_platform_constructs.runtime").joinpath("interruption_watcher.py").read_text()
-        arch = "arm64" if self.catalog_entries[0].architecture == "arm64" else "amd64"
-        agent_url = (f"https://amazoncloudwatch-agent-{stack.region}.s3.{stack.region}.{stack.url_suffix}"
-                     f"/ubuntu/{arch}/latest/amazon-cloudwatch-agent.deb")
+        bootstrap = InstanceBootstrap(
+            environment=environment, dataset_volumes=dataset_volumes,
+            agent_config=gpu_agent_config(("AutoScalingGroupName", "${aws:AutoScalingGroupName}"), static=False),
+            agent_install=ubuntu_agent_install(stack.region, stack.url_suffix, self.catalog_entries[0].architecture))
         user_data = ec2.UserData.for_linux()
-        # The checkpoint signal and the dataset mounts come first: a failed agent download must not cost them.
-        user_data.add_commands(
-            "set -euo pipefail",
-            f"mkdir -p {RUNTIME_DIR} /etc/ml-platform",
-            "cat > /etc/ml-platform/fleet.env <<'EOF'\n" + "\n".join(f"{k}={v}" for k, v in environment.items()) + "\nEOF",
-            f"cat > {RUNTIME_DIR}/interruption_watcher.py <<'EOF'\n{watcher}EOF",
-            "cat > /etc/systemd/system/ml-platform-interruption-watcher.service <<'EOF'\n"
-            "[Unit]\nDescription=Checkpoint signal before Spot interruption or scale-in\nAfter=network-online.target\n"
-            f"[Service]\nEnvironmentFile=/etc/ml-platform/fleet.env\nExecStart=/usr/bin/python3 {RUNTIME_DIR}/interruption_watcher.py\n"
-            # /run/ml-platform: where any job user writes its PID file and reads the stop file.
-            "RuntimeDirectory=ml-platform\nRuntimeDirectoryMode=1777\nRuntimeDirectoryPreserve=yes\n"
-            "Restart=on-failure\n[Install]\nWantedBy=multi-user.target\nEOF",
-            "systemctl daemon-reload && systemctl enable --now ml-platform-interruption-watcher.service",
-        )
-        for volume in dataset_volumes:
-            # Nitro instances name EBS devices /dev/nvme*: mount by the label the snapshot builder gave the filesystem.
-            label = filesystem_label(volume.name, volume.version)
-            user_data.add_commands(
-                f"for i in $(seq 90); do [ -e /dev/disk/by-label/{label} ] && break; sleep 2; done",
-                f"mkdir -p {volume.mount_point}",
-                f"echo 'LABEL={label} {volume.mount_point} ext4 ro,noload,nofail 0 2' >> /etc/fstab",
-                f"mount {volume.mount_point}")
-        user_data.add_commands(
-            # The Region's own agent bucket is reachable through the S3 gateway endpoint, without internet.
-            "if ! command -v /opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl >/dev/null; then "
-            f"curl -fsSL -o /tmp/cwagent.deb {agent_url} && dpkg -i /tmp/cwagent.deb "
-            "|| echo 'CloudWatch agent install failed: no GPU metrics from this instance' >&2; fi",
-            f"cat > {RUNTIME_DIR}/cloudwatch-agent.json <<'EOF'\n{json.dumps(agent_config, indent=1)}\nEOF",
-            "/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl -a fetch-config -m ec2 -s "
-            f"-c file:{RUNTIME_DIR}/cloudwatch-agent.json || echo 'CloudWatch agent did not start' >&2",
-        )
+        user_data.add_commands(*bootstrap.commands())
         return user_data
 
     # --- metrics ----------------------------------------------------------------------------------------------
-    def _gpu_metric(self, name: str, **kwargs) -> cloudwatch.Metric:
-        options = {"period": self._period, "statistic": "Average", **kwargs}
-        return cloudwatch.Metric(namespace=GPU_NAMESPACE, metric_name=name,
-                                 dimensions_map={"AutoScalingGroupName": self.auto_scaling_group.auto_scaling_group_name},
-                                 **options)
+    @property
+    def _group_dimension(self) -> tuple[str, str]:
+        return ("AutoScalingGroupName", self.auto_scaling_group.auto_scaling_group_name)
 
     def metric_gpu_utilization(self, **kwargs) -> cloudwatch.Metric:
         """``MLPlatform/GPU nvidia_smi_utilization_gpu`` averaged over the group's GPUs (percent)."""
-        return self._gpu_metric("nvidia_smi_utilization_gpu", **kwargs)
+        return gpu_metric("nvidia_smi_utilization_gpu", self._group_dimension, self._period, **kwargs)
 
     def metric_gpu_memory_used_ratio(self, **kwargs) -> cloudwatch.MathExpression:
         """GPU memory used / total over the group (0-1), from ``nvidia_smi_memory_used`` and ``_total``."""
-        return cloudwatch.MathExpression(
-            expression="used / total", label="GPU memory used / total", period=kwargs.pop("period", self._period),
-            using_metrics={"used": self._gpu_metric("nvidia_smi_memory_used", **kwargs),
-                           "total": self._gpu_metric("nvidia_smi_memory_total", **kwargs)})
+        return gpu_memory_used_ratio(self._group_dimension, self._period, **kwargs)
 
     def metric_in_service_instances(self, **kwargs) -> cloudwatch.Metric:
         """``AWS/AutoScaling GroupInServiceInstances`` (group metrics are enabled on the group)."""
@@ -461,24 +368,11 @@ class SpotGpuFleet(Construct):
     # --- alarms and dashboard ---------------------------------------------------------------------------------
     def _alarms(self, alerts, idle_threshold, periods, scale_to_zero_after, memory_threshold):
         notify = cw_actions.SnsAction(alerts)
-        idle = self.metric_gpu_utilization().create_alarm(
-            self, "GpuIdleAlarm",
-            alarm_description=f"GPU fleet {self.fleet_name}: average GPU utilization under {idle_threshold:g}% "
-                              f"for {periods} periods. A fleet at zero publishes nothing and does not alarm.",
-            threshold=idle_threshold, evaluation_periods=periods,
-            comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING)
-        idle.add_alarm_action(notify)
-        memory = None
-        if memory_threshold is not None:
-            memory = self.metric_gpu_memory_used_ratio().create_alarm(
-                self, "GpuMemoryPressureAlarm",
-                alarm_description=f"GPU fleet {self.fleet_name}: GPU memory used/total above {memory_threshold:g} "
-                                  f"for {periods} periods (frameworks that preallocate memory keep this high: see README).",
-                threshold=memory_threshold, evaluation_periods=periods,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING)
-            memory.add_alarm_action(notify)
+        idle, memory = gpu_alarms(
+            self, subject=f"GPU fleet {self.fleet_name}", utilization=self.metric_gpu_utilization(),
+            memory_used_ratio=self.metric_gpu_memory_used_ratio(), idle_threshold_percent=idle_threshold,
+            evaluation_periods=periods, memory_pressure_threshold=memory_threshold, actions=[notify],
+            idle_note="A fleet at zero publishes nothing and does not alarm.")
         scale_to_zero = None
         if scale_to_zero_after is not None:
             # Idle GPUs and no job process: nobody uses the fleet. Missing data counts as busy (no instance, still
@@ -491,14 +385,26 @@ class SpotGpuFleet(Construct):
             scale_to_zero = signal.create_alarm(
                 self, "ScaleToZeroAlarm",
                 alarm_description=f"GPU fleet {self.fleet_name}: GPUs idle and no job running for "
-                                  f"{scale_to_zero_after.to_human_string()}; sets the group to 0 instances.",
+                                  f"{scale_to_zero_after.to_human_string()}; sets the group to 0 instances once.",
                 threshold=1, evaluation_periods=periods_to_zero,
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING)
-            action = autoscaling.StepScalingAction(self, "ScaleToZero", auto_scaling_group=self.auto_scaling_group,
-                                                   adjustment_type=autoscaling.AdjustmentType.EXACT_CAPACITY)
-            action.add_adjustment(adjustment=0, lower_bound=0)
-            scale_to_zero.add_alarm_action(cw_actions.AutoScalingAction(action))
+            # An Auto Scaling alarm action repeats every minute while the alarm stays in ALARM, undoing an
+            # operator's scale-up; a Lambda action runs once per change to ALARM
+            # (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/alarms-and-actions.html).
+            self.scale_to_zero_function = runtime_function(
+                self, "ScaleToZeroFunction", handler="scale_to_zero.handler", files=["scale_to_zero.py"],
+                description=f"GPU fleet {self.fleet_name}: sets the group to 0 once when the scale-to-zero alarm fires",
+                timeout=Duration.seconds(30),
+                environment={"GROUP_NAME": self.auto_scaling_group.auto_scaling_group_name})
+            self.scale_to_zero_function.add_to_role_policy(iam.PolicyStatement(
+                actions=["autoscaling:SetDesiredCapacity"],
+                resources=[stack_arn(Stack.of(self), AUTO_SCALING_GROUPS_ARN)],
+                conditions={"StringEquals": {f"autoscaling:ResourceTag/{FLEET_TAG}": self.fleet_name}}))
+            Validations.of(self.scale_to_zero_function.role).acknowledge(Acknowledgment(
+                id=f"AwsSolutions-IAM5[Resource::{nag_arn(Stack.of(self), AUTO_SCALING_GROUPS_ARN)}]",
+                reason="Limited to this fleet's group by the fleet tag condition (the group's ARN would be a cycle)."))
+            scale_to_zero.add_alarm_action(cw_actions.LambdaAction(self.scale_to_zero_function))
             scale_to_zero.add_alarm_action(notify)
         return idle, memory, scale_to_zero
 

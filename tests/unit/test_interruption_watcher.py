@@ -45,7 +45,7 @@ def imds():
 def settings(tmp_path):
     return watcher.Settings(stop_file=str(tmp_path / "run" / "stop-requested"), pid_file=str(tmp_path / "job.pid"),
                             lifecycle_hook="checkpoint-before-termination", hook_timeout_seconds=300,
-                            region="us-east-1", fleet_name="training")
+                            region="us-east-1", fleet_name="training", signal_containers=False)
 
 
 def test_nothing_scheduled_is_no_stop(imds):
@@ -105,7 +105,7 @@ def test_job_running_follows_the_pid_file(settings):
 
 def test_job_running_metric_names_the_fleet(settings):
     calls = []
-    watcher.publish_job_running(settings, True, run=lambda args, check: calls.append(args))
+    watcher.publish_job_running(settings, True, run=lambda args, check, timeout: calls.append(args))
     assert calls[0][:3] == ["aws", "cloudwatch", "put-metric-data"]
     assert calls[0][calls[0].index("--namespace") + 1] == "MLPlatform/Training"
     assert calls[0][calls[0].index("--dimensions") + 1] == "FleetName=training"
@@ -127,3 +127,34 @@ def test_scale_in_completes_the_lifecycle_action_of_its_group(imds, settings):
     assert args[args.index("--auto-scaling-group-name") + 1] == "dev-Compute-trainingASG"
     assert args[args.index("--instance-id") + 1] == "i-0abc"
     assert args[args.index("--lifecycle-action-result") + 1] == "CONTINUE"
+
+
+def test_every_call_in_the_loop_is_bounded_so_a_hang_cannot_cost_the_notice(settings, imds):
+    metadata, paths = imds
+    paths["instance-id"] = "i-0abc"
+    timeouts = []
+
+    def hanging(args, timeout=None, **kwargs):
+        timeouts.append(timeout)
+        raise subprocess.TimeoutExpired(args, timeout)
+    watcher.publish_job_running(settings, True, run=hanging)  # logged, not raised
+    assert watcher.signal_task_containers(run=hanging) == []
+    with pytest.raises(subprocess.TimeoutExpired):
+        watcher.complete_lifecycle_action(settings, metadata, run=hanging)
+    assert timeouts and all(t == watcher.CALL_TIMEOUT_SECONDS for t in timeouts)
+
+
+def test_batch_instances_sigterm_every_ecs_task_container_without_stopping_it():
+    calls = []
+
+    def run(args, **kwargs):
+        calls.append(args)
+        return subprocess.CompletedProcess(args, 0, stdout="c1\nc2\n" if args[1] == "ps" else "")
+    assert watcher.signal_task_containers(run=run) == ["c1", "c2"]
+    assert calls[0] == ["docker", "ps", "--quiet", "--filter", "label=com.amazonaws.ecs.task-arn"]
+    assert calls[1] == ["docker", "kill", "--signal", "SIGTERM", "c1", "c2"]
+
+
+def test_queue_instances_need_no_fleet_or_hook_settings():
+    settings = watcher.Settings.from_env({"AWS_REGION": "us-east-1", "ML_PLATFORM_SIGNAL_CONTAINERS": "ecs"})
+    assert settings.signal_containers and settings.fleet_name is None and settings.lifecycle_hook is None

@@ -106,8 +106,8 @@ def test_image_is_the_dlami_resolved_from_ssm_at_deploy_time(built):
     assert parameter["Default"] == "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
 
 
-def test_imdsv2_required(built):
-    assert launch_data(built[0])["MetadataOptions"] == {"HttpTokens": "required"}
+def test_imdsv2_required_with_two_hops_for_containers(built):
+    assert launch_data(built[0])["MetadataOptions"] == {"HttpTokens": "required", "HttpPutResponseHopLimit": 2}
 
 
 def test_root_volume_is_encrypted_gp3_with_the_given_key(built):
@@ -192,10 +192,40 @@ def test_scale_to_zero_needs_idle_gpus_and_no_job_for_the_whole_window(built):
                  if v["Properties"].get("EvaluationPeriods") == 6)
     assert alarm["Metrics"][0]["Expression"] == "IF(FILL(util, 100) < 40 AND FILL(job, 1) == 0, 1, 0)"
     assert alarm["TreatMissingData"] == "notBreaching"
-    policy_id = next(iter(template.find_resources("AWS::AutoScaling::ScalingPolicy")))
-    assert {"Ref": policy_id} in alarm["AlarmActions"]
-    template.has_resource_properties("AWS::AutoScaling::ScalingPolicy", {
-        "AdjustmentType": "ExactCapacity", "StepAdjustments": [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 0}]})
+    function_id = next(k for k in template.find_resources("AWS::Lambda::Function") if "ScaleToZero" in k)
+    assert {"Fn::GetAtt": [function_id, "Arn"]} in alarm["AlarmActions"]
+
+
+def test_scale_to_zero_acts_once_not_every_minute(built):
+    # An Auto Scaling alarm action repeats while in ALARM and would undo an operator's scale-up.
+    template, _ = built
+    assert template.find_resources("AWS::AutoScaling::ScalingPolicy") == {}
+    template.has_resource_properties("AWS::Lambda::Permission", {
+        "Principal": "lambda.alarms.cloudwatch.amazonaws.com", "Action": "lambda:InvokeFunction"})
+
+
+def test_scale_to_zero_handler_sets_the_group_to_zero_on_alarm_only(monkeypatch):
+    from ml_platform_constructs.runtime import scale_to_zero
+
+    calls = []
+
+    class AutoScaling:
+        def set_desired_capacity(self, **kwargs):
+            calls.append(kwargs)
+
+    monkeypatch.setenv("GROUP_NAME", "fleet-group")
+    ok = scale_to_zero.handler({"alarmData": {"state": {"value": "OK"}}}, None, AutoScaling())
+    assert ok["changed"] is False and calls == []
+    fired = scale_to_zero.handler({"alarmData": {"state": {"value": "ALARM"}}}, None, AutoScaling())
+    assert fired["changed"] is True
+    assert calls == [{"AutoScalingGroupName": "fleet-group", "DesiredCapacity": 0, "HonorCooldown": False}]
+
+
+def test_launch_failure_message_uses_the_event_fields_that_exist(built):
+    rule = next(v["Properties"] for v in built[0].find_resources("AWS::Events::Rule").values()
+                if "EC2 Instance Launch Unsuccessful" in json.dumps(v))
+    text = json.dumps(rule["Targets"][0]["InputTransformer"])
+    assert "$.detail.Cause" in text and "$.detail.StatusMessage" in text and "Description" not in text
 
 
 def test_dashboard_charts_gpus_instances_jobs_interruptions_and_launch_failures(built):

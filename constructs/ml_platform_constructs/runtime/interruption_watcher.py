@@ -9,11 +9,14 @@ instance metadata service (IMDSv2) for:
   lifecycle hook (https://docs.aws.amazon.com/autoscaling/ec2/userguide/retrieving-target-lifecycle-state-through-imds.html);
 - events/recommendations/rebalance: logged only; capacity rebalancing replaces the instance through scale-in.
 
-On a notice it writes the stop file (reason and deadline) and sends SIGTERM to the job's PID file. When the
-stop came from scale-in it waits for the job to exit (up to the hook's timeout) and then completes the
+On a notice it writes the stop file (reason and deadline) and sends SIGTERM to the job's PID file, and on an
+AWS Batch instance (ML_PLATFORM_SIGNAL_CONTAINERS=ecs) to every ECS task container, whose stop timeout the
+queue raises so the job can checkpoint. When the stop came from scale-in it waits for the job to exit (up to the hook's timeout) and then completes the
 lifecycle action so the instance terminates without waiting out the hook.
 
-Every minute it also publishes MLPlatform/Training JobRunning (dimension FleetName): 1 while the process in
+Every call it makes is bounded by a timeout: a hung metric publish must not cost the 2 minutes' notice.
+
+On fleets, every minute it also publishes MLPlatform/Training JobRunning (dimension FleetName): 1 while the process in
 the job's PID file is alive, else 0. The fleet's scale-to-zero alarm reads it, so a fleet whose job is
 still loading data (GPUs idle, job alive) is never stopped.
 """
@@ -35,6 +38,9 @@ from typing import Callable, Optional
 IMDS = "http://169.254.169.254"
 POLL_SECONDS = 5
 PUBLISH_SECONDS = 60
+CALL_TIMEOUT_SECONDS = 10
+# The ECS agent labels every task container with its task ARN; the agent's own container has no such label.
+ECS_TASK_LABEL = "com.amazonaws.ecs.task-arn"
 JOB_NAMESPACE = "MLPlatform/Training"
 
 
@@ -42,18 +48,20 @@ JOB_NAMESPACE = "MLPlatform/Training"
 class Settings:
     stop_file: str
     pid_file: str
-    lifecycle_hook: str
+    lifecycle_hook: Optional[str]  # fleets: the termination hook to complete; none on a queue's instances
     hook_timeout_seconds: int
     region: str
-    fleet_name: str
+    fleet_name: Optional[str]  # fleets: publishes JobRunning; none on a queue's instances
+    signal_containers: bool  # AWS Batch: also SIGTERM the ECS task containers
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> "Settings":
         return cls(stop_file=env.get("ML_PLATFORM_STOP_FILE", "/run/ml-platform/stop-requested"),
                    pid_file=env.get("ML_PLATFORM_JOB_PID_FILE", "/run/ml-platform/job.pid"),
-                   lifecycle_hook=env["ML_PLATFORM_LIFECYCLE_HOOK"],
+                   lifecycle_hook=env.get("ML_PLATFORM_LIFECYCLE_HOOK"),
                    hook_timeout_seconds=int(env.get("ML_PLATFORM_HOOK_TIMEOUT_SECONDS", "300")),
-                   region=env["AWS_REGION"], fleet_name=env["ML_PLATFORM_FLEET_NAME"])
+                   region=env["AWS_REGION"], fleet_name=env.get("ML_PLATFORM_FLEET_NAME"),
+                   signal_containers=env.get("ML_PLATFORM_SIGNAL_CONTAINERS") == "ecs")
 
 
 class Metadata:
@@ -125,10 +133,30 @@ def job_running(pid_file: str, alive: Callable[[int], bool]) -> bool:
     return pid is not None and alive(pid)
 
 
+def bounded(run: Callable, command: list[str], **kwargs) -> Optional[subprocess.CompletedProcess]:
+    """Runs a command with a timeout; None (and a log line) if it did not finish in time."""
+    try:
+        return run(command, timeout=CALL_TIMEOUT_SECONDS, **kwargs)
+    except subprocess.TimeoutExpired:
+        print(f"timed out after {CALL_TIMEOUT_SECONDS} s: {' '.join(command[:3])}", file=sys.stderr, flush=True)
+        return None
+
+
 def publish_job_running(settings: Settings, running: bool, run=subprocess.run) -> None:
-    run(["aws", "cloudwatch", "put-metric-data", "--region", settings.region, "--namespace", JOB_NAMESPACE,
-         "--metric-name", "JobRunning", "--dimensions", f"FleetName={settings.fleet_name}",
-         "--value", "1" if running else "0", "--unit", "Count"], check=False)
+    bounded(run, ["aws", "cloudwatch", "put-metric-data", "--region", settings.region, "--namespace", JOB_NAMESPACE,
+                  "--metric-name", "JobRunning", "--dimensions", f"FleetName={settings.fleet_name}",
+                  "--value", "1" if running else "0", "--unit", "Count"], check=False)
+
+
+def signal_task_containers(run=subprocess.run) -> list[str]:
+    """Sends SIGTERM to every ECS task container (AWS Batch jobs) without stopping it: the job checkpoints, and the
+    container's stop timeout (raised by the queue) bounds how long ECS waits if the job is stopped too."""
+    listed = bounded(run, ["docker", "ps", "--quiet", "--filter", f"label={ECS_TASK_LABEL}"],
+                     check=False, capture_output=True, text=True)
+    containers = listed.stdout.split() if listed is not None and listed.returncode == 0 else []
+    if containers:
+        bounded(run, ["docker", "kill", "--signal", "SIGTERM", *containers], check=False)
+    return containers
 
 
 def wait_for_exit(pid: Optional[int], timeout: float, alive: Callable[[int], bool], interval: float = 1.0) -> bool:
@@ -153,7 +181,7 @@ def group_name(instance_id: str, region: str, run=subprocess.run) -> str:
     """The instance's Auto Scaling group, from the Auto Scaling API (aws: tags may not be in instance metadata)."""
     result = run(["aws", "autoscaling", "describe-auto-scaling-instances", "--region", region, "--instance-ids",
                   instance_id, "--query", "AutoScalingInstances[0].AutoScalingGroupName", "--output", "text"],
-                 check=True, capture_output=True, text=True)
+                 check=True, capture_output=True, text=True, timeout=CALL_TIMEOUT_SECONDS)
     return result.stdout.strip()
 
 
@@ -162,7 +190,7 @@ def complete_lifecycle_action(settings: Settings, metadata: Metadata, run=subpro
     group = group_name(instance_id, settings.region, run)
     run(["aws", "autoscaling", "complete-lifecycle-action", "--region", settings.region,
          "--lifecycle-hook-name", settings.lifecycle_hook, "--auto-scaling-group-name", group,
-         "--instance-id", instance_id, "--lifecycle-action-result", "CONTINUE"], check=True)
+         "--instance-id", instance_id, "--lifecycle-action-result", "CONTINUE"], check=True, timeout=CALL_TIMEOUT_SECONDS)
 
 
 def main() -> int:
@@ -170,7 +198,7 @@ def main() -> int:
     metadata = Metadata()
     last_published = 0.0
     while True:
-        if time.monotonic() - last_published >= PUBLISH_SECONDS:
+        if settings.fleet_name and time.monotonic() - last_published >= PUBLISH_SECONDS:
             publish_job_running(settings, job_running(settings.pid_file, _alive))
             last_published = time.monotonic()
         try:
@@ -183,7 +211,9 @@ def main() -> int:
         if stop:
             print(f"stop requested: {stop}", flush=True)
             pid = request_stop(settings, stop)
-            if stop["reason"] == "scale-in":
+            if settings.signal_containers:
+                print(f"SIGTERM sent to task containers: {signal_task_containers()}", flush=True)
+            if stop["reason"] == "scale-in" and settings.lifecycle_hook:
                 exited = wait_for_exit(pid, settings.hook_timeout_seconds - 30, _alive)
                 print("job exited" if exited else "job still running at the hook timeout", flush=True)
                 complete_lifecycle_action(settings, metadata)

@@ -1,0 +1,109 @@
+"""What every GPU instance of the platform runs at boot, for SpotGpuFleet and TrainingQueue alike.
+
+One renderer, so a fleet and a queue never drift apart: the environment file of the job contract, the
+interruption watcher as a systemd service, the dataset volumes mounted read-only by filesystem label, and the
+CloudWatch agent publishing NVIDIA GPU metrics to ``MLPlatform/GPU``. The caller wraps the commands in the
+user data its launch template needs (plain shell for a fleet, MIME multi-part for AWS Batch).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Mapping, Sequence
+
+from .dataset_snapshots import DatasetVolume, filesystem_label
+
+GPU_NAMESPACE = "MLPlatform/GPU"
+RUNTIME_DIR = "/opt/ml-platform"
+RUN_DIR = "/run/ml-platform"
+ENV_FILE = "/etc/ml-platform/fleet.env"
+AGENT_CTL = "/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl"
+GPU_MEASUREMENTS = [{"name": "utilization_gpu", "unit": "Percent"}, {"name": "memory_used", "unit": "Megabytes"},
+                    {"name": "memory_total", "unit": "Megabytes"}, "temperature_gpu", "power_draw"]
+
+
+def gpu_agent_config(group_dimension: tuple[str, str], *, static: bool) -> dict:
+    """The CloudWatch agent's configuration: GPU metrics per group (fleet or queue) and per instance.
+
+    ``static`` dimensions (a queue's name) go into the plugin's own ``append_dimensions``, which takes any
+    key and value; the global one only takes the agent's ``${aws:...}`` variables
+    (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch-Agent-Configuration-File-Details.html).
+    """
+    key, value = group_dimension
+    gpu: dict = {"measurement": GPU_MEASUREMENTS}
+    global_dimensions = {"InstanceId": "${aws:InstanceId}"}
+    if static:
+        gpu["append_dimensions"] = {key: value}
+    else:
+        global_dimensions = {key: value, **global_dimensions}
+    return {
+        "agent": {"metrics_collection_interval": 60},
+        "metrics": {"namespace": GPU_NAMESPACE, "append_dimensions": global_dimensions,
+                    "aggregation_dimensions": [[key], ["InstanceId"]], "metrics_collected": {"nvidia_gpu": gpu}},
+    }
+
+
+def ubuntu_agent_install(region: str, url_suffix: str, architecture: str) -> str:
+    """Installs the agent on the Ubuntu Deep Learning AMI from the Region's own agent bucket (reachable through the
+    S3 gateway endpoint, without internet)."""
+    arch = "arm64" if architecture == "arm64" else "amd64"
+    url = (f"https://amazoncloudwatch-agent-{region}.s3.{region}.{url_suffix}/ubuntu/{arch}/latest/"
+           "amazon-cloudwatch-agent.deb")
+    return (f"if ! command -v {AGENT_CTL} >/dev/null; then curl -fsSL -o /tmp/cwagent.deb {url} && "
+            "dpkg -i /tmp/cwagent.deb || echo 'CloudWatch agent install failed: no GPU metrics from this instance' >&2; fi")
+
+
+# Amazon Linux 2023 ships the agent in its own repository (on S3, reachable through the gateway endpoint):
+# https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/installing-cloudwatch-agent-commandline.html
+AL2023_AGENT_INSTALL = (f"if ! command -v {AGENT_CTL} >/dev/null; then dnf install -y amazon-cloudwatch-agent "
+                        "|| echo 'CloudWatch agent install failed: no GPU metrics from this instance' >&2; fi")
+
+
+@dataclass(frozen=True)
+class InstanceBootstrap:
+    """The boot commands of a platform GPU instance.
+
+    :param environment: the job contract's variables, written to ``/etc/ml-platform/fleet.env`` and read by the
+        interruption watcher.
+    :param agent_config: from ``gpu_agent_config``.
+    :param agent_install: the command that installs the CloudWatch agent on the image.
+    :param dataset_volumes: mounted read-only at their mount points, by filesystem label.
+    """
+    environment: Mapping[str, str]
+    agent_config: dict
+    agent_install: str
+    dataset_volumes: Sequence[DatasetVolume] = field(default_factory=tuple)
+
+    def commands(self) -> list[str]:
+        watcher = resources.files("ml_platform_constructs.runtime").joinpath("interruption_watcher.py").read_text()
+        commands = [
+            "set -euo pipefail",
+            f"mkdir -p {RUNTIME_DIR} /etc/ml-platform",
+            f"cat > {ENV_FILE} <<'EOF'\n" + "\n".join(f"{k}={v}" for k, v in self.environment.items()) + "\nEOF",
+            f"cat > {RUNTIME_DIR}/interruption_watcher.py <<'EOF'\n{watcher}EOF",
+            "cat > /etc/systemd/system/ml-platform-interruption-watcher.service <<'EOF'\n"
+            "[Unit]\nDescription=Checkpoint signal before Spot interruption or scale-in\nAfter=network-online.target\n"
+            f"[Service]\nEnvironmentFile={ENV_FILE}\nExecStart=/usr/bin/python3 {RUNTIME_DIR}/interruption_watcher.py\n"
+            # /run/ml-platform: where any job user writes its PID file and reads the stop file.
+            "RuntimeDirectory=ml-platform\nRuntimeDirectoryMode=1777\nRuntimeDirectoryPreserve=yes\n"
+            "Restart=on-failure\n[Install]\nWantedBy=multi-user.target\nEOF",
+            # The checkpoint signal and the dataset mounts come first: a failed agent download must not cost them.
+            "systemctl daemon-reload && systemctl enable --now ml-platform-interruption-watcher.service",
+        ]
+        for volume in self.dataset_volumes:
+            # Nitro instances name EBS devices /dev/nvme*: mount by the label the snapshot builder gave the filesystem.
+            label = filesystem_label(volume.name, volume.version)
+            commands += [
+                f"for i in $(seq 90); do [ -e /dev/disk/by-label/{label} ] && break; sleep 2; done",
+                f"mkdir -p {volume.mount_point}",
+                f"echo 'LABEL={label} {volume.mount_point} ext4 ro,noload,nofail 0 2' >> /etc/fstab",
+                f"mount {volume.mount_point}"]
+        commands += [
+            self.agent_install,
+            f"cat > {RUNTIME_DIR}/cloudwatch-agent.json <<'EOF'\n{json.dumps(self.agent_config, indent=1)}\nEOF",
+            f"{AGENT_CTL} -a fetch-config -m ec2 -s -c file:{RUNTIME_DIR}/cloudwatch-agent.json "
+            "|| echo 'CloudWatch agent did not start' >&2",
+        ]
+        return commands
