@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Mapping, Sequence
 
+from aws_cdk import Annotations, Size
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ssm as ssm
+from constructs import Construct
+
 from .dataset_snapshots import DatasetVolume, filesystem_label
+from .errors import ValidationError
 
 GPU_NAMESPACE = "MLPlatform/GPU"
 RUNTIME_DIR = "/opt/ml-platform"
@@ -22,6 +28,37 @@ ENV_FILE = "/etc/ml-platform/fleet.env"
 AGENT_CTL = "/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl"
 GPU_MEASUREMENTS = [{"name": "utilization_gpu", "unit": "Percent"}, {"name": "memory_used", "unit": "Megabytes"},
                     {"name": "memory_total", "unit": "Megabytes"}, "temperature_gpu", "power_draw"]
+
+
+def validate_dataset_volumes(scope: Construct, construct: str, volumes: Sequence[DatasetVolume]) -> None:
+    names = [v.name for v in volumes]
+    if len(set(names)) != len(names):
+        raise ValidationError(construct, "dataset_volumes", names, "each dataset once (one mount point each)",
+                              "mount one version per dataset")
+    if len(volumes) > 10:
+        raise ValidationError(construct, "dataset_volumes", names, "at most 10 dataset volumes (/dev/sdg-/dev/sdp)",
+                              "merge datasets into fewer snapshots")
+    for volume in volumes:
+        volume.validate(construct)
+        if volume.size_gib < volume.streaming_threshold_gib:
+            Annotations.of(scope).add_warning_v2(
+                "ml-platform:small-dataset-volume",
+                f"dataset {volume.name} is {volume.size_gib} GiB, under {volume.streaming_threshold_gib} GiB: "
+                "streaming it from S3 at job start is likely cheaper than a volume per instance.")
+
+
+def dataset_block_devices(scope: Construct, volumes: Sequence[DatasetVolume]) -> list[ec2.BlockDevice]:
+    """One gp3 volume per dataset snapshot, /dev/sdg onwards. The snapshot id is read from SSM at deploy time;
+    a version not built yet fails the deploy."""
+    devices = []
+    for index, volume in enumerate(volumes):
+        snapshot_id = ssm.StringParameter.value_for_string_parameter(scope, volume.parameter_name)
+        devices.append(ec2.BlockDevice(device_name=f"/dev/sd{chr(ord('g') + index)}", volume=ec2.BlockDeviceVolume.ebs_from_snapshot(
+            snapshot_id, volume_size=volume.size_gib, delete_on_termination=True, volume_type=ec2.EbsDeviceVolumeType.GP3,
+            iops=volume.iops, throughput=volume.throughput_mibps,
+            volume_initialization_rate=Size.mebibytes(volume.initialization_rate_mibps)
+            if volume.initialization_rate_mibps else None)))
+    return devices
 
 
 def gpu_agent_config(group_dimension: tuple[str, str], *, static: bool) -> dict:

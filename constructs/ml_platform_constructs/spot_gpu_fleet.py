@@ -15,7 +15,6 @@ from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
-from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from . import gpu_catalog
@@ -23,7 +22,8 @@ from .dataset_bucket import DATASETS_PREFIX, DatasetBucket
 from .dataset_snapshots import DatasetVolume
 from .errors import ValidationError
 from .gpu_alarms import gpu_alarms, gpu_memory_used_ratio, gpu_metric, validate_alarm_props, validate_gpu_types
-from .instance_bootstrap import GPU_NAMESPACE, RUN_DIR, InstanceBootstrap, gpu_agent_config, ubuntu_agent_install
+from .instance_bootstrap import (GPU_NAMESPACE, RUN_DIR, InstanceBootstrap, dataset_block_devices, gpu_agent_config,
+                                 ubuntu_agent_install, validate_dataset_volumes)
 from .nag_support import AcknowledgeWildcardResources, nag_arn, stack_arn
 from .runtime_function import runtime_function
 
@@ -118,7 +118,7 @@ class SpotGpuFleet(Construct):
         self._validate_sizes(max_capacity, on_demand_base_capacity, spot_max_price, idle_threshold_percent,
                              idle_evaluation_periods, alarm_period, scale_to_zero_after, memory_pressure_threshold,
                              checkpoint_timeout)
-        self._validate_volumes(dataset_volumes)
+        validate_dataset_volumes(self, "SpotGpuFleet", dataset_volumes)
         architecture = self.catalog_entries[0].architecture
         self.checkpoint_prefix = DatasetBucket.checkpoint_prefix(self.fleet_name)
         self._period = alarm_period
@@ -145,7 +145,7 @@ class SpotGpuFleet(Construct):
             block_devices=[ec2.BlockDevice(device_name=ROOT_DEVICE, volume=ec2.BlockDeviceVolume.ebs(
                 int(root_volume_size.to_gibibytes()), volume_type=ec2.EbsDeviceVolumeType.GP3, encrypted=True,
                 kms_key=volume_key, delete_on_termination=True)),
-                *[self._dataset_block_device(index, volume) for index, volume in enumerate(dataset_volumes)]],
+                *dataset_block_devices(self, dataset_volumes)],
         )
         self.auto_scaling_group = autoscaling.AutoScalingGroup(
             self, "Resource",
@@ -247,31 +247,6 @@ class SpotGpuFleet(Construct):
         if not 30 <= timeout <= 7200:
             fail("checkpoint_timeout", checkpoint_timeout.to_human_string(),
                  "30 seconds to 2 hours (Auto Scaling's lifecycle hook heartbeat range)", "e.g. Duration.minutes(5)")
-
-    def _validate_volumes(self, volumes: Sequence[DatasetVolume]) -> None:
-        names = [v.name for v in volumes]
-        if len(set(names)) != len(names):
-            raise ValidationError("SpotGpuFleet", "dataset_volumes", names, "each dataset once (one mount point each)",
-                                  "mount one version per dataset")
-        if len(volumes) > 10:
-            raise ValidationError("SpotGpuFleet", "dataset_volumes", names, "at most 10 dataset volumes (/dev/sdg-/dev/sdp)",
-                                  "merge datasets into fewer snapshots")
-        for volume in volumes:
-            volume.validate("SpotGpuFleet")
-            if volume.size_gib < volume.streaming_threshold_gib:
-                Annotations.of(self).add_warning_v2(
-                    "ml-platform:small-dataset-volume",
-                    f"dataset {volume.name} is {volume.size_gib} GiB, under {volume.streaming_threshold_gib} GiB: "
-                    "streaming it from S3 at job start is likely cheaper than a volume per instance.")
-
-    def _dataset_block_device(self, index: int, volume: DatasetVolume) -> ec2.BlockDevice:
-        # The snapshot id is read from SSM at deploy time; a version not built yet fails the deploy.
-        snapshot_id = ssm.StringParameter.value_for_string_parameter(self, volume.parameter_name)
-        return ec2.BlockDevice(device_name=f"/dev/sd{chr(ord('g') + index)}", volume=ec2.BlockDeviceVolume.ebs_from_snapshot(
-            snapshot_id, volume_size=volume.size_gib, delete_on_termination=True, volume_type=ec2.EbsDeviceVolumeType.GP3,
-            iops=volume.iops, throughput=volume.throughput_mibps,
-            volume_initialization_rate=Size.mebibytes(volume.initialization_rate_mibps)
-            if volume.initialization_rate_mibps else None))
 
     # --- instance permissions and bootstrap -------------------------------------------------------------------
     def _grant_instance_permissions(self, datasets: Optional[DatasetBucket]) -> None:
