@@ -1,17 +1,30 @@
-"""Compute: the environment's Spot GPU fleets and the Spot interruption alerts they share."""
+"""Compute: the environment's Spot GPU fleets, its training queues, and the Spot interruption alerts they share."""
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from aws_cdk import Duration, Stack
+import re
+
+from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from constructs import Construct
-from ml_platform_constructs import DatasetBucket, DatasetSnapshotBuilder, DatasetVolume, SpotGpuFleet, SpotInterruptionAlerts
+from ml_platform_constructs import (DatasetBucket, DatasetSnapshotBuilder, DatasetVolume, SpotGpuFleet,
+                                    SpotInterruptionAlerts, TrainingQueue)
 
-from .config import EnvironmentConfig
+from .config import DatasetVolumeConfig, EnvironmentConfig
+
+
+def queue_output_key(queue: str, what: str) -> str:
+    """The Compute stack's output naming a queue's resource (read by ./platform job)."""
+    return "Queue" + re.sub(r"[^A-Za-z0-9]", "", queue.title()) + what
+
+
+def dataset_volumes(volumes: tuple[DatasetVolumeConfig, ...], snapshots: DatasetSnapshotBuilder) -> list[DatasetVolume]:
+    return [DatasetVolume(name=v.name, version=v.version, size_gib=v.size_gib, parameter_prefix=snapshots.parameter_prefix,
+                          initialization_rate_mibps=v.initialization_rate_mibps) for v in volumes]
 
 
 class ComputeStack(Stack):
@@ -30,9 +43,31 @@ class ComputeStack(Stack):
                 scale_to_zero_after=Duration.minutes(fleet.scale_to_zero_after_minutes)
                 if fleet.scale_to_zero_after_minutes else None,
                 machine_image=machine_image, interruption_alerts=self.interruption_alerts,
-                dataset_volumes=[DatasetVolume(name=v.name, version=v.version, size_gib=v.size_gib,
-                                               parameter_prefix=snapshots.parameter_prefix,
-                                               initialization_rate_mibps=v.initialization_rate_mibps)
-                                 for v in fleet.dataset_volumes])
+                dataset_volumes=dataset_volumes(fleet.dataset_volumes, snapshots))
             for fleet in config.fleets
         }
+        self.queues = {
+            queue.name: TrainingQueue(
+                self, f"{queue.name}Queue", queue_name=queue.name,
+                vpc=vpc, vpc_subnets=subnets, alerts=alerts, key=key, datasets=datasets, image_uri=queue.image,
+                instance_types=[ec2.InstanceType(name) for name in queue.instance_types],
+                max_vcpus=queue.max_vcpus, on_demand_max_vcpus=queue.on_demand_max_vcpus,
+                multi_node_instance_types=[ec2.InstanceType(name) for name in queue.multi_node_instance_types],
+                multi_node_max_vcpus=queue.multi_node_max_vcpus, job_attempts=queue.job_attempts,
+                job_timeout=Duration.hours(queue.job_timeout_hours),
+                dataset_volumes=dataset_volumes(queue.dataset_volumes, snapshots),
+                removal_policy=RemovalPolicy.DESTROY if config.is_dev else RemovalPolicy.RETAIN)
+            for queue in config.queues
+        }
+        for name, queue in self.queues.items():
+            CfnOutput(self, queue_output_key(name, "JobQueue"), value=queue.job_queue.job_queue_arn,
+                      description=f"Training queue {name}: job queue (./platform job submit)")
+            CfnOutput(self, queue_output_key(name, "JobDefinition"), value=queue.job_definition.job_definition_arn,
+                      description=f"Training queue {name}: job definition")
+            if queue.multi_node_job_queue is not None:
+                CfnOutput(self, queue_output_key(name, "MultiNodeJobQueue"),
+                          value=queue.multi_node_job_queue.job_queue_arn,
+                          description=f"Training queue {name}: multi-node job queue (On-Demand, EFA)")
+                CfnOutput(self, queue_output_key(name, "MultiNodeJobDefinition"),
+                          value=queue.multi_node_job_definition.job_definition_arn,
+                          description=f"Training queue {name}: multi-node job definition")

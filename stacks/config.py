@@ -15,14 +15,18 @@ from typing import Any, Mapping, Optional
 from aws_cdk import RemovalPolicy
 from aws_cdk.region_info import RegionInfo
 from ml_platform_constructs.gpu_catalog import GPU_CATALOG
+from ml_platform_constructs.training_queue import ECR_IMAGE
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "environments.toml"
 ENVIRONMENT_NAMES = ("dev", "staging", "prod")
 # Short names of the interface endpoints an environment may ask for (com.amazonaws.<region>.<name>).
 INTERFACE_ENDPOINT_NAMES = frozenset({
     "ssm", "ssmmessages", "ec2messages", "monitoring", "logs", "kms", "sts", "ec2", "autoscaling", "events", "sns",
-    "ecr.api", "ecr.dkr", "sagemaker.api", "sagemaker.runtime",
+    "ecr.api", "ecr.dkr", "sagemaker.api", "sagemaker.runtime", "ecs", "ecs-agent", "ecs-telemetry",
 })
+# What ECS container instances (AWS Batch) reach without a NAT gateway, besides the S3 gateway endpoint:
+# https://docs.aws.amazon.com/AmazonECS/latest/developerguide/vpc-endpoints.html
+QUEUE_ENDPOINTS = ("ecs", "ecs-agent", "ecs-telemetry", "ecr.api", "ecr.dkr", "logs")
 
 
 class ConfigError(ValueError):
@@ -72,6 +76,29 @@ class FleetConfig:
 
 
 @dataclass(frozen=True)
+class QueueConfig:
+    name: str
+    instance_types: tuple[str, ...]
+    image: str  # the job definition's default image (ECR)
+    max_vcpus: int
+    on_demand_max_vcpus: int  # 0: Spot only
+    multi_node_instance_types: tuple[str, ...]
+    multi_node_max_vcpus: int
+    job_attempts: int
+    job_timeout_hours: int
+    dataset_volumes: tuple[DatasetVolumeConfig, ...] = ()
+
+
+@dataclass(frozen=True)
+class RetrainConfig:
+    """A training job the endpoint's drift alarm submits, at most once per cooldown."""
+    queue: str
+    image: str
+    command: tuple[str, ...]
+    cooldown_hours: int
+
+
+@dataclass(frozen=True)
 class EndpointConfig:
     name: str
     image_uri: str
@@ -80,6 +107,7 @@ class EndpointConfig:
     sampling_percentage: int
     max_instances: int  # above 1: target tracking on invocations per instance
     invocations_per_instance: int
+    retrain: Optional[RetrainConfig] = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +130,7 @@ class EnvironmentConfig:
     datasets: DatasetsConfig
     fleets: tuple[FleetConfig, ...]
     endpoints: tuple[EndpointConfig, ...]
+    queues: tuple[QueueConfig, ...]
     budget: Optional[BudgetConfig]
 
     @property
@@ -164,7 +193,7 @@ def parse(raw: Mapping[str, Any]) -> PlatformConfig:
 def _environment(name: str, project: str, raw: Any) -> EnvironmentConfig:
     at = f"environments.{name}"
     _keys(at, raw, required={"account", "region", "availability_zones", "cost_center", "alert_emails", "network",
-                             "datasets"}, optional={"fleets", "endpoints", "budget"})
+                             "datasets"}, optional={"fleets", "endpoints", "budget", "queues"})
     region = raw["region"]
     if region not in _regions():
         raise ConfigError(f"{at}.region", region, "an AWS Region name known to aws-cdk-lib, such as us-east-1",
@@ -180,6 +209,14 @@ def _environment(name: str, project: str, raw: Any) -> EnvironmentConfig:
     for email in emails:
         if not re.match(r"^[^@\s]+@[^@\s]+\.[^@\s]+$", email):
             raise ConfigError(f"{at}.alert_emails", email, "an e-mail address", "correct the address")
+    network = _network(f"{at}.network", raw["network"], len(azs))
+    queues = _queues(f"{at}.queues", raw.get("queues", []), network)
+    endpoints = _endpoints(f"{at}.endpoints", raw.get("endpoints", []))
+    for index, endpoint in enumerate(endpoints):
+        if endpoint.retrain and endpoint.retrain.queue not in {q.name for q in queues}:
+            raise ConfigError(f"{at}.endpoints[{index}].retrain.queue", endpoint.retrain.queue,
+                              f"a queue of this environment ({sorted(q.name for q in queues)})",
+                              f"add [[{at}.queues]] with that name or name an existing queue")
     return EnvironmentConfig(
         name=name,
         project=project,
@@ -190,10 +227,11 @@ def _environment(name: str, project: str, raw: Any) -> EnvironmentConfig:
         cost_center=_string(f"{at}.cost_center", raw["cost_center"], r"^[\w .:/=+@-]{1,256}$",
                             "1-256 characters allowed in an AWS tag value", "use the finance team's cost-center code"),
         alert_emails=emails,
-        network=_network(f"{at}.network", raw["network"], len(azs)),
+        network=network,
         datasets=_datasets(f"{at}.datasets", raw["datasets"]),
         fleets=_fleets(f"{at}.fleets", raw.get("fleets", [])),
-        endpoints=_endpoints(f"{at}.endpoints", raw.get("endpoints", [])),
+        endpoints=endpoints,
+        queues=queues,
         budget=_budget(f"{at}.budget", raw["budget"]) if "budget" in raw else None,
     )
 
@@ -269,11 +307,7 @@ def _fleets(at: str, raw: Any) -> tuple[FleetConfig, ...]:
         where = f"{at}[{index}]"
         _keys(where, fleet, required={"name", "instance_types", "max_capacity"},
               optional={"on_demand_base_capacity", "scale_to_zero_after_minutes", "dataset_volumes"})
-        types = _string_list(f"{where}.instance_types", fleet["instance_types"], 1, 40)
-        for name in types:
-            if name not in GPU_CATALOG:
-                raise ConfigError(f"{where}.instance_types", name, "a GPU instance type of the platform's catalog",
-                                  "use types such as g5.xlarge or g6.2xlarge (see ml_platform_constructs.gpu_catalog)")
+        types = _catalog_types(f"{where}.instance_types", fleet["instance_types"], 1)
         max_capacity = _integer(f"{where}.max_capacity", fleet["max_capacity"], 1, 1000)
         fleets.append(FleetConfig(
             name=_string(f"{where}.name", fleet["name"], r"^[a-z][a-z0-9-]{0,39}$",
@@ -292,6 +326,68 @@ def _fleets(at: str, raw: Any) -> tuple[FleetConfig, ...]:
     return tuple(fleets)
 
 
+def _catalog_types(key: str, raw: Any, low: int) -> tuple[str, ...]:
+    types = _string_list(key, raw, low, 40)
+    for name in types:
+        if name not in GPU_CATALOG:
+            raise ConfigError(key, name, "a GPU instance type of the platform's catalog",
+                              "use types such as g5.xlarge or g6.2xlarge (see ml_platform_constructs.gpu_catalog)")
+    return types
+
+
+def _ecr_image(key: str, value: Any) -> str:
+    return _string(key, value, ECR_IMAGE.pattern, "an Amazon ECR image, ACCOUNT.dkr.ecr.REGION.amazonaws.com/REPO:TAG",
+                   "push the image to ECR (AWS Deep Learning Containers are there too) and use its URI")
+
+
+def _queues(at: str, raw: Any, network: CreatedNetworkConfig | ImportedNetworkConfig) -> tuple[QueueConfig, ...]:
+    if not isinstance(raw, list):
+        raise ConfigError(at, raw, "an array of tables", f"write each queue as [[{at}]]")
+    queues = []
+    for index, queue in enumerate(raw):
+        where = f"{at}[{index}]"
+        _keys(where, queue, required={"name", "instance_types", "image", "max_vcpus"},
+              optional={"on_demand_max_vcpus", "multi_node_instance_types", "multi_node_max_vcpus", "job_attempts",
+                        "job_timeout_hours", "dataset_volumes"})
+        multi_node = _catalog_types(f"{where}.multi_node_instance_types", queue.get("multi_node_instance_types", []), 0)
+        queues.append(QueueConfig(
+            name=_string(f"{where}.name", queue["name"], r"^[a-z][a-z0-9-]{0,39}$",
+                         "1-40 lowercase letters, digits and hyphens", "use a name such as \"training\""),
+            instance_types=_catalog_types(f"{where}.instance_types", queue["instance_types"], 1),
+            image=_ecr_image(f"{where}.image", queue["image"]),
+            max_vcpus=_integer(f"{where}.max_vcpus", queue["max_vcpus"], 1, 100000),
+            on_demand_max_vcpus=_integer(f"{where}.on_demand_max_vcpus", queue.get("on_demand_max_vcpus", 0), 0, 100000),
+            multi_node_instance_types=multi_node,
+            multi_node_max_vcpus=_integer(f"{where}.multi_node_max_vcpus", queue.get("multi_node_max_vcpus", 0), 0, 100000),
+            job_attempts=_integer(f"{where}.job_attempts", queue.get("job_attempts", 3), 1, 10),
+            job_timeout_hours=_integer(f"{where}.job_timeout_hours", queue.get("job_timeout_hours", 24), 1, 336),
+            dataset_volumes=_dataset_volumes(f"{where}.dataset_volumes", queue.get("dataset_volumes", [])),
+        ))
+        if isinstance(network, CreatedNetworkConfig) and network.nat_gateways == 0:
+            missing = [name for name in QUEUE_ENDPOINTS if name not in network.interface_endpoints]
+            if missing:
+                raise ConfigError(f"{at.rsplit('.', 1)[0]}.network.interface_endpoints", list(network.interface_endpoints),
+                                  f"with no NAT gateway, a queue's instances need the interface endpoints "
+                                  f"{list(QUEUE_ENDPOINTS)} (ECS agent, image pulls, job logs)",
+                                  f"add {missing}, or set nat_gateways >= 1")
+            if multi_node:
+                raise ConfigError(f"{where}.multi_node_instance_types", list(multi_node),
+                                  "multi-node instances install the EFA driver from the internet at boot",
+                                  "set nat_gateways >= 1 in the network, or remove multi_node_instance_types")
+    names = [q.name for q in queues]
+    if len(set(names)) != len(names):
+        raise ConfigError(at, names, "each queue name once", "rename the duplicate queue")
+    return tuple(queues)
+
+
+def _retrain(at: str, raw: Any) -> RetrainConfig:
+    _keys(at, raw, required={"queue", "image", "command"}, optional={"cooldown_hours"})
+    command = _string_list(f"{at}.command", raw["command"], 1, 100)
+    return RetrainConfig(queue=_string(f"{at}.queue", raw["queue"], r"^[a-z][a-z0-9-]{0,39}$", "a queue name", "name a queue of this environment"),
+                         image=_ecr_image(f"{at}.image", raw["image"]), command=command,
+                         cooldown_hours=_integer(f"{at}.cooldown_hours", raw.get("cooldown_hours", 24), 1, 720))
+
+
 def _endpoints(at: str, raw: Any) -> tuple[EndpointConfig, ...]:
     if not isinstance(raw, list):
         raise ConfigError(at, raw, "an array of tables", f"write each endpoint as [[{at}]]")
@@ -299,7 +395,7 @@ def _endpoints(at: str, raw: Any) -> tuple[EndpointConfig, ...]:
     for index, endpoint in enumerate(raw):
         where = f"{at}[{index}]"
         _keys(where, endpoint, required={"name", "image_uri", "model_data_key", "instance_type"},
-              optional={"sampling_percentage", "max_instances", "invocations_per_instance"})
+              optional={"sampling_percentage", "max_instances", "invocations_per_instance", "retrain"})
         endpoints.append(EndpointConfig(
             name=_string(f"{where}.name", endpoint["name"], r"^[a-z][a-z0-9-]{0,39}$",
                          "1-40 lowercase letters, digits and hyphens", "use a name such as \"classifier\""),
@@ -314,6 +410,7 @@ def _endpoints(at: str, raw: Any) -> tuple[EndpointConfig, ...]:
             max_instances=_integer(f"{where}.max_instances", endpoint.get("max_instances", 1), 1, 100),
             invocations_per_instance=_integer(f"{where}.invocations_per_instance",
                                               endpoint.get("invocations_per_instance", 100), 1, 100000),
+            retrain=_retrain(f"{where}.retrain", endpoint["retrain"]) if "retrain" in endpoint else None,
         ))
     names = [e.name for e in endpoints]
     if len(set(names)) != len(names):

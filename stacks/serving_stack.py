@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Stack
+from aws_cdk import Duration, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from constructs import Construct
-from ml_platform_constructs import DatasetBucket, EndpointAutoScaling, MonitoredEndpoint
+from ml_platform_constructs import DatasetBucket, EndpointAutoScaling, MonitoredEndpoint, RetrainOnDrift, TrainingQueue
 
 from .config import EnvironmentConfig
 
@@ -17,7 +17,7 @@ from .config import EnvironmentConfig
 class ServingStack(Stack):
     def __init__(self, scope: Construct, id: str, *, config: EnvironmentConfig, vpc: ec2.IVpc,
                  subnets: ec2.SubnetSelection, alerts: sns.ITopic, key: kms.IKey, datasets: DatasetBucket,
-                 **kwargs: Any) -> None:
+                 queues: dict[str, TrainingQueue], **kwargs: Any) -> None:
         super().__init__(scope, id, **kwargs)
         self.endpoints = {
             endpoint.name: MonitoredEndpoint(
@@ -34,3 +34,14 @@ class ServingStack(Stack):
                 removal_policy=config.removal_policy)
             for endpoint in config.endpoints
         }
+        for endpoint in config.endpoints:
+            if endpoint.retrain is None:
+                continue
+            retrain, queue = endpoint.retrain, queues[endpoint.retrain.queue]
+            RetrainOnDrift(
+                self, f"{endpoint.name}Retrain", alarms=[self.endpoints[endpoint.name].alarms["psi"],
+                                                         self.endpoints[endpoint.name].alarms["kl"]],
+                queue=queue, job_name_prefix=f"retrain-{endpoint.name}", alerts=alerts,
+                cooldown=Duration.hours(retrain.cooldown_hours),
+                job_definition=queue.add_job_definition(f"Retrain{endpoint.name.title().replace('-', '')}",
+                                                        image_uri=retrain.image, command=retrain.command))

@@ -23,7 +23,7 @@ EMULATOR_AMI = "ami-0123456789abcdef0"
 
 
 class PlatformStage(Stage):
-    """One environment's stacks: Core (key, alert topic, network), Data (dataset bucket), Compute (GPU fleets),
+    """One environment's stacks: Core (key, alert topic, network), Data (dataset bucket), Compute (GPU fleets, training queues),
     Serving (monitored SageMaker endpoints) when it has endpoints, Governance (budget, GPU stop) when it has a budget.
 
     :param synthesizer: Default: the default synthesizer (bootstrapped environment, bootstrap-version rule).
@@ -48,7 +48,7 @@ class PlatformStage(Stage):
             self, "Compute", vpc=self.core.network.vpc, subnets=self.core.network.compute_subnets,
             alerts=self.core.alerts.topic, key=self.core.platform_key.key, datasets=self.data.datasets,
             snapshots=self.data.snapshots, machine_image=ec2.MachineImage.generic_linux({config.region: EMULATOR_AMI}) if emulator else None,
-            description=f"{config.project} {config.name}: Spot GPU fleets", **common)
+            description=f"{config.project} {config.name}: Spot GPU fleets and training queues", **common)
 
         components = [(self.core, "core"), (self.data, "data"), (self.compute, "compute")]
         self.serving = None
@@ -56,6 +56,7 @@ class PlatformStage(Stage):
             self.serving = ServingStack(
                 self, "Serving", vpc=self.core.network.vpc, subnets=self.core.network.compute_subnets,
                 alerts=self.core.alerts.topic, key=self.core.platform_key.key, datasets=self.data.datasets,
+                queues=self.compute.queues,
                 description=f"{config.project} {config.name}: monitored SageMaker endpoints", **common)
             components.append((self.serving, "serving"))
         self.governance = None

@@ -15,7 +15,9 @@ from .gpu_catalog import GPU_CATALOG, GpuInstanceType
 from .monitored_endpoint import DRIFT_NAMESPACE, EndpointAutoScaling, MonitoredEndpoint
 from .network import DEFAULT_INTERFACE_ENDPOINTS, ImportedNetwork, PlatformNetwork
 from .platform_key import SNS_PUBLISHING_SERVICES, PlatformKey
+from .retrain_on_drift import RetrainOnDrift
 from .spot_gpu_fleet import GPU_NAMESPACE, JOB_NAMESPACE, SpotGpuFleet, SpotInterruptionAlerts
+from .training_queue import QUEUE_TAG, TrainingQueue
 
 __all__ = [
     "AlertTopic",
@@ -37,9 +39,12 @@ __all__ = [
     "MonitoredEndpoint",
     "PlatformKey",
     "PlatformNetwork",
+    "QUEUE_TAG",
+    "RetrainOnDrift",
     "SNS_PUBLISHING_SERVICES",
     "SpotGpuFleet",
     "SpotInterruptionAlerts",
+    "TrainingQueue",
     "ValidationError",
     "default_tiering_rules",
     "filesystem_label",

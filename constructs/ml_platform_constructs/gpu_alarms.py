@@ -18,9 +18,10 @@ MAX_GPU_MEMORY_RATIO = 2.0
 
 
 def validate_gpu_types(scope: Construct, construct: str, instance_types: Sequence[ec2.InstanceType], *,
-                       allow_low_diversity: bool, allow_mixed_gpu_memory: bool,
-                       prop: str = "instance_types") -> list[gpu_catalog.GpuInstanceType]:
-    """Catalog types of one GPU shape: one architecture and GPU count, GPU memory within 2x, at least 4 types.
+                       allow_low_diversity: bool, allow_mixed_gpu_memory: bool, prop: str = "instance_types",
+                       min_types: int = MIN_INSTANCE_TYPES) -> list[gpu_catalog.GpuInstanceType]:
+    """Catalog types of one GPU shape: one architecture and GPU count, GPU memory within 2x, at least ``min_types``
+    (4 for Spot, where diversity is what finds capacity).
 
     Returns the catalog entries; the two ``allow_*`` overrides turn their rule into a warning.
     """
@@ -55,8 +56,8 @@ def validate_gpu_types(scope: Construct, construct: str, instance_types: Sequenc
                                   "keep GPUs of a similar size (e.g. A10G/L4 24 GiB with L40S 48 GiB), or set "
                                   "allow_mixed_gpu_memory=True if the job fits the smallest")
         Annotations.of(scope).add_warning_v2("ml-platform:mixed-gpu-memory", f"{detail}: the job must fit the smallest GPU.")
-    if len(entries) < MIN_INSTANCE_TYPES:
-        detail = (f"at least {MIN_INSTANCE_TYPES} instance types for Spot to find capacity reliably "
+    if len(entries) < min_types:
+        detail = (f"at least {min_types} instance types for Spot to find capacity reliably "
                   f"(got {len(entries)}; AWS's rule of thumb is 10)")
         if not allow_low_diversity:
             raise ValidationError(construct, prop, names, detail,
