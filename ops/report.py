@@ -386,6 +386,42 @@ def _dashboard(reader: Reader, name: str, props: dict) -> list[Finding]:
     return [Finding("widgets", bool(body.get("widgets")), str(len(body.get("widgets", []))))]
 
 
+def _batch_compute_environment(reader: Reader, arn: str, props: dict) -> list[Finding]:
+    environment = reader.client("batch").describe_compute_environments(computeEnvironments=[arn])["computeEnvironments"][0]
+    resources, wanted = environment.get("computeResources", {}), props.get("ComputeResources", {})
+    return [
+        Finding("capacity", (resources.get("type"), resources.get("minvCpus"), resources.get("maxvCpus")) == (
+            wanted.get("Type"), wanted.get("MinvCpus"), wanted.get("MaxvCpus")),
+            f"{resources.get('type')}, {resources.get('minvCpus')}-{resources.get('maxvCpus')} vCPUs"),
+        Finding("instance types", resources.get("instanceTypes") == wanted.get("InstanceTypes"),
+                ", ".join(resources.get("instanceTypes", [])) or "none"),
+        Finding("allocation", resources.get("allocationStrategy") == wanted.get("AllocationStrategy"),
+                resources.get("allocationStrategy") or "none"),
+        Finding("state", environment.get("state") == "ENABLED", environment.get("state", "?")),
+    ]
+
+
+def _batch_job_queue(reader: Reader, arn: str, props: dict) -> list[Finding]:
+    queue = reader.client("batch").describe_job_queues(jobQueues=[arn])["jobQueues"][0]
+    order = [entry["order"] for entry in queue.get("computeEnvironmentOrder", [])]
+    return [Finding("compute environments", order == [e["Order"] for e in props.get("ComputeEnvironmentOrder", [])],
+                    f"{len(order)} in order {order}"),
+            Finding("state", queue.get("state") == "ENABLED", queue.get("state", "?"))]
+
+
+def _batch_job_definition(reader: Reader, arn: str, props: dict) -> list[Finding]:
+    definition = reader.client("batch").describe_job_definitions(jobDefinitions=[arn])["jobDefinitions"][0]
+    retry, wanted = definition.get("retryStrategy", {}), props.get("RetryStrategy", {})
+    container = definition.get("containerProperties") or {}
+    requirements = {r["type"]: r["value"] for r in container.get("resourceRequirements", [])}
+    wanted_requirements = {r["Type"]: r["Value"] for r in props.get("ContainerProperties", {}).get("ResourceRequirements", [])}
+    return [Finding("retry strategy", (retry.get("attempts"), len(retry.get("evaluateOnExit", []))) == (
+                        wanted.get("Attempts"), len(wanted.get("EvaluateOnExit", []))),
+                    f"{retry.get('attempts')} attempts, {len(retry.get('evaluateOnExit', []))} exit rules"),
+            Finding("resources", requirements == wanted_requirements,
+                    ", ".join(f"{k} {v}" for k, v in sorted(requirements.items())) or definition.get("type", "?"))]
+
+
 def _tags_finding(actual: dict[str, str], props: dict) -> Finding:
     wanted = {t["Key"]: t["Value"] for t in props.get("Tags", []) if isinstance(t.get("Value"), str)}
     missing = sorted(set(wanted) - set(actual))
@@ -415,5 +451,8 @@ READERS: dict[str, Callable[[Reader, str, dict], list[Finding]]] = {
     "AWS::SageMaker::Model": _sagemaker_model,
     "AWS::SageMaker::EndpointConfig": _sagemaker_endpoint_config,
     "AWS::SageMaker::Endpoint": _sagemaker_endpoint,
+    "AWS::Batch::ComputeEnvironment": _batch_compute_environment,
+    "AWS::Batch::JobQueue": _batch_job_queue,
+    "AWS::Batch::JobDefinition": _batch_job_definition,
     "AWS::Lambda::Function": _lambda_function,
 }

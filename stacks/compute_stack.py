@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import re
 
-from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import CfnOutput, Duration, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
@@ -43,7 +43,8 @@ class ComputeStack(Stack):
                 scale_to_zero_after=Duration.minutes(fleet.scale_to_zero_after_minutes)
                 if fleet.scale_to_zero_after_minutes else None,
                 machine_image=machine_image, interruption_alerts=self.interruption_alerts,
-                dataset_volumes=dataset_volumes(fleet.dataset_volumes, snapshots))
+                dataset_volumes=dataset_volumes(fleet.dataset_volumes, snapshots),
+                removal_policy=config.removal_policy)
             for fleet in config.fleets
         }
         self.queues = {
@@ -56,17 +57,17 @@ class ComputeStack(Stack):
                 multi_node_max_vcpus=queue.multi_node_max_vcpus, job_attempts=queue.job_attempts,
                 job_timeout=Duration.hours(queue.job_timeout_hours),
                 dataset_volumes=dataset_volumes(queue.dataset_volumes, snapshots),
-                removal_policy=RemovalPolicy.DESTROY if config.is_dev else RemovalPolicy.RETAIN)
+                removal_policy=config.removal_policy)
             for queue in config.queues
         }
         for name, queue in self.queues.items():
-            CfnOutput(self, queue_output_key(name, "JobQueue"), value=queue.job_queue.job_queue_arn,
+            CfnOutput(self, queue_output_key(name, "JobQueue"), value=queue.job_queue_arn,
                       description=f"Training queue {name}: job queue (./platform job submit)")
             CfnOutput(self, queue_output_key(name, "JobDefinition"), value=queue.job_definition.job_definition_arn,
                       description=f"Training queue {name}: job definition")
             if queue.multi_node_job_queue is not None:
                 CfnOutput(self, queue_output_key(name, "MultiNodeJobQueue"),
-                          value=queue.multi_node_job_queue.job_queue_arn,
+                          value=queue.multi_node_job_queue_arn,
                           description=f"Training queue {name}: multi-node job queue (On-Demand, EFA)")
                 CfnOutput(self, queue_output_key(name, "MultiNodeJobDefinition"),
                           value=queue.multi_node_job_definition.job_definition_arn,

@@ -42,6 +42,6 @@ class ServingStack(Stack):
                 self, f"{endpoint.name}Retrain", alarms=[self.endpoints[endpoint.name].alarms["psi"],
                                                          self.endpoints[endpoint.name].alarms["kl"]],
                 queue=queue, job_name_prefix=f"retrain-{endpoint.name}", alerts=alerts,
-                cooldown=Duration.hours(retrain.cooldown_hours),
+                cooldown=Duration.hours(retrain.cooldown_hours), removal_policy=config.removal_policy,
                 job_definition=queue.add_job_definition(f"Retrain{endpoint.name.title().replace('-', '')}",
                                                         image_uri=retrain.image, command=retrain.command))

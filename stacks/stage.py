@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Optional
 
-from aws_cdk import Annotations, Environment, IStackSynthesizer, Stage, Tags
+import jsii
+from aws_cdk import Annotations, Aspects, Environment, IAspect, IStackSynthesizer, Stage, Tags
+from aws_cdk import aws_batch as batch
 from aws_cdk import aws_ec2 as ec2
-from constructs import Construct
+from aws_cdk import aws_iam as iam
+from constructs import Construct, IConstruct
 
 from .compute_stack import ComputeStack
 from .config import EnvironmentConfig
@@ -20,6 +23,26 @@ from .serving_stack import ServingStack
 EMULATOR_UNTAGGED_TYPES = ("AWS::KMS::Key",)
 # The emulator cannot resolve AWS's public /aws/service/... SSM parameters, so fleets there get a fixed image id.
 EMULATOR_AMI = "ami-0123456789abcdef0"
+
+
+@jsii.implements(IAspect)
+class EmulatorBatchEnvironments:
+    """moto 5.2 creates a Batch compute environment only with an explicit ServiceRole it knows and the type in
+    capitals (AWS uses Batch's service-linked role when none is given), and has no Fn::GetAtt for it (its Ref is
+    the same ARN in AWS). Local target only: a stand-in role and Ref."""
+
+    def visit(self, node: IConstruct) -> None:
+        if isinstance(node, batch.CfnComputeEnvironment):
+            stack = node.stack
+            role = stack.node.try_find_child("EmulatorBatchServiceRole") or iam.Role(
+                stack, "EmulatorBatchServiceRole", assumed_by=iam.ServicePrincipal("batch.amazonaws.com"))
+            node.add_property_override("Type", "MANAGED")
+            node.add_property_override("ServiceRole", role.role_arn)
+        elif isinstance(node, batch.CfnJobQueue):
+            order = node.stack.resolve(node.compute_environment_order)
+            node.add_property_override("ComputeEnvironmentOrder", [
+                {"ComputeEnvironment": {"Ref": entry["computeEnvironment"]["Fn::GetAtt"][0]}, "Order": entry["order"]}
+                for entry in order])
 
 
 class PlatformStage(Stage):
@@ -66,6 +89,8 @@ class PlatformStage(Stage):
                 description=f"{config.project} {config.name}: budget and GPU spend guard", **common)
             components.append((self.governance, "governance"))
 
+        if emulator:
+            Aspects.of(self.compute).add(EmulatorBatchEnvironments())
         excluded = list(EMULATOR_UNTAGGED_TYPES) if emulator else None
         for scope_, tags in ((self, config.tags), *((stack, {"component": name}) for stack, name in components)):
             for key, value in tags.items():

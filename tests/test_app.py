@@ -86,11 +86,13 @@ def test_no_custom_resources_anywhere(templates):
         assert not any(t.startswith("Custom::") or t == "AWS::CloudFormation::CustomResource" for t in types), key
 
 
-def test_the_only_lambda_functions_are_drift_checks_and_budget_guards(templates):
+def test_the_only_lambda_functions_are_the_platforms_own(templates):
+    # Drift checks, retraining on drift, budget guards, fleet scale-to-zero: no custom-resource providers.
     for key, template in templates.items():
         for logical_id in template.find_resources("AWS::Lambda::Function"):
-            assert (key.endswith("/Serving") and "DriftCheck" in logical_id) or (
-                key.endswith("/Governance") and "StopFunction" in logical_id)
+            assert (key.endswith("/Serving") and ("DriftCheck" in logical_id or "Retrain" in logical_id)) or (
+                key.endswith("/Governance") and "StopFunction" in logical_id) or (
+                key.endswith("/Compute") and "ScaleToZeroFunction" in logical_id), (key, logical_id)
 
 
 @pytest.mark.parametrize("name,limit,stop", [("dev", 1500, "80"), ("staging", 3000, "80"), ("prod", 12000, "90")])
@@ -161,7 +163,28 @@ def test_one_fleet_per_configured_fleet_and_one_interruption_rule(templates, con
     for name, env in config.environments.items():
         compute = templates[f"{name}/Compute"]
         compute.resource_count_is("AWS::AutoScaling::AutoScalingGroup", len(env.fleets))
-        compute.resource_count_is("AWS::Events::Rule", 1 + len(env.fleets))
+        # Per fleet: launch failures (+ scale to zero); per queue: failed jobs, Spot retries, state changes.
+        scale_to_zero = sum(1 for fleet in env.fleets if fleet.scale_to_zero_after_minutes)
+        compute.resource_count_is("AWS::Events::Rule", 1 + len(env.fleets) + scale_to_zero + 3 * len(env.queues))
+
+
+def test_one_job_queue_per_configured_queue_plus_multi_node_queues(templates, config):
+    for name, env in config.environments.items():
+        compute = templates[f"{name}/Compute"]
+        multi_node = sum(1 for queue in env.queues if queue.multi_node_instance_types)
+        compute.resource_count_is("AWS::Batch::JobQueue", len(env.queues) + multi_node)
+        environments = sum(1 + bool(q.on_demand_max_vcpus) + bool(q.multi_node_instance_types) for q in env.queues)
+        compute.resource_count_is("AWS::Batch::ComputeEnvironment", environments)
+        assert len(env.queues) >= 1, f"{name} ships without a training queue"
+
+
+def test_dev_classifier_retrains_on_drift_through_its_queue(templates):
+    serving = templates["dev/Serving"]
+    serving.has_resource_properties("AWS::Events::Rule", {"EventPattern": Match.object_like({
+        "detail-type": ["CloudWatch Alarm State Change"],
+        "detail": {"alarmName": Match.any_value(), "state": {"value": ["ALARM"]}}})})
+    serving.has_resource_properties("AWS::Lambda::Function", {"Environment": {"Variables": Match.object_like({
+        "JOB_NAME_PREFIX": "retrain-classifier", "COOLDOWN_SECONDS": "86400"})}})
 
 
 def test_platform_key_allows_auto_scaling_only_where_fleets_use_it(templates):
@@ -182,8 +205,10 @@ def test_prod_keeps_one_on_demand_instance(templates):
 
 
 def test_scale_to_zero_follows_config(templates):
-    templates["dev/Compute"].resource_count_is("AWS::AutoScaling::ScalingPolicy", 1)
-    templates["prod/Compute"].resource_count_is("AWS::AutoScaling::ScalingPolicy", 0)
+    def functions(key):
+        return [k for k in templates[key].find_resources("AWS::Lambda::Function") if "ScaleToZero" in k]
+    assert len(functions("dev/Compute")) == 1
+    assert functions("prod/Compute") == []
 
 
 def test_endpoint_capture_is_encrypted_with_the_platform_key(templates):

@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from aws_cdk import Acknowledgment, Duration, Validations
+from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
@@ -31,11 +32,12 @@ class RetrainOnDrift(Construct):
     :param job_name_prefix: 1-100 letters, digits, '-' or '_'.
     :param alerts: told of every submission or skip.
     :param cooldown: at most one retraining job per this period (1 hour to 30 days). Default: 24 hours.
+    :param removal_policy: of the function's log group. Default: RETAIN.
     """
 
     def __init__(self, scope: Construct, id: str, *, alarms: Sequence[cloudwatch.IAlarm], queue: TrainingQueue,
                  job_definition: batch.IJobDefinition, job_name_prefix: str, alerts: sns.ITopic,
-                 cooldown: Duration = Duration.hours(24)) -> None:
+                 cooldown: Duration = Duration.hours(24), removal_policy: RemovalPolicy = RemovalPolicy.RETAIN) -> None:
         super().__init__(scope, id)
         if not alarms:
             raise ValidationError("RetrainOnDrift", "alarms", [], "at least one alarm", "pass the endpoint's drift alarms")
@@ -46,7 +48,7 @@ class RetrainOnDrift(Construct):
         if not 3600 <= cooldown.to_seconds() <= 30 * 86400:
             raise ValidationError("RetrainOnDrift", "cooldown", cooldown.to_human_string(), "1 hour to 30 days",
                                   "e.g. Duration.hours(24)")
-        environment = {"JOB_QUEUE": queue.job_queue.job_queue_arn, "JOB_DEFINITION": job_definition.job_definition_arn,
+        environment = {"JOB_QUEUE": queue.job_queue_arn, "JOB_DEFINITION": job_definition.job_definition_arn,
                        "JOB_NAME_PREFIX": job_name_prefix, "COOLDOWN_SECONDS": str(int(cooldown.to_seconds())),
                        "TOPIC_ARN": alerts.topic_arn}
         if queue.checkpoint_root:
@@ -54,10 +56,11 @@ class RetrainOnDrift(Construct):
         self.function = runtime_function(
             self, "Resource", handler="retrain.handler", files=["retrain.py"], timeout=Duration.seconds(60),
             description=f"Submits {job_name_prefix} when a drift alarm fires, at most once per cooldown",
-            environment=environment)
+            environment=environment, log_group=logs.LogGroup(
+                self, "Logs", retention=logs.RetentionDays.ONE_YEAR, removal_policy=removal_policy))
         self.function.add_to_role_policy(iam.PolicyStatement(
             actions=["batch:SubmitJob", "batch:TagResource"],
-            resources=[queue.job_queue.job_queue_arn, job_definition.job_definition_arn]))
+            resources=[queue.job_queue_arn, job_definition.job_definition_arn]))
         self.function.add_to_role_policy(iam.PolicyStatement(actions=["batch:ListJobs"], resources=["*"]))
         alerts.grant_publish(self.function)
         Validations.of(self.function.role).acknowledge(

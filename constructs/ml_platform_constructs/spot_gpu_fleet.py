@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Optional, Sequence
 
-from aws_cdk import Acknowledgment, Annotations, Duration, Size, Stack, Tags, Validations
+from aws_cdk import Acknowledgment, Annotations, Duration, RemovalPolicy, Size, Stack, Tags, Validations
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -14,6 +14,7 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
@@ -79,6 +80,7 @@ class SpotGpuFleet(Construct):
     :param memory_pressure_threshold: GPU memory used/total that alarms; None switches the alarm off. Default: 0.7.
     :param checkpoint_timeout: how long scale-in waits for the job to checkpoint. Default: 5 minutes.
     :param interruption_alerts: the environment's SpotInterruptionAlerts, charted on the dashboard. Default: none.
+    :param removal_policy: of the scale-to-zero function's log group. Default: RETAIN.
     :param dataset_volumes: dataset snapshots (``DatasetSnapshotBuilder.volume(...)``) each instance gets as its own
         gp3 volume, mounted read-only at ``/data/<name>``. Default: none.
     """
@@ -110,6 +112,7 @@ class SpotGpuFleet(Construct):
         checkpoint_timeout: Duration = Duration.minutes(5),
         interruption_alerts: Optional["SpotInterruptionAlerts"] = None,
         dataset_volumes: Sequence[DatasetVolume] = (),
+        removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
     ) -> None:
         super().__init__(scope, id)
         self.fleet_name = fleet_name or id
@@ -123,6 +126,7 @@ class SpotGpuFleet(Construct):
         self.checkpoint_prefix = DatasetBucket.checkpoint_prefix(self.fleet_name)
         self._period = alarm_period
         self._idle_threshold = idle_threshold_percent
+        self._removal_policy = removal_policy
 
         self.security_group = ec2.SecurityGroup(self, "SecurityGroup", vpc=vpc, allow_all_outbound=True,
                                                 description=f"GPU fleet {self.fleet_name}: no inbound; access via SSM")
@@ -365,13 +369,15 @@ class SpotGpuFleet(Construct):
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING)
             # An Auto Scaling alarm action repeats every minute while the alarm stays in ALARM, undoing an
-            # operator's scale-up; a Lambda action runs once per change to ALARM
-            # (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/alarms-and-actions.html).
+            # operator's scale-up; the alarm's state-change event reaches EventBridge once per change to ALARM
+            # (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/cloudwatch-and-eventbridge.html).
             self.scale_to_zero_function = runtime_function(
                 self, "ScaleToZeroFunction", handler="scale_to_zero.handler", files=["scale_to_zero.py"],
                 description=f"GPU fleet {self.fleet_name}: sets the group to 0 once when the scale-to-zero alarm fires",
                 timeout=Duration.seconds(30),
-                environment={"GROUP_NAME": self.auto_scaling_group.auto_scaling_group_name})
+                environment={"GROUP_NAME": self.auto_scaling_group.auto_scaling_group_name},
+                log_group=logs.LogGroup(self, "ScaleToZeroLogs", retention=logs.RetentionDays.THREE_MONTHS,
+                                        removal_policy=self._removal_policy))
             self.scale_to_zero_function.add_to_role_policy(iam.PolicyStatement(
                 actions=["autoscaling:SetDesiredCapacity"],
                 resources=[stack_arn(Stack.of(self), AUTO_SCALING_GROUPS_ARN)],
@@ -379,7 +385,11 @@ class SpotGpuFleet(Construct):
             Validations.of(self.scale_to_zero_function.role).acknowledge(Acknowledgment(
                 id=f"AwsSolutions-IAM5[Resource::{nag_arn(Stack.of(self), AUTO_SCALING_GROUPS_ARN)}]",
                 reason="Limited to this fleet's group by the fleet tag condition (the group's ARN would be a cycle)."))
-            scale_to_zero.add_alarm_action(cw_actions.LambdaAction(self.scale_to_zero_function))
+            events.Rule(self, "ScaleToZeroOnAlarm", description=f"GPU fleet {self.fleet_name}: scale to zero, once",
+                        event_pattern=events.EventPattern(
+                            source=["aws.cloudwatch"], detail_type=["CloudWatch Alarm State Change"],
+                            detail={"alarmName": [scale_to_zero.alarm_name], "state": {"value": ["ALARM"]}}),
+                        targets=[targets.LambdaFunction(self.scale_to_zero_function, retry_attempts=2)])
             scale_to_zero.add_alarm_action(notify)
         return idle, memory, scale_to_zero
 

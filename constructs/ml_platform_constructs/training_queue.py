@@ -185,6 +185,8 @@ class TrainingQueue(Construct):
             order.append(batch.OrderedComputeEnvironment(compute_environment=self.on_demand_environment, order=2))
         self.job_queue = batch.JobQueue(self, "Resource", compute_environments=order)
         self._omit_state(self.job_queue)
+        # Ref of a job queue is its ARN (the CloudFormation return values), the same value as aws-cdk-lib's GetAtt.
+        self.job_queue_arn = self.job_queue.node.default_child.ref
 
         volumes = [batch.EcsVolume.host(name="ml-platform-run", host_path=RUN_DIR, container_path=RUN_DIR)] + [
             batch.EcsVolume.host(name=f"dataset-{v.name}", host_path=v.mount_point, container_path=v.mount_point,
@@ -194,6 +196,7 @@ class TrainingQueue(Construct):
         self.job_definition = self.add_job_definition("JobDefinition", image_uri=image_uri)
 
         self.multi_node_environment = self.multi_node_job_queue = self.multi_node_job_definition = None
+        self.multi_node_job_queue_arn = None
         if self.multi_node_entries:
             self._multi_node(vpc, vpc_subnets, multi_node_instance_types, multi_node_max_vcpus, environment,
                              root_volume_size, dataset_volumes, image_uri, volumes, job_attempts, job_timeout)
@@ -373,11 +376,34 @@ class TrainingQueue(Construct):
         if efa:
             linux.add_devices(batch.Device(host_path=EFA_DEVICE, container_path=EFA_DEVICE, permissions=[
                 batch.DevicePermission.READ, batch.DevicePermission.WRITE, batch.DevicePermission.MKNOD]))
-        return batch.EcsEc2ContainerDefinition(
+        container = batch.EcsEc2ContainerDefinition(
             self, id, image=ecs.ContainerImage.from_registry(image_uri), cpu=vcpus,
             memory=Size.mebibytes(memory_mib), gpu=gpus, job_role=self.job_role, command=list(command) or None,
             environment=self._job_environment, volumes=volumes, linux_parameters=linux,
             logging=ecs.LogDriver.aws_logs(stream_prefix=self.queue_name, log_group=self.log_group))
+        self._grant_image_pull(container, image_uri)
+        return container
+
+    @staticmethod
+    def _grant_image_pull(container: batch.EcsEc2ContainerDefinition, image_uri: str) -> None:
+        """The execution role pulls the image from its ECR repository, in whatever account it lives (AWS Deep
+        Learning Containers are in AWS's): https://docs.aws.amazon.com/AmazonECR/latest/userguide/ECR_on_ECS.html"""
+        role = container.execution_role
+        role.add_to_principal_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
+        if Token.is_unresolved(image_uri):
+            repository = "*"
+        else:
+            registry, path = image_uri.split("/", 1)
+            account, _, _, region = registry.split(".")[:4]
+            name = re.split(r"[:@]", path, maxsplit=1)[0]
+            repository = f"arn:{Stack.of(container).partition}:ecr:{region}:{account}:repository/{name}"
+        role.add_to_principal_policy(iam.PolicyStatement(
+            actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
+            resources=[repository]))
+        Annotations.of(container).acknowledge_warning(
+            "@aws-cdk/aws-ecs:ecrImageRequiresPolicy", "The execution role is granted pulls from the image's repository.")
+        Validations.of(role).acknowledge(Acknowledgment(
+            id="AwsSolutions-IAM5[Resource::*]", reason="ecr:GetAuthorizationToken has no resource-level permissions."))
 
     def add_job_definition(self, id: str, *, image_uri: str, command: Sequence[str] = ()) -> batch.EcsJobDefinition:
         """A single-node job definition of this queue (its size, retries, timeout, volumes, logs and job role) with
@@ -462,6 +488,7 @@ class TrainingQueue(Construct):
         self.multi_node_job_queue = batch.JobQueue(self, "MultiNodeJobQueue", compute_environments=[
             batch.OrderedComputeEnvironment(compute_environment=self.multi_node_environment, order=1)])
         self._omit_state(self.multi_node_job_queue)
+        self.multi_node_job_queue_arn = self.multi_node_job_queue.node.default_child.ref
         self.multi_node_job_definition = batch.MultiNodeJobDefinition(
             self, "MultiNodeJobDefinition", main_node=0, retry_attempts=job_attempts,
             retry_strategies=self.retry_strategies(), timeout=job_timeout, propagate_tags=True,
@@ -475,9 +502,9 @@ class TrainingQueue(Construct):
         definition.add_property_override("NodeProperties.NumNodes", MULTI_NODE_NODES[0])
 
     def _job_events(self, alerts: sns.ITopic) -> tuple[events.Rule, events.Rule]:
-        queues = [self.job_queue.job_queue_arn]
+        queues = [self.job_queue_arn]
         if self.multi_node_job_queue is not None:
-            queues.append(self.multi_node_job_queue.job_queue_arn)
+            queues.append(self.multi_node_job_queue_arn)
         # https://docs.aws.amazon.com/batch/latest/userguide/batch_job_events.html
         detail_type = ["Batch Job State Change"]
         field = events.EventField.from_path
@@ -554,10 +581,10 @@ class TrainingQueue(Construct):
     # --- grants -----------------------------------------------------------------------------------------------
     def grant_submit_jobs(self, grantee: iam.IGrantable) -> iam.Grant:
         """Lets a pipeline or operator submit, list, describe and terminate the queue's jobs."""
-        queues = [self.job_queue.job_queue_arn]
+        queues = [self.job_queue_arn]
         definitions = [self.job_definition.job_definition_arn]
         if self.multi_node_job_queue is not None:
-            queues.append(self.multi_node_job_queue.job_queue_arn)
+            queues.append(self.multi_node_job_queue_arn)
             definitions.append(self.multi_node_job_definition.job_definition_arn)
         grant = iam.Grant.add_to_principal(grantee=grantee, actions=["batch:SubmitJob", "batch:TagResource"],
                                            resource_arns=[*queues, *definitions])

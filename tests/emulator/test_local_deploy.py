@@ -115,7 +115,7 @@ def test_vpc_subnets_and_endpoints_exist_as_declared(deployed, config):
     assert (vpc.status, finding(vpc, "CIDR").detail) == (CREATED, dev.network.cidr)
     subnets = deployed["dev-Core"].by_type("AWS::EC2::Subnet")
     assert sorted(finding(s, "AZ").detail for s in subnets) == sorted(dev.availability_zones)
-    services = sorted(finding(e, "service").detail.split(" ")[0].rsplit(".", 1)[-1]
+    services = sorted(finding(e, "service").detail.split(" ")[0].split(f".{dev.region}.", 1)[-1]
                       for e in deployed["dev-Core"].by_type("AWS::EC2::VPCEndpoint"))
     assert services == sorted(["s3", *dev.network.interface_endpoints])
 
@@ -151,9 +151,31 @@ def test_fleet_launch_template_requires_imdsv2_and_encrypts_the_root_volume(depl
     assert finding(template, "IMDSv2").detail == "HttpTokens required"
 
 
-def test_report_says_alarms_and_scaling_policies_exist_only_in_a_real_account(deployed):
+def test_report_says_alarms_and_lifecycle_hooks_exist_only_in_a_real_account(deployed):
     missing = {r.type for r in deployed["dev-Compute"].resources if r.status == MISSING}
-    assert {"AWS::CloudWatch::Alarm", "AWS::AutoScaling::ScalingPolicy", "AWS::AutoScaling::LifecycleHook"} <= missing
+    assert {"AWS::CloudWatch::Alarm", "AWS::AutoScaling::LifecycleHook"} <= missing
+
+
+def test_training_queue_reads_back_spot_capacity_from_zero_on_the_configured_types(deployed, config):
+    queue = config.environments["dev"].queues[0]
+    spot = resource(deployed, "dev-Compute", "trainingQueueSpotEnvironment", "AWS::Batch::ComputeEnvironment")
+    assert spot.status == CREATED
+    assert finding(spot, "capacity").detail == f"SPOT, 0-{queue.max_vcpus} vCPUs"
+    assert finding(spot, "instance types").detail == ", ".join(queue.instance_types)
+    assert finding(spot, "allocation").detail == "SPOT_PRICE_CAPACITY_OPTIMIZED"
+    assert finding(spot, "state").detail == "ENABLED"
+
+
+def test_training_queue_and_its_job_definitions_exist_with_retries_and_gpus(deployed, config):
+    queue = config.environments["dev"].queues[0]
+    job_queue = resource(deployed, "dev-Compute", "trainingQueue", "AWS::Batch::JobQueue")
+    assert (job_queue.status, finding(job_queue, "compute environments").detail) == (CREATED, "1 in order [1]")
+    definitions = deployed["dev-Compute"].by_type("AWS::Batch::JobDefinition")
+    assert len(definitions) == 2  # the queue's and the classifier's retraining job
+    for definition in definitions:
+        assert definition.status == CREATED
+        assert finding(definition, "retry strategy").detail == f"{queue.job_attempts} attempts, 5 exit rules"
+        assert "GPU 1" in finding(definition, "resources").detail
 
 
 def test_endpoint_captures_every_request_to_its_own_bucket(deployed):

@@ -192,16 +192,23 @@ def test_scale_to_zero_needs_idle_gpus_and_no_job_for_the_whole_window(built):
                  if v["Properties"].get("EvaluationPeriods") == 6)
     assert alarm["Metrics"][0]["Expression"] == "IF(FILL(util, 100) < 40 AND FILL(job, 1) == 0, 1, 0)"
     assert alarm["TreatMissingData"] == "notBreaching"
+    alarm_id = next(k for k, v in template.find_resources("AWS::CloudWatch::Alarm").items()
+                    if v["Properties"].get("EvaluationPeriods") == 6)
     function_id = next(k for k in template.find_resources("AWS::Lambda::Function") if "ScaleToZero" in k)
-    assert {"Fn::GetAtt": [function_id, "Arn"]} in alarm["AlarmActions"]
+    template.has_resource_properties("AWS::Events::Rule", {
+        "EventPattern": {"source": ["aws.cloudwatch"], "detail-type": ["CloudWatch Alarm State Change"],
+                         "detail": {"alarmName": [{"Ref": alarm_id}], "state": {"value": ["ALARM"]}}},
+        "Targets": [Match.object_like({"Arn": {"Fn::GetAtt": [function_id, "Arn"]}})]})
 
 
 def test_scale_to_zero_acts_once_not_every_minute(built):
     # An Auto Scaling alarm action repeats while in ALARM and would undo an operator's scale-up.
     template, _ = built
     assert template.find_resources("AWS::AutoScaling::ScalingPolicy") == {}
-    template.has_resource_properties("AWS::Lambda::Permission", {
-        "Principal": "lambda.alarms.cloudwatch.amazonaws.com", "Action": "lambda:InvokeFunction"})
+    alarm = next(v["Properties"] for v in template.find_resources("AWS::CloudWatch::Alarm").values()
+                 if v["Properties"].get("EvaluationPeriods") == 6)
+    assert all("Lambda" not in json.dumps(action) and "ScalingPolicy" not in json.dumps(action)
+               for action in alarm["AlarmActions"])
 
 
 def test_scale_to_zero_handler_sets_the_group_to_zero_on_alarm_only(monkeypatch):
@@ -214,9 +221,9 @@ def test_scale_to_zero_handler_sets_the_group_to_zero_on_alarm_only(monkeypatch)
             calls.append(kwargs)
 
     monkeypatch.setenv("GROUP_NAME", "fleet-group")
-    ok = scale_to_zero.handler({"alarmData": {"state": {"value": "OK"}}}, None, AutoScaling())
+    ok = scale_to_zero.handler({"detail": {"state": {"value": "OK"}}}, None, AutoScaling())
     assert ok["changed"] is False and calls == []
-    fired = scale_to_zero.handler({"alarmData": {"state": {"value": "ALARM"}}}, None, AutoScaling())
+    fired = scale_to_zero.handler({"detail": {"state": {"value": "ALARM"}}}, None, AutoScaling())
     assert fired["changed"] is True
     assert calls == [{"AutoScalingGroupName": "fleet-group", "DesiredCapacity": 0, "HonorCooldown": False}]
 

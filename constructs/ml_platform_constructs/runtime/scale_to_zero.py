@@ -1,7 +1,7 @@
 """Sets a GPU fleet's Auto Scaling group to 0 instances, once, when its scale-to-zero alarm changes to ALARM.
 
-Invoked as the alarm's Lambda action, which runs on the state change only (an Auto Scaling action would
-repeat every minute while the alarm stays in ALARM and undo an operator's scale-up).
+Invoked by an EventBridge rule on the alarm's state-change event, which comes once per change (an Auto Scaling
+alarm action would repeat every minute while the alarm stays in ALARM and undo an operator's scale-up).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import boto3
 
 
 def handler(event: dict, context: object, autoscaling=None) -> dict:
-    state = event.get("alarmData", {}).get("state", {}).get("value")
+    state = event.get("detail", {}).get("state", {}).get("value")
     if state != "ALARM":
         return {"changed": False, "state": state}
     group = os.environ["GROUP_NAME"]
