@@ -1,0 +1,325 @@
+"""TrainingQueue: Spot compute on AWS Batch, retries from checkpoints, multi-node over EFA, alarms and events."""
+
+import json
+import subprocess
+
+import pytest
+from aws_cdk import Duration, Size, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+from aws_cdk.assertions import Annotations, Match
+
+from ml_platform_constructs import DatasetBucket, DatasetVolume, TrainingQueue, ValidationError
+from ml_platform_constructs.training_queue import ECR_IMAGE
+from tests.conftest import isolated_vpc
+
+IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5.1-gpu-py311-cu124-ubuntu22.04-ec2"
+SPOT_TYPES = ["g5.xlarge", "g5.2xlarge", "g6.xlarge", "g6.2xlarge"]
+
+
+def queue_stack(stack: Stack, **overrides) -> dict:
+    vpc = isolated_vpc(stack)
+    key = kms.Key(stack, "Key")
+    datasets = DatasetBucket(stack, "Datasets", encryption_key=key)
+    props = dict(vpc=vpc, instance_types=[ec2.InstanceType(t) for t in SPOT_TYPES], image_uri=IMAGE,
+                 alerts=sns.Topic(stack, "Alerts"), key=key, datasets=datasets, queue_name="training")
+    props.update(overrides)
+    queue = TrainingQueue(stack, "Queue", **props)
+    return {"queue": queue, "key": key, "datasets": datasets, "vpc": vpc}
+
+
+@pytest.fixture(scope="module")
+def built(synth_stack):
+    parts = {}
+
+    def body(stack):
+        parts.update(queue_stack(
+            stack, on_demand_max_vcpus=16, multi_node_instance_types=[ec2.InstanceType("g6.12xlarge")],
+            multi_node_max_vcpus=96,
+            dataset_volumes=[DatasetVolume(name="imagenet", version="v1", size_gib=200, parameter_prefix="/p/")]))
+        parts["stack"] = stack
+    return synth_stack(body), parts
+
+
+def environments(template):
+    return {k: v["Properties"] for k, v in template.find_resources("AWS::Batch::ComputeEnvironment").items()}
+
+
+def spot(template):
+    return next(p for p in environments(template).values() if p["ComputeResources"]["Type"] == "SPOT")
+
+
+def single_node_definition(template):
+    return next(p["Properties"] for k, p in template.find_resources("AWS::Batch::JobDefinition").items()
+                if p["Properties"]["Type"] == "container")
+
+
+def user_data(template, multi_node=False):
+    text = json.dumps([v for k, v in template.find_resources("AWS::EC2::LaunchTemplate").items()
+                       if ("MultiNode" in k) == multi_node][0]["Properties"]["LaunchTemplateData"]["UserData"])
+    return json.loads(text)
+
+
+def test_spot_environment_scales_from_zero_with_price_capacity_optimized(built):
+    resources = spot(built[0])["ComputeResources"]
+    assert resources["AllocationStrategy"] == "SPOT_PRICE_CAPACITY_OPTIMIZED"
+    assert (resources["MinvCpus"], resources["MaxvCpus"]) == (0, 256)
+    assert resources["InstanceTypes"] == SPOT_TYPES
+
+
+def test_nvidia_al2023_image_is_set_explicitly(built):
+    for props in environments(built[0]).values():
+        assert props["ComputeResources"]["Ec2Configuration"] == [{"ImageType": "ECS_AL2023_NVIDIA"}]
+
+
+def test_on_demand_environment_sits_behind_spot_with_its_own_cap(built):
+    template, _ = built
+    on_demand = next(p for p in environments(template).values()
+                     if p["ComputeResources"]["Type"] == "EC2" and "PlacementGroup" not in p["ComputeResources"])
+    assert on_demand["ComputeResources"]["MaxvCpus"] == 16
+    queue = next(p["Properties"] for k, p in template.find_resources("AWS::Batch::JobQueue").items()
+                 if "MultiNode" not in k)
+    assert [entry["Order"] for entry in queue["ComputeEnvironmentOrder"]] == [1, 2]
+
+
+def test_a_deploy_never_re_enables_what_the_budget_stop_disabled(built):
+    template, _ = built
+    for kind in ("AWS::Batch::ComputeEnvironment", "AWS::Batch::JobQueue"):
+        for props in (v["Properties"] for v in template.find_resources(kind).values()):
+            assert "State" not in props
+
+
+def test_instances_carry_the_queue_tag_the_budget_guard_finds_them_by(built):
+    for props in environments(built[0]).values():
+        assert props["ComputeResources"]["Tags"] == {"ml-platform:queue": "training"}
+        assert props["Tags"]["ml-platform:queue"] == "training"
+
+
+def test_launch_template_is_imdsv2_encrypted_gp3_and_mime_multipart(built):
+    template, _ = built
+    data = next(v for k, v in template.find_resources("AWS::EC2::LaunchTemplate").items()
+                if "MultiNode" not in k)["Properties"]["LaunchTemplateData"]
+    assert data["MetadataOptions"]["HttpTokens"] == "required"
+    root = data["BlockDeviceMappings"][0]
+    assert root["DeviceName"] == "/dev/xvda"
+    assert root["Ebs"]["Encrypted"] is True and root["Ebs"]["VolumeType"] == "gp3"
+    assert "Content-Type: multipart/mixed" in json.dumps(data["UserData"])
+
+
+def test_user_data_raises_the_stop_timeout_and_drains_spot_instances(built):
+    text = boot_script(built[0])
+    assert "ECS_CONTAINER_STOP_TIMEOUT=110s" in text
+    assert "ECS_ENABLE_SPOT_INSTANCE_DRAINING=true" in text
+
+
+def boot_script(template, multi_node=False) -> str:
+    """The shell part of the MIME multi-part user data (base64 inside the part), tokens replaced by a placeholder."""
+    parts = user_data(template, multi_node)["Fn::Base64"]["Fn::Join"][1]
+    shell = next(part for part in parts if isinstance(part, dict))["Fn::Base64"]
+    pieces = shell["Fn::Join"][1] if isinstance(shell, dict) else [shell]
+    return "".join(piece if isinstance(piece, str) else "TOKEN" for piece in pieces)
+
+
+def test_user_data_is_the_shared_bootstrap_with_the_queue_as_gpu_dimension(built):
+    script = boot_script(built[0])
+    for fragment in ("interruption_watcher.py", "ML_PLATFORM_SIGNAL_CONTAINERS=ecs",
+                     "dnf install -y amazon-cloudwatch-agent", "LABEL=ds", "/data/imagenet ext4 ro"):
+        assert fragment in script, fragment
+    agent = json.loads(script.split("cloudwatch-agent.json <<'EOF'\n", 1)[1].split("\nEOF", 1)[0])
+    gpu = agent["metrics"]["metrics_collected"]["nvidia_gpu"]
+    assert gpu["append_dimensions"] == {"QueueName": "training"}
+    assert agent["metrics"]["aggregation_dimensions"] == [["QueueName"], ["InstanceId"]]
+
+
+def test_boot_script_is_valid_bash_with_terminated_here_documents(built, tmp_path):
+    path = tmp_path / "boot.sh"
+    path.write_text(boot_script(built[0]))
+    assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0
+
+def test_job_definition_fits_the_smallest_type(built):
+    requirements = {r["Type"]: r["Value"] for r in single_node_definition(built[0])["ContainerProperties"][
+        "ResourceRequirements"]}
+    # g5.xlarge / g6.xlarge: 1 GPU, 4 vCPUs, 16 GiB of which 90% for the job.
+    assert requirements == {"GPU": "1", "VCPU": "4", "MEMORY": str(int(16 * 1024 * 0.9))}
+
+
+def test_retry_strategy_retries_reclaims_and_start_up_failures_but_not_the_jobs_own_exit(built):
+    strategy = single_node_definition(built[0])["RetryStrategy"]
+    assert strategy["Attempts"] == 3
+    assert strategy["EvaluateOnExit"] == [
+        {"Action": "RETRY", "OnStatusReason": "Host EC2*"},
+        {"Action": "RETRY", "OnExitCode": "143"},
+        {"Action": "RETRY", "OnReason": "CannotPullContainerError:*"},
+        {"Action": "RETRY", "OnReason": "CannotStartContainerError*"},
+        {"Action": "EXIT", "OnReason": "*"},
+    ]
+
+
+def test_jobs_get_the_stop_file_datasets_and_the_checkpoint_root(built):
+    container = single_node_definition(built[0])["ContainerProperties"]
+    env = {e["Name"]: e["Value"] for e in container["Environment"]}
+    assert env["ML_PLATFORM_STOP_FILE"] == "/run/ml-platform/stop-requested"
+    assert "checkpoints/training/" in json.dumps(env["ML_PLATFORM_CHECKPOINT_ROOT"])
+    mounts = {m["ContainerPath"]: m.get("ReadOnly", False) for m in container["MountPoints"]}
+    assert mounts == {"/run/ml-platform": False, "/data/imagenet": True}
+
+
+def test_job_logs_go_to_a_log_group_encrypted_with_the_key(built):
+    template, parts = built
+    container = single_node_definition(template)["ContainerProperties"]
+    assert container["LogConfiguration"]["LogDriver"] == "awslogs"
+    group = next(iter(template.find_resources("AWS::Logs::LogGroup").values()))["Properties"]
+    assert "KmsKeyId" in group
+
+
+def test_the_queue_adds_the_logs_statement_to_a_key_of_this_app(built):
+    template, _ = built
+    key = next(iter(template.find_resources("AWS::KMS::Key").values()))["Properties"]["KeyPolicy"]["Statement"]
+    assert any(s.get("Sid") == "AllowCloudWatchLogsToEncryptLogGroups" for s in key)
+
+
+def test_an_imported_key_it_cannot_change_fails_at_synth_with_the_fix(synth_stack):
+    def body(stack):
+        imported = kms.Key.from_key_arn(stack, "Imported", "arn:aws:kms:us-east-1:123456789012:key/abc")
+        queue_stack(stack, key=imported)
+    with pytest.raises(ValidationError, match=r"TrainingQueue: key=.*a key whose policy this app can change.*Fix: pass"):
+        synth_stack(body)
+
+
+def test_job_timeout_is_set(built):
+    assert single_node_definition(built[0])["Timeout"] == {"AttemptDurationSeconds": 86400}
+
+
+def test_failed_jobs_reach_the_alert_topic_with_reason_and_attempts(built):
+    template, _ = built
+    rule = next(v["Properties"] for v in template.find_resources("AWS::Events::Rule").values()
+                if v["Properties"]["EventPattern"].get("detail", {}).get("status") == ["FAILED"])
+    assert rule["EventPattern"]["detail-type"] == ["Batch Job State Change"]
+    text = json.dumps(rule["Targets"][0]["InputTransformer"])
+    assert "$.detail.statusReason" in text and "$.detail.attempts" in text
+
+
+def test_spot_retries_are_counted_by_their_own_rule(built):
+    template, _ = built
+    rule = next(v["Properties"] for v in template.find_resources("AWS::Events::Rule").values()
+                if v["Properties"]["EventPattern"].get("detail", {}).get("status") == ["RUNNABLE"])
+    assert rule["EventPattern"]["detail"]["$or"] == [
+        {"attempts": {"statusReason": [{"prefix": "Host EC2"}]}}, {"attempts": {"container": {"exitCode": [143]}}}]
+
+
+def test_events_reach_the_log_group_without_a_custom_resource(built):
+    template, _ = built
+    assert template.find_resources("AWS::Lambda::Function") == {}
+    template.has_resource_properties("AWS::Logs::ResourcePolicy", {"PolicyDocument": Match.any_value()})
+
+
+def test_idle_gpu_alarm_per_queue_under_40_percent_for_3_periods(built):
+    template, _ = built
+    template.has_resource_properties("AWS::CloudWatch::Alarm", {
+        "MetricName": "nvidia_smi_utilization_gpu", "Namespace": "MLPlatform/GPU", "Threshold": 40,
+        "EvaluationPeriods": 3, "ComparisonOperator": "LessThanThreshold",
+        "Dimensions": [{"Name": "QueueName", "Value": "training"}]})
+
+
+def test_dashboard_charts_jobs_retries_gpus_and_instances(built):
+    body = json.dumps(next(iter(built[0].find_resources("AWS::CloudWatch::Dashboard").values()))["Properties"])
+    for title in ("Job state changes by state", "Spot retries and failed jobs", "GPU utilization",
+                  "Instances (GPU utilization per instance)"):
+        assert title in body
+
+
+def test_multi_node_is_on_demand_in_one_az_with_a_cluster_placement_group(built):
+    template, _ = built
+    multi = next(p for p in environments(template).values() if "PlacementGroup" in p["ComputeResources"])
+    assert multi["ComputeResources"]["Type"] == "EC2"
+    assert len(multi["ComputeResources"]["Subnets"]) == 1
+    template.has_resource_properties("AWS::EC2::PlacementGroup", {"Strategy": "cluster"})
+
+
+def test_multi_node_launch_template_attaches_an_efa_and_installs_its_driver(built):
+    template, _ = built
+    data = next(v for k, v in template.find_resources("AWS::EC2::LaunchTemplate").items()
+                if "MultiNode" in k)["Properties"]["LaunchTemplateData"]
+    assert data["NetworkInterfaces"][0]["InterfaceType"] == "efa"
+    assert "efa_installer.sh" in boot_script(template, multi_node=True)
+
+
+def test_multi_node_security_group_admits_its_own_nodes_only(built):
+    template, _ = built
+    ingress = list(template.find_resources("AWS::EC2::SecurityGroupIngress").values())
+    assert len(ingress) == 1
+    rule = ingress[0]["Properties"]
+    assert rule["IpProtocol"] == "-1" and rule["SourceSecurityGroupId"] == rule["GroupId"]
+
+
+def test_multi_node_definition_has_an_open_node_range_and_the_efa_device(built):
+    template, _ = built
+    definition = next(p["Properties"] for p in template.find_resources("AWS::Batch::JobDefinition").values()
+                      if p["Properties"]["Type"] == "multinode")
+    nodes = definition["NodeProperties"]
+    assert (nodes["NumNodes"], nodes["MainNode"], nodes["NodeRangeProperties"][0]["TargetNodes"]) == (2, 0, "0:")
+    container = nodes["NodeRangeProperties"][0]["Container"]
+    assert container["LinuxParameters"]["Devices"][0]["HostPath"] == "/dev/infiniband/uverbs0"
+    requirements = {r["Type"]: r["Value"] for r in container["ResourceRequirements"]}
+    assert requirements["GPU"] == "4" and requirements["VCPU"] == "48"
+
+
+def test_execution_role_pulls_only_from_the_image_repository(built):
+    template, _ = built
+    text = json.dumps(template.find_resources("AWS::IAM::Policy"))
+    assert "arn:${AWS::Partition}:ecr:us-east-1:763104351884:repository/pytorch-training" in text.replace(
+        '{"Ref": "AWS::Partition"}', "${AWS::Partition}") or ":763104351884:repository/pytorch-training" in text
+
+
+def test_job_role_reads_datasets_and_writes_only_its_checkpoints(built):
+    text = json.dumps(built[0].find_resources("AWS::IAM::Policy"))
+    assert "/checkpoints/training/*" in text and "/datasets/*" in text
+
+
+def test_add_job_definition_reuses_the_queue_settings_with_another_image_and_command(synth_stack):
+    def body(stack):
+        queue = queue_stack(stack)["queue"]
+        queue.add_job_definition("Retrain", image_uri=IMAGE.replace("2.5.1", "2.6.0"), command=["python", "train.py"])
+    template = synth_stack(body)
+    definitions = [v["Properties"] for v in template.find_resources("AWS::Batch::JobDefinition").values()]
+    retrain = next(d for d in definitions if "2.6.0" in d["ContainerProperties"]["Image"])
+    assert retrain["ContainerProperties"]["Command"] == ["python", "train.py"]
+    assert retrain["RetryStrategy"] == definitions[0]["RetryStrategy"]
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"image_uri": "pytorch/pytorch:latest"}, r"image_uri='pytorch/pytorch:latest' is invalid: an Amazon ECR image"),
+    ({"job_attempts": 11}, r"job_attempts=11 is invalid: 1-10"),
+    ({"stop_timeout": Duration.seconds(130)}, r"stop_timeout='2 minutes 10 seconds' is invalid: 30-115 seconds"),
+    ({"instance_types": [ec2.InstanceType("g5g.xlarge"), ec2.InstanceType("g5g.2xlarge"),
+                         ec2.InstanceType("g5g.4xlarge"), ec2.InstanceType("g5g.8xlarge")]},
+     r"instance_types=.*x86_64 GPU types"),
+    ({"instance_types": [ec2.InstanceType("g5.xlarge"), ec2.InstanceType("g5.12xlarge"),
+                         ec2.InstanceType("g6.xlarge"), ec2.InstanceType("g6.2xlarge")]}, r"one GPU count per instance"),
+    ({"instance_types": [ec2.InstanceType("g5.xlarge")]}, r"at least 4 instance types"),
+    ({"multi_node_instance_types": [ec2.InstanceType("g5.xlarge")], "multi_node_max_vcpus": 64},
+     r"multi_node_instance_types=\['g5.xlarge'\] is invalid: types with an Elastic Fabric Adapter"),
+    ({"multi_node_instance_types": [ec2.InstanceType("g6.12xlarge")], "multi_node_max_vcpus": 48},
+     r"multi_node_max_vcpus=48 is invalid: room for at least 2 nodes of the largest type \(96 vCPUs\)"),
+    ({"multi_node_max_vcpus": 96}, r"multi_node_max_vcpus=96 is invalid: 0 without multi_node_instance_types"),
+    ({"job_vcpus": 64}, r"job_vcpus=64 is invalid: 1-8 \(the largest type's vCPUs\)"),
+    ({"job_memory": Size.gibibytes(40)}, r"job_memory='40960 MiB' is invalid"),
+    ({"queue_name": "has space"}, r"queue_name='has space' is invalid"),
+])
+def test_bad_props_fail_at_synth_with_prop_value_range_and_fix(synth_stack, overrides, message):
+    with pytest.raises(ValidationError, match=message):
+        synth_stack(lambda stack: queue_stack(stack, **overrides))
+
+
+def test_a_job_larger_than_the_smallest_type_warns(synth_stack):
+    stacks = []
+    synth_stack(lambda stack: stacks.append(stack) or queue_stack(stack, job_vcpus=8))
+    Annotations.from_stack(stacks[0]).has_warning("*", Match.string_like_regexp("fit only the larger types"))
+
+
+def test_ecr_pattern_accepts_tags_and_digests_only_from_ecr():
+    assert ECR_IMAGE.match(IMAGE)
+    assert ECR_IMAGE.match("123456789012.dkr.ecr.eu-west-1.amazonaws.com/team/train@sha256:" + "a" * 64)
+    assert not ECR_IMAGE.match("docker.io/library/python:3.12")
+    assert not ECR_IMAGE.match("123456789012.dkr.ecr.eu-west-1.amazonaws.com/train")  # no tag: never "latest" by accident
