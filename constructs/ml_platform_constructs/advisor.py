@@ -408,28 +408,31 @@ def with_overrides(workload: Workload, **overrides) -> Workload:
 # --- ready-to-paste config ------------------------------------------------------------------------------------
 
 def compatible_types(advice: Advice, limit: int = 10) -> list[str]:
-    """The recommended single-instance type plus eligible types of the same GPU count and architecture, GPU memory
-    within the fleet/queue limit of 2x, cheapest per job first (Spot needs several types to find capacity)."""
+    """The recommended single-instance type first, then eligible types of the same GPU count and architecture,
+    cheapest per job first, within the fleet/queue limit of 2x GPU memory: of the memory windows [m, 2m] that hold
+    the recommended type, the one with the most types (Spot finds capacity among several types)."""
     from .spot_gpu_fleet import MAX_GPU_MEMORY_RATIO
     best = advice.recommended
     if best is None:
         return []
     anchor = GPU_CATALOG[best.instance_type]
-    chosen: list[GpuInstanceType] = [anchor]
-    for option in advice.options:
-        instance = GPU_CATALOG[option.instance_type]
-        if (option.excluded is not None and option.rule != "scale-out") or option.instances != 1 \
-                or instance in chosen or len(chosen) >= limit:
-            continue
-        if not (option.fits and option.meets_deadline and instance.dlami):
-            continue
-        if instance.gpu_count != anchor.gpu_count or instance.architecture != anchor.architecture:
-            continue
-        memories = [c.gpu_memory_gib for c in chosen] + [instance.gpu_memory_gib]
-        if max(memories) / min(memories) > MAX_GPU_MEMORY_RATIO:
-            continue
-        chosen.append(instance)
-    return [c.name for c in chosen]
+    candidates = [GPU_CATALOG[o.instance_type] for o in advice.options
+                  if o.instances == 1 and o.fits and o.meets_deadline and o.rule in (None, "scale-out")
+                  and GPU_CATALOG[o.instance_type].dlami and o.instance_type != anchor.name
+                  and GPU_CATALOG[o.instance_type].gpu_count == anchor.gpu_count
+                  and GPU_CATALOG[o.instance_type].architecture == anchor.architecture]
+    windows = []
+    for low in sorted({c.gpu_memory_gib for c in candidates} | {anchor.gpu_memory_gib}):
+        high = low * MAX_GPU_MEMORY_RATIO
+        if low <= anchor.gpu_memory_gib <= high:
+            windows.append([c for c in candidates if low <= c.gpu_memory_gib <= high])
+    chosen = max(windows, key=len)  # the first (lowest) window wins a tie; candidates keep their cost order
+    return [anchor.name, *(c.name for c in chosen[:limit - 1])]
+
+
+def _cost_comment(advice: Advice, types: list[str]) -> str:
+    usd = {o.instance_type: o.usd for o in advice.options if o.instances == 1}
+    return "# USD per job, one instance: " + ", ".join(f"{t} {usd[t]:,.2f}" for t in types)
 
 
 def fleet_block(advice: Advice, env: str, name: str = "training", max_capacity: int = 1) -> str:
@@ -441,7 +444,7 @@ def fleet_block(advice: Advice, env: str, name: str = "training", max_capacity: 
     if len(types) < MIN_INSTANCE_TYPES:
         raise ValueError(f"only {len(types)} eligible types of this GPU shape ({', '.join(types)}); a fleet needs "
                          f"{MIN_INSTANCE_TYPES}: relax the deadline or use a queue")
-    lines = [f"[[environments.{env}.fleets]]", f'name = "{name}"',
+    lines = [_cost_comment(advice, types), f"[[environments.{env}.fleets]]", f'name = "{name}"',
              "instance_types = [" + ", ".join(f'"{t}"' for t in types) + "]",
              f"max_capacity = {max_capacity}", "scale_to_zero_after_minutes = 30"]
     if advice.assumptions.dataset_source == "snapshot":
@@ -464,7 +467,8 @@ def queue_block(advice: Advice, env: str, name: str = "training", parallel_jobs:
         types = compatible_types(advice)
     vcpus = max([GPU_CATALOG[t].vcpus for t in types] or [0]) * parallel_jobs
     timeout = max(1, math.ceil((best.hours_spot or best.hours) * 1.5))
-    lines = [f"[[environments.{env}.queues]]", f'name = "{name}"',
+    lines = [_cost_comment(advice, types) if types else "# no single-instance shape is eligible for this job",
+             f"[[environments.{env}.queues]]", f'name = "{name}"',
              "instance_types = [" + ", ".join(f'"{t}"' for t in types) + "]",
              f"max_vcpus = {max(vcpus, 1) if types else 0}", "on_demand_max_vcpus = 0"]
     if multi:
