@@ -113,7 +113,7 @@ def storage_by_month(bucket_props: dict, inputs: TcoInputs, prices: dict) -> lis
     for month in range(inputs.months):
         costs: dict[str, float] = {}
         for born, gb in cohorts:
-            if born > month:
+            if born > month or not gb:
                 continue
             age = (month - born + 0.5) * DAYS_PER_MONTH
             for prefix, share in PREFIX_SHARES.items():
