@@ -435,15 +435,20 @@ def _cost_comment(advice: Advice, types: list[str]) -> str:
     return "# USD per job, one instance: " + ", ".join(f"{t} {usd[t]:,.2f}" for t in types)
 
 
+def _enough_types(types: list[str]) -> None:
+    from .spot_gpu_fleet import MIN_INSTANCE_TYPES
+    if len(types) < MIN_INSTANCE_TYPES:
+        raise ValueError(f"only {len(types)} eligible types of this GPU shape ({', '.join(types)}); fleets and queues "
+                         f"need {MIN_INSTANCE_TYPES} for Spot to find capacity: relax the deadline, or add types of the "
+                         "same GPU count by hand where the job fits them")
+
+
 def fleet_block(advice: Advice, env: str, name: str = "training", max_capacity: int = 1) -> str:
     """A [[environments.ENV.fleets]] table (stacks/config.py's schema) for the recommended single-instance shape."""
-    from .spot_gpu_fleet import MIN_INSTANCE_TYPES
     types = compatible_types(advice)
     if not types or advice.recommended.instances != 1:
         raise ValueError("a fleet runs one instance per job: the recommendation is multi-node, use a queue block")
-    if len(types) < MIN_INSTANCE_TYPES:
-        raise ValueError(f"only {len(types)} eligible types of this GPU shape ({', '.join(types)}); a fleet needs "
-                         f"{MIN_INSTANCE_TYPES}: relax the deadline or use a queue")
+    _enough_types(types)
     lines = [_cost_comment(advice, types), f"[[environments.{env}.fleets]]", f'name = "{name}"',
              "instance_types = [" + ", ".join(f'"{t}"' for t in types) + "]",
              f"max_capacity = {max_capacity}", "scale_to_zero_after_minutes = 30"]
@@ -465,6 +470,7 @@ def queue_block(advice: Advice, env: str, name: str = "training", parallel_jobs:
         types = compatible_types(replace(advice, recommended=spot[0])) if spot else []
     else:
         types = compatible_types(advice)
+        _enough_types(types)
     vcpus = max([GPU_CATALOG[t].vcpus for t in types] or [0]) * parallel_jobs
     timeout = max(1, math.ceil((best.hours_spot or best.hours) * 1.5))
     lines = [_cost_comment(advice, types) if types else "# no single-instance shape is eligible for this job",

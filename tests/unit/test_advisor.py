@@ -350,3 +350,10 @@ def test_queue_block_for_a_single_instance_job(advice):
     assert len(entries) >= 4 and len({e.gpu_count for e in entries}) == 1 and len({e.architecture for e in entries}) == 1
     assert max(e.gpu_memory_gib for e in entries) / min(e.gpu_memory_gib for e in entries) <= 2
     assert queue["max_vcpus"] == max(e.vcpus for e in entries) and queue["multi_node_instance_types"] == []
+
+
+def test_blocks_refuse_fewer_than_four_spot_types(advice):
+    # llm-70b-lora: only p4d, p5 and g6e.48xlarge (8 GPUs of 40-80 GiB) fit one instance
+    for block in (fleet_block, queue_block):
+        with pytest.raises(ValueError, match=r"only 3 eligible types .* need 4 for Spot to find capacity"):
+            block(advice["llm-70b-lora"], "dev")
