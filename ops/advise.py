@@ -1,6 +1,6 @@
 """Which GPU shape should a training job run on, and what will the whole job cost? (./platform advise)
 
-  python -m ops.advise PRESET [--deadline-hours H] [--dataset-gib N] [--dataset-source s3|snapshot] [--json]
+  python -m ops.advise PRESET [--deadline-hours H] [--samples N] [--dataset-gib N] [--dataset-source s3|snapshot] [--json]
   python -m ops.advise custom --params 1.3e9 --tokens 2e9 --seq-len 2048 --hidden 2048 --layers 24 [--lora-params N]
   python -m ops.advise custom --params 11.7e6 --images 12e6 --forward-gflops 3.6 [--activation-gib-per-image 0.02]
   python -m ops.advise PRESET --measured ENV     # prefer throughput measured by examples/gpu_benchmark.py in ENV
@@ -133,6 +133,9 @@ def format_advice(advice: Advice, env: str, block: str, show_all: bool = False) 
             f"  breakdown: start-up {best.startup_hours:.2f} h, dataset load {best.dataset_load_hours:.2f} h, training "
             f"{best.training_hours:,.2f} h" + (f", {best.expected_interruptions:.2f} expected Spot interruptions"
                                                if best.expected_interruptions is not None else "")]
+    if best.throughput_source == "estimated":
+        out.append("  its throughput is estimated: run examples/gpu_benchmark.py on it and the runner-up, then "
+                   "advise again with --measured ENV before committing a fleet to it")
     fastest = min(eligible, key=lambda o: o.hours)
     if fastest is not best:
         out.append(f"  fastest eligible: {fastest.instance_type} x{fastest.instances}, {fastest.hours:,.1f} h for "
@@ -156,6 +159,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--measured", metavar="ENV", help="prefer throughput measured in ENV (benchmarks/ records)")
     parser.add_argument("--deadline-hours", type=float)
     parser.add_argument("--dataset-gib", type=float)
+    parser.add_argument("--samples", type=float, help="a preset on your own data: images, sequences or tokens to train")
     parser.add_argument("--dataset-source", choices=["s3", "snapshot"], default="s3")
     parser.add_argument("--checkpoint-minutes", type=float, default=30)
     parser.add_argument("--interruptions-per-hour", type=float, default=0.02)
@@ -170,7 +174,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--activation-gib-per-image", type=float, default=0.04)
     parser.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
     args = parser.parse_args(argv)
-    for flag in ("deadline_hours", "dataset_gib", "checkpoint_minutes", "startup_minutes"):
+    for flag in ("deadline_hours", "dataset_gib", "samples", "checkpoint_minutes", "startup_minutes"):
         value = getattr(args, flag)
         if value is not None and value <= 0:
             parser.error(f"--{flag.replace('_', '-')}={value}: must be above 0")
@@ -180,7 +184,7 @@ def main(argv: list[str]) -> int:
         workload = custom_workload(args)
     else:
         workload = with_overrides(PRESETS[args.workload], deadline_hours=args.deadline_hours,
-                                  dataset_gib=args.dataset_gib)
+                                  dataset_gib=args.dataset_gib, samples=args.samples)
     measured: list[MeasuredThroughput] = []
     if args.measured:
         import boto3
