@@ -53,7 +53,7 @@ def custom_workload(args: argparse.Namespace) -> Workload:
             name="custom", description=f"image model, {args.params:g} parameters, {args.images:g} images",
             parameters=args.params, trainable_parameters=args.params, optimizer=args.optimizer, sample_unit="images",
             samples=args.images, flops_per_sample=3 * args.forward_gflops * 1e9,
-            activation_gib_per_item=args.activation_gib_per_image, items_per_sample=1,
+            activation_gib_per_item=args.activation_gib_per_image,
             global_batch_items=args.global_batch or 256, dataset_gib=args.dataset_gib or 1,
             deadline_hours=args.deadline_hours, cpu_samples_per_vcpu=100)
     missing = [flag for flag, value in (("--tokens", args.tokens), ("--seq-len", args.seq_len),
@@ -68,7 +68,7 @@ def custom_workload(args: argparse.Namespace) -> Workload:
         optimizer=args.optimizer, sample_unit="tokens", samples=args.tokens,
         flops_per_sample=(6 if lora else 8) * args.params,
         activation_gib_per_item=transformer_activation_gib(args.seq_len, args.hidden, args.layers),
-        items_per_sample=1 / args.seq_len, global_batch_items=args.global_batch or 128,
+        global_batch_items=args.global_batch or 128,
         dataset_gib=args.dataset_gib or 1, deadline_hours=args.deadline_hours)
 
 

@@ -45,7 +45,6 @@ DEFAULT_UTILIZATION = 0.35  # share of dense tensor TFLOPS reached where no publ
 REFERENCE_GPU = "NVIDIA A100"  # whose bandwidth-to-compute ratio DEFAULT_UTILIZATION assumes
 MAX_INSTANCES = 8
 
-THROUGHPUT_SOURCES = ("measured", "published", "estimated")
 
 
 @dataclass(frozen=True)
@@ -61,17 +60,12 @@ class Workload:
     samples: float  # to train (epochs x dataset, or tokens)
     flops_per_sample: float  # training FLOPs per sample (forward, backward, recomputation)
     activation_gib_per_item: float  # one image or one sequence in the micro-batch
-    items_per_sample: float  # 1 for images and sequences; 1/sequence length for tokens
     global_batch_items: int  # images or sequences per optimizer step
     dataset_gib: float
     deadline_hours: Optional[float] = None
     # what one vCPU decodes and augments per second, where the input pipeline runs on the CPU (JPEG images)
     cpu_samples_per_vcpu: Optional[float] = None
     notes: tuple[str, ...] = ()
-
-    @property
-    def full_training(self) -> bool:
-        return self.trainable_parameters >= self.parameters
 
     def state_gib(self) -> float:
         """Weights, gradients and optimizer states of the whole model, unsharded."""
@@ -103,7 +97,7 @@ def _llm(name: str, description: str, parameters: float, hidden: int, kv_hidden:
     return Workload(
         name=name, description=description, parameters=parameters, trainable_parameters=trainable,
         optimizer="adam", sample_unit="tokens", samples=tokens, flops_per_sample=flops,
-        activation_gib_per_item=transformer_activation_gib(sequence, hidden, layers), items_per_sample=1 / sequence,
+        activation_gib_per_item=transformer_activation_gib(sequence, hidden, layers),
         global_batch_items=128, dataset_gib=1,
         notes=(f"sequence length {sequence}, global batch 128 sequences, BF16 mixed precision, AdamW, activation "
                "checkpointing" + (f", LoRA rank {lora_rank} on every linear layer" if lora_rank else ""),))
@@ -117,7 +111,7 @@ PRESETS: dict[str, Workload] = {workload.name: workload for workload in (
         # 4.1 GMACs (8.2 GFLOPs) forward per 224x224 image; backward about twice the forward.
         flops_per_sample=3 * 8.2e9,
         # NVIDIA trains it at 256 images per 16 GB V100 with AMP; 40 MiB an image keeps that within memory.
-        activation_gib_per_item=0.04, items_per_sample=1, global_batch_items=256 * 8, dataset_gib=150,
+        activation_gib_per_item=0.04, global_batch_items=256 * 8, dataset_gib=150,
         cpu_samples_per_vcpu=100,
         notes=("SGD with momentum, batch 256 per GPU as NVIDIA's recipe; ImageNet-1k train set 1,281,167 images, "
                "about 150 GiB; JPEG decoding and augmentation on the CPU at an assumed 100 images/s per vCPU "
@@ -128,7 +122,7 @@ PRESETS: dict[str, Workload] = {workload.name: workload for workload in (
         samples=2 * 88_641,  # SQuAD v1.1 training features at length 384, stride 128
         flops_per_sample=6 * 340e6 * 384,
         # no checkpointing: 34*s*h + 5*a*s^2 bytes per layer (Korthikanti et al.), s=384, h=1024, a=16, 24 layers
-        activation_gib_per_item=(34 * 384 * 1024 + 5 * 16 * 384 * 384) * 24 / GIB, items_per_sample=1,
+        activation_gib_per_item=(34 * 384 * 1024 + 5 * 16 * 384 * 384) * 24 / GIB,
         global_batch_items=256, dataset_gib=0.1,
         notes=("mixed precision, Adam; NVIDIA's recipe uses batch 32 per A100",)),
     _llm("llm-7b-lora", "Llama-2-7B-shaped model, LoRA fine-tuning on 100M tokens", 6.74e9, 4096, 4096, 11008, 32,
@@ -367,7 +361,8 @@ def advise(workload: Workload, *, prices: Optional[dict] = None, assumptions: Co
            measured: Sequence[MeasuredThroughput] = (), max_instances: int = MAX_INSTANCES,
            catalog: Optional[dict[str, GpuInstanceType]] = None) -> Advice:
     """Every shape ranked by cost per job (eligible first), each excluded one with its reason, and the cheapest
-    eligible shape as the recommendation (None when nothing is eligible)."""
+    eligible shape as the recommendation (None when nothing is eligible). `catalog` narrows the shapes to a
+    subset of GPU_CATALOG (default: all of it); `prices` defaults to the shipped table."""
     if prices is None:
         from .runtime.budget_guard import load_prices
         prices = load_prices()
@@ -376,7 +371,7 @@ def advise(workload: Workload, *, prices: Optional[dict] = None, assumptions: Co
                for instance, count in shapes(catalog, max_instances) if instance.name in prices["on_demand_hourly"]]
     single_ok = {o.instance_type for o in options if o.instances == 1 and o.fits and o.meets_deadline}
     for option in options:
-        instance = GPU_CATALOG[option.instance_type]
+        instance = catalog[option.instance_type]
         if not instance.dlami:
             option.rule, option.excluded = "software", (
                 f"the platform's Deep Learning AMI no longer supports the {instance.gpu_model} "
