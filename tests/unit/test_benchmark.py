@@ -118,7 +118,7 @@ class FakeImds(BaseHTTPRequestHandler):
 
 def test_instance_type_from_imdsv2():
     server = HTTPServer(("127.0.0.1", 0), FakeImds)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         assert benchmark.instance_type_from_metadata(f"http://127.0.0.1:{server.server_port}") == "g6e.xlarge"
