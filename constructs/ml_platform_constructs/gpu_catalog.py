@@ -119,3 +119,44 @@ def spot_quota(instance: GpuInstanceType) -> tuple[str, str]:
 
 def on_demand_quota(instance: GpuInstanceType) -> tuple[str, str]:
     return ON_DEMAND_QUOTA_CODES["p" if instance.family.startswith("p") else "g"]
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """What one GPU can compute and move, for throughput estimates where no measured or published number exists."""
+
+    model: str
+    dense_tensor_tflops: float  # FP16/BF16 tensor throughput without structured sparsity
+    memory_bandwidth_gbps: float  # GB/s
+    source: str
+
+
+# Per GPU model (the catalog's gpu_model), datasheet figures without sparsity. Vendors quote the sparse figure
+# (2x) first; the dense one is what training reaches. Checked against the pages named in each source (2026-11).
+GPU_SPECS: dict[str, GpuSpec] = {spec.model: spec for spec in (
+    GpuSpec("NVIDIA T4", 65, 320,
+            "NVIDIA T4 datasheet (https://www.nvidia.com/en-us/data-center/tesla-t4/): 65 TFLOPS mixed precision "
+            "FP16/FP32, 320 GB/s; Turing has no BF16"),
+    GpuSpec("NVIDIA T4G", 65, 320,
+            "no NVIDIA datasheet for the T4G (AWS's Graviton variant, https://aws.amazon.com/ec2/instance-types/g5g/); "
+            "assumed equal to the T4"),
+    GpuSpec("NVIDIA A10G", 70, 600,
+            "no NVIDIA datasheet for the A10G (AWS's variant of the A10); 600 GB/s as the A10, and less tensor compute "
+            "than the A10's 125 TFLOPS: 70 per https://www.baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference/ "
+            "(third party; confirm with a measured benchmark)"),
+    GpuSpec("NVIDIA L4", 121, 300,
+            "NVIDIA L4 datasheet (https://www.nvidia.com/en-us/data-center/l4/): 242 FP16/BF16 tensor TFLOPS with "
+            "sparsity, so 121 dense; 300 GB/s"),
+    GpuSpec("NVIDIA L40S", 362, 864,
+            "NVIDIA L40S datasheet (https://www.nvidia.com/en-us/data-center/l40s/): 362.05 BF16 tensor TFLOPS "
+            "dense (733 with sparsity); 864 GB/s"),
+    GpuSpec("NVIDIA V100", 125, 900,
+            "NVIDIA V100 datasheet (https://www.nvidia.com/en-us/data-center/v100/), SXM2: 125 tensor TFLOPS; "
+            "900 GB/s; Volta has no BF16"),
+    GpuSpec("NVIDIA A100", 312, 1555,
+            "NVIDIA A100 datasheet (https://www.nvidia.com/en-us/data-center/a100/): 312 BF16 tensor TFLOPS dense "
+            "(624 with sparsity); 1,555 GB/s for the 40 GB SXM in p4d.24xlarge (the 80 GB has 2,039)"),
+    GpuSpec("NVIDIA H100", 989, 3350,
+            "NVIDIA H100 datasheet (https://www.nvidia.com/en-us/data-center/h100/), SXM5: 989 BF16 tensor TFLOPS "
+            "dense (1,979 with sparsity; NeMo AutoModel's performance summary uses 989 as H100 BF16 peak); 3.35 TB/s"),
+)}

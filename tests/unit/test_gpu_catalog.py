@@ -49,3 +49,12 @@ def test_efa_types_are_catalog_types_and_single_gpu_small_sizes_have_none():
     assert EFA_INSTANCE_TYPES <= set(GPU_CATALOG)
     assert GPU_CATALOG["p4d.24xlarge"].efa and GPU_CATALOG["g6e.12xlarge"].efa
     assert not GPU_CATALOG["g5.xlarge"].efa and not GPU_CATALOG["g5g.16xlarge"].efa
+
+
+def test_every_catalog_gpu_has_specs_with_a_source():
+    from ml_platform_constructs.gpu_catalog import GPU_SPECS
+    assert {entry.gpu_model for entry in GPU_CATALOG.values()} <= set(GPU_SPECS)
+    for spec in GPU_SPECS.values():
+        assert spec.source and 0 < spec.dense_tensor_tflops < 2000 and 0 < spec.memory_bandwidth_gbps < 5000
+    # dense, not the sparse figure vendors quote first
+    assert GPU_SPECS["NVIDIA H100"].dense_tensor_tflops == 989 and GPU_SPECS["NVIDIA L4"].dense_tensor_tflops == 121

@@ -1,0 +1,248 @@
+"""Lifecycle cost of an environment over months: storage by tier, training jobs, inference, monitoring, network.
+
+  ./platform tco ENV [--months 12] [--workload PRESET | --job-usd X] [--jobs-per-month 20] [--models N]
+  python -m ops.tco ASSEMBLY_DIR ENV [same options]
+
+Extends ./platform cost (ops/cost_estimate.py, whose functions it reuses) from "this month at an assumed
+utilization" to the lifecycle:
+
+- storage by tier, month by month: the dataset bucket starts with --storage-gb and grows by --ingest-gb-month;
+  each month's data ages through the bucket's own lifecycle rules (read from the template), so data moves to
+  colder classes and expires as it would; endpoint capture buckets as in the cost estimate;
+- training: jobs per month x cost per job, the job priced by the advisor (the recommended shape for
+  --workload) or given (--job-usd); this replaces the cost estimate's fleet-utilization line;
+- inference: the endpoints in the template, always on;
+- monitoring: scheduled functions (drift checks, the budget guard's spend check) from their schedules and
+  memory, custom metrics, log ingestion and storage, alarms and dashboards;
+- network: interface endpoints and NAT gateways; other: KMS keys.
+
+Per model: the month's total divided by --models (default: the number of endpoints, at least 1).
+Prices: the shared table (runtime/prices.json) plus the CloudWatch and Lambda rates below (us-east-1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from ml_platform_constructs.advisor import PRESETS, advise
+from ml_platform_constructs.runtime.budget_guard import load_prices
+from ops.cost_estimate import HOURS_PER_MONTH, PREFIX_SHARES, Assumptions, environments, estimate_environment
+
+DAYS_PER_MONTH = 365 / 12
+# us-east-1, first tier (https://aws.amazon.com/cloudwatch/pricing/, https://aws.amazon.com/lambda/pricing/):
+CUSTOM_METRIC_MONTH = 0.30  # prorated by the hour a metric is sent
+LOG_INGEST_GB = 0.50
+LOG_STORAGE_GB_MONTH = 0.03
+LAMBDA_REQUEST = 0.20 / 1e6
+LAMBDA_GB_SECOND = 0.0000166667
+JOB_METRICS_PER_JOB = 3  # ValidationAccuracy, TokensProcessed, SamplesProcessed (job_metrics), each per JobId
+
+
+@dataclass
+class TcoInputs:
+    months: int = 12
+    storage_gb: float = 1000
+    ingest_gb_month: float = 100
+    capture_gb: float = 50
+    jobs_per_month: float = 20
+    job_usd: float = 0.0
+    job_hours: float = 0.0
+    job_label: str = "no training jobs"
+    models: Optional[int] = None
+    log_gb_month: float = 5
+    custom_metrics: int = 50
+    function_seconds: float = 30  # per scheduled invocation
+
+    def lines(self, prices: dict) -> list[str]:
+        return [
+            f"prices: {prices['source']} ({prices['retrieved']}, {prices['region']}); CloudWatch and Lambda at "
+            "us-east-1 first-tier rates, free tiers ignored",
+            f"dataset bucket: {self.storage_gb:g} GB at month 1, +{self.ingest_gb_month:g} GB per month, split "
+            + ", ".join(f"{p} {s:.0%}" for p, s in PREFIX_SHARES.items())
+            + "; each month's data follows the bucket's lifecycle rules by age (Intelligent-Tiering at its "
+            "Frequent Access rate); capture buckets " f"{self.capture_gb:g} GB each",
+            f"training: {self.jobs_per_month:g} jobs per month x {self.job_usd:,.2f} USD ({self.job_label})",
+            f"monitoring: scheduled functions {self.function_seconds:g} s per run at their configured memory; "
+            f"{self.custom_metrics} custom metrics all month plus {JOB_METRICS_PER_JOB} per job for its hours; "
+            f"{self.log_gb_month:g} GB of logs ingested per month, kept a year",
+            "not included: requests, data transfer, endpoint autoscaling above the initial count, Spot price swings",
+        ]
+
+
+@dataclass
+class MonthCost:
+    month: int
+    storage_by_class: dict[str, float] = field(default_factory=dict)
+    groups: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def storage(self) -> float:
+        return sum(self.storage_by_class.values())
+
+    @property
+    def total(self) -> float:
+        return self.storage + sum(self.groups.values())
+
+
+def storage_class_at(rule: Optional[dict], age_days: float) -> Optional[str]:
+    """The class a prefix's object is in at an age, by its lifecycle rule; None once expired."""
+    if rule is None:
+        return "STANDARD"
+    if rule.get("ExpirationInDays") is not None and age_days >= rule["ExpirationInDays"]:
+        return None
+    current = "STANDARD"
+    for transition in sorted(rule.get("Transitions", []), key=lambda t: t["TransitionInDays"]):
+        if age_days >= transition["TransitionInDays"]:
+            current = transition["StorageClass"]
+    return current
+
+
+def storage_by_month(bucket_props: dict, inputs: TcoInputs, prices: dict) -> list[dict[str, float]]:
+    """USD per storage class for each month: cohorts (the initial data, then each month's ingest) priced at
+    their age in the middle of the month."""
+    rules = bucket_props.get("LifecycleConfiguration", {}).get("Rules", [])
+    by_prefix = {prefix: next((r for r in rules if r.get("Prefix") == prefix), None) for prefix in PREFIX_SHARES}
+    cohorts = [(0, inputs.storage_gb)] + [(born, inputs.ingest_gb_month) for born in range(1, inputs.months)]
+    table = prices["s3_gb_month"]
+    months = []
+    for month in range(inputs.months):
+        costs: dict[str, float] = {}
+        for born, gb in cohorts:
+            if born > month or not gb:
+                continue
+            age = (month - born + 0.5) * DAYS_PER_MONTH
+            for prefix, share in PREFIX_SHARES.items():
+                storage_class = storage_class_at(by_prefix[prefix], age)
+                if storage_class:
+                    costs[storage_class] = costs.get(storage_class, 0) + gb * share * table.get(storage_class,
+                                                                                                  table["STANDARD"])
+        months.append(costs)
+    return months
+
+
+def scheduled_functions(templates: list[dict]) -> list[tuple[str, float, float]]:
+    """(function, invocations per month, memory GB) of every Lambda function an EventBridge schedule runs."""
+    resources = {k: v for t in templates for k, v in t.get("Resources", {}).items()}
+    found = []
+    for rule in resources.values():
+        props = rule.get("Properties", {})
+        match = re.fullmatch(r"rate\((\d+) (minute|minutes|hour|hours|day|days)\)", props.get("ScheduleExpression", ""))
+        if rule.get("Type") != "AWS::Events::Rule" or not match:
+            continue
+        minutes = int(match.group(1)) * {"m": 1, "h": 60, "d": 1440}[match.group(2)[0]]
+        for target in props.get("Targets", []):
+            arn = target.get("Arn", {})
+            name = arn.get("Fn::GetAtt", [None])[0] if isinstance(arn, dict) else None
+            function = resources.get(name, {})
+            if function.get("Type") == "AWS::Lambda::Function":
+                found.append((name, HOURS_PER_MONTH * 60 / minutes, function["Properties"].get("MemorySize", 128) / 1024))
+    return found
+
+
+def tco(templates: list[dict], name: str, region: str, inputs: TcoInputs, prices: dict) -> list[MonthCost]:
+    estimate = estimate_environment(name, region, templates, prices, Assumptions(0, inputs.storage_gb, inputs.capture_gb))
+    resources = [r for t in templates for r in t.get("Resources", {}).values()]
+    bucket = next((r["Properties"] for r in resources if r["Type"] == "AWS::S3::Bucket" and any(
+        rule.get("Prefix") == "datasets/" for rule in r["Properties"].get("LifecycleConfiguration", {}).get("Rules", []))),
+        None)
+    storage = storage_by_month(bucket, inputs, prices) if bucket else [{} for _ in range(inputs.months)]
+    capture = sum(amount for group, item, amount in estimate.lines if group == "Storage" and "capture" in item)
+    inference = sum(amount for group, _, amount in estimate.lines if group == "Endpoints")
+    network = sum(amount for group, _, amount in estimate.lines if group == "Network")
+    count = {kind: sum(1 for r in resources if r["Type"] == kind)
+             for kind in ("AWS::KMS::Key", "AWS::CloudWatch::Alarm", "AWS::CloudWatch::Dashboard")}
+    functions = sum(runs * LAMBDA_REQUEST + runs * inputs.function_seconds * memory * LAMBDA_GB_SECOND
+                    for _, runs, memory in scheduled_functions(templates))
+    job_metric_hours = inputs.jobs_per_month * JOB_METRICS_PER_JOB * inputs.job_hours
+    monitoring_base = (functions + inputs.custom_metrics * CUSTOM_METRIC_MONTH
+                       + job_metric_hours * CUSTOM_METRIC_MONTH / HOURS_PER_MONTH
+                       + count["AWS::CloudWatch::Alarm"] * prices["alarm_month"]
+                       + count["AWS::CloudWatch::Dashboard"] * prices["dashboard_month"]
+                       + inputs.log_gb_month * LOG_INGEST_GB)
+    months = []
+    for index in range(inputs.months):
+        logs_stored = inputs.log_gb_month * min(index + 1, 12)  # kept a year
+        months.append(MonthCost(month=index + 1, storage_by_class={**storage[index], **(
+            {"capture buckets": capture} if capture else {})}, groups={
+            "training": inputs.jobs_per_month * inputs.job_usd,
+            "inference": inference,
+            "monitoring": monitoring_base + logs_stored * LOG_STORAGE_GB_MONTH,
+            "network": network,
+            "other (KMS keys)": count["AWS::KMS::Key"] * prices["kms_key_month"],
+        }))
+    return months
+
+
+def format_tco(name: str, region: str, months: list[MonthCost], models: int) -> str:
+    classes = sorted({c for m in months for c in m.storage_by_class})
+    groups = list(months[0].groups)
+    header = ["month", *[f"S3 {c}" if c != "capture buckets" else "capture" for c in classes], *groups, "total"]
+    widths = [max(9, len(h)) for h in header]
+    out = [f"\n== TCO {name} ({region}), {len(months)} months: {sum(m.total for m in months):,.0f} USD, "
+           f"{sum(m.total for m in months) / len(months):,.0f} USD per month on average, "
+           f"{sum(m.total for m in months) / len(months) / models:,.0f} per model per month ({models} model(s))",
+           "  " + " ".join(h.rjust(w) for h, w in zip(header, widths))]
+    for m in months:
+        row = [str(m.month), *[f"{m.storage_by_class.get(c, 0):,.2f}" for c in classes],
+               *[f"{m.groups[g]:,.2f}" for g in groups], f"{m.total:,.2f}"]
+        out.append("  " + " ".join(v.rjust(w) for v, w in zip(row, widths)))
+    last = months[-1]
+    out.append(f"  month {last.month}: storage {last.storage:,.2f} ("
+               + ", ".join(f"{c} {v:,.2f}" for c, v in sorted(last.storage_by_class.items())) + ")")
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("assembly", type=Path)
+    parser.add_argument("env")
+    parser.add_argument("--months", type=int, default=12)
+    parser.add_argument("--storage-gb", type=float, default=1000)
+    parser.add_argument("--ingest-gb-month", type=float, default=100)
+    parser.add_argument("--capture-gb", type=float, default=50)
+    parser.add_argument("--jobs-per-month", type=float, default=20)
+    job = parser.add_mutually_exclusive_group()
+    job.add_argument("--workload", choices=list(PRESETS), default="resnet50-imagenet")
+    job.add_argument("--job-usd", type=float)
+    parser.add_argument("--job-hours", type=float, help="with --job-usd: hours per job (for its metrics)")
+    parser.add_argument("--models", type=int)
+    parser.add_argument("--log-gb-month", type=float, default=5)
+    parser.add_argument("--custom-metrics", type=int, default=50)
+    args = parser.parse_args(argv)
+    if not 1 <= args.months <= 120:
+        parser.error(f"--months={args.months}: 1 to 120")
+    for flag in ("storage_gb", "ingest_gb_month", "capture_gb", "jobs_per_month", "log_gb_month"):
+        if getattr(args, flag) < 0:
+            parser.error(f"--{flag.replace('_', '-')}={getattr(args, flag)}: 0 or more")
+    prices = load_prices()
+    if args.job_usd is not None:
+        job_usd, job_hours, label = args.job_usd, args.job_hours or 0.0, "given"
+    else:
+        best = advise(PRESETS[args.workload], prices=prices).recommended
+        job_usd = best.usd if best else 0.0
+        job_hours = (best.hours_spot if best and best.lifecycle == "spot" else best.hours) if best else 0.0
+        label = (f"{args.workload} on {best.instance_type} x{best.instances}, {best.lifecycle}, per ./platform advise"
+                 if best else f"{args.workload}: nothing eligible")
+    found = [e for e in environments(args.assembly) if e[0] == args.env]
+    if not found:
+        raise SystemExit(f"{args.env} is not in {args.assembly}: synthesize it first (./platform synth {args.env})")
+    name, region, templates = found[0]
+    endpoints = sum(1 for t in templates for r in t.get("Resources", {}).values()
+                    if r["Type"] == "AWS::SageMaker::Endpoint")
+    inputs = TcoInputs(months=args.months, storage_gb=args.storage_gb, ingest_gb_month=args.ingest_gb_month,
+                       capture_gb=args.capture_gb, jobs_per_month=args.jobs_per_month, job_usd=job_usd,
+                       job_hours=job_hours, job_label=label, models=args.models, log_gb_month=args.log_gb_month,
+                       custom_metrics=args.custom_metrics)
+    models = args.models or max(1, endpoints)
+    print("Lifecycle cost (TCO). Assumptions:\n" + "\n".join(f"  - {line}" for line in inputs.lines(prices)))
+    print(format_tco(name, region, tco(templates, name, region, inputs, prices), models))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,92 @@
+"""The lifecycle cost (ops/tco.py) on hand-checked examples, over the dev environment's snapshot templates."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from ml_platform_constructs.runtime.budget_guard import load_prices
+from ops import tco
+
+SNAPSHOTS = Path(__file__).resolve().parent.parent / "snapshot" / "__snapshots__" / "test_snapshots"
+PRICES = load_prices()
+
+
+@pytest.fixture(scope="module")
+def dev_templates():
+    return [json.loads((SNAPSHOTS / name).read_text()) for name in sorted(os.listdir(SNAPSHOTS))
+            if name.startswith("test_stack_snapshot[dev")]
+
+
+RULE = {"Prefix": "logs/", "Transitions": [{"TransitionInDays": 30, "StorageClass": "GLACIER"}], "ExpirationInDays": 365}
+
+
+@pytest.mark.parametrize("age,storage_class", [(0, "STANDARD"), (29.9, "STANDARD"), (30, "GLACIER"), (364, "GLACIER"),
+                                               (365, None)])
+def test_storage_class_by_age(age, storage_class):
+    assert tco.storage_class_at(RULE, age) == storage_class
+
+
+def test_storage_by_month_ages_each_cohort_through_the_rules():
+    prices = {"s3_gb_month": {"STANDARD": 0.02, "GLACIER": 0.004}}
+    props = {"LifecycleConfiguration": {"Rules": [{**RULE, "Prefix": prefix} for prefix in ("datasets/", "checkpoints/",
+                                                                                            "logs/")]}}
+    months = tco.storage_by_month(props, tco.TcoInputs(months=3, storage_gb=1000, ingest_gb_month=100), prices)
+    # month 1: 1000 GB at 15 days, Standard: 20 USD
+    assert months[0] == pytest.approx({"STANDARD": 20.0})
+    # month 2: the first 1000 GB at 45.6 days (Glacier, 4 USD), 100 GB new at 15 days (Standard, 2 USD)
+    assert months[1] == pytest.approx({"GLACIER": 4.0, "STANDARD": 2.0})
+    # month 3: 1100 GB in Glacier (4.4 USD), 100 GB new (2 USD)
+    assert months[2] == pytest.approx({"GLACIER": 4.4, "STANDARD": 2.0})
+
+
+def test_scheduled_functions_from_the_templates(dev_templates):
+    functions = sorted(tco.scheduled_functions(dev_templates))
+    # budget guard every 15 minutes at 256 MB, the classifier's drift check hourly at 1024 MB
+    assert functions == [("BudgetStopFunction857E4264", 730 * 4, 0.25), ("classifierDriftCheckA1938BE8", 730, 1.0)]
+
+
+def test_dev_tco_hand_checked(dev_templates):
+    inputs = tco.TcoInputs(months=2, storage_gb=1000, ingest_gb_month=0, capture_gb=0, jobs_per_month=10,
+                           job_usd=30.0, job_hours=4.0, log_gb_month=5, custom_metrics=50)
+    months = tco.tco(dev_templates, "dev", "us-east-1", inputs, PRICES)
+    first = months[0]
+    assert first.groups["training"] == 300.0
+    assert first.groups["inference"] == pytest.approx(0.115 * 730)  # one ml.m5.large, always on
+    assert first.groups["network"] == pytest.approx(14 * 0.01 * 730)  # 7 interface endpoints x 2 AZs
+    runs = 2920 * 0.25 + 730 * 1.0  # GB per second of run time
+    functions = (2920 + 730) * 0.20 / 1e6 + runs * 30 * 0.0000166667
+    alarms = sum(1 for t in dev_templates for r in t["Resources"].values() if r["Type"] == "AWS::CloudWatch::Alarm")
+    dashboards = sum(1 for t in dev_templates for r in t["Resources"].values()
+                     if r["Type"] == "AWS::CloudWatch::Dashboard")
+    monitoring = (functions + 50 * 0.30 + 10 * 3 * 4.0 * 0.30 / 730 + alarms * 0.1 + dashboards * 3.0
+                  + 5 * 0.50 + 5 * 0.03)
+    assert first.groups["monitoring"] == pytest.approx(monitoring)
+    assert months[1].groups["monitoring"] == pytest.approx(monitoring + 5 * 0.03)  # a second month of logs kept
+    # at 15 days: datasets/ (600 GB) past its day-7 move to Intelligent-Tiering, checkpoints/ and logs/ (400 GB)
+    # still in Standard
+    assert first.storage_by_class == pytest.approx({"INTELLIGENT_TIERING": 600 * 0.023, "STANDARD": 400 * 0.023})
+    # month 2 (45.6 days): datasets in Intelligent-Tiering, checkpoints in Glacier IR, logs in Glacier
+    assert months[1].storage_by_class == pytest.approx({"INTELLIGENT_TIERING": 600 * 0.023, "GLACIER_IR": 300 * 0.004,
+                                                        "GLACIER": 100 * 0.0036})
+    assert first.total == pytest.approx(first.storage + sum(first.groups.values()))
+
+
+def test_main_prints_months_and_per_model(tmp_path, dev_templates, capsys):
+    stage = tmp_path / "assembly-dev"
+    stage.mkdir()
+    artifacts = {}
+    for index, template in enumerate(dev_templates):
+        (stage / f"stack{index}.template.json").write_text(json.dumps(template))
+        artifacts[f"stack{index}"] = {"type": "aws:cloudformation:stack", "environment": "aws://111111111111/us-east-1",
+                                      "properties": {"templateFile": f"stack{index}.template.json"}}
+    (stage / "manifest.json").write_text(json.dumps({"artifacts": artifacts}))
+    (tmp_path / "manifest.json").write_text(json.dumps({"artifacts": {"assembly-dev": {
+        "type": "cdk:cloud-assembly", "properties": {"directoryName": "assembly-dev"}}}}))
+    assert tco.main([str(tmp_path), "dev", "--months", "3", "--job-usd", "25", "--models", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "== TCO dev (us-east-1), 3 months" in out and "per model per month (2 model(s))" in out
+    assert "20 jobs per month x 25.00 USD (given)" in out
+    with pytest.raises(SystemExit, match="prod is not in"):
+        tco.main([str(tmp_path), "prod"])
