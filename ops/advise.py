@@ -87,7 +87,7 @@ def _money(value: Optional[float]) -> str:
     return "-" if value is None else f"{value:,.2f}"
 
 
-def format_advice(advice: Advice, env: str, block: str, show_all: bool = False) -> str:
+def format_advice(advice: Advice, env: str, block: str, show_all: bool = False, region: str = "us-east-1") -> str:
     w = advice.workload
     per_item = "sequence" if w.sample_unit == "tokens" else w.sample_unit.rstrip("s")
     out = [f"Workload {w.name}: {w.description}",
@@ -142,7 +142,7 @@ def format_advice(advice: Advice, env: str, block: str, show_all: bool = False) 
                    f"{fastest.usd:,.2f} USD ({fastest.usd / best.usd:.1f}x the cost)")
     out.append(f"Config block for config/environments.toml ({block}):")
     try:
-        text = fleet_block(advice, env) if block == "fleet" and best.instances == 1 else queue_block(advice, env)
+        text = fleet_block(advice, env) if block == "fleet" and best.instances == 1 else queue_block(advice, env, region=region)
         if block == "fleet" and best.instances > 1:
             out.append("  (a multi-node shape runs on a queue, not a fleet: queue block instead)")
         out += [f"  {line}" for line in text.splitlines()]
@@ -204,7 +204,10 @@ def main(argv: list[str]) -> int:
     else:
         if args.measured:
             print(f"{len(measured)} measured benchmark records from {args.measured}")
-        print(format_advice(advice, args.env, args.block, args.all))
+        from stacks import config as platform_config
+        environments = platform_config.load().environments
+        region = environments[args.env].region if args.env in environments else "us-east-1"
+        print(format_advice(advice, args.env, args.block, args.all, region=region))
     return 0
 
 

@@ -4,6 +4,7 @@
   python -m ops.job list ENV [QUEUE]
   python -m ops.job logs ENV JOB_ID
   python -m ops.job cancel ENV JOB_ID
+  python -m ops.job cost ENV JOB_ID [--json]    what the job really cost (ops/job_cost.py)
 
 `submit` checks everything it can before calling AWS (the queue exists in config, the job fits its instance
 types, the image is in ECR), registers a revision of the queue's job definition when the image differs, and
@@ -212,6 +213,9 @@ def cancel(batch: Any, cloudformation: Any, env: EnvironmentConfig, job_id: str)
 
 
 def main(argv: list[str], session_factory=None) -> int:
+    if argv[:1] == ["cost"]:
+        from ops import job_cost
+        return job_cost.main(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     submit_parser = commands.add_parser("submit")

@@ -406,7 +406,7 @@ def compatible_types(advice: Advice, limit: int = 10) -> list[str]:
     """The recommended single-instance type first, then eligible types of the same GPU count and architecture,
     cheapest per job first, within the fleet/queue limit of 2x GPU memory: of the memory windows [m, 2m] that hold
     the recommended type, the one with the most types (Spot finds capacity among several types)."""
-    from .spot_gpu_fleet import MAX_GPU_MEMORY_RATIO
+    from .gpu_alarms import MAX_GPU_MEMORY_RATIO
     best = advice.recommended
     if best is None:
         return []
@@ -431,7 +431,7 @@ def _cost_comment(advice: Advice, types: list[str]) -> str:
 
 
 def _enough_types(types: list[str]) -> None:
-    from .spot_gpu_fleet import MIN_INSTANCE_TYPES
+    from .gpu_alarms import MIN_INSTANCE_TYPES
     if len(types) < MIN_INSTANCE_TYPES:
         raise ValueError(f"only {len(types)} eligible types of this GPU shape ({', '.join(types)}); fleets and queues "
                          f"need {MIN_INSTANCE_TYPES} for Spot to find capacity: relax the deadline, or add types of the "
@@ -453,7 +453,13 @@ def fleet_block(advice: Advice, env: str, name: str = "training", max_capacity: 
     return "\n".join(lines)
 
 
-def queue_block(advice: Advice, env: str, name: str = "training", parallel_jobs: int = 1, job_attempts: int = 3) -> str:
+# The AWS Deep Learning Container for PyTorch training (GPU) a suggested queue starts with; its account holds the
+# image in every commercial Region: https://docs.aws.amazon.com/deep-learning-containers/latest/devguide/deep-learning-containers-images.html
+DLC_PYTORCH_TRAINING = "763104351884.dkr.ecr.{region}.amazonaws.com/pytorch-training:2.5.1-gpu-py311-cu124-ubuntu22.04-ec2"
+
+
+def queue_block(advice: Advice, env: str, name: str = "training", parallel_jobs: int = 1, job_attempts: int = 3,
+                region: str = "us-east-1") -> str:
     """A [[environments.ENV.queues]] table (the TrainingQueue schema): Spot types for single-instance jobs and,
     where the recommendation is multi-node, its EFA type On-Demand for multi-node jobs."""
     best = advice.recommended
@@ -463,15 +469,25 @@ def queue_block(advice: Advice, env: str, name: str = "training", parallel_jobs:
     if multi:
         spot = [o for o in advice.options if o.instances == 1 and o.excluded is None]
         types = compatible_types(replace(advice, recommended=spot[0])) if spot else []
+        if len(types) < 4:
+            # A TrainingQueue always has its Spot environment: the multi-node types join an existing queue.
+            raise ValueError(
+                f"no single-instance shape has 4 Spot types for a new queue; add multi_node_instance_types = "
+                f'["{best.instance_type}"] and multi_node_max_vcpus = '
+                f"{GPU_CATALOG[best.instance_type].vcpus * best.instances * parallel_jobs} to an existing queue")
     else:
         types = compatible_types(advice)
+        if GPU_CATALOG[types[0]].architecture != "x86_64":
+            raise ValueError(f"{types[0]} is arm64 and a queue's ECS GPU image is x86_64: use a fleet block, or "
+                             "advise again without arm64 types")
         _enough_types(types)
     vcpus = max([GPU_CATALOG[t].vcpus for t in types] or [0]) * parallel_jobs
     timeout = max(1, math.ceil((best.hours_spot or best.hours) * 1.5))
-    lines = [_cost_comment(advice, types) if types else "# no single-instance shape is eligible for this job",
+    lines = [_cost_comment(advice, types),
              f"[[environments.{env}.queues]]", f'name = "{name}"',
              "instance_types = [" + ", ".join(f'"{t}"' for t in types) + "]",
-             f"max_vcpus = {max(vcpus, 1) if types else 0}", "on_demand_max_vcpus = 0"]
+             f'image = "{DLC_PYTORCH_TRAINING.format(region=region)}"',
+             f"max_vcpus = {vcpus}", "on_demand_max_vcpus = 0"]
     if multi:
         lines += [f'multi_node_instance_types = ["{best.instance_type}"]',
                   f"multi_node_max_vcpus = {GPU_CATALOG[best.instance_type].vcpus * best.instances * parallel_jobs}"]

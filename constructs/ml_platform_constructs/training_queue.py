@@ -36,6 +36,7 @@ from .gpu_alarms import gpu_alarms, gpu_memory_used_ratio, gpu_metric, validate_
 from .instance_bootstrap import (AL2023_AGENT_INSTALL, GPU_NAMESPACE, RUN_DIR, InstanceBootstrap, dataset_block_devices,
                                  gpu_agent_config, validate_dataset_volumes)
 from .nag_support import AcknowledgeWildcardResources
+from .runtime.benchmark import BENCHMARK_NAMESPACE, BENCHMARK_PREFIX
 
 QUEUE_TAG = "ml-platform:queue"
 JOB_NAMESPACE = "MLPlatform/Training"
@@ -441,26 +442,29 @@ class TrainingQueue(Construct):
         ]
 
     def _grant_job_permissions(self, datasets: Optional[DatasetBucket]) -> None:
+        # Progress (job_metrics) and measured throughput (examples/gpu_benchmark.py) metrics.
         self.job_role.add_to_principal_policy(iam.PolicyStatement(
             sid="PublishJobProgress", actions=["cloudwatch:PutMetricData"], resources=["*"],
-            conditions={"StringEquals": {"cloudwatch:namespace": JOB_NAMESPACE}}))
+            conditions={"StringEquals": {"cloudwatch:namespace": [JOB_NAMESPACE, BENCHMARK_NAMESPACE]}}))
         Validations.of(self.job_role).acknowledge(Acknowledgment(
             id="AwsSolutions-IAM5[Resource::*]",
-            reason="PutMetricData has no resource-level permissions; limited to MLPlatform/Training by condition."))
+            reason="PutMetricData has no resource-level permissions; limited to the platform's training and "
+                   "benchmark namespaces by condition."))
         if datasets is None:
             return
         datasets.grant_read(self.job_role, DATASETS_PREFIX)
         datasets.grant_read(self.job_role, self.checkpoint_prefix)
         datasets.grant_write_prefix(self.job_role, self.checkpoint_prefix)
-        reason = ("Object-level access is scoped to the queue's prefixes (datasets/, checkpoints/<queue>/); the "
-                  "wildcards are CDK's grant actions and the objects under those prefixes.")
+        datasets.grant_write_prefix(self.job_role, BENCHMARK_PREFIX)
+        reason = ("Object-level access is scoped to the queue's prefixes (datasets/, checkpoints/<queue>/, "
+                  "benchmarks/); the wildcards are CDK's grant actions and the objects under those prefixes.")
         Validations.of(self.job_role).acknowledge(*[
             Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason)
             for finding in ("Action::s3:GetObject*", "Action::s3:GetBucket*", "Action::s3:List*", "Action::s3:Abort*",
                             "Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*")])
         policy = self.job_role.node.find_child("DefaultPolicy")
         policy.node.add_validation(AcknowledgeWildcardResources(
-            policy, [f"/{DATASETS_PREFIX}*", f"/{self.checkpoint_prefix}*"], reason))
+            policy, [f"/{DATASETS_PREFIX}*", f"/{self.checkpoint_prefix}*", f"/{BENCHMARK_PREFIX}*"], reason))
 
     def _multi_node(self, vpc, vpc_subnets, instance_types, max_vcpus, environment, root_volume_size,
                     dataset_volumes, image_uri, volumes, job_attempts, job_timeout) -> None:

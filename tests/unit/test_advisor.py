@@ -21,7 +21,7 @@ from ml_platform_constructs.advisor import (
 )
 from ml_platform_constructs.gpu_catalog import GPU_SPECS, GpuInstanceType
 from ml_platform_constructs.runtime.budget_guard import load_prices
-from ml_platform_constructs.spot_gpu_fleet import MAX_GPU_MEMORY_RATIO, MIN_INSTANCE_TYPES
+from ml_platform_constructs.gpu_alarms import MAX_GPU_MEMORY_RATIO, MIN_INSTANCE_TYPES
 from ml_platform_constructs.throughput import PUBLISHED
 from ops import advise as advise_command
 from stacks import config as platform_config
@@ -330,23 +330,22 @@ def test_fleet_block_refuses_a_multi_node_recommendation():
         fleet_block(result, "dev")
 
 
-def test_queue_block_for_a_multi_node_job():
+def test_queue_block_for_a_multi_node_only_job_says_which_queue_keys_to_add():
     only_g5 = {n: t for n, t in GPU_CATALOG.items() if n.startswith("g5.")}
     result = advise(PRESETS["llm-70b-lora"], prices=PRICES, catalog=only_g5)
     best = result.recommended
-    queue = tomllib.loads(queue_block(result, "dev"))["environments"]["dev"]["queues"][0]
-    assert queue["multi_node_instance_types"] == [best.instance_type] and GPU_CATALOG[best.instance_type].efa
-    assert queue["multi_node_max_vcpus"] == GPU_CATALOG[best.instance_type].vcpus * best.instances
-    assert queue["instance_types"] == [] and queue["on_demand_max_vcpus"] == 0  # nothing fits one g5 instance
-    assert queue["job_attempts"] == 3 and queue["job_timeout_hours"] >= best.hours
+    assert best.instances > 1 and GPU_CATALOG[best.instance_type].efa
+    with pytest.raises(ValueError, match=rf'multi_node_instance_types = \["{best.instance_type}"\] and '
+                                         rf"multi_node_max_vcpus = {GPU_CATALOG[best.instance_type].vcpus * best.instances}"):
+        queue_block(result, "dev")
 
 
 def test_queue_block_for_a_single_instance_job(advice):
     text = queue_block(advice["llm-7b-lora"], "staging")
     queue = tomllib.loads(text)["environments"]["staging"]["queues"][0]
     entries = [GPU_CATALOG[t] for t in queue["instance_types"]]
-    assert set(queue) == {"name", "instance_types", "max_vcpus", "on_demand_max_vcpus", "multi_node_instance_types",
-                          "multi_node_max_vcpus", "job_attempts", "job_timeout_hours"}
+    assert set(queue) == {"name", "instance_types", "image", "max_vcpus", "on_demand_max_vcpus",
+                          "multi_node_instance_types", "multi_node_max_vcpus", "job_attempts", "job_timeout_hours"}
     assert len(entries) >= 4 and len({e.gpu_count for e in entries}) == 1 and len({e.architecture for e in entries}) == 1
     assert max(e.gpu_memory_gib for e in entries) / min(e.gpu_memory_gib for e in entries) <= 2
     assert queue["max_vcpus"] == max(e.vcpus for e in entries) and queue["multi_node_instance_types"] == []
@@ -357,3 +356,20 @@ def test_blocks_refuse_fewer_than_four_spot_types(advice):
     for block in (fleet_block, queue_block):
         with pytest.raises(ValueError, match=r"only 3 eligible types .* need 4 for Spot to find capacity"):
             block(advice["llm-70b-lora"], "dev")
+
+
+def test_queue_block_passes_the_platforms_config_checks(advice):
+    from stacks import config as platform_config
+
+    text = queue_block(advice["llm-7b-lora"], "staging")
+    raw = tomllib.loads((platform_config.DEFAULT_CONFIG).read_text())
+    raw["environments"]["staging"]["queues"] = tomllib.loads(text)["environments"]["staging"]["queues"]
+    queue = platform_config.parse(raw).environments["staging"].queues[0]
+    assert queue.image.startswith("763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:")
+
+
+def test_queue_block_refuses_an_arm64_recommendation():
+    arm = {n: t for n, t in GPU_CATALOG.items() if n.startswith("g5g.")}
+    result = advise(PRESETS["resnet50-imagenet"], prices=PRICES, catalog=arm)
+    with pytest.raises(ValueError, match="is arm64 and a queue's ECS GPU image is x86_64"):
+        queue_block(result, "dev")
