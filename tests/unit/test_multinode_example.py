@@ -1,0 +1,38 @@
+"""The multi-node example hands torchrun the rendezvous Batch describes: main node address, node rank, node count."""
+
+import subprocess
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "multinode_torchrun.sh"
+
+
+def run(env, tmp_path):
+    fake = tmp_path / "torchrun"
+    fake.write_text('#!/usr/bin/env bash\necho "$@"\n')
+    fake.chmod(0o755)
+    return subprocess.run(["bash", str(SCRIPT), "train.py", "--epochs", "3"], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "TORCHRUN": str(fake), "GPUS_PER_NODE": "4", **env})
+
+
+def test_a_child_node_joins_the_main_nodes_address(tmp_path):
+    result = run({"AWS_BATCH_JOB_NODE_INDEX": "1", "AWS_BATCH_JOB_NUM_NODES": "2",
+                  "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "10.0.1.5"}, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["--nnodes=2", "--node_rank=1", "--nproc_per_node=4", "--master_addr=10.0.1.5",
+                                     "--master_port=29500", "train.py", "--epochs", "3"]
+
+
+def test_the_main_node_uses_its_own_address(tmp_path):
+    result = run({"AWS_BATCH_JOB_NODE_INDEX": "0", "AWS_BATCH_JOB_NUM_NODES": "2"}, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "--node_rank=0" in result.stdout and "--master_addr=" in result.stdout
+    assert "--master_addr= " not in result.stdout + " "
+
+
+def test_outside_a_multi_node_job_it_says_so(tmp_path):
+    result = run({}, tmp_path)
+    assert result.returncode != 0 and "not a multi-node parallel job" in result.stderr
+
+
+def test_script_is_valid_bash():
+    assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
