@@ -11,13 +11,16 @@ from .dataset_bucket import (
 )
 from .dataset_snapshots import DatasetSnapshotBuilder, DatasetVolume, filesystem_label
 from .errors import ValidationError
+from .governance import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, govern
 from .gpu_catalog import GPU_CATALOG, GpuInstanceType
 from .monitored_endpoint import DRIFT_NAMESPACE, EndpointAutoScaling, MonitoredEndpoint
 from .network import DEFAULT_INTERFACE_ENDPOINTS, ImportedNetwork, PlatformNetwork
-from .platform_key import SNS_PUBLISHING_SERVICES, PlatformKey
+from .platform_key import SNS_PUBLISHING_SERVICES, PlatformKey, allow_autoscaling_volumes
 from .spot_gpu_fleet import GPU_NAMESPACE, JOB_NAMESPACE, SpotGpuFleet, SpotInterruptionAlerts
 
 __all__ = [
+    "ACCOUNT_SCOPE",
+    "BUDGET_SCOPE_TAG",
     "AlertTopic",
     "BudgetGuard",
     "CHECKPOINTS_PREFIX",
@@ -41,6 +44,8 @@ __all__ = [
     "SpotGpuFleet",
     "SpotInterruptionAlerts",
     "ValidationError",
+    "allow_autoscaling_volumes",
     "default_tiering_rules",
     "filesystem_label",
+    "govern",
 ]

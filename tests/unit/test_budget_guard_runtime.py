@@ -47,7 +47,7 @@ def aws(world, request):
         QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"])
     for name, environment, fleet, desired in ((f"{env}-training", env, "training", 2), (f"{env}-other", env, None, 1),
                                               (f"{env}-x-training", f"{env}-x", "training", 1)):
-        tags = [{"Key": "environment", "Value": environment, "PropagateAtLaunch": True}]
+        tags = [{"Key": "ml-platform:budget-scope", "Value": environment, "PropagateAtLaunch": True}]
         if fleet:
             tags.append({"Key": "ml-platform:fleet", "Value": fleet, "PropagateAtLaunch": True})
         clients["autoscaling"].create_auto_scaling_group(
@@ -200,3 +200,11 @@ def test_shipped_price_table_covers_every_catalog_type():
     table = budget_guard.load_prices()
     assert set(GPU_CATALOG) <= set(table["on_demand_hourly"])
     assert table["source"] and table["retrieved"] and table["region"] == "us-east-1"
+
+
+def test_the_functions_budget_scope_selects_the_fleets_not_the_environment_name(aws, monkeypatch):
+    clients, _, _, env = aws
+    monkeypatch.setenv("BUDGET_SCOPE", f"{env}-x")  # the guard's function gets its scope from the construct
+    report = budget_guard.stop(clients["autoscaling"], clients["sagemaker"], env, "test", NOW)
+    assert [e["group"] for e in report["stopped"]] == [f"{env}-x-training"]
+    assert group(clients["autoscaling"], f"{env}-training")["DesiredCapacity"] == 2

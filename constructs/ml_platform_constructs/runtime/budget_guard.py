@@ -26,9 +26,21 @@ STOP_TAG = "ml-platform:budget-stop"
 RESUMED_TAG = "ml-platform:budget-resumed"  # YYYY-MM: an operator resumed this month; the guard leaves it running
 
 
+# --- what the guard governs (the selection contract of ml_platform_constructs.governance) -----------------------
+# Each governed construct tags itself BUDGET_SCOPE_TAG=<scope>; the guard's function gets its scope as
+# BUDGET_SCOPE. Called without it (an operator's local command), the scope is the environment's name, which
+# the platform app passes as the scope of every environment.
+BUDGET_SCOPE_TAG = "ml-platform:budget-scope"
+
+
+def governed_scope(environment: str) -> str:
+    return os.environ.get("BUDGET_SCOPE") or environment
+
+
 def fleet_groups(autoscaling: Any, environment: str) -> list[dict]:
     pages = autoscaling.get_paginator("describe_auto_scaling_groups").paginate(Filters=[
-        {"Name": "tag-key", "Values": [FLEET_TAG]}, {"Name": "tag:environment", "Values": [environment]}])
+        {"Name": "tag-key", "Values": [FLEET_TAG]},
+        {"Name": f"tag:{BUDGET_SCOPE_TAG}", "Values": [governed_scope(environment)]}])
     return [group for page in pages for group in page["AutoScalingGroups"]]
 
 
@@ -168,7 +180,9 @@ def _announce(sns: Any, topic_arn: str, report: dict) -> None:
     lines += [f"left running (resumed by an operator this month): {e['fleet']}" for e in body.get("resumed_by_operator", [])]
     lines += [f"NOT stopped: {item}" for item in body.get("not_stopped", [])]
     if body["action"] == "stop":
-        lines.append(f"resume with: ./platform budget resume {body['environment']}")
+        lines.append(f"resume with: ./platform budget resume {body['environment']} (the platform app), or with the "
+                      "library only: python -m ml_platform_constructs budget resume --function "
+                      f"{os.environ.get('AWS_LAMBDA_FUNCTION_NAME', '<the guard stop_function name>')}")
     sns.publish(TopicArn=topic_arn, Subject=f"GPU budget guard: {body['action']} {body['environment']}"[:100],
                 Message="\n".join(lines))
 
