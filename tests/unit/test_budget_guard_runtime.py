@@ -169,13 +169,15 @@ def test_spend_check_below_the_threshold_only_publishes_metrics(aws):
     assert inbox() == []
 
 
-def test_spend_check_over_the_threshold_stops_and_reports(aws):
+def test_spend_check_over_the_threshold_stops_and_reports(aws, monkeypatch):
     clients, topic, inbox, env = aws
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "team-guard-fn")  # set by Lambda in the function
     clients["budgets"] = FakeBudgets(760)  # 760 + 56 = 816 >= 80% of 1000
     report = budget_guard.handle({"source": "aws.events"}, clients, settings(env, topic), NOW, PRICES)
     assert report["stop"]["stopped"][0]["fleet"] == "training"
     message = inbox()[0]
     assert "stopped fleet training" in message and f"./platform budget resume {env}" in message
+    assert "python -m ml_platform_constructs budget resume --function team-guard-fn" in message  # without the app
 
 
 def test_budget_notification_through_the_stop_topic_stops(aws):
