@@ -26,8 +26,9 @@ from .errors import ValidationError
 BUDGET_SCOPE_TAG = "ml-platform:budget-scope"
 ACCOUNT_SCOPE = "account"
 
-# Auto Scaling tag values: up to 256 characters; kept to a portable set so every service can carry it:
-# https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-tagging.html
+# Tag values: up to 256 characters (https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_Tag.html), kept
+# to the set every service accepts, so any governed construct can carry the same value:
+# https://docs.aws.amazon.com/batch/latest/userguide/tag-restrictions.html
 _SCOPE = re.compile(r"^[A-Za-z0-9_.:/=+@-]{1,256}$")
 
 
