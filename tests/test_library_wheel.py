@@ -1,21 +1,16 @@
 """The construct library as another team gets it: a wheel built from constructs/, installed into an environment
 without the platform app, synthesizing the README's example app (examples/team_stack) with cdk-nag.
 
-Nothing is downloaded: the wheel is built by setuptools' PEP 517 hook (what pip runs, without its start-up cost)
-from a copy of constructs/, installed by unpacking it (a pure-Python wheel: what an installer does for purelib),
-and the interpreter sees the already installed aws-cdk-lib, constructs and cdk-nag through PYTHONPATH, where
-.pth files (the editable install's finder) are not processed.
+The work is tests/library_wheel_build.py, a separate process started when the session begins (conftest), so it
+runs while other tests do; the fixture waits for it.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
-import sysconfig
 import tomllib
 import zipfile
 from email.parser import Parser
@@ -24,55 +19,36 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "examples" / "team_stack"
 LIBRARY = ROOT / "constructs"
-
-PROBE = """
-import importlib.util, json, runpy
-import ml_platform_constructs
-found = {name: importlib.util.find_spec(name) is not None for name in ("stacks", "ops", "tests")}
-print("PROBE " + json.dumps({"library": ml_platform_constructs.__file__, "app_modules": found}))
-runpy.run_path("app.py", run_name="__main__")
-"""
+BUILDER = ROOT / "tests" / "library_wheel_build.py"
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    work = tmp_path_factory.mktemp("wheel")
-    source = work / "constructs"
-    shutil.copytree(LIBRARY, source, ignore=shutil.ignore_patterns("*.egg-info", "build", "__pycache__"))
-    subprocess.run([sys.executable, "-c", "import sys; from setuptools import build_meta; build_meta.build_wheel(sys.argv[1])",
-                    str(work)], cwd=source, check=True, capture_output=True, text=True)
-    return next(work.glob("ml_platform_constructs-*.whl"))
+def start(work: Path) -> subprocess.Popen:
+    work.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen([sys.executable, str(BUILDER), str(work)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
 
 
 @pytest.fixture(scope="module")
-def team_app(wheel, tmp_path_factory):
-    """The example app, alone in a directory, synthesized by a Python that sees the wheel and not the app."""
-    work = tmp_path_factory.mktemp("team")
-    site = work / "site"
-    with zipfile.ZipFile(wheel) as archive:
-        archive.extractall(site)
-    app = work / "app"
-    app.mkdir()
-    for name in ("app.py", "team_stack.py", "cdk.json"):
-        shutil.copy(EXAMPLE / name, app / name)
-    env = {
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",  # node for jsii
-        "PYTHONPATH": os.pathsep.join([str(site), sysconfig.get_paths()["purelib"]]),
-        "PYTHONNOUSERSITE": "1",
-        "CDK_OUTDIR": str(work / "cdk.out"),
-        # aws-cdk-lib's built-in template validation off, as in the other tests' synths (conftest.new_app): then
-        # the validation report is written only because the example registered a plugin, cdk-nag.
-        "CDK_VALIDATION": "false",
-        "HOME": os.environ.get("HOME", str(work)),
-    }
-    base_python = getattr(sys, "_base_executable", sys.executable)  # not the venv: no site .pth processing
-    result = subprocess.run([base_python, "-s", "-c", PROBE], cwd=app, env=env, capture_output=True, text=True,
-                            timeout=240)
-    assert result.returncode == 0, result.stderr[-3000:]
-    probe = json.loads(re.search(r"^PROBE (.*)$", result.stdout, re.M).group(1))
-    return probe, work / "cdk.out", site
+def built(request, tmp_path_factory) -> dict:
+    started = getattr(request.config, "library_wheel_build", None)
+    work, process = started or (tmp_path_factory.mktemp("library-wheel"), None)
+    process = process or start(work)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr[-3000:]
+    result = json.loads((work / "result.json").read_text())
+    assert result["returncode"] == 0, result["stderr"]
+    return result | {"outdir": work / "cdk.out"}
+
+
+@pytest.fixture(scope="module")
+def team_app(built):
+    return built["probe"], built["outdir"], Path(built["site"])
+
+
+@pytest.fixture(scope="module")
+def wheel(built) -> Path:
+    return Path(built["wheel"])
 
 
 def test_the_wheel_is_what_the_example_imports_not_the_source_tree(team_app):

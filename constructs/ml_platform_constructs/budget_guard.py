@@ -47,7 +47,11 @@ class BudgetGuard(Construct):
       governed by this guard's ``budget_scope`` (see ``ml_platform_constructs.governance``): Launch suspended, desired capacity 0. Every ``spend_check_every``
       (15 minutes) the same function projects the month's spend from the budget's actual spend and the running
       fleets' hourly cost (price table in the library, Spot at an assumed discount) and stops when the
-      projection crosses the same threshold. ``./platform budget resume ENV`` resumes.
+      projection crosses the same threshold. ``python -m ml_platform_constructs budget resume --function
+      <stop_function name>`` (the platform app: ``./platform budget resume ENV``) resumes.
+
+    Attributes: ``budget`` (main child ``Resource``), ``budget_name``, ``budget_scope``, ``stop_topic``,
+    ``stop_function`` (None without a stop).
 
     :param budget_name: unique in the account. :param monthly_limit: USD.
     :param alerts: the alert topic; it must allow Budgets to publish (``AlertTopic`` does).

@@ -1,6 +1,7 @@
 """Datasets preloaded onto EBS: a workflow that builds a snapshot from an S3 prefix, and the volume spec fleets mount.
 
-Phase 1: ``DatasetSnapshotBuilder`` deploys an SSM Automation runbook; ``./platform dataset build`` runs it.
+Phase 1: ``DatasetSnapshotBuilder`` deploys an SSM Automation runbook (``runbook_name``);
+``python -m ml_platform_constructs dataset build`` (the platform app: ``./platform dataset build``) runs it.
 It copies the prefix onto a new encrypted gp3 volume on a temporary instance, snapshots the volume, tags the
 snapshot, publishes its id at ``<parameter_prefix><name>/<version>/snapshot-id`` and terminates the instance
 (its volume goes with it), also when a step fails.

@@ -112,7 +112,6 @@ class PlatformNetwork(Construct):
     ) -> None:
         super().__init__(scope, id)
         _validate_azs("PlatformNetwork", availability_zones, Stack.of(self).region)
-        _require_no_az_lookup(Stack.of(self), availability_zones)
         try:
             network = ipaddress.IPv4Network(cidr)
         except ValueError:
@@ -126,6 +125,7 @@ class PlatformNetwork(Construct):
         names = [endpoint.short_name for endpoint in interface_endpoints]
         if len(set(names)) != len(names):
             raise ValidationError("PlatformNetwork", "interface_endpoints", names, "each service once", "remove the duplicate")
+        _require_no_az_lookup(Stack.of(self), availability_zones)
 
         compute_type = ec2.SubnetType.PRIVATE_WITH_EGRESS if nat_gateways else ec2.SubnetType.PRIVATE_ISOLATED
         subnets = [ec2.SubnetConfiguration(name="compute", subnet_type=compute_type)]

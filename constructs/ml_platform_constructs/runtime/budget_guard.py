@@ -4,7 +4,8 @@ AWS Lambda handler (standard library and the runtime's boto3). Three events:
 - a Budgets notification through the stop topic (actual spend crossed the stop threshold): stop;
 - the scheduled spend check: project the month from the budget's actual spend plus what the running fleets
   cost per hour (price table), and stop when the projection crosses the stop threshold;
-- {"action": "resume"} from ``./platform budget resume ENV``: resume (also callable locally).
+- {"action": "resume"} from ``python -m ml_platform_constructs budget resume --function NAME`` (or the platform
+  app's ``./platform budget resume ENV``): resume (also callable locally).
 
 Stopping a fleet suspends its Auto Scaling ``Launch`` process and sets its desired capacity to 0: running
 instances leave through the normal scale-in (the job gets its checkpoint signal), nothing launches again,
