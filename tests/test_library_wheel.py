@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from ops.lint import lint_template
+
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARY = ROOT / "constructs"
 BUILDER = ROOT / "tests" / "library_wheel_build.py"
@@ -58,7 +60,7 @@ def test_the_wheel_is_what_the_example_imports_not_the_source_tree(team_app):
     assert probe["app_modules"] == {"stacks": False, "ops": False, "tests": False}
 
 
-def test_the_example_synthesizes_from_the_wheel_with_cdk_nag_clean(team_app):
+def test_the_example_synthesizes_from_the_wheel_cdk_nag_and_cfn_lint_clean(team_app):
     _, outdir, _ = team_app
     template = json.loads((outdir / "TeamA.template.json").read_text())
     types = {r["Type"] for r in template["Resources"].values()}
@@ -69,6 +71,7 @@ def test_the_example_synthesizes_from_the_wheel_with_cdk_nag_clean(team_app):
     assert json.loads(report.read_text())["pluginReports"] == []  # and found nothing
     manifest = json.loads((outdir / "manifest.json").read_text())
     assert manifest.get("missing", []) == []  # no context lookup
+    assert lint_template(outdir / "TeamA.template.json", ["us-east-1"]) == []
 
 
 def test_the_example_gets_the_safety_the_platform_app_gets(team_app):

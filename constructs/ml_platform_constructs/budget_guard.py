@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Optional, Sequence
 
-from aws_cdk import Acknowledgment, Annotations, Duration, RemovalPolicy, Stack, TagManager, Validations
+from aws_cdk import Acknowledgment, Annotations, CfnResource, Duration, RemovalPolicy, Stack, TagManager, Validations
 from aws_cdk import aws_budgets as budgets
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -223,6 +223,8 @@ class _GovernsSomething:
 
     def validate(self) -> list[str]:
         for construct in self._guard.node.root.node.find_all():
+            if not isinstance(construct, CfnResource):  # only resources carry tags; skips a jsii call per construct
+                continue
             tags = TagManager.of(construct)
             if tags is not None and tags.tag_values().get(BUDGET_SCOPE_TAG) == self._guard.budget_scope:
                 return []

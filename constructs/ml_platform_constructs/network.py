@@ -51,7 +51,9 @@ def _validate_azs(construct: str, azs: Sequence[str], region: str) -> None:
 
 def _require_no_az_lookup(stack: Stack, azs: Sequence[str]) -> None:
     """ec2.Vpc reads ``stack.availability_zones``; in an account-bound stack that is a context lookup unless the
-    stack overrides the property or the lookup's context key is already set."""
+    stack overrides the property (CDK's documented way to choose AZs:
+    https://docs.aws.amazon.com/cdk/api/v2/docs/aws-cdk-lib.Stack.html#availabilityzones) or the lookup's context
+    key is already set (https://docs.aws.amazon.com/cdk/v2/guide/context.html)."""
     if Token.is_unresolved(stack.account) or Token.is_unresolved(stack.region):
         return  # environment-agnostic: CDK uses Fn::GetAZs, no lookup
     if type(stack).availability_zones is not Stack.availability_zones:
