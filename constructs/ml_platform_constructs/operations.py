@@ -19,7 +19,6 @@ import argparse
 import csv
 import getpass
 import json
-import sys
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
