@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The CDK app: one Stage per environment of config/environments.toml.
 
-Context: -c target=aws|local (local: dev only, for the emulator), -c environments=dev,prod (default: all).
+Context: -c target=aws|local (local: dev only, for the emulator), -c environments=dev,prod (default: all),
+-c github_repository=OWNER/REPO (adds each environment's GitHubDeploy stack: see README, "Deploying from CI").
 """
 
 import sys
@@ -15,7 +16,9 @@ from stacks.app_builder import build, failed_validations
 app = App()
 try:
     build(app, platform_config.load(), target=app.node.try_get_context("target") or "aws",
-          environments=app.node.try_get_context("environments"))
+          environments=app.node.try_get_context("environments"),
+          github_repository=app.node.try_get_context("github_repository"),
+          github_oidc_provider=app.node.try_get_context("github_oidc_provider"))
 except (platform_config.ConfigError, ValidationError) as error:
     print(f"error: {error}", file=sys.stderr)
     sys.exit(1)

@@ -12,25 +12,15 @@ drift/baselines/<endpoint name>/baseline.json, where the drift check reads it.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 from pathlib import Path
-from typing import Iterator
 
 import boto3
+from ml_platform_constructs.operations import baseline_key, read_rows
 from ml_platform_constructs.runtime.drift import build_baseline
 
 from stacks import config as platform_config
-
-
-def read_rows(path: Path) -> tuple[list[str], Iterator[dict]]:
-    if path.suffix == ".jsonl":
-        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        return (list(lines[0]) if lines else []), iter(lines)
-    handle = path.open(newline="")
-    reader = csv.DictReader(handle)
-    return list(reader.fieldnames or []), reader
 
 
 def endpoint_name(env: platform_config.EnvironmentConfig, endpoint: str) -> str:
@@ -66,7 +56,7 @@ def main(argv: list[str]) -> int:
     bucket = args.bucket or next(
         o["OutputValue"] for o in session.client("cloudformation").describe_stacks(
             StackName=f"{env.name}-Data")["Stacks"][0]["Outputs"] if o["OutputKey"].startswith("DatasetBucketName"))
-    key = f"drift/baselines/{name}/baseline.json"
+    key = baseline_key(name)
     session.client("s3").put_object(Bucket=bucket, Key=key, Body=body.encode())
     print(f"baseline of {baseline['sample_size']} rows, {len(features)} features -> s3://{bucket}/{key}")
     return 0

@@ -9,13 +9,18 @@ from aws_cdk import App, DefaultStackSynthesizer, Validations
 from cdk_nag import AwsSolutionsChecks
 
 from .config import ConfigError, PlatformConfig
+from .github_deploy_stack import GitHubDeployStack
 from .stage import PlatformStage
 
 TARGETS = ("aws", "local")
 
 
-def build(app: App, config: PlatformConfig, *, target: str = "aws", environments: str | None = None) -> list[PlatformStage]:
+def build(app: App, config: PlatformConfig, *, target: str = "aws", environments: str | None = None,
+          github_repository: str | None = None, github_oidc_provider: str | None = None) -> list[PlatformStage]:
     """Adds one stage per selected environment and registers cdk-nag's AwsSolutions checks once.
+
+    github_repository (OWNER/REPO) adds each stage's GitHubDeploy stack (the roles GitHub Actions deploys
+    with; see stacks/github_deploy_stack.py); github_oidc_provider "existing" reuses the account's provider.
 
     target "local" builds only dev, for the local emulator: without the bootstrap-version rule, which the
     emulator cannot evaluate on updates.
@@ -30,6 +35,12 @@ def build(app: App, config: PlatformConfig, *, target: str = "aws", environments
         synthesizer = None
     stages = [PlatformStage(app, env.name, config=env, synthesizer=synthesizer, emulator=target == "local")
               for env in selected]
+    if github_repository:
+        for stage in stages:
+            stage.github_deploy = GitHubDeployStack(
+                stage, "GitHubDeploy", repository=github_repository, environment=stage.stage_name,
+                create_oidc_provider=github_oidc_provider != "existing",
+                description=f"GitHub Actions OIDC deploy roles for {stage.stage_name}")
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return stages
 

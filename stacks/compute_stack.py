@@ -38,6 +38,7 @@ class ComputeStack(Stack):
             fleet.name: SpotGpuFleet(
                 self, fleet.name,
                 vpc=vpc, vpc_subnets=subnets, alerts=alerts, datasets=datasets, volume_key=key,
+                budget_scope=config.name,  # each environment's guard governs its own fleets, even in a shared account
                 instance_types=[ec2.InstanceType(name) for name in fleet.instance_types],
                 max_capacity=fleet.max_capacity, on_demand_base_capacity=fleet.on_demand_base_capacity,
                 scale_to_zero_after=Duration.minutes(fleet.scale_to_zero_after_minutes)

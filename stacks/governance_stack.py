@@ -23,5 +23,6 @@ class GovernanceStack(Stack):
         self.guard = BudgetGuard(
             self, "Budget", budget_name=f"{config.project}-{config.name}-monthly",
             monthly_limit=budget.monthly_limit_usd, alerts=alerts, key=key, environment=config.name,
+            budget_scope=config.name,
             emails=config.alert_emails, stop_at_percent=budget.stop_at_percent,
             spend_check_every=Duration.minutes(budget.spend_check_minutes), removal_policy=config.removal_policy)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -74,3 +76,23 @@ def isolated_vpc(stack: Stack, azs=("us-east-1a", "us-east-1b")) -> ec2.Vpc:
     """A VPC with isolated subnets only, as the platform's default network creates."""
     return ec2.Vpc(stack, "Vpc", availability_zones=list(azs), nat_gateways=0, restrict_default_security_group=False,
                    subnet_configuration=[ec2.SubnetConfiguration(name="c", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)])
+
+
+def pytest_collection_finish(session):
+    """Starts the library wheel build and synth (a separate process, seconds of CPU) as soon as the session knows
+    it will run test_library_wheel.py, so it overlaps the other tests."""
+    if any(item.path.name == "test_library_wheel.py" for item in session.items):
+        from tests import test_library_wheel
+
+        work = Path(tempfile.mkdtemp(prefix="library-wheel-"))
+        session.config.library_wheel_build = (work, test_library_wheel.start(work))
+
+
+def pytest_sessionfinish(session):
+    started = getattr(session.config, "library_wheel_build", None)
+    if started:
+        work, process = started
+        if process.poll() is None:  # the session stopped before the test waited for it
+            process.kill()
+            process.wait()
+        shutil.rmtree(work, ignore_errors=True)

@@ -11,15 +11,18 @@ from .dataset_bucket import (
 )
 from .dataset_snapshots import DatasetSnapshotBuilder, DatasetVolume, filesystem_label
 from .errors import ValidationError
+from .governance import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, govern
 from .gpu_catalog import GPU_CATALOG, GpuInstanceType
 from .monitored_endpoint import DRIFT_NAMESPACE, EndpointAutoScaling, MonitoredEndpoint
 from .network import DEFAULT_INTERFACE_ENDPOINTS, ImportedNetwork, PlatformNetwork
-from .platform_key import SNS_PUBLISHING_SERVICES, PlatformKey
+from .platform_key import SNS_PUBLISHING_SERVICES, PlatformKey, allow_autoscaling_volumes
 from .retrain_on_drift import RetrainOnDrift
 from .spot_gpu_fleet import GPU_NAMESPACE, JOB_NAMESPACE, SpotGpuFleet, SpotInterruptionAlerts
 from .training_queue import QUEUE_TAG, TrainingQueue
 
 __all__ = [
+    "ACCOUNT_SCOPE",
+    "BUDGET_SCOPE_TAG",
     "AlertTopic",
     "BudgetGuard",
     "CHECKPOINTS_PREFIX",
@@ -46,6 +49,8 @@ __all__ = [
     "SpotInterruptionAlerts",
     "TrainingQueue",
     "ValidationError",
+    "allow_autoscaling_volumes",
     "default_tiering_rules",
     "filesystem_label",
+    "govern",
 ]

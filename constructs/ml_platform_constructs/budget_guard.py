@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Optional, Sequence
 
-from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Stack, Validations
+from aws_cdk import Acknowledgment, Annotations, CfnResource, Duration, RemovalPolicy, Stack, TagManager, Validations
 from aws_cdk import aws_budgets as budgets
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -19,10 +19,12 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
-from constructs import Construct
+import jsii
+from constructs import Construct, IValidation
 
 from .alert_topic import allow_budgets_to_publish
 from .errors import ValidationError
+from .governance import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, validate_budget_scope
 from .nag_support import nag_arn, stack_arn
 from .runtime_function import runtime_function
 from .spot_gpu_fleet import AUTO_SCALING_GROUPS_ARN
@@ -42,15 +44,23 @@ class BudgetGuard(Construct):
       allocation: see README).
     - At ``stop_at_percent`` (80) of actual spend, Budgets notifies a stop topic of its own; a Lambda
       (retries 2, failures to an encrypted queue, alarms on its errors and on that queue) stops every fleet
-      tagged with this ``environment``: Launch suspended, desired capacity 0. Every ``spend_check_every``
+      governed by this guard's ``budget_scope`` (see ``ml_platform_constructs.governance``): Launch suspended, desired capacity 0. Every ``spend_check_every``
       (15 minutes) the same function projects the month's spend from the budget's actual spend and the running
       fleets' hourly cost (price table in the library, Spot at an assumed discount) and stops when the
-      projection crosses the same threshold. ``./platform budget resume ENV`` resumes.
+      projection crosses the same threshold. ``python -m ml_platform_constructs budget resume --function
+      <stop_function name>`` (the platform app: ``./platform budget resume ENV``) resumes.
+
+    Attributes: ``budget`` (main child ``Resource``), ``budget_name``, ``budget_scope``, ``stop_topic``,
+    ``stop_function`` (None without a stop).
 
     :param budget_name: unique in the account. :param monthly_limit: USD.
     :param alerts: the alert topic; it must allow Budgets to publish (``AlertTopic`` does).
     :param key: encrypts the stop topic and the failure queue (must allow Budgets, like ``PlatformKey``).
-    :param environment: the ``environment`` tag value of the fleets to stop.
+    :param environment: names the environment in descriptions and messages; the SageMaker endpoints tagged
+        ``environment=<environment>`` are listed as what the stop cannot stop.
+    :param budget_scope: governs every resource tagged ``ml-platform:budget-scope=<budget_scope>``, which each
+        governed construct sets on itself (``SpotGpuFleet(budget_scope=...)``). Default: ``"account"``, the
+        fleets' default: every fleet of this account and Region that chose no other scope.
     :param emails: budget notification e-mails (at most 10). Default: none.
     :param notify_at_percent: Default: (50, 80, 100).
     :param stop_at_percent: Default: 80. None: notify only, no stop and no spend check.
@@ -60,18 +70,20 @@ class BudgetGuard(Construct):
     """
 
     def __init__(self, scope: Construct, id: str, *, budget_name: str, monthly_limit: float, alerts: sns.ITopic,
-                 key: kms.IKey, environment: str, emails: Sequence[str] = (),
+                 key: kms.IKey, environment: str, budget_scope: str = ACCOUNT_SCOPE, emails: Sequence[str] = (),
                  notify_at_percent: Sequence[float] = (50, 80, 100), stop_at_percent: Optional[float] = 80,
                  spend_check_every: Duration = Duration.minutes(15),
                  cost_filters: Optional[dict[str, Sequence[str]]] = None,
                  removal_policy: RemovalPolicy = RemovalPolicy.RETAIN) -> None:
         super().__init__(scope, id)
         self._validate(budget_name, monthly_limit, emails, notify_at_percent, stop_at_percent, spend_check_every)
+        validate_budget_scope("BudgetGuard", budget_scope)
         self.budget_name = budget_name
+        self.budget_scope = budget_scope
         self._removal_policy = removal_policy
         stack = Stack.of(self)
 
-        self.stop_function = None
+        self.stop_function: Optional[lambda_.Function] = None
         if stop_at_percent is not None:
             # Its own topic: forecasts and e-mails are not stop orders.
             self.stop_topic = sns.Topic(self, "StopTopic", master_key=key, enforce_ssl=True,
@@ -79,6 +91,7 @@ class BudgetGuard(Construct):
             allow_budgets_to_publish(self.stop_topic)
             self.stop_function = self._stop_function(alerts, key, environment, monthly_limit, stop_at_percent,
                                                      spend_check_every)
+            self.node.add_validation(_GovernsSomething(self))
 
         def notification(kind: str, percent: float, topic_arn: str, with_emails: bool = True):
             return budgets.CfnBudget.NotificationWithSubscribersProperty(
@@ -150,7 +163,7 @@ class BudgetGuard(Construct):
             log_group=logs.LogGroup(self, "AuditLog", retention=logs.RetentionDays.ONE_YEAR,
                                     removal_policy=self._removal_policy),
             retry_attempts=2, on_failure=destinations.SqsDestination(failures),
-            environment={"ENVIRONMENT": environment, "BUDGET_NAME": self.budget_name, "ACCOUNT_ID": stack.account,
+            environment={"ENVIRONMENT": environment, "BUDGET_SCOPE": self.budget_scope, "BUDGET_NAME": self.budget_name, "ACCOUNT_ID": stack.account,
                          "MONTHLY_LIMIT": str(monthly_limit), "STOP_AT_PERCENT": str(stop_at_percent),
                          "ALERT_TOPIC_ARN": alerts.topic_arn})
         self.stop_topic.add_subscription(subscriptions.LambdaSubscription(function))
@@ -167,13 +180,13 @@ class BudgetGuard(Construct):
             actions=["autoscaling:SuspendProcesses", "autoscaling:ResumeProcesses", "autoscaling:UpdateAutoScalingGroup",
                      "autoscaling:CreateOrUpdateTags", "autoscaling:DeleteTags"],
             resources=[stack_arn(stack, AUTO_SCALING_GROUPS_ARN)],
-            conditions={"StringEquals": {"autoscaling:ResourceTag/environment": environment},
+            conditions={"StringEquals": {f"autoscaling:ResourceTag/{BUDGET_SCOPE_TAG}": self.budget_scope},
                         "Null": {"autoscaling:ResourceTag/ml-platform:fleet": "false"}}))
         function.add_to_role_policy(iam.PolicyStatement(
             actions=["cloudwatch:PutMetricData"], resources=["*"],
             conditions={"StringEquals": {"cloudwatch:namespace": "MLPlatform/Cost"}}))
         reason = ("Describe/List calls and PutMetricData have no resource-level permissions (metrics limited by "
-                  "namespace); fleet changes are limited by the environment and fleet tags.")
+                  "namespace); fleet changes are limited by the budget-scope and fleet tags.")
         Validations.of(function.role).acknowledge(
             Acknowledgment(id="AwsSolutions-IAM5[Resource::*]", reason=reason),
             Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{nag_arn(stack, AUTO_SCALING_GROUPS_ARN)}]", reason=reason),
@@ -196,3 +209,28 @@ class BudgetGuard(Construct):
         ):
             alarm.add_alarm_action(notify)
         return function
+
+
+@jsii.implements(IValidation)
+class _GovernsSomething:
+    """Warns when nothing in the app carries the guard's scope tag: a guard that governs nothing is silent.
+
+    Runs at validation time, after the tag aspects have applied. Acknowledge the warning when the governed
+    resources are deployed from another app."""
+
+    def __init__(self, guard: BudgetGuard) -> None:
+        self._guard = guard
+
+    def validate(self) -> list[str]:
+        for construct in self._guard.node.root.node.find_all():
+            if not isinstance(construct, CfnResource):  # only resources carry tags; skips a jsii call per construct
+                continue
+            tags = TagManager.of(construct)
+            if tags is not None and tags.tag_values().get(BUDGET_SCOPE_TAG) == self._guard.budget_scope:
+                return []
+        Annotations.of(self._guard).add_warning_v2(
+            "ml-platform:budget-guard-governs-nothing",
+            f"BudgetGuard: no resource in this app is tagged {BUDGET_SCOPE_TAG}={self._guard.budget_scope}, so the "
+            "stop would stop nothing. Pass the same budget_scope to the guard and to the SpotGpuFleets it must "
+            "stop, or acknowledge this warning if they are deployed from another app.")
+        return []

@@ -1,6 +1,7 @@
 """Datasets preloaded onto EBS: a workflow that builds a snapshot from an S3 prefix, and the volume spec fleets mount.
 
-Phase 1: ``DatasetSnapshotBuilder`` deploys an SSM Automation runbook; ``./platform dataset build`` runs it.
+Phase 1: ``DatasetSnapshotBuilder`` deploys an SSM Automation runbook (``runbook_name``);
+``python -m ml_platform_constructs dataset build`` (the platform app: ``./platform dataset build``) runs it.
 It copies the prefix onto a new encrypted gp3 volume on a temporary instance, snapshots the volume, tags the
 snapshot, publishes its id at ``<parameter_prefix><name>/<version>/snapshot-id`` and terminates the instance
 (its volume goes with it), also when a step fails.
@@ -17,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from aws_cdk import Acknowledgment, Duration, Stack, Validations
+from aws_cdk import Acknowledgment, Annotations, Duration, Stack, Validations
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -28,6 +29,7 @@ from constructs import Construct
 
 from .dataset_bucket import DATASETS_PREFIX
 from .errors import ValidationError
+from .platform_key import allow_autoscaling_volumes
 from .nag_support import AcknowledgeWildcardResources, nag_arn, stack_arn
 
 SNAPSHOT_TAG = "ml-platform:dataset-snapshot"
@@ -113,11 +115,16 @@ class DatasetSnapshotBuilder(Construct):
 
     :param vpc: where the temporary builder instance runs (private subnets; S3 through the gateway endpoint).
     :param source_buckets: buckets whose ``datasets/`` prefix the builder may copy.
-    :param key: encrypts the dataset volumes and so the snapshots; its policy must allow the Auto Scaling
-        service-linked role for fleets to use the snapshots (``PlatformKey``).
+    :param key: encrypts the dataset volumes and so the snapshots. Fleets' instances get volumes made from them,
+        so a key of this app gets the Auto Scaling service-linked role statements added; an imported key must
+        have them (a warning, ``ml-platform:snapshot-key-autoscaling``, says so).
     :param environment: tags the snapshots; the Recycle Bin rule keeps this environment's deleted snapshots.
     :param parameter_prefix: where snapshot ids are published. Default: ``/ml-platform/<environment>/datasets/``.
     :param builder_instance_type: Default: ``m6in.2xlarge`` (network-optimized: the copy is network-bound).
+    Attributes: ``runbook_name`` (run it with ``python -m ml_platform_constructs dataset build`` or
+    ``aws ssm start-automation-execution``), ``parameter_prefix``, ``document``, ``launch_template``,
+    ``automation_role``, ``recycle_bin_rule``.
+
     :param retention: how long a deleted snapshot stays recoverable in the Recycle Bin (1-365 days): a tag-level
         rule for this environment's dataset snapshots (only Region-level rules can be locked). Nothing here
         deletes a snapshot; old versions are removed only by an operator. Default: 30 days.
@@ -164,6 +171,12 @@ class DatasetSnapshotBuilder(Construct):
         self.document = ssm.CfnDocument(
             self, "Resource", document_type="Automation", document_format="JSON",
             content=self._runbook(subnets.subnet_ids[0], key))
+        if not allow_autoscaling_volumes(key):
+            Annotations.of(self).add_warning_v2(
+                "ml-platform:snapshot-key-autoscaling",
+                "DatasetSnapshotBuilder: the imported key's policy cannot be changed from this app; fleets mount "
+                "volumes made from its snapshots only if it lets the Auto Scaling service-linked role use it: "
+                "https://docs.aws.amazon.com/autoscaling/ec2/userguide/key-policy-requirements-EBS-encryption.html")
         self.recycle_bin_rule = rbin.CfnRule(
             self, "RecycleBinRule", resource_type="EBS_SNAPSHOT",
             description=f"Deleted {environment} dataset snapshots stay recoverable for {int(days)} days",
@@ -227,6 +240,11 @@ class DatasetSnapshotBuilder(Construct):
         policy = self.builder_role.node.find_child("DefaultPolicy")
         policy.node.add_validation(AcknowledgeWildcardResources(
             policy, [f"/{DATASETS_PREFIX}*"], "Read-only access to the source buckets' datasets/ prefix."))
+
+    @property
+    def runbook_name(self) -> str:
+        """The SSM Automation document's name (a token until deploy: export it with a CfnOutput)."""
+        return self.document.ref
 
     def _runbook(self, default_subnet: str, key: kms.IKey) -> dict:
         fill = [

@@ -130,6 +130,7 @@ class MonitoredEndpoint(Construct):
         self.variant_name = variant_name
         self._removal_policy = removal_policy
         self.baseline_key = f"drift/baselines/{endpoint_name}/baseline.json"
+        self.baseline_bucket = baseline_bucket
         self.results_prefix = f"drift/results/{endpoint_name}/"
 
         self.capture_bucket = DatasetBucket(
@@ -365,7 +366,10 @@ class MonitoredEndpoint(Construct):
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
                 alarm_description=f"{self.endpoint_name}: the drift check fails (is the baseline at "
-                                  f"{self.baseline_key} built?)"),
+                                  f"{self.baseline_key} built? Build it from a training sample: ./platform "
+                                  "drift-baseline ENV ENDPOINT SAMPLE.csv in the platform app, or with the library "
+                                  "only: python -m ml_platform_constructs drift-baseline SAMPLE.csv --endpoint "
+                                  f"{self.endpoint_name} --bucket {self.baseline_bucket.bucket_name})"),
         }
         for alarm in alarms.values():
             alarm.add_alarm_action(notify)

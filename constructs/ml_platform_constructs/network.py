@@ -49,6 +49,27 @@ def _validate_azs(construct: str, azs: Sequence[str], region: str) -> None:
                                   f"use AZs named {region}a, {region}b, ...")
 
 
+def _require_no_az_lookup(stack: Stack, azs: Sequence[str]) -> None:
+    """ec2.Vpc reads ``stack.availability_zones``; in an account-bound stack that is a context lookup unless the
+    stack overrides the property (CDK's documented way to choose AZs:
+    https://docs.aws.amazon.com/cdk/api/v2/docs/aws-cdk-lib.Stack.html#availabilityzones) or the lookup's context
+    key is already set (https://docs.aws.amazon.com/cdk/v2/guide/context.html)."""
+    if Token.is_unresolved(stack.account) or Token.is_unresolved(stack.region):
+        return  # environment-agnostic: CDK uses Fn::GetAZs, no lookup
+    if type(stack).availability_zones is not Stack.availability_zones:
+        return
+    key = f"availability-zones:account={stack.account}:region={stack.region}"
+    if stack.node.try_get_context(key) is not None:
+        return
+    raise ValidationError(
+        "PlatformNetwork", "availability_zones", list(azs),
+        f"AZs that CDK can know without a lookup: stack {stack.stack_name} is bound to account {stack.account} "
+        f"and Region {stack.region}, and CDK's ec2.Vpc reads the stack's AZs, which would be looked up (with AWS "
+        "credentials) at synth",
+        "pin them in the app: App(context=PlatformNetwork.availability_zone_context(account=..., region=..., "
+        f"availability_zones={list(azs)!r})), or override the availability_zones property of your Stack to return them")
+
+
 class PlatformNetwork(Construct):
     """A VPC for GPU training: private subnets in every given AZ, private access to S3 and AWS APIs, flow logs.
 
@@ -59,15 +80,19 @@ class PlatformNetwork(Construct):
     - VPC flow logs to a CloudWatch Logs group encrypted with ``flow_logs_key``.
     - The default security group is left as EC2 creates it: restricting it needs a Lambda-backed custom resource.
 
-    Availability Zones are given, never looked up. In a stack bound to an account and Region, also pin the
-    ``availability-zones:account=<account>:region=<region>`` context (the app's stages do), or CDK looks them up.
+    Availability Zones are given, never looked up. CDK's ``ec2.Vpc`` reads its stack's AZs even when given
+    them, which in a stack bound to an account and Region is a context lookup (it needs credentials at synth).
+    So in such a stack the construct requires the stack's AZs to be known without a lookup, and fails at synth
+    with the fix otherwise: either the stack overrides ``availability_zones`` (CDK's documented way), or the
+    ``availability-zones:account=<account>:region=<region>`` context is pinned above the stack
+    (``App(context=PlatformNetwork.availability_zone_context(...))``; the platform's stages pin it).
 
     :param availability_zones: AZ names in the stack's Region, e.g. ``['us-east-1a', 'us-east-1b']``.
     :param flow_logs_key: KMS key for the flow-log group; its policy must allow CloudWatch Logs (``PlatformKey``).
     :param cidr: IPv4 block, /16 to /24. Default: ``10.0.0.0/16``.
     :param nat_gateways: 0 (default, cheapest: no internet from the subnets) up to one per AZ.
     :param interface_endpoints: Default: ``DEFAULT_INTERFACE_ENDPOINTS`` (SSM, SSM messages, EC2 messages,
-        CloudWatch metrics, CloudWatch Logs).
+        CloudWatch metrics, CloudWatch Logs, EC2, Auto Scaling).
     :param flow_logs_traffic: Default: REJECT (denied traffic only, the cheap security baseline); ALL for full audit.
     :param flow_logs_retention: Default: one year.
     :param removal_policy: for the flow-log group. Default: RETAIN.
@@ -102,6 +127,7 @@ class PlatformNetwork(Construct):
         names = [endpoint.short_name for endpoint in interface_endpoints]
         if len(set(names)) != len(names):
             raise ValidationError("PlatformNetwork", "interface_endpoints", names, "each service once", "remove the duplicate")
+        _require_no_az_lookup(Stack.of(self), availability_zones)
 
         compute_type = ec2.SubnetType.PRIVATE_WITH_EGRESS if nat_gateways else ec2.SubnetType.PRIVATE_ISOLATED
         subnets = [ec2.SubnetConfiguration(name="compute", subnet_type=compute_type)]
@@ -134,6 +160,13 @@ class PlatformNetwork(Construct):
         )
         self.vpc.add_flow_log("FlowLog", destination=ec2.FlowLogDestination.to_cloud_watch_logs(self.flow_logs_group),
                               traffic_type=flow_logs_traffic)
+
+
+    @staticmethod
+    def availability_zone_context(*, account: str, region: str, availability_zones: Sequence[str]) -> dict:
+        """The context that pins a Region's AZs for an account-bound app, e.g. ``App(context=...)``: CDK then
+        never looks them up (the context key is CDK's AZ provider key)."""
+        return {f"availability-zones:account={account}:region={region}": list(availability_zones)}
 
 
 class ImportedNetwork(Construct):

@@ -42,7 +42,7 @@ class PlatformKey(Construct):
         set (KMS rejects unknown principals): it exists once any Auto Scaling group was created in the account,
         or create it with ``aws iam create-service-linked-role --aws-service-name autoscaling.amazonaws.com``.
         https://docs.aws.amazon.com/autoscaling/ec2/userguide/key-policy-requirements-EBS-encryption.html
-        Default: False.
+        Default: False. A ``SpotGpuFleet`` given this key as ``volume_key`` adds the statements itself.
     :param removal_policy: Default: RETAIN. DESTROY schedules deletion after the 7-day minimum pending window.
     """
 
@@ -80,17 +80,7 @@ class PlatformKey(Construct):
         ))
 
         if allow_autoscaling_service_linked_role:
-            service_linked_role = iam.ArnPrincipal(
-                f"arn:{stack.partition}:iam::{stack.account}:role/aws-service-role/autoscaling.amazonaws.com/"
-                "AWSServiceRoleForAutoScaling")
-            self.key.add_to_resource_policy(iam.PolicyStatement(
-                sid="AllowAutoScalingToUseKeyForInstanceVolumes", principals=[service_linked_role],
-                actions=["kms:Encrypt", "kms:Decrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:DescribeKey"],
-                resources=["*"]))
-            self.key.add_to_resource_policy(iam.PolicyStatement(
-                sid="AllowAutoScalingToAttachEncryptedVolumes", principals=[service_linked_role],
-                actions=["kms:CreateGrant"], resources=["*"],
-                conditions={"Bool": {"kms:GrantIsForAWSResource": True}}))
+            allow_autoscaling_volumes(self.key)
 
     @property
     def key_arn(self) -> str:
@@ -98,3 +88,34 @@ class PlatformKey(Construct):
 
     def grant_encrypt_decrypt(self, grantee: iam.IGrantable) -> iam.Grant:
         return self.key.grant_encrypt_decrypt(grantee)
+
+
+# Marks a key whose policy already has the Auto Scaling statements, so several fleets sharing it add them once.
+_AUTOSCALING_MARKER = "AllowsAutoScalingServiceLinkedRole"
+
+
+def allow_autoscaling_volumes(key: kms.IKey) -> bool:
+    """Lets EC2 Auto Scaling's service-linked role use ``key`` for the encrypted volumes of instances it launches.
+
+    Without these statements every launch with a volume encrypted by ``key`` fails at run time:
+    https://docs.aws.amazon.com/autoscaling/ec2/userguide/key-policy-requirements-EBS-encryption.html
+    Returns False when the key's policy cannot be changed from this app (an imported key). Idempotent.
+    """
+    if key.node.try_find_child(_AUTOSCALING_MARKER) is not None:
+        return True
+    stack = Stack.of(key)
+    service_linked_role = iam.ArnPrincipal(
+        f"arn:{stack.partition}:iam::{stack.account}:role/aws-service-role/autoscaling.amazonaws.com/"
+        "AWSServiceRoleForAutoScaling")
+    added = key.add_to_resource_policy(iam.PolicyStatement(
+        sid="AllowAutoScalingToUseKeyForInstanceVolumes", principals=[service_linked_role],
+        actions=["kms:Encrypt", "kms:Decrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:DescribeKey"],
+        resources=["*"])).statement_added
+    if not added:
+        return False
+    key.add_to_resource_policy(iam.PolicyStatement(
+        sid="AllowAutoScalingToAttachEncryptedVolumes", principals=[service_linked_role],
+        actions=["kms:CreateGrant"], resources=["*"],
+        conditions={"Bool": {"kms:GrantIsForAWSResource": True}}))
+    Construct(key, _AUTOSCALING_MARKER)
+    return True

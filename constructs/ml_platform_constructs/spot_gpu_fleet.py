@@ -22,10 +22,12 @@ from . import gpu_catalog
 from .dataset_bucket import DATASETS_PREFIX, DatasetBucket
 from .dataset_snapshots import DatasetVolume
 from .errors import ValidationError
+from .governance import ACCOUNT_SCOPE, govern, validate_budget_scope
 from .gpu_alarms import gpu_alarms, gpu_memory_used_ratio, gpu_metric, validate_alarm_props, validate_gpu_types
 from .instance_bootstrap import (GPU_NAMESPACE, RUN_DIR, InstanceBootstrap, dataset_block_devices, gpu_agent_config,
                                  ubuntu_agent_install, validate_dataset_volumes)
 from .nag_support import AcknowledgeWildcardResources, nag_arn, stack_arn
+from .platform_key import allow_autoscaling_volumes
 from .runtime_function import runtime_function
 
 JOB_NAMESPACE = "MLPlatform/Training"
@@ -67,9 +69,13 @@ class SpotGpuFleet(Construct):
     :param machine_image: Default: the DLAMI from SSM (see above). Required for types the DLAMI no longer
         supports (P3).
     :param root_volume_size: Default: 200 GiB.
-    :param volume_key: KMS key for the root volume. Default: the account's default EBS key. A customer-managed
-        key must allow the Auto Scaling service-linked role (``PlatformKey(allow_autoscaling_service_linked_role=True)``),
-        or every launch fails at run time.
+    :param volume_key: KMS key for the root and dataset volumes. Default: the account's default EBS key. A key
+        created in the same app gets the Auto Scaling service-linked role statements added to its policy by the
+        fleet; an imported key fails synth unless ``volume_key_allows_autoscaling`` says its policy has them.
+    :param volume_key_allows_autoscaling: an imported ``volume_key``'s policy already allows the Auto Scaling
+        service-linked role (statements as ``PlatformKey`` adds them). Default: False.
+    :param budget_scope: the ``BudgetGuard`` scope that may stop this fleet (tag ``ml-platform:budget-scope``,
+        see ``ml_platform_constructs.governance``). Default: ``"account"``, the default of ``BudgetGuard``.
     :param allow_low_diversity: accept fewer than 4 instance types, with a warning. Default: False.
     :param allow_mixed_gpu_memory: accept GPU memory differing more than 2x, with a warning. Default: False.
     :param idle_threshold_percent: Default: 40.
@@ -102,6 +108,8 @@ class SpotGpuFleet(Construct):
         machine_image: Optional[ec2.IMachineImage] = None,
         root_volume_size: Size = Size.gibibytes(200),
         volume_key: Optional[kms.IKey] = None,
+        volume_key_allows_autoscaling: bool = False,
+        budget_scope: str = ACCOUNT_SCOPE,
         allow_low_diversity: bool = False,
         allow_mixed_gpu_memory: bool = False,
         idle_threshold_percent: float = 40,
@@ -122,6 +130,15 @@ class SpotGpuFleet(Construct):
                              idle_evaluation_periods, alarm_period, scale_to_zero_after, memory_pressure_threshold,
                              checkpoint_timeout)
         validate_dataset_volumes(self, "SpotGpuFleet", dataset_volumes)
+        validate_budget_scope("SpotGpuFleet", budget_scope)
+        if volume_key is not None and not volume_key_allows_autoscaling and not allow_autoscaling_volumes(volume_key):
+            raise ValidationError(
+                "SpotGpuFleet", "volume_key", volume_key.key_arn,
+                "a key whose policy lets the Auto Scaling service-linked role use it; this imported key's policy "
+                "cannot be changed from this app, and without those statements every launch fails",
+                "add the statements of https://docs.aws.amazon.com/autoscaling/ec2/userguide/"
+                "key-policy-requirements-EBS-encryption.html to the key's policy (ml_platform_constructs.PlatformKey "
+                "has them), then pass volume_key_allows_autoscaling=True; or pass a key created in this app")
         architecture = self.catalog_entries[0].architecture
         self.checkpoint_prefix = DatasetBucket.checkpoint_prefix(self.fleet_name)
         self._period = alarm_period
@@ -171,6 +188,7 @@ class SpotGpuFleet(Construct):
             ),
         )
         Tags.of(self.auto_scaling_group).add(FLEET_TAG, self.fleet_name, apply_to_launched_instances=True)
+        govern(self.auto_scaling_group, budget_scope)
         self.auto_scaling_group.add_lifecycle_hook(
             "CheckpointHook", lifecycle_hook_name=hook_name,
             lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_TERMINATING,

@@ -80,7 +80,7 @@ def test_stop_function_may_change_only_this_environments_fleets(template):
     policy = next(v for k, v in template.find_resources("AWS::IAM::Policy").items() if k.startswith("GuardStopFunction"))
     change = next(s for s in policy["Properties"]["PolicyDocument"]["Statement"]
                   if s.get("Sid") == "StopAndResumeOnlyThisEnvironmentsFleets")
-    assert change["Condition"] == {"StringEquals": {"autoscaling:ResourceTag/environment": "dev"},
+    assert change["Condition"] == {"StringEquals": {"autoscaling:ResourceTag/ml-platform:budget-scope": "account"},
                                    "Null": {"autoscaling:ResourceTag/ml-platform:fleet": "false"}}
     assert "autoscaling:SuspendProcesses" in change["Action"] and "ec2:TerminateInstances" not in json.dumps(policy)
 

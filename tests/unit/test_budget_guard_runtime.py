@@ -47,7 +47,7 @@ def aws(world, request):
         QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"])
     for name, environment, fleet, desired in ((f"{env}-training", env, "training", 2), (f"{env}-other", env, None, 1),
                                               (f"{env}-x-training", f"{env}-x", "training", 1)):
-        tags = [{"Key": "environment", "Value": environment, "PropagateAtLaunch": True}]
+        tags = [{"Key": "ml-platform:budget-scope", "Value": environment, "PropagateAtLaunch": True}]
         if fleet:
             tags.append({"Key": "ml-platform:fleet", "Value": fleet, "PropagateAtLaunch": True})
         clients["autoscaling"].create_auto_scaling_group(
@@ -169,13 +169,15 @@ def test_spend_check_below_the_threshold_only_publishes_metrics(aws):
     assert inbox() == []
 
 
-def test_spend_check_over_the_threshold_stops_and_reports(aws):
+def test_spend_check_over_the_threshold_stops_and_reports(aws, monkeypatch):
     clients, topic, inbox, env = aws
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "team-guard-fn")  # set by Lambda in the function
     clients["budgets"] = FakeBudgets(760)  # 760 + 56 = 816 >= 80% of 1000
     report = budget_guard.handle({"source": "aws.events"}, clients, settings(env, topic), NOW, PRICES)
     assert report["stop"]["stopped"][0]["fleet"] == "training"
     message = inbox()[0]
     assert "stopped fleet training" in message and f"./platform budget resume {env}" in message
+    assert "python -m ml_platform_constructs budget resume --function team-guard-fn" in message  # without the app
 
 
 def test_budget_notification_through_the_stop_topic_stops(aws):
@@ -200,3 +202,11 @@ def test_shipped_price_table_covers_every_catalog_type():
     table = budget_guard.load_prices()
     assert set(GPU_CATALOG) <= set(table["on_demand_hourly"])
     assert table["source"] and table["retrieved"] and table["region"] == "us-east-1"
+
+
+def test_the_functions_budget_scope_selects_the_fleets_not_the_environment_name(aws, monkeypatch):
+    clients, _, _, env = aws
+    monkeypatch.setenv("BUDGET_SCOPE", f"{env}-x")  # the guard's function gets its scope from the construct
+    report = budget_guard.stop(clients["autoscaling"], clients["sagemaker"], env, "test", NOW)
+    assert [e["group"] for e in report["stopped"]] == [f"{env}-x-training"]
+    assert group(clients["autoscaling"], f"{env}-training")["DesiredCapacity"] == 2

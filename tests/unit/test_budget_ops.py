@@ -21,7 +21,7 @@ def autoscaling(monkeypatch):
             AutoScalingGroupName="dev-training", MinSize=0, MaxSize=2, DesiredCapacity=0, VPCZoneIdentifier=subnet,
             LaunchTemplate={"LaunchTemplateName": "fleet-lt"},
             Tags=[{"Key": "ml-platform:fleet", "Value": "training", "PropagateAtLaunch": True},
-                  {"Key": "environment", "Value": "dev", "PropagateAtLaunch": True}])
+                  {"Key": "ml-platform:budget-scope", "Value": "dev", "PropagateAtLaunch": True}])
         yield client
 
 

@@ -124,10 +124,12 @@ def test_5xx_error_rate_alarm(built):
             {"Expression": "IF(invocations > 0, errors / invocations, 0)"})])})
 
 
-def test_a_failing_drift_check_alarms(built):
-    built[0].has_resource_properties("AWS::CloudWatch::Alarm", {
-        "Namespace": "AWS/Lambda", "MetricName": "Errors", "Threshold": 1,
-        "AlarmDescription": Match.string_like_regexp("baseline")})
+def test_a_failing_drift_check_alarms_with_the_baseline_command_with_and_without_the_app(built):
+    alarms = built[0].find_resources("AWS::CloudWatch::Alarm", {"Properties": {
+        "Namespace": "AWS/Lambda", "MetricName": "Errors", "Threshold": 1}})
+    description = json.dumps(next(iter(alarms.values()))["Properties"]["AlarmDescription"])
+    assert "./platform drift-baseline ENV ENDPOINT SAMPLE.csv" in description
+    assert "python -m ml_platform_constructs drift-baseline SAMPLE.csv --endpoint" in description
 
 
 def test_every_alarm_notifies_the_alert_topic(built):

@@ -4,7 +4,8 @@ AWS Lambda handler (standard library and the runtime's boto3). Three events:
 - a Budgets notification through the stop topic (actual spend crossed the stop threshold): stop;
 - the scheduled spend check: project the month from the budget's actual spend plus what the running fleets
   cost per hour (price table), and stop when the projection crosses the stop threshold;
-- {"action": "resume"} from ``./platform budget resume ENV``: resume (also callable locally).
+- {"action": "resume"} from ``python -m ml_platform_constructs budget resume --function NAME`` (or the platform
+  app's ``./platform budget resume ENV``): resume (also callable locally).
 
 Stopping a fleet suspends its Auto Scaling ``Launch`` process and sets its desired capacity to 0: running
 instances leave through the normal scale-in (the job gets its checkpoint signal), nothing launches again,
@@ -26,9 +27,21 @@ STOP_TAG = "ml-platform:budget-stop"
 RESUMED_TAG = "ml-platform:budget-resumed"  # YYYY-MM: an operator resumed this month; the guard leaves it running
 
 
+# --- what the guard governs (the selection contract of ml_platform_constructs.governance) -----------------------
+# Each governed construct tags itself BUDGET_SCOPE_TAG=<scope>; the guard's function gets its scope as
+# BUDGET_SCOPE. Called without it (an operator's local command), the scope is the environment's name, which
+# the platform app passes as the scope of every environment.
+BUDGET_SCOPE_TAG = "ml-platform:budget-scope"
+
+
+def governed_scope(environment: str) -> str:
+    return os.environ.get("BUDGET_SCOPE") or environment
+
+
 def fleet_groups(autoscaling: Any, environment: str) -> list[dict]:
     pages = autoscaling.get_paginator("describe_auto_scaling_groups").paginate(Filters=[
-        {"Name": "tag-key", "Values": [FLEET_TAG]}, {"Name": "tag:environment", "Values": [environment]}])
+        {"Name": "tag-key", "Values": [FLEET_TAG]},
+        {"Name": f"tag:{BUDGET_SCOPE_TAG}", "Values": [governed_scope(environment)]}])
     return [group for page in pages for group in page["AutoScalingGroups"]]
 
 
@@ -168,7 +181,9 @@ def _announce(sns: Any, topic_arn: str, report: dict) -> None:
     lines += [f"left running (resumed by an operator this month): {e['fleet']}" for e in body.get("resumed_by_operator", [])]
     lines += [f"NOT stopped: {item}" for item in body.get("not_stopped", [])]
     if body["action"] == "stop":
-        lines.append(f"resume with: ./platform budget resume {body['environment']}")
+        lines.append(f"resume with: ./platform budget resume {body['environment']} (the platform app), or with the "
+                      "library only: python -m ml_platform_constructs budget resume --function "
+                      f"{os.environ.get('AWS_LAMBDA_FUNCTION_NAME', '<the guard stop_function name>')}")
     sns.publish(TopicArn=topic_arn, Subject=f"GPU budget guard: {body['action']} {body['environment']}"[:100],
                 Message="\n".join(lines))
 

@@ -1,0 +1,44 @@
+"""How a BudgetGuard finds what it governs: a tag that each governed construct sets on itself.
+
+The contract, for any construct whose spend a ``BudgetGuard`` must be able to stop (``SpotGpuFleet`` today):
+
+- the construct calls ``govern(resource, budget_scope)`` on the resource the guard acts on (the Auto Scaling
+  group of a fleet), which tags it ``ml-platform:budget-scope=<budget_scope>``;
+- a guard with the same ``budget_scope`` selects resources by that tag, and its IAM policy allows changes
+  only to resources carrying it.
+
+Both sides default to ``ACCOUNT_SCOPE`` ("account"): a guard governs every governed construct of its account
+and Region that did not choose another scope, with no tag from the app. Several guards in one account (one
+per environment) pass the same ``budget_scope`` (e.g. the environment name) to the guard and to the
+constructs it governs. A guard warns at synth (``ml-platform:budget-guard-governs-nothing``) when nothing in
+its app carries its scope.
+"""
+
+from __future__ import annotations
+
+import re
+
+from aws_cdk import Tags, Token
+from constructs import IConstruct
+
+from .errors import ValidationError
+
+BUDGET_SCOPE_TAG = "ml-platform:budget-scope"
+ACCOUNT_SCOPE = "account"
+
+# Tag values: up to 256 characters (https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_Tag.html), kept
+# to the set every service accepts, so any governed construct can carry the same value:
+# https://docs.aws.amazon.com/batch/latest/userguide/tag-restrictions.html
+_SCOPE = re.compile(r"^[A-Za-z0-9_.:/=+@-]{1,256}$")
+
+
+def validate_budget_scope(construct: str, budget_scope: str) -> None:
+    if not Token.is_unresolved(budget_scope) and not _SCOPE.match(budget_scope):
+        raise ValidationError(construct, "budget_scope", budget_scope,
+                              "1-256 letters, digits or _ . : / = + @ -",
+                              f"use '{ACCOUNT_SCOPE}' (the default) or an environment name such as 'dev'")
+
+
+def govern(resource: IConstruct, budget_scope: str = ACCOUNT_SCOPE) -> None:
+    """Marks ``resource`` (and what it launches) as governed by the BudgetGuard of ``budget_scope``."""
+    Tags.of(resource).add(BUDGET_SCOPE_TAG, budget_scope, apply_to_launched_instances=True)
