@@ -14,7 +14,7 @@ from .errors import ValidationError
 from .governance import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, govern
 from .gpu_catalog import GPU_CATALOG, GpuInstanceType
 from .monitored_endpoint import DRIFT_NAMESPACE, EndpointAutoScaling, MonitoredEndpoint
-from .network import DEFAULT_INTERFACE_ENDPOINTS, ImportedNetwork, PlatformNetwork
+from .network import DEFAULT_INTERFACE_ENDPOINTS, QUEUE_INTERFACE_ENDPOINTS, ImportedNetwork, PlatformNetwork
 from .platform_key import SNS_PUBLISHING_SERVICES, PlatformKey, allow_autoscaling_volumes
 from .retrain_on_drift import RetrainOnDrift
 from .spot_gpu_fleet import GPU_NAMESPACE, JOB_NAMESPACE, SpotGpuFleet, SpotInterruptionAlerts
@@ -42,6 +42,7 @@ __all__ = [
     "MonitoredEndpoint",
     "PlatformKey",
     "PlatformNetwork",
+    "QUEUE_INTERFACE_ENDPOINTS",
     "QUEUE_TAG",
     "RetrainOnDrift",
     "SNS_PUBLISHING_SERVICES",

@@ -30,6 +30,15 @@ DEFAULT_INTERFACE_ENDPOINTS = (
     ec2.InterfaceVpcEndpointAwsService.EC2,
     ec2.InterfaceVpcEndpointAwsService.AUTOSCALING,
 )
+# What a TrainingQueue's ECS container instances need besides the defaults when there is no NAT gateway (the
+# ECS agent, image pulls): https://docs.aws.amazon.com/AmazonECS/latest/developerguide/vpc-endpoints.html
+QUEUE_INTERFACE_ENDPOINTS = (
+    ec2.InterfaceVpcEndpointAwsService.ECS,
+    ec2.InterfaceVpcEndpointAwsService.ECS_AGENT,
+    ec2.InterfaceVpcEndpointAwsService.ECS_TELEMETRY,
+    ec2.InterfaceVpcEndpointAwsService.ECR,
+    ec2.InterfaceVpcEndpointAwsService.ECR_DOCKER,
+)
 
 _AZ = re.compile(r"^([a-z]{2}(?:-gov)?-[a-z]+-\d)[a-z]$")
 

@@ -32,6 +32,7 @@ from constructs import Construct
 from .dataset_bucket import DATASETS_PREFIX, DatasetBucket
 from .dataset_snapshots import DatasetVolume
 from .errors import ValidationError
+from .governance import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, govern, validate_budget_scope
 from .gpu_alarms import gpu_alarms, gpu_memory_used_ratio, gpu_metric, validate_alarm_props, validate_gpu_types
 from .instance_bootstrap import (AL2023_AGENT_INSTALL, GPU_NAMESPACE, RUN_DIR, InstanceBootstrap, dataset_block_devices,
                                  gpu_agent_config, validate_dataset_volumes)
@@ -108,6 +109,8 @@ class TrainingQueue(Construct):
         SpotGpuFleet's (40, 3, 5 minutes, 0.7).
     :param allow_low_diversity / allow_mixed_gpu_memory: as SpotGpuFleet's. Default: False.
     :param removal_policy: of the log group. Default: RETAIN.
+    :param budget_scope: the ``BudgetGuard`` scope that may stop this queue (tag ``ml-platform:budget-scope`` on
+        its job queues, compute environments and instances). Default: ``"account"``, as the guard's.
     """
 
     def __init__(
@@ -141,9 +144,12 @@ class TrainingQueue(Construct):
         allow_low_diversity: bool = False,
         allow_mixed_gpu_memory: bool = False,
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+        budget_scope: str = ACCOUNT_SCOPE,
     ) -> None:
         super().__init__(scope, id)
         self.queue_name = queue_name or id
+        validate_budget_scope("TrainingQueue", budget_scope)
+        self.budget_scope = budget_scope
         self._validate(image_uri, max_vcpus, on_demand_max_vcpus, job_attempts, job_timeout, stop_timeout)
         self.catalog_entries = validate_gpu_types(self, "TrainingQueue", instance_types,
                                                   allow_low_diversity=allow_low_diversity,
@@ -162,6 +168,7 @@ class TrainingQueue(Construct):
         self._idle_threshold = idle_threshold_percent
         self._arrange_log_key(key)
         Tags.of(self).add(QUEUE_TAG, self.queue_name)
+        govern(self, budget_scope)
 
         self.security_group = ec2.SecurityGroup(self, "SecurityGroup", vpc=vpc, allow_all_outbound=True,
                                                 description=f"Training queue {self.queue_name}: no inbound")
@@ -339,7 +346,8 @@ class TrainingQueue(Construct):
         resource = environment.node.default_child
         # Tags on the instances Batch launches (the L2 has no property for them): the budget guard prices and
         # finds a queue's running capacity by this tag.
-        resource.add_property_override("ComputeResources.Tags", {QUEUE_TAG: self.queue_name})
+        resource.add_property_override("ComputeResources.Tags", {QUEUE_TAG: self.queue_name,
+                                                                 BUDGET_SCOPE_TAG: self.budget_scope})
         self._omit_state(environment)
         role = environment.instance_role
         role.add_to_principal_policy(iam.PolicyStatement(

@@ -1,10 +1,13 @@
 """Another team's stack built only from ml_platform_constructs: key, alerts, network, data, a GPU fleet with a
-dataset volume, a monitored endpoint and a budget guard, with the outputs its operators need."""
+dataset volume, a training queue, a monitored endpoint that retrains on drift and a budget guard, with the
+outputs its operators need."""
 
 from aws_cdk import CfnOutput, Duration, Stack
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 from ml_platform_constructs import (
+    DEFAULT_INTERFACE_ENDPOINTS,
+    QUEUE_INTERFACE_ENDPOINTS,
     AlertTopic,
     BudgetGuard,
     DatasetBucket,
@@ -13,11 +16,14 @@ from ml_platform_constructs import (
     MonitoredEndpoint,
     PlatformKey,
     PlatformNetwork,
+    RetrainOnDrift,
     SpotGpuFleet,
     SpotInterruptionAlerts,
+    TrainingQueue,
 )
 
 AVAILABILITY_ZONES = ["us-east-1a", "us-east-1b"]
+TRAINING_IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5.1-gpu-py311-cu124-ubuntu22.04-ec2"
 
 
 class TeamStack(Stack):
@@ -26,7 +32,9 @@ class TeamStack(Stack):
         # One key for everything; a fleet using it as its volume key adds the Auto Scaling statements itself.
         key = PlatformKey(self, "Key", alias="team-a/dev")
         alerts = AlertTopic(self, "Alerts", master_key=key.key, email_addresses=["team-a@example.com"])
-        network = PlatformNetwork(self, "Network", availability_zones=AVAILABILITY_ZONES, flow_logs_key=key.key)
+        # No NAT gateway: the queue's instances reach ECS and ECR through interface endpoints.
+        network = PlatformNetwork(self, "Network", availability_zones=AVAILABILITY_ZONES, flow_logs_key=key.key,
+                                  interface_endpoints=[*DEFAULT_INTERFACE_ENDPOINTS, *QUEUE_INTERFACE_ENDPOINTS])
         data = DatasetBucket(self, "Data", encryption_key=key.key)
 
         builder = DatasetSnapshotBuilder(self, "DatasetSnapshots", vpc=network.vpc,
@@ -41,6 +49,12 @@ class TeamStack(Stack):
             interruption_alerts=interruptions,
             dataset_volumes=[builder.volume("imagenet", "v3", 600, initialization_rate_mibps=300)])
 
+        # Training jobs that finish by themselves: Spot on AWS Batch, resumed from checkpoints after reclaims.
+        queue = TrainingQueue(
+            self, "queue", vpc=network.vpc, vpc_subnets=network.compute_subnets, alerts=alerts.topic, key=key.key,
+            datasets=data, image_uri=TRAINING_IMAGE, max_vcpus=32,
+            instance_types=[ec2.InstanceType(t) for t in ("g5.xlarge", "g5.2xlarge", "g6.xlarge", "g6.2xlarge")])
+
         endpoint = MonitoredEndpoint(
             self, "classifier", endpoint_name="team-a-dev-classifier",
             image_uri="683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1",
@@ -48,6 +62,11 @@ class TeamStack(Stack):
             instance_type="ml.m5.large", alerts=alerts.topic, baseline_bucket=data,
             vpc=network.vpc, vpc_subnets=network.compute_subnets, volume_key=key.key,
             auto_scaling=EndpointAutoScaling(max_capacity=4, invocations_per_instance=100))
+        # Drift retrains the model on the queue, at most once a day.
+        RetrainOnDrift(self, "Retrain", alarms=[endpoint.alarms["psi"], endpoint.alarms["kl"]], queue=queue,
+                       job_definition=queue.add_job_definition("Retrain", image_uri=TRAINING_IMAGE,
+                                                               command=["python", "train.py"]),
+                       job_name_prefix="retrain-classifier", alerts=alerts.topic)
 
         # Stops every fleet of this account and Region whose budget_scope is the default, "account".
         guard = BudgetGuard(self, "Budget", budget_name="team-a-dev-monthly", monthly_limit=1500, alerts=alerts.topic,
@@ -57,4 +76,6 @@ class TeamStack(Stack):
         CfnOutput(self, "DatasetBucketName", value=data.bucket_name)
         CfnOutput(self, "DatasetSnapshotRunbook", value=builder.runbook_name)
         CfnOutput(self, "EndpointName", value=endpoint.endpoint_name)
+        CfnOutput(self, "TrainingJobQueue", value=queue.job_queue_arn)
+        CfnOutput(self, "TrainingJobDefinition", value=queue.job_definition.job_definition_arn)
         CfnOutput(self, "BudgetStopFunction", value=guard.stop_function.function_name)

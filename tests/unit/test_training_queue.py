@@ -90,10 +90,13 @@ def test_a_deploy_never_re_enables_what_the_budget_stop_disabled(built):
             assert "State" not in props
 
 
-def test_instances_carry_the_queue_tag_the_budget_guard_finds_them_by(built):
+def test_instances_carry_the_queue_and_budget_scope_tags_the_budget_guard_finds_them_by(built):
     for props in environments(built[0]).values():
-        assert props["ComputeResources"]["Tags"] == {"ml-platform:queue": "training"}
+        assert props["ComputeResources"]["Tags"] == {"ml-platform:queue": "training", "ml-platform:budget-scope": "account"}
         assert props["Tags"]["ml-platform:queue"] == "training"
+        assert props["Tags"]["ml-platform:budget-scope"] == "account"
+    for queue in built[0].find_resources("AWS::Batch::JobQueue").values():
+        assert queue["Properties"]["Tags"]["ml-platform:budget-scope"] == "account"
 
 
 def test_launch_template_is_imdsv2_encrypted_gp3_and_mime_multipart(built):
