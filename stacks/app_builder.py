@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from aws_cdk import App, DefaultStackSynthesizer, Validations
 from cdk_nag import AwsSolutionsChecks
+from ml_platform_constructs import ValidationError
 
 from .config import ConfigError, PlatformConfig
 from .stage import PlatformStage
@@ -49,3 +51,16 @@ def failed_validations(outdir: str) -> list[str]:
             for construct in violation["violatingConstructs"]:
                 failures.append(f"{violation['ruleName']} at {construct['constructPath']}: {violation['description']}")
     return failures
+
+
+def user_error(error: BaseException) -> str | None:
+    """The message of a configuration or construct error, wherever in the synth it was raised; None for others.
+
+    A ValidationError raised while jsii calls back into Python (a validation hook, a lazy value) reaches the app
+    as a jsii RuntimeError whose text carries the original error after its type name.
+    """
+    if isinstance(error, (ConfigError, ValidationError)):
+        return str(error)
+    found = re.search(r"(?:ValidationError|ConfigError|ConfigSyntaxError): ((?:config: |\w+: \w+=).*?)(?:\n|$)",
+                      str(error))
+    return found[1] if found else None

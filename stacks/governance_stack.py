@@ -21,7 +21,6 @@ class GovernanceStack(Stack):
         # One account per environment is budgeted whole from day one; tag filters would count only after the
         # tags are activated for cost allocation (./platform budget activate-tags).
         self.guard = BudgetGuard(
-            self, "Budget", budget_name=f"{config.project}-{config.name}-monthly",
-            monthly_limit=budget.monthly_limit_usd, alerts=alerts, key=key, environment=config.name,
+            self, "Budget", monthly_limit=budget.monthly_limit_usd, alerts=alerts, key=key, environment=config.name,
             emails=config.alert_emails, stop_at_percent=budget.stop_at_percent,
             spend_check_every=Duration.minutes(budget.spend_check_minutes), removal_policy=config.removal_policy)

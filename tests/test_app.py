@@ -94,12 +94,12 @@ def test_the_only_lambda_functions_are_drift_checks_and_budget_guards(templates)
 
 
 @pytest.mark.parametrize("name,limit,stop", [("dev", 1500, "80"), ("staging", 3000, "80"), ("prod", 12000, "90")])
-def test_each_environment_has_its_budget_and_stop_threshold(templates, name, limit, stop):
+def test_each_environment_has_its_budget_and_stop_threshold_priced_in_its_region(templates, config, name, limit, stop):
     governance = templates[f"{name}/Governance"]
     governance.has_resource_properties("AWS::Budgets::Budget", {"Budget": Match.object_like({
-        "BudgetName": f"ml-platform-{name}-monthly", "BudgetLimit": {"Amount": limit, "Unit": "USD"}})})
+        "BudgetName": Match.absent(), "BudgetLimit": {"Amount": limit, "Unit": "USD"}})})
     governance.has_resource_properties("AWS::Lambda::Function", {"Environment": {"Variables": Match.object_like(
-        {"ENVIRONMENT": name, "STOP_AT_PERCENT": stop})}})
+        {"ENVIRONMENT": name, "STOP_AT_PERCENT": stop, "PRICE_REGION": config.environments[name].region})}})
 
 
 def test_prod_uses_the_imported_vpc_and_creates_none(templates):
