@@ -56,11 +56,13 @@ def failed_validations(outdir: str) -> list[str]:
 def user_error(error: BaseException) -> str | None:
     """The message of a configuration or construct error, wherever in the synth it was raised; None for others.
 
-    A ValidationError raised while jsii calls back into Python (a validation hook, a lazy value) reaches the app
-    as a jsii RuntimeError whose text carries the original error after its type name.
+    A ValidationError raised while jsii calls back into Python (a lazy value, a validation hook) reaches the app
+    as a RuntimeError whose text embeds the message ("Resolution error: <message>."); the message's own shape
+    ("<who>: <prop>=<value> is invalid: <allowed>. Fix: <fix>") finds it.
     """
     if isinstance(error, (ConfigError, ValidationError)):
         return str(error)
-    found = re.search(r"(?:ValidationError|ConfigError|ConfigSyntaxError): ((?:config: |\w+: \w+=).*?)(?:\n|$)",
-                      str(error))
-    return found[1] if found else None
+    if isinstance(error, RuntimeError):
+        found = re.search(r"((?:config: |\w+: )\S+=.*? is invalid: .*?\. Fix: [^\n]*?)\.?(?:\n|$)", str(error))
+        return found[1] if found else None
+    return None
