@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Optional, Sequence
 
-from aws_cdk import Acknowledgment, Annotations, Duration, RemovalPolicy, Stack, Token, Validations
+from aws_cdk import Acknowledgment, Annotations, Duration, Names, RemovalPolicy, Stack, Token, Validations
 from aws_cdk import aws_budgets as budgets
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -123,7 +123,7 @@ class BudgetGuard(Construct):
             notifications_with_subscribers=notifications)
         # Ref is the budget's name, generated when budget_name is unset:
         # https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-budgets-budget.html
-        self.budget_name = self.budget.ref
+        self.budget_name = budget_name or self.budget.ref
         # Budgets checks that it may publish to each SNS subscriber when the budget is created: the topics and
         # their policies first, explicitly (a topic in another stack is ordered by the stack dependency).
         for topic in (alerts, getattr(self, "stop_topic", None)):
@@ -170,6 +170,7 @@ class BudgetGuard(Construct):
         # The day the last early warning went out: at most one a day.
         self.warning_parameter = ssm.StringParameter(
             self, "LastWarning", string_value="never",
+            parameter_name=f"/ml-platform/budget-guard/{Names.unique_id(self)}/last-warning",
             description=f"The day the {environment} budget guard last warned of the month's projected spend")
         failures = sqs.Queue(self, "StopFailures", encryption=sqs.QueueEncryption.KMS, encryption_master_key=key,
                              enforce_ssl=True, retention_period=Duration.days(14))
