@@ -30,9 +30,9 @@ class Assumptions:
     storage_gb: float = 1000
     capture_gb: float = 50
 
-    def lines(self, prices: dict) -> list[str]:
+    def lines(self) -> list[str]:
         return [
-            f"prices: {prices['source']} ({prices['retrieved']}, {prices['region']}); other Regions differ",
+            "prices: each environment at its own Region's rates (sources and dates: runtime/prices.json)",
             f"GPU fleets run at max size {self.utilization:.0%} of the month (--utilization), on the median-priced "
             "of their types; Spot at the table's discount per family",
             f"dataset bucket holds {self.storage_gb:g} GB (--storage-gb): "
@@ -123,8 +123,9 @@ def bucket_monthly(props: dict, gb: float, shares: dict[str, float], prices: dic
 def estimate_environment(name: str, region: str, templates: list[dict], prices: dict,
                          assumptions: Assumptions) -> EnvironmentEstimate:
     estimate = EnvironmentEstimate(name=name, region=region)
-    if region != prices["region"]:
-        estimate.flags.append(f"priced with {prices['region']} rates; {region} differs (refresh the table for it)")
+    if region != prices["region"] or prices.get("unpriced_region"):
+        estimate.flags.append(f"the price table has no {region} rates: priced at the dearest Region it has "
+                              f"(python -m ops.refresh_prices --region {region})")
     resources = [(logical_id, r) for t in templates for logical_id, r in t.get("Resources", {}).items()]
     by_type: dict[str, list[tuple[str, dict]]] = {}
     for logical_id, resource in resources:
@@ -229,12 +230,11 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if not 0 <= args.utilization <= 1:
         parser.error(f"--utilization={args.utilization}: a fraction from 0 to 1")
-    prices = load_prices()
     assumptions = Assumptions(args.utilization, args.storage_gb, args.capture_gb)
-    print("Monthly cost estimate. Assumptions:\n" + "\n".join(f"  - {line}" for line in assumptions.lines(prices)))
+    print("Monthly cost estimate. Assumptions:\n" + "\n".join(f"  - {line}" for line in assumptions.lines()))
     for name, region, templates in environments(args.assembly):
         if args.env in (None, name):
-            print(format_estimate(estimate_environment(name, region, templates, prices, assumptions)))
+            print(format_estimate(estimate_environment(name, region, templates, load_prices(region), assumptions)))
     return 0
 
 

@@ -14,9 +14,7 @@ import argparse
 import sys
 from typing import Any
 
-import boto3
-
-from stacks import config as platform_config
+from ops.aws_access import environment, session_for
 from stacks.config import EnvironmentConfig
 
 
@@ -83,8 +81,8 @@ def main(argv: list[str]) -> int:
     build_parser.add_argument("--size-gib", type=int, required=True)
     commands.add_parser("list").add_argument("env")
     args = parser.parse_args(argv)
-    env = platform_config.load().select(args.env)[0]
-    session = boto3.session.Session(region_name=env.region)
+    env = environment(args.env)
+    session = session_for(env)
     if args.command == "build":
         print(build(session.client("ssm"), session.client("cloudformation"), env, args.name, args.version, args.prefix,
                     args.size_gib))

@@ -16,17 +16,15 @@ import json
 import sys
 from pathlib import Path
 
-import boto3
 from ml_platform_constructs.operations import baseline_key, read_rows
 from ml_platform_constructs.runtime.drift import build_baseline
 
+from ops.aws_access import environment, require_known, session_for
 from stacks import config as platform_config
 
 
 def endpoint_name(env: platform_config.EnvironmentConfig, endpoint: str) -> str:
-    names = [e.name for e in env.endpoints]
-    if endpoint not in names:
-        raise SystemExit(f"{env.name} has no endpoint {endpoint!r} in config (it has {names})")
+    require_known("endpoint", endpoint, [e.name for e in env.endpoints], env)
     return f"{env.project}-{env.name}-{endpoint}"
 
 
@@ -42,8 +40,10 @@ def main(argv: list[str]) -> int:
     target.add_argument("--bucket")
     target.add_argument("--output", type=Path)
     args = parser.parse_args(argv)
-    env = platform_config.load().select(args.env)[0]
+    env = environment(args.env)
     name = endpoint_name(env, args.endpoint)
+    if not args.sample.is_file():
+        raise SystemExit(f"error: the sample {args.sample} does not exist (a CSV with a header, or JSON Lines)")
     columns, rows = read_rows(args.sample)
     features = [c for c in columns if c not in args.exclude]
     baseline = build_baseline(rows, features, bins=args.bins, max_categories=args.max_categories)
@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
         args.output.write_text(body)
         print(f"baseline of {baseline['sample_size']} rows, {len(features)} features -> {args.output}")
         return 0
-    session = boto3.session.Session(region_name=env.region)
+    session = session_for(env)
     bucket = args.bucket or next(
         o["OutputValue"] for o in session.client("cloudformation").describe_stacks(
             StackName=f"{env.name}-Data")["Stacks"][0]["Outputs"] if o["OutputKey"].startswith("DatasetBucketName"))

@@ -2,7 +2,11 @@
 
   python -m ops.fleet scale ENV FLEET N    set the fleet's desired capacity (0 stops it; a job needs N instances)
   python -m ops.fleet status ENV           each fleet's desired, in-service and max instances
-  python -m ops.fleet preflight ENV        Spot/On-Demand vCPU quotas and the Auto Scaling service-linked role
+  python -m ops.fleet preflight ENV        quotas, the Auto Scaling service-linked role, dataset snapshots, and
+                                           every instance type offered in every AZ it is meant to run in
+
+Every command checks first that the environment and fleet names are configured and that the credentials are
+those of the environment's account (ops/aws_access.py).
 """
 
 from __future__ import annotations
@@ -10,15 +14,15 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
-import boto3
 from botocore.exceptions import ClientError
 from ml_platform_constructs import gpu_catalog
+from ml_platform_constructs.dataset_snapshots import DEFAULT_BUILDER_INSTANCE_TYPE
 from ml_platform_constructs.spot_gpu_fleet import FLEET_TAG
 
+from ops.aws_access import environment, require_known, session_for
 from ops.dataset import missing_volumes
-from stacks import config as platform_config
 from stacks.config import EnvironmentConfig, FleetConfig
 
 
@@ -76,9 +80,46 @@ def quota_needs(fleets: tuple[FleetConfig, ...]) -> list[QuotaNeed]:
     return [QuotaNeed(code, name, vcpus) for (code, name), vcpus in sorted(needs.items())]
 
 
-def preflight(quotas: Any, iam: Any, env: EnvironmentConfig, ssm: Any) -> tuple[list[str], bool]:
+def offering_check(ec2: Any, kind: str, name: str, instance_types: Sequence[str],
+                   availability_zones: Sequence[str]) -> tuple[list[str], bool]:
+    """Which of ``instance_types`` EC2 offers in each of ``availability_zones`` (DescribeInstanceTypeOfferings,
+    location type availability-zone: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeInstanceTypeOfferings.html).
+    A type missing from some AZs is a warning (Auto Scaling skips it there: fewer Spot pools); a type offered
+    in none of them, or a single-AZ resource's type missing from its AZ, is a failure. ``kind`` and ``name``
+    (fleet, builder, queue, ...) only label the lines."""
+    offered: set[tuple[str, str]] = set()
+    pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
+        LocationType="availability-zone", Filters=[{"Name": "location", "Values": list(availability_zones)},
+                                                   {"Name": "instance-type", "Values": list(instance_types)}])
+    for page in pages:
+        offered.update((o["InstanceType"], o["Location"]) for o in page["InstanceTypeOfferings"])
+    lines, ok = [], True
+    for instance_type in instance_types:
+        missing = [az for az in availability_zones if (instance_type, az) not in offered]
+        if not missing:
+            continue
+        if len(missing) == len(availability_zones):
+            ok = False
+            lines.append(f"NOT OFFERED {kind} {name}: {instance_type} in none of {', '.join(availability_zones)}"
+                         " -> replace it with a type offered there")
+        else:
+            lines.append(f"warning {kind} {name}: {instance_type} not offered in {', '.join(missing)}"
+                         " (Auto Scaling skips it there: fewer Spot pools)")
+    if ok and not lines:
+        lines.append(f"ok {kind} {name}: every type offered in {', '.join(availability_zones)}")
+    return lines, ok
+
+
+def preflight(quotas: Any, iam: Any, env: EnvironmentConfig, ssm: Any, ec2: Any) -> tuple[list[str], bool]:
     lines = [f"MISSING {line}" for line in missing_volumes(ssm, env)]
     ready = not lines
+    checks = [("fleet", fleet.name, fleet.instance_types, env.availability_zones) for fleet in env.fleets]
+    # The snapshot builder launches in the first subnet, the first configured AZ.
+    checks.append(("snapshot builder", "DatasetSnapshots", [DEFAULT_BUILDER_INSTANCE_TYPE], env.availability_zones[:1]))
+    for check in checks:
+        found, ok = offering_check(ec2, *check)
+        lines += found
+        ready &= ok
     for need in quota_needs(env.fleets):
         try:
             value = quotas.get_service_quota(ServiceCode="ec2", QuotaCode=need.code)["Quota"]["Value"]
@@ -110,15 +151,18 @@ def main(argv: list[str]) -> int:
     commands.add_parser("status").add_argument("env")
     commands.add_parser("preflight").add_argument("env")
     args = parser.parse_args(argv)
-    env = platform_config.load().select(args.env)[0]
-    session = boto3.session.Session(region_name=env.region)
+    env = environment(args.env)
+    if args.command == "scale":
+        require_known("fleet", args.fleet, [f.name for f in env.fleets], env)
+    session = session_for(env)
     if args.command == "scale":
         print(scale(session.client("autoscaling"), env, args.fleet, args.capacity))
         return 0
     if args.command == "status":
         print("\n".join(status(session.client("autoscaling"), env)))
         return 0
-    lines, ready = preflight(session.client("service-quotas"), session.client("iam"), env, session.client("ssm"))
+    lines, ready = preflight(session.client("service-quotas"), session.client("iam"), env, session.client("ssm"),
+                             session.client("ec2"))
     print("\n".join(lines))
     return 0 if ready else 1
 

@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 import boto3
 from ml_platform_constructs import gpu_catalog
-from ml_platform_constructs.training_queue import ECR_IMAGE, MULTI_NODE_NODES, QUEUE_TAG
+from ml_platform_constructs.training_queue import MULTI_NODE_NODES, QUEUE_TAG, is_tagged_ecr_image
 
 from ops.dataset import stack_output
 from stacks import config as platform_config
@@ -67,7 +67,7 @@ def check_submission(env: EnvironmentConfig, queue_name: str, image: str, comman
                      gpus: Optional[int], nodes: int, name: Optional[str], now: float) -> Submission:
     """Every check that needs no AWS call: a job that fits no type would wait RUNNABLE for ever."""
     queue = find_queue(env, queue_name)
-    if not ECR_IMAGE.match(image):
+    if not is_tagged_ecr_image(image):
         raise JobError(f"--image {image!r}: not an Amazon ECR image (ACCOUNT.dkr.ecr.REGION.amazonaws.com/REPO:TAG); "
                        "push it to ECR first (AWS Batch on the queue's instances pulls from ECR)")
     if not command:

@@ -1,12 +1,17 @@
-"""cfn-lint over every template of a synthesized cloud assembly.
+"""cfn-lint and checkov over every template of a synthesized cloud assembly.
 
-Usage: python -m ops.lint [ASSEMBLY_DIR]   (default cdk.out); exits 1 when any template has an error.
+Usage: python -m ops.lint [ASSEMBLY_DIR]   (default cdk.out); exits 1 when any template has a cfn-lint error or
+an unsuppressed checkov finding. A checkov suppression sits in the template next to its resource, with its
+reason (ml_platform_constructs.nag_support.suppress_checkov); the report lists them.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from cfnlint.api import decode_str, run_template_by_data
@@ -36,17 +41,63 @@ def lint_template(path: Path, regions: list[str]) -> list[str]:
             for m in matches if m.rule.id.startswith("E")]
 
 
+# checkov runs from its own environment (its pins conflict with the project's): ./platform setup makes it.
+CHECKOV = Path(__file__).resolve().parent.parent / ".venv" / "checkov" / "bin" / "checkov"
+
+
+@dataclass(frozen=True)
+class CheckovResult:
+    failed: list[str]  # "<template>: <check id> <resource> (<check name>)"
+    skipped: list[tuple[str, str, str]]  # (resource, check id, the suppression's reason)
+    passed: int
+
+
+def start_checkov(paths: list[Path]) -> subprocess.Popen:
+    """Starts checkov's CloudFormation checks over ``paths`` in one process (most of its time is start-up), so a
+    caller can do other work meanwhile; ``checkov_result`` waits for it."""
+    if not CHECKOV.exists():
+        raise SystemExit(f"lint: checkov is not installed at {CHECKOV}: run ./platform setup")
+    command = [str(CHECKOV), "--framework", "cloudformation", "--output", "json", "--compact", "--skip-download",
+               *[arg for path in paths for arg in ("--file", str(path))]]
+    # --skip-download and no API key: nothing leaves the machine.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BC_", "PRISMA_"))}
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def checkov_result(process: subprocess.Popen) -> CheckovResult:
+    stdout, stderr = process.communicate()
+    if process.returncode not in (0, 1) or not stdout.strip():  # 1: findings
+        raise SystemExit(f"lint: checkov failed (exit {process.returncode}):\n{stderr[-2000:]}")
+    reports = json.loads(stdout)
+    reports = reports if isinstance(reports, list) else [reports]
+    failed, skipped, passed = [], [], 0
+    for report in reports:
+        results = report.get("results", {})
+        passed += report.get("summary", {}).get("passed", 0)
+        failed += [f"{Path(c['file_path']).name}: {c['check_id']} {c['resource']} ({c['check_name']})"
+                   for c in results.get("failed_checks", [])]
+        skipped += [(c["resource"], c["check_id"], c.get("check_result", {}).get("suppress_comment", ""))
+                    for c in results.get("skipped_checks", [])]
+    return CheckovResult(failed=failed, skipped=skipped, passed=passed)
+
+
 def main(argv: list[str]) -> int:
     assembly_dir = Path(argv[0] if argv else "cdk.out")
     paths = templates(assembly_dir)
     if not paths:
         print(f"lint: no templates under {assembly_dir}; synthesize first", file=sys.stderr)
         return 1
+    scanning = start_checkov(paths)  # in parallel with cfn-lint
     errors = [line for path in paths for line in lint_template(path, _regions(path))]
     for line in errors:
         print(line)
     print(f"cfn-lint: {len(paths)} templates, {len(errors)} errors")
-    return 1 if errors else 0
+    scan = checkov_result(scanning)
+    for line in scan.failed:
+        print(line)
+    print(f"checkov: {len(paths)} templates, {scan.passed} passed, {len(scan.failed)} failed, "
+          f"{len(scan.skipped)} suppressed with a reason in the template")
+    return 1 if errors or scan.failed else 0
 
 
 def _regions(path: Path) -> list[str]:

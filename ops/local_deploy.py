@@ -27,8 +27,9 @@ The emulator (moto) reports stacks complete even where it skipped work. Read the
                  S3 bucket policies, budgets, ...): exists only in a real account.
   PARTIAL        created, but some declared settings were not applied (for example S3 lifecycle rules).
   not read back  listed by the stack; this report cannot read the type back.
-The local target also leaves KMS keys untagged (moto fails on tagged keys in templates) and gives GPU fleets a
-fixed image id (moto cannot resolve AWS's public Deep Learning AMI parameter)."""
+The local target also leaves KMS keys and SSM parameters untagged (moto fails on them tagged in templates),
+gives GPU fleets a fixed image id (moto cannot resolve AWS's public Deep Learning AMI parameter) and the budget
+a fixed name (moto creates no budget and cannot resolve a reference to one)."""
 
 
 def _run(command: list[str], env: dict[str, str], what: str) -> None:

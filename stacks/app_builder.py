@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from aws_cdk import App, DefaultStackSynthesizer, Validations
 from cdk_nag import AwsSolutionsChecks
+from ml_platform_constructs import ValidationError
 
 from .config import ConfigError, PlatformConfig
 from .github_deploy_stack import GitHubDeployStack
@@ -60,3 +62,18 @@ def failed_validations(outdir: str) -> list[str]:
             for construct in violation["violatingConstructs"]:
                 failures.append(f"{violation['ruleName']} at {construct['constructPath']}: {violation['description']}")
     return failures
+
+
+def user_error(error: BaseException) -> str | None:
+    """The message of a configuration or construct error, wherever in the synth it was raised; None for others.
+
+    A ValidationError raised while jsii calls back into Python (a lazy value, a validation hook) reaches the app
+    as a RuntimeError whose text embeds the message ("Resolution error: <message>."); the message's own shape
+    ("<who>: <prop>=<value> is invalid: <allowed>. Fix: <fix>") finds it.
+    """
+    if isinstance(error, (ConfigError, ValidationError)):
+        return str(error)
+    if isinstance(error, RuntimeError):
+        found = re.search(r"((?:config: |\w+: )\S+=.*? is invalid: .*?\. Fix: [^\n]*?)\.?(?:\n|$)", str(error))
+        return found[1] if found else None
+    return None

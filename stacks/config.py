@@ -6,6 +6,7 @@ value, what is allowed and how to fix it.
 
 from __future__ import annotations
 
+import difflib
 import re
 import tomllib
 from dataclasses import dataclass
@@ -15,7 +16,8 @@ from typing import Any, Mapping, Optional
 from aws_cdk import RemovalPolicy
 from aws_cdk.region_info import RegionInfo
 from ml_platform_constructs.gpu_catalog import GPU_CATALOG
-from ml_platform_constructs.training_queue import ECR_IMAGE
+from ml_platform_constructs.monitored_endpoint import ECR_IMAGE
+from ml_platform_constructs.training_queue import is_tagged_ecr_image
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "environments.toml"
 ENVIRONMENT_NAMES = ("dev", "staging", "prod")
@@ -35,6 +37,20 @@ class ConfigError(ValueError):
     def __init__(self, key: str, value: Any, allowed: str, fix: str) -> None:
         self.key = key
         super().__init__(f"config: {key}={value!r} is invalid: {allowed}. Fix: {fix}")
+
+
+class ConfigSyntaxError(ConfigError):
+    """The file is not valid TOML: where (file, line, column) and what is wrong."""
+
+    def __init__(self, path: Path, error: tomllib.TOMLDecodeError) -> None:
+        # Python 3.11's TOMLDecodeError has no line/column attributes: they end its message.
+        where = re.search(r"\(at line (\d+), column (\d+)\)$", str(error))
+        what = re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)$", "", str(error))
+        self.key = "<syntax>"
+        self.line, self.column = (int(where[1]), int(where[2])) if where else (None, None)
+        position = f"{self.line}:{self.column}" if where else "end of file"
+        ValueError.__init__(self, f"config: {path}:{position}: TOML syntax error: {what}. Fix: correct the TOML at "
+                                  "that position (strings in double quotes, arrays in [ ], one key = value per line)")
 
 
 @dataclass(frozen=True)
@@ -170,8 +186,15 @@ class PlatformConfig:
 
 
 def load(path: Path = DEFAULT_CONFIG) -> PlatformConfig:
-    with open(path, "rb") as handle:
-        return parse(tomllib.load(handle))
+    try:
+        with open(path, "rb") as handle:
+            raw = tomllib.load(handle)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigSyntaxError(path, error) from None
+    except FileNotFoundError:
+        raise ConfigError("config file", str(path), "an existing TOML file", "create it (see README, "
+                          "Environments and configuration)") from None
+    return parse(raw)
 
 
 def parse(raw: Mapping[str, Any]) -> PlatformConfig:
@@ -336,8 +359,10 @@ def _catalog_types(key: str, raw: Any, low: int) -> tuple[str, ...]:
 
 
 def _ecr_image(key: str, value: Any) -> str:
-    return _string(key, value, ECR_IMAGE.pattern, "an Amazon ECR image, ACCOUNT.dkr.ecr.REGION.amazonaws.com/REPO:TAG",
-                   "push the image to ECR (AWS Deep Learning Containers are there too) and use its URI")
+    if not isinstance(value, str) or not is_tagged_ecr_image(value):
+        raise ConfigError(key, value, "an Amazon ECR image with a tag or digest, ACCOUNT.dkr.ecr.REGION.amazonaws.com/REPO:TAG",
+                          "push the image to ECR (AWS Deep Learning Containers are there too) and use its URI")
+    return value
 
 
 def _queues(at: str, raw: Any, network: CreatedNetworkConfig | ImportedNetworkConfig) -> tuple[QueueConfig, ...]:
@@ -399,9 +424,10 @@ def _endpoints(at: str, raw: Any) -> tuple[EndpointConfig, ...]:
         endpoints.append(EndpointConfig(
             name=_string(f"{where}.name", endpoint["name"], r"^[a-z][a-z0-9-]{0,39}$",
                          "1-40 lowercase letters, digits and hyphens", "use a name such as \"classifier\""),
-            image_uri=_string(f"{where}.image_uri", endpoint["image_uri"], r"^\S+/\S+$",
-                              "a container image URI (registry/repository:tag)",
-                              "use the image of your inference container"),
+            image_uri=_string(f"{where}.image_uri", endpoint["image_uri"], ECR_IMAGE.pattern,
+                              "an Amazon ECR image URI (<account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag>): "
+                              "SageMaker pulls endpoint images from ECR",
+                              "push the image to an ECR repository (docker tag, docker push) and use that URI"),
             model_data_key=_string(f"{where}.model_data_key", endpoint["model_data_key"], r"^models/\S+\.tar\.gz$",
                                    "a key under models/ ending in .tar.gz", "upload the artifact to models/<name>/model.tar.gz"),
             instance_type=_string(f"{where}.instance_type", endpoint["instance_type"], r"^ml\.[a-z0-9]+\.[a-z0-9]+$",
@@ -434,14 +460,17 @@ def _budget(at: str, raw: Any) -> BudgetConfig:
 def _keys(at: str, raw: Any, *, required: set[str], optional: set[str] = frozenset()) -> None:
     if not isinstance(raw, Mapping):
         raise ConfigError(at, raw, "a table", f"write [{at}] with keys {sorted(required)}")
-    missing = required - raw.keys()
-    if missing:
-        raise ConfigError(f"{at}.{sorted(missing)[0]}", None, "a required key", f"add {sorted(missing)} to [{at}]")
+    # Unknown keys first: a misspelled required key is reported as the misspelling, not as a missing key.
+    known = sorted(required | optional)
     unknown = raw.keys() - required - optional
     if unknown:
         key = sorted(unknown)[0]
-        raise ConfigError(f"{at}.{key}", raw[key], f"one of the known keys {sorted(required | optional)}",
-                          "remove or rename it")
+        closest = difflib.get_close_matches(key, known, n=1)
+        raise ConfigError(f"{at}.{key}", raw[key], f"not a known key of [{at}] (known: {known})",
+                          f"rename it to {closest[0]!r}" if closest else "remove it or rename it to a known key")
+    missing = required - raw.keys()
+    if missing:
+        raise ConfigError(f"{at}.{sorted(missing)[0]}", None, "a required key", f"add {sorted(missing)} to [{at}]")
 
 
 def _string(key: str, value: Any, pattern: str, allowed: str, fix: str) -> str:

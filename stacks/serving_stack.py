@@ -25,7 +25,7 @@ class ServingStack(Stack):
                 endpoint_name=f"{config.project}-{config.name}-{endpoint.name}",
                 image_uri=endpoint.image_uri, model_data_bucket=datasets.bucket, model_data_key=endpoint.model_data_key,
                 instance_type=endpoint.instance_type, alerts=alerts, baseline_bucket=datasets,
-                vpc=vpc, vpc_subnets=subnets, capture_key=key,
+                vpc=vpc, vpc_subnets=subnets, capture_key=key, logs_key=key,
                 volume_key=key if MonitoredEndpoint.accepts_volume_key(endpoint.instance_type) else None,
                 sampling_percentage=endpoint.sampling_percentage,
                 auto_scaling=EndpointAutoScaling(max_capacity=endpoint.max_instances,

@@ -19,9 +19,11 @@ from .governance_stack import GovernanceStack
 from .serving_stack import ServingStack
 
 # moto 5.2 fails to create a tagged AWS::KMS::Key from a template (KeyError 'TagKey' in its tagging service),
-# so the emulator target leaves keys untagged; the deploy report says so.
-EMULATOR_UNTAGGED_TYPES = ("AWS::KMS::Key",)
+# and a tagged AWS::SSM::Parameter (it reads the template's tag map as a list), so the emulator target leaves
+# them untagged; the deploy report says so.
+EMULATOR_UNTAGGED_TYPES = ("AWS::KMS::Key", "AWS::SSM::Parameter")
 # The emulator cannot resolve AWS's public /aws/service/... SSM parameters, so fleets there get a fixed image id.
+# It creates no AWS::Budgets::Budget and fails on a Ref to one, so the emulator's budget gets a fixed name.
 EMULATOR_AMI = "ami-0123456789abcdef0"
 
 
@@ -50,7 +52,8 @@ class PlatformStage(Stage):
     Serving (monitored SageMaker endpoints) when it has endpoints, Governance (budget, GPU stop) when it has a budget.
 
     :param synthesizer: Default: the default synthesizer (bootstrapped environment, bootstrap-version rule).
-    :param emulator: synthesize for the local emulator (see EMULATOR_UNTAGGED_TYPES, EMULATOR_AMI). Default: False.
+    :param emulator: synthesize for the local emulator (see EMULATOR_UNTAGGED_TYPES, EMULATOR_AMI, and the
+        governance stack's fixed budget name). Default: False.
     """
 
     def __init__(self, scope: Construct, id: str, *, config: EnvironmentConfig,
@@ -85,7 +88,7 @@ class PlatformStage(Stage):
         self.governance = None
         if config.budget:
             self.governance = GovernanceStack(
-                self, "Governance", alerts=self.core.alerts.topic, key=self.core.platform_key.key,
+                self, "Governance", alerts=self.core.alerts.topic, key=self.core.platform_key.key, emulator=emulator,
                 description=f"{config.project} {config.name}: budget and GPU spend guard", **common)
             components.append((self.governance, "governance"))
 

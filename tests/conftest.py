@@ -13,6 +13,8 @@ from aws_cdk import App, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
+from ops.lint import CheckovResult, checkov_result, start_checkov
+from ops.lint import templates as assembly_templates
 from stacks import config as platform_config
 from stacks.app_builder import build
 
@@ -40,13 +42,39 @@ def config() -> platform_config.PlatformConfig:
 
 
 @pytest.fixture(scope="session")
-def platform_app(tmp_path_factory, config):
-    """The whole app (every environment), synthesized once; cdk-nag runs inside this synth."""
+def platform_app(tmp_path_factory, config, request):
+    """The whole app (every environment), synthesized once; cdk-nag runs inside this synth. checkov starts over
+    its templates right away, in one background process, so its start-up overlaps the rest of the suite."""
     outdir = tmp_path_factory.mktemp("cdk.out")
     app = new_app(outdir)
     stages = {stage.stage_name: stage for stage in build(app, config)}
     assembly = app.synth()
+    if _CHECKOV.get("wanted"):
+        process = _CHECKOV["process"] = start_checkov(assembly_templates(outdir))
+
+        def stop_unread_scan():
+            if "result" not in _CHECKOV:
+                process.kill()
+                process.communicate()
+        request.addfinalizer(stop_unread_scan)
     return stages, assembly, outdir
+
+
+_CHECKOV: dict = {}
+
+
+@pytest.fixture(scope="session")
+def checkov_scan(platform_app) -> CheckovResult:
+    """checkov's findings over every synthesized template (the process platform_app started)."""
+    if "result" not in _CHECKOV:
+        _CHECKOV["result"] = checkov_result(_CHECKOV["process"])
+    return _CHECKOV["result"]
+
+
+def pytest_collection_modifyitems(items):
+    """Tests that wait for the checkov scan run last, when it has had the whole suite's time to finish."""
+    items.sort(key=lambda item: "checkov_scan" in getattr(item, "fixturenames", ()))
+    _CHECKOV["wanted"] = any("checkov_scan" in getattr(item, "fixturenames", ()) for item in items)
 
 
 @pytest.fixture(scope="session")

@@ -6,9 +6,10 @@ import pytest
 from aws_cdk import Stack
 from aws_cdk.assertions import Match, Template
 
-from stacks.app_builder import build
+from ml_platform_constructs import ValidationError
+from stacks.app_builder import build, user_error
 from stacks.config import ConfigError
-from tests.conftest import new_app
+from tests.conftest import ROOT, new_app
 
 ENVIRONMENTS = ("dev", "staging", "prod")
 TAG_KEYS = {"environment", "project", "cost-center", "component"}
@@ -96,12 +97,12 @@ def test_the_only_lambda_functions_are_the_platforms_own(templates):
 
 
 @pytest.mark.parametrize("name,limit,stop", [("dev", 1500, "80"), ("staging", 3000, "80"), ("prod", 12000, "90")])
-def test_each_environment_has_its_budget_and_stop_threshold(templates, name, limit, stop):
+def test_each_environment_has_its_budget_and_stop_threshold_priced_in_its_region(templates, config, name, limit, stop):
     governance = templates[f"{name}/Governance"]
     governance.has_resource_properties("AWS::Budgets::Budget", {"Budget": Match.object_like({
-        "BudgetName": f"ml-platform-{name}-monthly", "BudgetLimit": {"Amount": limit, "Unit": "USD"}})})
+        "BudgetName": Match.absent(), "BudgetLimit": {"Amount": limit, "Unit": "USD"}})})
     governance.has_resource_properties("AWS::Lambda::Function", {"Environment": {"Variables": Match.object_like(
-        {"ENVIRONMENT": name, "STOP_AT_PERCENT": stop})}})
+        {"ENVIRONMENT": name, "STOP_AT_PERCENT": stop, "PRICE_REGION": config.environments[name].region})}})
 
 
 def test_prod_uses_the_imported_vpc_and_creates_none(templates):
@@ -239,3 +240,33 @@ def test_each_environment_has_a_dataset_snapshot_runbook_and_recycle_bin_rule(te
         data.has_resource_properties("AWS::Rbin::Rule", {"ResourceTags": [
             {"ResourceTagKey": "ml-platform:dataset-snapshot", "ResourceTagValue": name}]})
         data.has_output("*", {"Description": Match.string_like_regexp("dataset snapshots")})
+
+
+def test_a_config_error_under_synth_prints_one_line_and_exits_non_zero(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "CDK_CONTEXT_JSON": '{"environments": "qa"}', "CDK_OUTDIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("error: config: context environments='qa' is invalid")
+
+
+def test_a_construct_error_raised_inside_synth_is_reduced_to_its_message():
+    """Raised while jsii calls back into Python (here a lazy value), it arrives wrapped in a RuntimeError."""
+    import jsii
+    from aws_cdk import App, CfnOutput, IStableStringProducer, Lazy
+
+    @jsii.implements(IStableStringProducer)
+    class Failing:
+        def produce(self):
+            raise ValidationError("DatasetBucket", "bucket_name", "A", "lowercase letters", "rename it")
+
+    app = App()
+    CfnOutput(Stack(app, "S"), "Out", value=Lazy.string(Failing()))
+    with pytest.raises(RuntimeError) as error:
+        app.synth()
+    assert user_error(error.value) == "DatasetBucket: bucket_name='A' is invalid: lowercase letters. Fix: rename it"
+    assert user_error(ConfigError("k", 1, "allowed", "fix")) == "config: k=1 is invalid: allowed. Fix: fix"
+    assert user_error(RuntimeError("something else broke")) is None  # other errors keep their traceback

@@ -13,6 +13,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from . import s3_rules
+from .nag_support import suppress_checkov
 from .errors import ValidationError
 
 DATASETS_PREFIX = "datasets/"
@@ -210,6 +211,10 @@ class DatasetBucket(Construct):
             id="AwsSolutions-S1",
             reason="This is the server access log bucket itself; logging it into itself would loop.",
         ))
+        suppress_checkov(logs_bucket, "CKV_AWS_18", "This is the server access log bucket itself; logging it into "
+                         "itself would loop")
+        suppress_checkov(logs_bucket, "CKV_AWS_21", "Access logs are written once by S3 and never overwritten; "
+                         "versions would only keep expired logs longer")
         return logs_bucket
 
     # --- properties -------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Stack, Validations
+from aws_cdk import Acknowledgment, Annotations, Duration, RemovalPolicy, Stack, Token, Validations
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -24,11 +24,13 @@ from constructs import Construct
 
 from .dataset_bucket import DatasetBucket
 from .errors import ValidationError
-from .nag_support import AcknowledgeWildcardResources, nag_arn, stack_arn
+from .nag_support import AcknowledgeWildcardResources, nag_arn, stack_arn, suppress_checkov
 from .runtime_function import runtime_function
 
 DRIFT_NAMESPACE = "MLPlatform/Drift"
 CAPTURE_PREFIX = "capture/"
+# An ECR image URI: account, Region, repository (then :tag or @digest).
+ECR_IMAGE = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/([a-z0-9][a-z0-9._/-]*)([:@]\S+)?$")
 # Nitro instance families with local (instance store) volumes: their storage is encrypted by hardware and
 # CreateEndpointConfig fails when KmsKeyId is set. https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateEndpointConfig.html
 INSTANCE_STORAGE_FAMILIES = frozenset({
@@ -62,7 +64,8 @@ class MonitoredEndpoint(Construct):
     ``drift/results/<endpoint>/``.
 
     :param endpoint_name: the SageMaker endpoint name (1-63 letters, digits and hyphens).
-    :param image_uri: the inference container image.
+    :param image_uri: the inference container image, in Amazon ECR (``<account>.dkr.ecr.<region>.amazonaws.com/
+        <repository>[:tag|@digest]``): the only registry this construct lets SageMaker pull from.
     :param model_data_bucket: where the model artifact is; read access to ``model_data_key`` only.
     :param model_data_key: the model artifact (``model.tar.gz``) key.
     :param instance_type: e.g. ``ml.m5.large``.
@@ -87,6 +90,11 @@ class MonitoredEndpoint(Construct):
     :param error_rate_threshold: share of 5xx responses. Default: 0.01.
     :param auto_scaling: Default: none (fixed instance count).
     :param removal_policy: for the capture bucket. Default: RETAIN.
+    :param logs_key: encrypts the drift check's log group; must allow CloudWatch Logs (``PlatformKey`` does).
+        Default: none (CloudWatch Logs' own encryption at rest).
+    :param network_isolation: no network calls to or from the model container (SageMaker still loads the model
+        artifact and captures data itself). Default: True; set False only for a container that must call out
+        (e.g. to fetch features), which adds a warning.
     """
 
     def __init__(
@@ -121,14 +129,18 @@ class MonitoredEndpoint(Construct):
         error_rate_threshold: float = 0.01,
         auto_scaling: Optional[EndpointAutoScaling] = None,
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+        network_isolation: bool = True,
+        logs_key: Optional[kms.IKey] = None,
     ) -> None:
         super().__init__(scope, id)
+        self._validate_image(image_uri)
         self._validate(endpoint_name, instance_type, volume_key, initial_instance_count, sampling_percentage,
                        csv_content_types, json_content_types, drift_schedule, drift_window, max_records_per_run,
                        psi_threshold, kl_threshold, p99_latency_threshold, error_rate_threshold, auto_scaling)
         self.endpoint_name = endpoint_name
         self.variant_name = variant_name
         self._removal_policy = removal_policy
+        self._logs_key = logs_key
         self.baseline_key = f"drift/baselines/{endpoint_name}/baseline.json"
         self.baseline_bucket = baseline_bucket
         self.results_prefix = f"drift/results/{endpoint_name}/"
@@ -137,6 +149,8 @@ class MonitoredEndpoint(Construct):
             self, "CaptureBucket", encryption_key=capture_key, direct_read_prefixes=(CAPTURE_PREFIX,),
             lifecycle_rules=[s3.LifecycleRule(id="expire-captured-requests", prefix=CAPTURE_PREFIX,
                                               expiration=capture_retention)],
+            # Versioned: expiry only adds a delete marker, so the expired version must go promptly too.
+            noncurrent_version_expiration=Duration.days(1),
             removal_policy=removal_policy)
 
         self.role = iam.Role(self, "ModelRole", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
@@ -154,7 +168,13 @@ class MonitoredEndpoint(Construct):
                 image=image_uri, model_data_url=f"s3://{model_data_bucket.bucket_name}/{model_data_key}",
                 environment=environment),
             vpc_config=sagemaker.CfnModel.VpcConfigProperty(security_group_ids=[self.security_group.security_group_id],
-                                                            subnets=subnet_ids))
+                                                            subnets=subnet_ids),
+            # https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateModel.html (EnableNetworkIsolation)
+            enable_network_isolation=network_isolation)
+        if not network_isolation:
+            Annotations.of(self).add_warning_v2("ml-platform:endpoint-network-access", (
+                "network_isolation=False lets the model container make network calls from the VPC; keep it True "
+                "unless the container must call out."))
         self.model.node.add_dependency(self.role)
         self.endpoint_config = sagemaker.CfnEndpointConfig(
             self, "EndpointConfig",
@@ -192,6 +212,19 @@ class MonitoredEndpoint(Construct):
         return not (match and match.group(1) in INSTANCE_STORAGE_FAMILIES)
 
     # --- validation -------------------------------------------------------------------------------------------
+    @staticmethod
+    def _validate_image(image_uri: str) -> None:
+        # SageMaker pulls inference images from ECR, or from a private registry only with ImageConfig
+        # RepositoryAccessMode=Vpc, which this construct does not set:
+        # https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ImageConfig.html
+        if not Token.is_unresolved(image_uri) and not ECR_IMAGE.match(image_uri):
+            raise ValidationError(
+                "MonitoredEndpoint", "image_uri", image_uri,
+                "an Amazon ECR image (<account>.dkr.ecr.<region>.amazonaws.com/<repository>[:tag]): SageMaker pulls "
+                "endpoint images only from ECR here",
+                "push it to ECR: aws ecr create-repository --repository-name NAME, docker tag IMAGE "
+                "<account>.dkr.ecr.<region>.amazonaws.com/NAME:TAG, docker push it, then use that URI")
+
     @staticmethod
     def _validate(endpoint_name, instance_type, volume_key, initial_instance_count, sampling_percentage,
                   csv_content_types, json_content_types, drift_schedule, drift_window, max_records_per_run,
@@ -243,9 +276,9 @@ class MonitoredEndpoint(Construct):
         stack = Stack.of(self)
         model_data_bucket.grant_read(self.role, model_data_key)
         self.capture_bucket.grant_write_prefix(self.role, CAPTURE_PREFIX)
-        ecr = re.match(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/([^:@]+)", image_uri)
+        ecr = ECR_IMAGE.match(image_uri)
         if ecr:
-            account, region, repository = ecr.groups()
+            account, region, repository = ecr.groups()[:3]
             self.role.add_to_principal_policy(iam.PolicyStatement(
                 actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
                 resources=[f"arn:{stack.partition}:ecr:{region}:{account}:repository/{repository}"]))
@@ -269,12 +302,19 @@ class MonitoredEndpoint(Construct):
                                                 for f in findings])
         policy = self.role.node.find_child("DefaultPolicy")
         policy.node.add_validation(AcknowledgeWildcardResources(policy, [f"/{CAPTURE_PREFIX}*"], reason))
+        vpc_reason = ("SageMaker creates the model's network interfaces in the VPC with this role; EC2 offers no ARN "
+                      "to scope them to before they exist (the documented execution-role policy uses *)")
+        suppress_checkov(policy, "CKV_AWS_111", vpc_reason)
+        suppress_checkov(policy, "CKV_AWS_109", vpc_reason)
 
     # --- drift check ------------------------------------------------------------------------------------------
     def _drift_check(self, baseline_bucket: DatasetBucket, schedule: Duration, window: Duration,
                      max_records: int) -> lambda_.Function:
         log_group = logs.LogGroup(self, "DriftCheckLogs", retention=logs.RetentionDays.THREE_MONTHS,
-                                  removal_policy=self._removal_policy)
+                                  encryption_key=self._logs_key, removal_policy=self._removal_policy)
+        if self._logs_key is None:
+            suppress_checkov(log_group, "CKV_AWS_158", "No logs_key was given: CloudWatch Logs encrypts the drift "
+                             "check's logs (feature statistics, no raw requests) with its own keys")
         function = runtime_function(
             self, "DriftCheck", handler="drift_handler.handler", files=["drift.py", "drift_handler.py"],
             description=f"Drift of {self.endpoint_name}'s captured inputs against its training baseline (PSI, KL)",
@@ -288,6 +328,8 @@ class MonitoredEndpoint(Construct):
                 "METRIC_NAMESPACE": DRIFT_NAMESPACE, "WINDOW_HOURS": str(int(window.to_hours())),
                 "MAX_RECORDS": str(max_records),
             })
+        suppress_checkov(function, "CKV_AWS_116", "A scheduled check: the next run repeats a failed one, and the "
+                         "drift-check-failing alarm reports errors; a queue of missed schedule events helps no one")
         self.capture_bucket.grant_read(function, f"{CAPTURE_PREFIX}{self.endpoint_name}/")
         baseline_bucket.grant_read(function, f"drift/baselines/{self.endpoint_name}/")
         baseline_bucket.grant_write_prefix(function, self.results_prefix)

@@ -1,14 +1,16 @@
-"""Acknowledging cdk-nag findings whose ids are only known once cross-stack references are resolved."""
+"""Compliance helpers: cdk-nag acknowledgements whose ids are only known once cross-stack references are
+resolved, and checkov suppressions recorded next to the resource (``suppress_checkov``)."""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Sequence
 
 import jsii
-from aws_cdk import Acknowledgment, Stack, Token, Validations
+from aws_cdk import Acknowledgment, CfnResource, Stack, Token, Validations
 from aws_cdk import aws_iam as iam
-from constructs import IValidation
+from constructs import IConstruct, IValidation
 
 
 def flatten_reference(node: Any) -> str:
@@ -75,3 +77,28 @@ class AcknowledgeWildcardResources:
                 Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{flat}]", reason=self._reason)
                 for flat in sorted(resources)])
         return []
+
+
+# --- checkov ----------------------------------------------------------------------------------------------------
+
+CHECKOV_METADATA = "checkov"
+
+
+def suppress_checkov(construct: IConstruct, check_id: str, reason: str) -> None:
+    """Records, in the template next to the resource, that checkov's ``check_id`` does not apply to it and why.
+
+    ``construct`` is the resource (a CfnResource) or an L2 construct whose default child is one. checkov reads
+    ``Metadata: {"checkov": {"skip": [{"id": ..., "comment": ...}]}}`` on a CloudFormation resource as a
+    suppression with its reason (checkov/cloudformation/context_parser.py, ``collect_skip_comments``). Call it
+    once per check, next to the code that creates the resource, with a one-line reason specific to it.
+    """
+    resource = construct if isinstance(construct, CfnResource) else construct.node.default_child
+    if not isinstance(resource, CfnResource):
+        raise TypeError(f"suppress_checkov: {construct.node.path} is not a CloudFormation resource and has none as "
+                        "its default child; pass the resource itself")
+    if not re.match(r"^CKV2?_AWS_\d+$", check_id) or len(reason.strip()) < 20:
+        raise ValueError(f"suppress_checkov({check_id!r}, {reason!r}): a check id such as CKV_AWS_116 and a reason "
+                         "of at least 20 characters saying why it does not apply to this resource")
+    entries = list((resource.get_metadata(CHECKOV_METADATA) or {}).get("skip", []))
+    entries = [e for e in entries if e["id"] != check_id] + [{"id": check_id, "comment": reason}]
+    resource.add_metadata(CHECKOV_METADATA, {"skip": entries})

@@ -32,6 +32,7 @@ from constructs import Construct
 from .dataset_bucket import DATASETS_PREFIX, DatasetBucket
 from .dataset_snapshots import DatasetVolume
 from .errors import ValidationError
+from .monitored_endpoint import ECR_IMAGE
 from .governance import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, govern, validate_budget_scope
 from .gpu_alarms import gpu_alarms, gpu_memory_used_ratio, gpu_metric, validate_alarm_props, validate_gpu_types
 from .instance_bootstrap import (AL2023_AGENT_INSTALL, GPU_NAMESPACE, RUN_DIR, InstanceBootstrap, dataset_block_devices,
@@ -41,7 +42,6 @@ from .runtime.benchmark import BENCHMARK_NAMESPACE, BENCHMARK_PREFIX
 
 QUEUE_TAG = "ml-platform:queue"
 JOB_NAMESPACE = "MLPlatform/Training"
-ECR_IMAGE = re.compile(r"^\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/[a-z0-9._/-]+(:[\w.-]{1,128}|@sha256:[0-9a-f]{64})$")
 ROOT_DEVICE = "/dev/xvda"  # Amazon Linux 2023 (the ECS GPU AMI)
 # Batch retries: 1-10 attempts: https://docs.aws.amazon.com/batch/latest/userguide/job_retries.html
 ATTEMPTS = (1, 10)
@@ -227,7 +227,7 @@ class TrainingQueue(Construct):
         if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$", self.queue_name):
             fail("queue_name", self.queue_name, "1-40 letters, digits, '_' or '-', starting with a letter or digit",
                  "rename the queue")
-        if not Token.is_unresolved(image_uri) and not ECR_IMAGE.match(image_uri):
+        if not Token.is_unresolved(image_uri) and not is_tagged_ecr_image(image_uri):
             fail("image_uri", image_uri, "an Amazon ECR image, ACCOUNT.dkr.ecr.REGION.amazonaws.com/REPO:TAG",
                  "push the image to ECR (AWS Deep Learning Containers are there too) and use its URI")
         if not isinstance(max_vcpus, int) or max_vcpus < 1:
@@ -417,7 +417,7 @@ class TrainingQueue(Construct):
     def add_job_definition(self, id: str, *, image_uri: str, command: Sequence[str] = ()) -> batch.EcsJobDefinition:
         """A single-node job definition of this queue (its size, retries, timeout, volumes, logs and job role) with
         another image and, optionally, a default command: e.g. an endpoint's retraining job."""
-        if id != "JobDefinition" and not Token.is_unresolved(image_uri) and not ECR_IMAGE.match(image_uri):
+        if id != "JobDefinition" and not Token.is_unresolved(image_uri) and not is_tagged_ecr_image(image_uri):
             raise ValidationError("TrainingQueue", "add_job_definition image_uri", image_uri,
                                   "an Amazon ECR image", "push the image to ECR and use its URI")
         container = self._container(f"{id}Container" if id != "JobDefinition" else "Container", image_uri,
@@ -604,6 +604,12 @@ class TrainingQueue(Construct):
                                    resource_arns=[f"arn:{Stack.of(self).partition}:batch:{Stack.of(self).region}:"
                                                   f"{Stack.of(self).account}:job/*"])
         return grant
+
+
+def is_tagged_ecr_image(uri: str) -> bool:
+    """An Amazon ECR image with a tag or digest: a queue never runs whatever "latest" is at the time."""
+    match = ECR_IMAGE.match(uri)
+    return bool(match and match.group(4))
 
 
 def smallest_fit(entries) -> tuple[int, int, int]:

@@ -16,8 +16,8 @@ def template(synth_stack):
     def body(stack):
         key = kms.Key(stack, "Key")
         alerts = AlertTopic(stack, "Alerts", master_key=key)
-        BudgetGuard(stack, "Guard", budget_name="ml-platform-dev-monthly", monthly_limit=1500, alerts=alerts.topic,
-                    key=key, environment="dev", emails=["ops@example.com"])
+        BudgetGuard(stack, "Guard", monthly_limit=1500, alerts=alerts.topic, key=key, environment="dev",
+                    emails=["ops@example.com"])
     return synth_stack(body)
 
 
@@ -27,10 +27,56 @@ def notifications(template):
                      json.dumps(n["Subscribers"])) for n in budget["NotificationsWithSubscribers"]]
 
 
-def test_monthly_cost_budget_over_the_whole_account(template):
+def test_monthly_cost_budget_over_the_whole_account_named_by_cloudformation(template):
     budget, _ = notifications(template)
-    assert budget["Budget"] == {"BudgetName": "ml-platform-dev-monthly", "BudgetType": "COST", "TimeUnit": "MONTHLY",
+    assert budget["Budget"] == {"BudgetType": "COST", "TimeUnit": "MONTHLY",  # no BudgetName: replaceable
                                 "BudgetLimit": {"Amount": 1500, "Unit": "USD"}}
+
+
+def test_changing_an_email_is_deployable(template, synth_stack):
+    """Notifications and subscribers are 'Update requires: Replacement'; CloudFormation can replace the budget
+    only when it names it, and the guard must follow the new name (its Ref)."""
+    def body(stack):
+        key = kms.Key(stack, "Key")
+        alerts = AlertTopic(stack, "Alerts", master_key=key)
+        BudgetGuard(stack, "Guard", monthly_limit=1500, alerts=alerts.topic, key=key, environment="dev",
+                    emails=["oncall@example.com"])
+    changed = synth_stack(body)
+    (before_id, before), = template.find_resources("AWS::Budgets::Budget").items()
+    (after_id, after), = changed.find_resources("AWS::Budgets::Budget").items()
+    assert before_id == after_id and before != after  # the same resource, replaced
+    assert "BudgetName" not in after["Properties"]["Budget"]
+    function = next(iter(changed.find_resources("AWS::Lambda::Function").values()))["Properties"]
+    assert function["Environment"]["Variables"]["BUDGET_NAME"] == {"Ref": after_id}
+
+
+def test_a_fixed_budget_name_is_kept_but_warned_about(synth_stack):
+    from aws_cdk.assertions import Annotations
+
+    stacks = []
+
+    def body(stack):
+        stacks.append(stack)
+        key = kms.Key(stack, "Key")
+        BudgetGuard(stack, "Guard", budget_name="team-a", monthly_limit=10, alerts=sns.Topic(stack, "T"), key=key,
+                    environment="dev")
+    template = synth_stack(body)
+    template.has_resource_properties("AWS::Budgets::Budget", {"Budget": Match.object_like({"BudgetName": "team-a"})})
+    Annotations.from_stack(stacks[0]).has_warning("*", Match.string_like_regexp("fixed budget_name makes changes"))
+
+
+def test_the_budget_is_created_after_the_topics_and_policies_it_publishes_to(template):
+    (_, budget), = template.find_resources("AWS::Budgets::Budget").items()
+    depends = set(budget["DependsOn"])
+    policies = template.find_resources("AWS::SNS::TopicPolicy")
+    assert {k for k in policies if k.startswith(("GuardStopTopic", "Alerts"))} <= depends
+    assert {k for k in template.find_resources("AWS::SNS::Topic")} <= depends
+
+
+def test_the_audit_log_and_warning_state_are_encrypted_and_kept(template):
+    template.has_resource_properties("AWS::Logs::LogGroup", {"KmsKeyId": {"Fn::GetAtt": [
+        Match.string_like_regexp("^Key"), "Arn"]}})
+    template.has_resource_properties("AWS::SSM::Parameter", {"Type": "String", "Value": "never"})
 
 
 def test_actual_and_forecasted_notifications_at_50_80_100(template):
@@ -74,6 +120,21 @@ def test_stop_function_settings(template):
     assert function["Handler"] == "budget_guard.handler" and function["Runtime"] == "python3.14"
     assert function["Environment"]["Variables"]["ENVIRONMENT"] == "dev"
     assert function["Environment"]["Variables"]["STOP_AT_PERCENT"] == "80"
+    assert function["Environment"]["Variables"]["PRICE_REGION"] == "us-east-1"  # the stack's Region
+    assert function["Environment"]["Variables"]["BUDGET_AGE_HOURS"] == "24"
+
+
+def test_a_region_the_price_table_lacks_is_warned_about(synth_stack):
+    from aws_cdk.assertions import Annotations
+
+    stacks = []
+
+    def body(stack):
+        stacks.append(stack)
+        BudgetGuard(stack, "Guard", monthly_limit=10, alerts=sns.Topic(stack, "T"), key=kms.Key(stack, "Key"),
+                    environment="dev")
+    synth_stack(body, region="eu-west-1")
+    Annotations.from_stack(stacks[0]).has_warning("*", Match.string_like_regexp("price table has no eu-west-1 rates"))
 
 
 def test_stop_function_may_change_only_this_environments_fleets(template):
@@ -99,7 +160,7 @@ def test_errors_and_failed_stops_alarm_the_alert_topic(template):
 def test_notify_only_creates_no_stop(synth_stack):
     def body(stack):
         key = kms.Key(stack, "Key")
-        BudgetGuard(stack, "Guard", budget_name="b", monthly_limit=10, alerts=sns.Topic(stack, "T"), key=key,
+        BudgetGuard(stack, "Guard", monthly_limit=10, alerts=sns.Topic(stack, "T"), key=key,
                     environment="dev", stop_at_percent=None)
     template = synth_stack(body)
     template.resource_count_is("AWS::Lambda::Function", 0)
@@ -117,7 +178,7 @@ def test_notify_only_creates_no_stop(synth_stack):
 ])
 def test_invalid_props(overrides, message):
     stack = Stack(App(), "S")
-    props = {"budget_name": "b", "monthly_limit": 10, "alerts": sns.Topic(stack, "T"), "key": kms.Key(stack, "K"),
+    props = {"monthly_limit": 10, "alerts": sns.Topic(stack, "T"), "key": kms.Key(stack, "K"),
              "environment": "dev", **overrides}
     with pytest.raises(ValidationError) as error:
         BudgetGuard(stack, "G", **props)

@@ -1,5 +1,7 @@
 """Budget operations: status and resume against moto, tag activation with a stubbed Cost Explorer."""
 
+import re
+
 import boto3
 import pytest
 from botocore.stub import Stubber
@@ -46,3 +48,42 @@ def test_activate_tags_requests_the_platform_tags():
         lines = budget_ops.activate_tags(ce)
     assert lines[0] == "environment: activation requested"
     assert lines[-1] == "component: FAILED: no such tag yet"
+
+
+# --- what-if: the guard's own decision, without AWS ---------------------------------------------------------------
+
+def what_if_json(capsys, *args):
+    import json
+
+    assert budget_ops.main(["what-if", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_what_if_the_shipped_prod_fleet_runs_at_max_on_day_one_warns_and_does_not_stop(capsys):
+    result = what_if_json(capsys, "prod", "--on-demand", "g6e.24xlarge=1", "--running", "g6e.24xlarge=3",
+                          "--now", "2026-12-01T00:15:00+00:00")
+    assert {"decision", "estimated_to_date", "projected_month", "stop_line"} <= set(result)
+    assert result["decision"] == "warn" and result["stop_line"] == 10_800 and result["region_priced"] == "us-west-2"
+    assert result["estimated_to_date"] == 0 and result["projected_month"] > 10_800
+    assert result["crossing_date"].startswith("2026-12-")
+
+
+def test_what_if_spend_has_reached_the_line_stops(capsys):
+    result = what_if_json(capsys, "prod", "--actual", "10700", "--budget-age-hours", "12",
+                          "--running", "g6e.24xlarge=4@12", "--now", "2026-12-20T12:00:00Z")
+    assert result["decision"] == "stop" and result["estimated_to_date"] >= 10_800
+    assert result["accrued_since_budget"] > 100  # 12 h of 4 Spot g6e.24xlarge since Budgets' figure
+
+
+def test_what_if_with_nothing_running_decides_nothing_and_reads_as_text(capsys):
+    assert budget_ops.main(["what-if", "dev", "--now", "2026-12-10T00:00:00"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("dev at 2026-12-10T00:00:00+00:00 (us-east-1 prices): decision NONE")
+    assert "stop line" in out and "1,200.00 USD" in out
+
+
+@pytest.mark.parametrize("spec,message", [("g6e.24xlarge", "expected TYPE=COUNT[@HOURS]"),
+                                          ("m5.large=2", "'m5.large' has no price in the us-west-2 table")])
+def test_what_if_refuses_what_it_cannot_price(spec, message):
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        budget_ops.main(["what-if", "prod", "--running", spec])

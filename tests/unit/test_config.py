@@ -7,9 +7,10 @@ import tomllib
 import pytest
 from aws_cdk import RemovalPolicy
 
-from stacks.config import DEFAULT_CONFIG, ConfigError, CreatedNetworkConfig, ImportedNetworkConfig, parse
+from stacks.config import DEFAULT_CONFIG, ConfigError, ConfigSyntaxError, CreatedNetworkConfig, ImportedNetworkConfig, load, parse
 
 RAW = tomllib.loads(DEFAULT_CONFIG.read_text())
+ECR = "123456789012.dkr.ecr.us-east-1.amazonaws.com/classifier:1"
 
 
 def with_change(path: str, value):
@@ -63,7 +64,7 @@ def test_tags_carry_environment_project_and_cost_center():
     ("environments.dev.alert_emails", ["nobody"], "environments.dev.alert_emails='nobody' is invalid: an e-mail address"),
     ("environments.dev.datasets.noncurrent_version_days", 0, "noncurrent_version_days=0 is invalid: a whole number from 1 to 3650"),
     ("environments.dev.cost_center", "", "environments.dev.cost_center=''"),
-    ("environments.dev.colour", "blue", "environments.dev.colour='blue' is invalid: one of the known keys"),
+    ("environments.dev.colour", "blue", "environments.dev.colour='blue' is invalid: not a known key of [environments.dev]"),
     ("environments.dev.account", DELETE, "environments.dev.account=None is invalid: a required key"),
     ("project", "ML Platform", "project='ML Platform'"),
     ("environments.dev.fleets", {"name": "x"}, "environments.dev.fleets={'name': 'x'} is invalid: an array of tables"),
@@ -78,7 +79,7 @@ def test_tags_carry_environment_project_and_cost_center():
     ("environments.dev.fleets", [{"name": "a", "instance_types": ["g5.xlarge"], "max_capacity": 1},
                                  {"name": "a", "instance_types": ["g5.xlarge"], "max_capacity": 1}], "each fleet name once"),
     ("environments.dev.fleets", [{"name": "a", "instance_types": ["g5.xlarge"], "max_capacity": 1, "spot": True}],
-     "environments.dev.fleets[0].spot=True is invalid: one of the known keys"),
+     "environments.dev.fleets[0].spot=True is invalid: not a known key"),
 ])
 def test_bad_value_names_key_value_and_what_is_allowed(path, value, message):
     with pytest.raises(ConfigError) as error:
@@ -105,12 +106,14 @@ def test_fleets_are_optional_and_default_to_all_spot_and_notify_only():
 
 @pytest.mark.parametrize("endpoint,message", [
     ({"name": "c", "image_uri": "img", "model_data_key": "models/c.tar.gz", "instance_type": "ml.m5.large"},
-     "image_uri='img' is invalid: a container image URI"),
-    ({"name": "c", "image_uri": "r/i:1", "model_data_key": "c.tar.gz", "instance_type": "ml.m5.large"},
+     "image_uri='img' is invalid: an Amazon ECR image URI"),
+    ({"name": "c", "image_uri": "docker.io/library/nginx:1", "model_data_key": "models/c.tar.gz",
+      "instance_type": "ml.m5.large"}, "image_uri='docker.io/library/nginx:1' is invalid: an Amazon ECR image URI"),
+    ({"name": "c", "image_uri": ECR, "model_data_key": "c.tar.gz", "instance_type": "ml.m5.large"},
      "model_data_key='c.tar.gz' is invalid: a key under models/"),
-    ({"name": "c", "image_uri": "r/i:1", "model_data_key": "models/c.tar.gz", "instance_type": "m5.large"},
+    ({"name": "c", "image_uri": ECR, "model_data_key": "models/c.tar.gz", "instance_type": "m5.large"},
      "instance_type='m5.large' is invalid"),
-    ({"name": "c", "image_uri": "r/i:1", "model_data_key": "models/c.tar.gz", "instance_type": "ml.m5.large",
+    ({"name": "c", "image_uri": ECR, "model_data_key": "models/c.tar.gz", "instance_type": "ml.m5.large",
       "sampling_percentage": 150}, "sampling_percentage=150 is invalid: a whole number from 0 to 100"),
 ])
 def test_bad_endpoint_values_name_the_key(endpoint, message):
@@ -127,7 +130,7 @@ def test_endpoints_default_to_full_capture_and_one_instance():
 @pytest.mark.parametrize("budget,message", [
     ({"monthly_limit_usd": 0}, "environments.dev.budget.monthly_limit_usd=0 is invalid: a positive amount in USD"),
     ({"monthly_limit_usd": 100, "stop_at_percent": 120}, "stop_at_percent=120 is invalid: a whole number from 1 to 100"),
-    ({"monthly_limit_usd": 100, "cap": 1}, "environments.dev.budget.cap=1 is invalid: one of the known keys"),
+    ({"monthly_limit_usd": 100, "cap": 1}, "environments.dev.budget.cap=1 is invalid: not a known key"),
 ])
 def test_bad_budget_values_name_the_key(budget, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
@@ -156,3 +159,23 @@ def test_bad_dataset_volumes_name_the_key(volumes, message):
 
 def test_snapshot_retention_defaults_to_30_days():
     assert parse(RAW).environments["dev"].datasets.snapshot_retention_days == 30
+
+
+def test_a_toml_syntax_error_names_the_file_line_column_and_what_is_wrong(tmp_path):
+    path = tmp_path / "environments.toml"
+    path.write_text('project = "ml-platform"\n\n[environments.dev]\naccount = "111111111111\n')
+    with pytest.raises(ConfigSyntaxError) as error:
+        load(path)
+    assert (error.value.line, error.value.column) == (4, 24)
+    assert str(error.value).startswith(f"config: {path}:4:24: TOML syntax error: Illegal character")
+
+
+def test_a_misspelled_required_key_is_reported_as_unknown_with_the_closest_known_key():
+    raw = copy.deepcopy(RAW)
+    fleet = raw["environments"]["dev"]["fleets"][0]
+    fleet["max_capacty"] = fleet.pop("max_capacity")
+    with pytest.raises(ConfigError) as error:
+        parse(raw)
+    message = str(error.value)
+    assert message.startswith("config: environments.dev.fleets[0].max_capacty=2 is invalid: not a known key")
+    assert message.endswith("Fix: rename it to 'max_capacity'") and "missing" not in message

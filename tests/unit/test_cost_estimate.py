@@ -97,18 +97,21 @@ def test_endpoints_network_and_other_by_hand():
     assert result.budget == 1000 and result.total() == pytest.approx(146 + 14.6 + 36.5 + 1)
 
 
-def test_other_region_is_flagged():
-    result = cost_estimate.estimate_environment("prod", "us-west-2", [{"Resources": {}}], PRICES, cost_estimate.Assumptions())
-    assert result.flags == ["priced with us-east-1 rates; us-west-2 differs (refresh the table for it)"]
+def test_a_region_the_table_lacks_is_flagged():
+    result = cost_estimate.estimate_environment("prod", "eu-west-1", [{"Resources": {}}],
+                                                cost_estimate.load_prices("eu-west-1"), cost_estimate.Assumptions())
+    assert result.flags == ["the price table has no eu-west-1 rates: priced at the dearest Region it has "
+                            "(python -m ops.refresh_prices --region eu-west-1)"]
 
 
 def test_estimate_of_the_synthesized_app_covers_every_environment(platform_app, config):
     _, _, outdir = platform_app
     found = cost_estimate.environments(outdir)
     assert [name for name, _, _ in found] == list(config.environments)
-    prices = cost_estimate.load_prices()
     for name, region, templates in found:
+        prices = cost_estimate.load_prices(region)
         result = cost_estimate.estimate_environment(name, region, templates, prices, cost_estimate.Assumptions())
+        assert not any("price table has no" in f for f in result.flags)  # every configured Region is priced
         assert result.fleets and result.total() > 0 and result.budget == config.environments[name].budget.monthly_limit_usd
         assert not [f for f in result.flags if "no idle-GPU alarm" in f or "On-Demand only" in f or "no tiering" in f]
 
@@ -126,8 +129,11 @@ def test_refresh_reads_on_demand_prices_and_spot_discounts(monkeypatch):
             pricing_stub.add_response("get_products", {"PriceList": [price_item(price)]})
         ec2_stub.add_response("describe_spot_price_history", {"SpotPriceHistory": [
             {"InstanceType": "g5.xlarge", "SpotPrice": "0.503"}, {"InstanceType": "g5.2xlarge", "SpotPrice": "0.9696"}]})
-        table = refresh_prices.refresh({"on_demand_hourly": {}, "spot_discount": {"p5": 0.0}}, pricing, ec2, "us-east-1",
+        old = {"on_demand_hourly": {}, "spot_discount": {"p5": 0.0}}
+        table = refresh_prices.refresh({"regions": {"us-east-1": old}}, pricing, ec2, "us-west-2",
                                        date(2026, 11, 29), datetime(2026, 11, 29, tzinfo=timezone.utc))
-    assert table["on_demand_hourly"] == {"g5.2xlarge": 1.212, "g5.xlarge": 1.006}
-    assert table["spot_discount"] == {"p5": 0.0, "g5": 0.2}  # the lowest discount of the family: 1 - 0.9696/1.212
-    assert table["retrieved"] == "2026-11-29"
+    assert table["regions"]["us-east-1"] is old  # another Region's entry is left as it was
+    entry = table["regions"]["us-west-2"]
+    assert entry["on_demand_hourly"] == {"g5.2xlarge": 1.212, "g5.xlarge": 1.006}
+    assert entry["spot_discount"] == {"p5": 0.0, "g5": 0.2}  # the lowest discount of the family: 1 - 0.9696/1.212
+    assert entry["retrieved"] == "2026-11-29" and "us-west-2" in entry["source"]

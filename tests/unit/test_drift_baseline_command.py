@@ -27,6 +27,7 @@ def test_baseline_to_a_file_excludes_the_label(sample, tmp_path):
 
 def test_baseline_is_uploaded_where_the_drift_check_reads_it(sample, monkeypatch):
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("MOTO_ACCOUNT_ID", "111111111111")  # dev's configured account: the command checks it
     with mock_aws():
         s3 = boto3.client("s3")
         s3.create_bucket(Bucket="datasets")

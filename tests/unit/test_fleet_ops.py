@@ -67,6 +67,25 @@ def test_quota_needs_count_the_largest_type_at_max_capacity():
     assert {(n.code, n.vcpus) for n in needs} == {("L-3819A6DF", 32), ("L-DB2E81BA", 16), ("L-C4BD4855", 192)}
 
 
+class Offerings:
+    """EC2's DescribeInstanceTypeOfferings by AZ: every type offered everywhere except the given (type, AZ) pairs."""
+
+    def __init__(self, *missing):
+        self.missing = set(missing)
+        self.calls = []
+
+    def get_paginator(self, name):
+        assert name == "describe_instance_type_offerings"
+        return self
+
+    def paginate(self, LocationType, Filters):  # noqa: N803 (boto3 names)
+        self.calls.append(LocationType)
+        values = {f["Name"]: f["Values"] for f in Filters}
+        return [{"InstanceTypeOfferings": [
+            {"InstanceType": t, "Location": az, "LocationType": LocationType}
+            for t in values["instance-type"] for az in values["location"] if (t, az) not in self.missing]}]
+
+
 class NoParameters:
     def get_parameters(self, Names):  # noqa: N803 (boto3 names)
         return {"Parameters": []}
@@ -91,16 +110,33 @@ def test_preflight_passes_when_quotas_cover_the_fleets_and_the_role_exists(dev):
                                                  "Arn": "arn:aws:iam::111111111111:role/aws-service-role/autoscaling.amazonaws.com/AWSServiceRoleForAutoScaling",
                                                  "CreateDate": "2026-01-01T00:00:00Z"}},
                            {"RoleName": "AWSServiceRoleForAutoScaling"})])
-    lines, ready = fleet_ops.preflight(quotas, iam, dev, NoParameters())
+    lines, ready = fleet_ops.preflight(quotas, iam, dev, NoParameters(), Offerings())
     assert ready
-    assert lines[0] == "ok All G and VT Spot Instance Requests (L-3819A6DF): 64 vCPUs, fleets need up to 32"
+    assert lines[:2] == ["ok fleet training: every type offered in us-east-1a, us-east-1b",
+                         "ok snapshot builder DatasetSnapshots: every type offered in us-east-1a"]
+    assert lines[2] == "ok All G and VT Spot Instance Requests (L-3819A6DF): 64 vCPUs, fleets need up to 32"
 
 
 def test_preflight_fails_on_a_zero_quota_and_a_missing_role(dev):
     quotas = stubbed("service-quotas", [("get_service_quota", {"Quota": {"Value": 0.0}},
                                          {"ServiceCode": "ec2", "QuotaCode": "L-3819A6DF"})])
     iam = stubbed("iam", [("get_role", "NoSuchEntity", {"RoleName": "AWSServiceRoleForAutoScaling"})])
-    lines, ready = fleet_ops.preflight(quotas, iam, dev, NoParameters())
+    lines, ready = fleet_ops.preflight(quotas, iam, dev, NoParameters(), Offerings())
+    lines = [line for line in lines if " offered" not in line]
     assert not ready
     assert lines[0].startswith("TOO LOW All G and VT Spot Instance Requests") and "request an increase" in lines[0]
     assert "create-service-linked-role --aws-service-name autoscaling.amazonaws.com" in lines[1]
+
+
+def test_offerings_are_checked_per_availability_zone():
+    ec2 = Offerings(("g6e.xlarge", "us-west-2d"))
+    lines, ok = fleet_ops.offering_check(ec2, "fleet", "training", ["g5.xlarge", "g6e.xlarge"], ["us-west-2a", "us-west-2d"])
+    assert ok and ec2.calls == ["availability-zone"]
+    assert lines == ["warning fleet training: g6e.xlarge not offered in us-west-2d (Auto Scaling skips it there: "
+                     "fewer Spot pools)"]
+
+
+def test_a_type_offered_in_none_of_its_zones_fails_the_preflight():
+    lines, ok = fleet_ops.offering_check(Offerings(("m6in.2xlarge", "us-east-1a")), "snapshot builder",
+                                         "DatasetSnapshots", ["m6in.2xlarge"], ["us-east-1a"])
+    assert not ok and lines[0].startswith("NOT OFFERED snapshot builder DatasetSnapshots: m6in.2xlarge in none of us-east-1a")

@@ -182,6 +182,8 @@ def make():
     ({"psi_threshold": 0}, "psi_threshold=0 is invalid"),
     ({"initial_instance_count": 0}, "initial_instance_count=0 is invalid"),
     ({"auto_scaling": EndpointAutoScaling(max_capacity=1, min_capacity=2, invocations_per_instance=10)}, "auto_scaling="),
+    ({"image_uri": "docker.io/library/nginx:1.27"}, "image_uri='docker.io/library/nginx:1.27' is invalid: an Amazon ECR image"),
+    ({"image_uri": "ghcr.io/team/model:1"}, "Fix: push it to ECR"),
 ])
 def test_invalid_props_fail_with_the_rule(make, overrides, message):
     if overrides.get("volume_key") == "KEY":
@@ -195,3 +197,35 @@ def test_nvme_instance_types_do_not_accept_a_volume_key():
     assert MonitoredEndpoint.accepts_volume_key("ml.m5.large")
     assert not MonitoredEndpoint.accepts_volume_key("ml.g4dn.xlarge")
     assert not MonitoredEndpoint.accepts_volume_key("ml.p4d.24xlarge")
+
+
+def test_the_model_runs_network_isolated_by_default(built):
+    assert resource(built[0], "AWS::SageMaker::Model")["EnableNetworkIsolation"] is True
+
+
+def test_network_access_can_be_granted_with_a_warning(make):
+    from aws_cdk.assertions import Annotations, Template
+
+    endpoint = make(network_isolation=False)
+    stack = Stack.of(endpoint)
+    assert resource(Template.from_stack(stack), "AWS::SageMaker::Model")["EnableNetworkIsolation"] is False
+    Annotations.from_stack(stack).has_warning("*", Match.string_like_regexp("network_isolation=False"))
+
+
+def test_captured_requests_leave_promptly_after_their_retention(built):
+    """The capture bucket is versioned: expiry leaves a noncurrent version, which must go too (a day later)."""
+    buckets = [b["Properties"] for b in built[0].find_resources("AWS::S3::Bucket").values()
+               if any(r.get("Id") == "expire-captured-requests"
+                      for r in b["Properties"].get("LifecycleConfiguration", {}).get("Rules", []))]
+    rules = buckets[0]["LifecycleConfiguration"]["Rules"]
+    assert {"Id": "expire-captured-requests", "Prefix": "capture/", "ExpirationInDays": 30, "Status": "Enabled"} in rules
+    assert any(r.get("NoncurrentVersionExpiration") == {"NoncurrentDays": 1} for r in rules)
+
+
+def test_without_a_logs_key_the_drift_logs_say_why_they_are_not_kms_encrypted(make):
+    from aws_cdk.assertions import Template
+
+    key_stack = make(logs_key=None)
+    plain = Template.from_stack(Stack.of(key_stack)).find_resources("AWS::Logs::LogGroup")
+    assert all("KmsKeyId" not in r["Properties"] for r in plain.values())
+    assert all(r["Metadata"]["checkov"]["skip"][0]["id"] == "CKV_AWS_158" for r in plain.values())

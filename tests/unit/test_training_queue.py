@@ -11,7 +11,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Annotations, Match
 
 from ml_platform_constructs import DatasetBucket, DatasetVolume, TrainingQueue, ValidationError
-from ml_platform_constructs.training_queue import ECR_IMAGE
+from ml_platform_constructs.training_queue import is_tagged_ecr_image
 from tests.conftest import isolated_vpc
 
 IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5.1-gpu-py311-cu124-ubuntu22.04-ec2"
@@ -322,7 +322,7 @@ def test_a_job_larger_than_the_smallest_type_warns(synth_stack):
 
 
 def test_ecr_pattern_accepts_tags_and_digests_only_from_ecr():
-    assert ECR_IMAGE.match(IMAGE)
-    assert ECR_IMAGE.match("123456789012.dkr.ecr.eu-west-1.amazonaws.com/team/train@sha256:" + "a" * 64)
-    assert not ECR_IMAGE.match("docker.io/library/python:3.12")
-    assert not ECR_IMAGE.match("123456789012.dkr.ecr.eu-west-1.amazonaws.com/train")  # no tag: never "latest" by accident
+    assert is_tagged_ecr_image(IMAGE)
+    assert is_tagged_ecr_image("123456789012.dkr.ecr.eu-west-1.amazonaws.com/team/train@sha256:" + "a" * 64)
+    assert not is_tagged_ecr_image("docker.io/library/python:3.12")
+    assert not is_tagged_ecr_image("123456789012.dkr.ecr.eu-west-1.amazonaws.com/train")  # never "latest" by accident
