@@ -198,15 +198,16 @@ def main(argv: list[str]) -> int:
     assumptions = CostAssumptions(startup_minutes=args.startup_minutes, dataset_source=args.dataset_source,
                                   checkpoint_interval_minutes=args.checkpoint_minutes,
                                   spot_interruptions_per_instance_hour=args.interruptions_per_hour)
-    advice = advise(workload, assumptions=assumptions, measured=measured, max_instances=args.max_instances)
+    from stacks import config as platform_config
+    environments = platform_config.load().environments
+    region = environments[args.env].region if args.env in environments else "us-east-1"
+    advice = advise(workload, assumptions=assumptions, measured=measured, max_instances=args.max_instances,
+                    region=region)
     if args.json:
         print(json.dumps(advice.to_json(), indent=1))
     else:
         if args.measured:
             print(f"{len(measured)} measured benchmark records from {args.measured}")
-        from stacks import config as platform_config
-        environments = platform_config.load().environments
-        region = environments[args.env].region if args.env in environments else "us-east-1"
         print(format_advice(advice, args.env, args.block, args.all, region=region))
     return 0
 

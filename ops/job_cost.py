@@ -204,7 +204,7 @@ def progress(cloudwatch: Any, job_id: str, start: datetime, end: datetime, now: 
 
 
 def gather(job_id: str, clients: Mapping[str, Any], now: datetime,
-           override: Optional[tuple[str, str]] = None) -> JobCost:
+           override: Optional[tuple[str, str]] = None, region: str = "us-east-1") -> JobCost:
     """Reads the job, its attempts' instances and its progress (the calls in the module docstring)."""
     batch = clients["batch"]
     jobs = batch.describe_jobs(jobs=[job_id])["jobs"]
@@ -241,7 +241,7 @@ def gather(job_id: str, clients: Mapping[str, Any], now: datetime,
     attempts = [a for r in records for a in job_attempts(r, now)]
     start = min((a["started"] for a in attempts), default=now)
     end = max((a["stopped"] for a in attempts), default=now)
-    return job_cost(job, instances, load_prices(), node_jobs=node_jobs,
+    return job_cost(job, instances, load_prices(region), node_jobs=node_jobs,
                     progress=progress(clients["cloudwatch"], job_id, start, end, now), now=now)
 
 
@@ -278,7 +278,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if bool(args.instance_type) != bool(args.lifecycle):
         parser.error("--instance-type and --lifecycle go together")
-    if args.instance_type and args.instance_type not in load_prices()["on_demand_hourly"]:
+    if args.instance_type and args.instance_type not in load_prices("us-east-1")["on_demand_hourly"]:
         parser.error(f"--instance-type={args.instance_type}: not in the price table (a GPU type of the catalog)")
     import boto3
 
@@ -287,7 +287,7 @@ def main(argv: list[str]) -> int:
     session = boto3.session.Session(region_name=env.region)
     clients = {name: session.client(name) for name in ("batch", "ecs", "cloudwatch")}
     override = (args.instance_type, args.lifecycle) if args.instance_type else None
-    cost = gather(args.job_id, clients, datetime.now(timezone.utc), override)
+    cost = gather(args.job_id, clients, datetime.now(timezone.utc), override, region=env.region)
     print(json.dumps(cost.to_json(), indent=1) if args.json else format_cost(cost))
     return 0
 

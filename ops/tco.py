@@ -219,19 +219,19 @@ def main(argv: list[str]) -> int:
     for flag in ("storage_gb", "ingest_gb_month", "capture_gb", "jobs_per_month", "log_gb_month"):
         if getattr(args, flag) < 0:
             parser.error(f"--{flag.replace('_', '-')}={getattr(args, flag)}: 0 or more")
-    prices = load_prices()
-    if args.job_usd is not None:
-        job_usd, job_hours, label = args.job_usd, args.job_hours or 0.0, "given"
-    else:
-        best = advise(PRESETS[args.workload], prices=prices).recommended
-        job_usd = best.usd if best else 0.0
-        job_hours = (best.hours_spot if best and best.lifecycle == "spot" else best.hours) if best else 0.0
-        label = (f"{args.workload} on {best.instance_type} x{best.instances}, {best.lifecycle}, per ./platform advise"
-                 if best else f"{args.workload}: nothing eligible")
     found = [e for e in environments(args.assembly) if e[0] == args.env]
     if not found:
         raise SystemExit(f"{args.env} is not in {args.assembly}: synthesize it first (./platform synth {args.env})")
     name, region, templates = found[0]
+    prices = load_prices(region)
+    if args.job_usd is not None:
+        job_usd, job_hours, label = args.job_usd, args.job_hours or 0.0, "given"
+    else:
+        best = advise(PRESETS[args.workload], prices=prices, region=region).recommended
+        job_usd = best.usd if best else 0.0
+        job_hours = (best.hours_spot if best and best.lifecycle == "spot" else best.hours) if best else 0.0
+        label = (f"{args.workload} on {best.instance_type} x{best.instances}, {best.lifecycle}, per ./platform advise"
+                 if best else f"{args.workload}: nothing eligible")
     endpoints = sum(1 for t in templates for r in t.get("Resources", {}).values()
                     if r["Type"] == "AWS::SageMaker::Endpoint")
     inputs = TcoInputs(months=args.months, storage_gb=args.storage_gb, ingest_gb_month=args.ingest_gb_month,

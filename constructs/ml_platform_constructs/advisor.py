@@ -359,13 +359,13 @@ def shapes(catalog: dict[str, GpuInstanceType], max_instances: int) -> Iterable[
 
 def advise(workload: Workload, *, prices: Optional[dict] = None, assumptions: CostAssumptions = CostAssumptions(),
            measured: Sequence[MeasuredThroughput] = (), max_instances: int = MAX_INSTANCES,
-           catalog: Optional[dict[str, GpuInstanceType]] = None) -> Advice:
+           catalog: Optional[dict[str, GpuInstanceType]] = None, region: str = "us-east-1") -> Advice:
     """Every shape ranked by cost per job (eligible first), each excluded one with its reason, and the cheapest
     eligible shape as the recommendation (None when nothing is eligible). `catalog` narrows the shapes to a
-    subset of GPU_CATALOG (default: all of it); `prices` defaults to the shipped table."""
+    subset of GPU_CATALOG (default: all of it); `prices` defaults to the shipped table's `region` entry."""
     if prices is None:
         from .runtime.budget_guard import load_prices
-        prices = load_prices()
+        prices = load_prices(region)
     catalog = GPU_CATALOG if catalog is None else catalog
     options = [_option(workload, instance, count, prices, assumptions, measured)
                for instance, count in shapes(catalog, max_instances) if instance.name in prices["on_demand_hourly"]]

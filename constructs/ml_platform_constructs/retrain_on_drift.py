@@ -16,6 +16,7 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from .errors import ValidationError
+from .nag_support import suppress_checkov
 from .runtime_function import runtime_function
 from .training_queue import TrainingQueue
 
@@ -57,7 +58,11 @@ class RetrainOnDrift(Construct):
             self, "Resource", handler="retrain.handler", files=["retrain.py"], timeout=Duration.seconds(60),
             description=f"Submits {job_name_prefix} when a drift alarm fires, at most once per cooldown",
             environment=environment, log_group=logs.LogGroup(
-                self, "Logs", retention=logs.RetentionDays.ONE_YEAR, removal_policy=removal_policy))
+                self, "Logs", retention=logs.RetentionDays.ONE_YEAR, removal_policy=removal_policy,
+                encryption_key=queue.key))  # the queue's key, which already lets CloudWatch Logs use it
+        suppress_checkov(self.function, "CKV_AWS_116",
+                         "EventBridge retries it twice; the drift alarm that triggers it also notifies the alert "
+                         "topic, so a failed submission is never silent")
         self.function.add_to_role_policy(iam.PolicyStatement(
             actions=["batch:SubmitJob", "batch:TagResource"],
             resources=[queue.job_queue_arn, job_definition.job_definition_arn]))

@@ -26,7 +26,7 @@ from .governance import ACCOUNT_SCOPE, govern, validate_budget_scope
 from .gpu_alarms import gpu_alarms, gpu_memory_used_ratio, gpu_metric, validate_alarm_props, validate_gpu_types
 from .instance_bootstrap import (GPU_NAMESPACE, RUN_DIR, InstanceBootstrap, dataset_block_devices, gpu_agent_config,
                                  ubuntu_agent_install, validate_dataset_volumes)
-from .nag_support import AcknowledgeWildcardResources, nag_arn, stack_arn
+from .nag_support import AcknowledgeWildcardResources, nag_arn, stack_arn, suppress_checkov
 from .platform_key import allow_autoscaling_volumes
 from .runtime_function import runtime_function
 
@@ -396,6 +396,11 @@ class SpotGpuFleet(Construct):
                 environment={"GROUP_NAME": self.auto_scaling_group.auto_scaling_group_name},
                 log_group=logs.LogGroup(self, "ScaleToZeroLogs", retention=logs.RetentionDays.THREE_MONTHS,
                                         removal_policy=self._removal_policy))
+            suppress_checkov(self.node.find_child("ScaleToZeroLogs"), "CKV_AWS_158",
+                             "Holds the group's name and when it was set to 0, nothing else; CloudWatch Logs encrypts it")
+            suppress_checkov(self.scale_to_zero_function, "CKV_AWS_116",
+                             "EventBridge retries it twice; the alarm that triggers it also notifies the alert topic, "
+                             "so a failed stop is never silent")
             self.scale_to_zero_function.add_to_role_policy(iam.PolicyStatement(
                 actions=["autoscaling:SetDesiredCapacity"],
                 resources=[stack_arn(Stack.of(self), AUTO_SCALING_GROUPS_ARN)],

@@ -108,7 +108,7 @@ class TrainingQueue(Construct):
     :param idle_threshold_percent / idle_evaluation_periods / alarm_period / memory_pressure_threshold: as
         SpotGpuFleet's (40, 3, 5 minutes, 0.7).
     :param allow_low_diversity / allow_mixed_gpu_memory: as SpotGpuFleet's. Default: False.
-    :param removal_policy: of the log group. Default: RETAIN.
+    :param removal_policy: of the log group. Default: RETAIN. (``.key`` is kept: RetrainOnDrift encrypts its logs with it.)
     :param budget_scope: the ``BudgetGuard`` scope that may stop this queue (tag ``ml-platform:budget-scope`` on
         its job queues, compute environments and instances). Default: ``"account"``, as the guard's.
     """
@@ -167,6 +167,7 @@ class TrainingQueue(Construct):
         self._period = alarm_period
         self._idle_threshold = idle_threshold_percent
         self._arrange_log_key(key)
+        self.key = key
         Tags.of(self).add(QUEUE_TAG, self.queue_name)
         govern(self, budget_scope)
 

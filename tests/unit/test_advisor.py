@@ -27,7 +27,7 @@ from ops import advise as advise_command
 from stacks import config as platform_config
 
 GIB = 2 ** 30
-PRICES = load_prices()
+PRICES = load_prices("us-east-1")
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from ml_platform_constructs.runtime.budget_guard import load_prices
 from ops import tco
 
 SNAPSHOTS = Path(__file__).resolve().parent.parent / "snapshot" / "__snapshots__" / "test_snapshots"
-PRICES = load_prices()
+PRICES = load_prices("us-east-1")
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,7 @@ def test_dev_tco_hand_checked(dev_templates):
     first = months[0]
     assert first.groups["training"] == 300.0
     assert first.groups["inference"] == pytest.approx(0.115 * 730)  # one ml.m5.large, always on
-    assert first.groups["network"] == pytest.approx(14 * 0.01 * 730)  # 7 interface endpoints x 2 AZs
+    assert first.groups["network"] == pytest.approx(24 * 0.01 * 730)  # 12 interface endpoints x 2 AZs
     runs = 2920 * 0.25 + 730 * 1.0  # GB per second of run time
     functions = (2920 + 730) * 0.20 / 1e6 + runs * 30 * 0.0000166667
     alarms = sum(1 for t in dev_templates for r in t["Resources"].values() if r["Type"] == "AWS::CloudWatch::Alarm")
