@@ -35,6 +35,11 @@ from .spot_gpu_fleet import AUTO_SCALING_GROUPS_ARN
 # One SNS and up to 10 e-mail subscribers per notification, up to 10 notifications per budget:
 # https://docs.aws.amazon.com/aws-cost-management/latest/APIReference/API_budgets_NotificationWithSubscribers.html
 MAX_EMAIL_SUBSCRIBERS = 10
+# AWS Batch resources of the stack's account and Region (changes limited by the budget-scope tag condition).
+BATCH_QUEUE_ARNS = ("arn:{partition}:batch:{region}:{account}:job-queue/*",
+                    "arn:{partition}:batch:{region}:{account}:compute-environment/*",
+                    "arn:{partition}:batch:{region}:{account}:job-definition/*")
+BATCH_JOBS_ARN = "arn:{partition}:batch:{region}:{account}:job/*"
 MAX_NOTIFICATIONS = 10
 
 
@@ -209,7 +214,7 @@ class BudgetGuard(Construct):
                          "through an on-failure destination, which also carries the error; a DLQ would duplicate it")
         self.stop_topic.add_subscription(subscriptions.LambdaSubscription(function))
         events.Rule(self, "SpendCheck", schedule=events.Schedule.rate(every),
-                    description=f"Projects the {environment} month's spend from the running GPU fleets",
+                    description=f"Estimates the {environment} month's spend from its running GPU fleets and queues",
                     targets=[targets.LambdaFunction(function, retry_attempts=2)])
         alerts.grant_publish(function)
         self.warning_parameter.grant_read(function)
@@ -228,11 +233,27 @@ class BudgetGuard(Construct):
         function.add_to_role_policy(iam.PolicyStatement(
             actions=["cloudwatch:PutMetricData"], resources=["*"],
             conditions={"StringEquals": {"cloudwatch:namespace": "MLPlatform/Cost"}}))
+        # Training queues (AWS Batch): find them and their jobs; disable and enable only the governed ones.
+        function.add_to_role_policy(iam.PolicyStatement(
+            sid="FindQueuesAndTheirJobs",
+            actions=["batch:DescribeJobQueues", "batch:ListJobs", "batch:DescribeJobs"], resources=["*"]))
+        function.add_to_role_policy(iam.PolicyStatement(
+            sid="StopAndResumeOnlyGovernedQueues",
+            actions=["batch:UpdateJobQueue", "batch:UpdateComputeEnvironment", "batch:TagResource",
+                     "batch:UntagResource", "batch:SubmitJob"],
+            resources=[stack_arn(stack, arn) for arn in BATCH_QUEUE_ARNS],
+            conditions={"StringEquals": {f"aws:ResourceTag/{BUDGET_SCOPE_TAG}": self.budget_scope}}))
+        function.add_to_role_policy(iam.PolicyStatement(
+            sid="EndAndMarkQueueJobs", actions=["batch:TerminateJob", "batch:TagResource"],
+            resources=[stack_arn(stack, BATCH_JOBS_ARN)]))
         reason = ("Describe/List calls and PutMetricData have no resource-level permissions (metrics limited by "
-                  "namespace); fleet changes are limited by the budget-scope and fleet tags.")
+                  "namespace); fleet and queue changes are limited by the budget-scope tag (fleets also by the "
+                  "fleet tag); jobs are ended and marked by id, from the governed queues only.")
         Validations.of(function.role).acknowledge(
             Acknowledgment(id="AwsSolutions-IAM5[Resource::*]", reason=reason),
             Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{nag_arn(stack, AUTO_SCALING_GROUPS_ARN)}]", reason=reason),
+            *[Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{nag_arn(stack, arn)}]", reason=reason)
+              for arn in (*BATCH_QUEUE_ARNS, BATCH_JOBS_ARN)],
             Acknowledgment(id="AwsSolutions-IAM5[Action::kms:GenerateDataKey*]",
                            reason="Publishing to the encrypted alert topic needs data keys of its key."),
             Acknowledgment(id="AwsSolutions-IAM5[Action::kms:ReEncrypt*]",

@@ -16,7 +16,11 @@ stop function next to ``stop_fleets``.
 Stopping a fleet suspends its Auto Scaling ``Launch`` process and sets its desired capacity to 0: running
 instances leave through the normal scale-in (the job gets its checkpoint signal), nothing launches again,
 and a ``cdk deploy`` does not undo it (the template sets neither a desired capacity nor suspended
-processes). Data is never touched. Each action is logged as one JSON line, tagged on the group
+processes). Stopping a training queue (AWS Batch) disables its job queues (no new job starts) and compute
+environments (no new instances; idle ones go), then terminates its starting and running jobs: ECS sends
+SIGTERM and waits the queue's stop timeout, so each writes its checkpoint. A ``cdk deploy`` does not re-enable
+them (the templates carry no ``State``). Resuming enables them again and resubmits, under the same name (so
+from the same checkpoints), every job the stop ended. Data is never touched. Each action is logged as one JSON line, tagged on the group
 (``ml-platform:budget-stop``) and reported to the alert topic, with what the stop cannot stop. Stop actions
 run first; reporting (listing endpoints) runs after them and cannot undo or block them.
 """
@@ -31,6 +35,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Optional, Sequence
 
 FLEET_TAG = "ml-platform:fleet"
+QUEUE_TAG = "ml-platform:queue"
+RESUBMITTED_TAG = "ml-platform:budget-resubmitted"  # on a job the stop ended: the id of its resubmission
+STOP_REASON_PREFIX = "ml-platform budget stop"  # starts the status reason of every job the stop ended
 
 # --- what the guard governs (the selection contract of ml_platform_constructs.governance) -----------------------
 # Each governed construct tags itself BUDGET_SCOPE_TAG=<scope>; the guard's function gets its scope as
@@ -229,11 +236,13 @@ def unstoppable(sagemaker: Any, environment: str) -> list[str]:
     return found
 
 
-def stop(autoscaling: Any, sagemaker: Any, environment: str, reason: str, now: datetime) -> dict:
-    """Stops every kind of governed capacity first, then lists what it cannot stop; a failure to list is
-    reported, never raised, since the stop itself is done."""
+def stop(autoscaling: Any, sagemaker: Any, environment: str, reason: str, now: datetime, batch: Any = None) -> dict:
+    """Stops every kind of governed capacity first (fleets, then training queues when ``batch`` is given), then
+    lists what it cannot stop; a failure to list is reported, never raised, since the stop itself is done."""
     report = {"action": "stop", "environment": environment, "reason": reason, "time": now.isoformat(),
               **stop_fleets(autoscaling, environment, reason, now)}
+    if batch is not None:
+        report.update(stop_queues(batch, environment, reason, now))
     try:
         report["not_stopped"] = unstoppable(sagemaker, environment)
     except Exception as error:  # reporting only
@@ -241,9 +250,10 @@ def stop(autoscaling: Any, sagemaker: Any, environment: str, reason: str, now: d
     return report
 
 
-def resume(autoscaling: Any, environment: str, operator: str, now: datetime) -> dict:
+def resume(autoscaling: Any, environment: str, operator: str, now: datetime, batch: Any = None) -> dict:
     """Lets the fleets launch again for the rest of the month (the guard will not stop them again before the
-    next month); their desired capacity stays 0 until someone scales them."""
+    next month); their desired capacity stays 0 until someone scales them. With ``batch``, the training queues
+    run again too, and the jobs the stop ended are resubmitted."""
     report = {"action": "resume", "environment": environment, "operator": operator, "time": now.isoformat(),
               "resumed": []}
     for group in fleet_groups(autoscaling, environment):
@@ -256,6 +266,115 @@ def resume(autoscaling: Any, environment: str, operator: str, now: datetime) -> 
             "ResourceId": name, "ResourceType": "auto-scaling-group", "Key": RESUMED_TAG, "PropagateAtLaunch": False,
             "Value": f"{now:%Y-%m}"}])
         report["resumed"].append({"fleet": _fleet_name(group), "group": name})
+    if batch is not None:
+        report.update(resume_queues(batch, environment, now))
+    return report
+
+
+# --- training queues (AWS Batch): find, read, stop, resume ----------------------------------------------------
+
+def governed_queues(batch: Any, environment: str) -> list[dict]:
+    """The job queues of training queues governed by this scope (each TrainingQueue tags its queues)."""
+    scope = governed_scope(environment)
+    queues = []
+    for page in batch.get_paginator("describe_job_queues").paginate():
+        queues += [q for q in page["jobQueues"]
+                   if QUEUE_TAG in q.get("tags", {}) and q.get("tags", {}).get(BUDGET_SCOPE_TAG) == scope]
+    return queues
+
+
+def queue_capacity(ec2: Any, environment: str, now: datetime) -> list[RunningCapacity]:
+    """The running instances of governed training queues, by the tags each queue's compute environments put on
+    the instances Batch launches."""
+    found = []
+    pages = ec2.get_paginator("describe_instances").paginate(Filters=[
+        {"Name": "tag-key", "Values": [QUEUE_TAG]},
+        {"Name": f"tag:{BUDGET_SCOPE_TAG}", "Values": [governed_scope(environment)]},
+        {"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    for page in pages:
+        for reservation in page["Reservations"]:
+            for instance in reservation["Instances"]:
+                tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+                found.append(RunningCapacity(instance["InstanceType"],
+                                             SPOT if instance.get("InstanceLifecycle") == "spot" else ON_DEMAND,
+                                             instance.get("LaunchTime", now), f"queue {tags.get(QUEUE_TAG, '?')}"))
+    return found
+
+
+def _queue_jobs(batch: Any, queue_arn: str, statuses: Sequence[str]) -> list[dict]:
+    jobs = []
+    for status in statuses:
+        for page in batch.get_paginator("list_jobs").paginate(jobQueue=queue_arn, jobStatus=status):
+            jobs += page["jobSummaryList"]
+    return jobs
+
+
+def stop_queues(batch: Any, environment: str, reason: str, now: datetime) -> dict:
+    """Idempotent, like the fleets' stop; a queue an operator resumed this month is left running."""
+    report = {"queues_stopped": [], "queues_already_stopped": [], "queues_resumed_by_operator": [], "jobs_ended": []}
+    for queue in governed_queues(batch, environment):
+        name, arn, tags = queue["tags"][QUEUE_TAG], queue["jobQueueArn"], queue.get("tags", {})
+        entry = {"queue": name, "job_queue": queue["jobQueueName"]}
+        if tags.get(RESUMED_TAG) == f"{now:%Y-%m}":
+            report["queues_resumed_by_operator"].append(entry)
+            continue
+        environments = [e["computeEnvironment"] for e in queue.get("computeEnvironmentOrder", [])]
+        running = _queue_jobs(batch, arn, ("STARTING", "RUNNING"))
+        if queue["state"] == "DISABLED" and not running:
+            report["queues_already_stopped"].append(entry)
+            continue
+        batch.update_job_queue(jobQueue=arn, state="DISABLED")  # no new job starts
+        for environment_arn in environments:  # no new instances; idle ones scale in
+            batch.update_compute_environment(computeEnvironment=environment_arn, state="DISABLED")
+        for job in running:  # SIGTERM, then SIGKILL after the queue's stop timeout: the job checkpoints
+            batch.terminate_job(jobId=job["jobId"], reason=f"{STOP_REASON_PREFIX} {now:%Y-%m-%dT%H:%MZ}: {reason}"[:255])
+            report["jobs_ended"].append({"queue": name, "job": job["jobName"], "id": job["jobId"]})
+        batch.tag_resource(resourceArn=arn, tags={STOP_TAG: f"{now:%Y-%m-%dT%H:%MZ} {reason}"[:256]})
+        report["queues_stopped"].append({**entry, "jobs_ended": len(running),
+                                         "jobs_waiting": len(_queue_jobs(batch, arn, ("SUBMITTED", "PENDING", "RUNNABLE")))})
+    return report
+
+
+def _resubmission(job: dict) -> dict:
+    """SubmitJob arguments that run a job again as it was submitted (same name: same checkpoint prefix)."""
+    request = {"jobName": job["jobName"], "jobQueue": job["jobQueue"], "jobDefinition": job["jobDefinition"],
+               "propagateTags": job.get("propagateTags", True), "tags": {**job.get("tags", {}),
+                                                                          RESUBMITTED_TAG: job["jobId"]}}
+    for key in ("retryStrategy", "timeout", "parameters"):
+        if job.get(key):
+            request[key] = job[key]
+    container = job.get("container")
+    if container:
+        request["containerOverrides"] = {k: container[k] for k in ("command", "environment", "resourceRequirements")
+                                         if container.get(k)}
+    if job.get("nodeProperties"):
+        request["nodeOverrides"] = {"numNodes": job["nodeProperties"]["numNodes"]}
+    return request
+
+
+def resume_queues(batch: Any, environment: str, now: datetime) -> dict:
+    """Enables the queues and their compute environments for the rest of the month, and resubmits every job the
+    stop ended (under its name, so it resumes from its checkpoints); each is resubmitted once."""
+    report = {"queues_resumed": [], "jobs_resubmitted": []}
+    for queue in governed_queues(batch, environment):
+        arn, tags = queue["jobQueueArn"], queue.get("tags", {})
+        if STOP_TAG not in tags and queue["state"] == "ENABLED":
+            continue
+        for entry in queue.get("computeEnvironmentOrder", []):
+            batch.update_compute_environment(computeEnvironment=entry["computeEnvironment"], state="ENABLED")
+        batch.update_job_queue(jobQueue=arn, state="ENABLED")
+        ended = [j["jobId"] for j in _queue_jobs(batch, arn, ("FAILED",))
+                 if j.get("statusReason", "").startswith(STOP_REASON_PREFIX)]
+        for start in range(0, len(ended), 100):
+            for job in batch.describe_jobs(jobs=ended[start:start + 100])["jobs"]:
+                if RESUBMITTED_TAG in job.get("tags", {}):
+                    continue
+                new = batch.submit_job(**_resubmission(job))
+                batch.tag_resource(resourceArn=job["jobArn"], tags={RESUBMITTED_TAG: new["jobId"]})
+                report["jobs_resubmitted"].append({"job": job["jobName"], "was": job["jobId"], "now": new["jobId"]})
+        batch.untag_resource(resourceArn=arn, tagKeys=[STOP_TAG])
+        batch.tag_resource(resourceArn=arn, tags={RESUMED_TAG: f"{now:%Y-%m}"})
+        report["queues_resumed"].append({"queue": tags[QUEUE_TAG], "job_queue": queue["jobQueueName"]})
     return report
 
 
@@ -278,6 +397,8 @@ def warned_today(ssm: Any, parameter: str, now: datetime) -> bool:
 def spend_check(clients: dict, env: dict[str, str], prices: dict, now: datetime) -> dict:
     actual = actual_spend(clients["budgets"], env["ACCOUNT_ID"], env["BUDGET_NAME"])
     capacity = fleet_capacity(clients["autoscaling"], clients["ec2"], env["ENVIRONMENT"], now)
+    if "batch" in clients:
+        capacity += queue_capacity(clients["ec2"], env["ENVIRONMENT"], now)
     decision = decide(actual=actual, budget_age_hours=float(env.get("BUDGET_AGE_HOURS", DEFAULT_BUDGET_AGE_HOURS)),
                       capacity=capacity, prices=prices, monthly_limit=float(env["MONTHLY_LIMIT"]),
                       stop_at_percent=float(env["STOP_AT_PERCENT"]), now=now)
@@ -285,8 +406,9 @@ def spend_check(clients: dict, env: dict[str, str], prices: dict, now: datetime)
               "region_priced": prices.get("region"), **decision.as_dict(),
               "capacity": [{**asdict(c), "launch_time": c.launch_time.isoformat()} for c in capacity]}
     if decision.decision == "stop":
-        stopped = stop(clients["autoscaling"], clients["sagemaker"], env["ENVIRONMENT"], decision.reason, now)
-        if stopped["stopped"]:  # every check past the line: report a stop once, not each check
+        stopped = stop(clients["autoscaling"], clients["sagemaker"], env["ENVIRONMENT"], decision.reason, now,
+                       clients.get("batch"))
+        if stopped["stopped"] or stopped.get("queues_stopped"):  # every check past the line: report a stop once
             result["stop"] = stopped
     elif decision.decision == "warn" and not warned_today(clients["ssm"], env["WARNING_PARAMETER"], now):
         result["warning"] = decision.reason
@@ -345,6 +467,14 @@ def _announce(sns: Any, topic_arn: str, report: dict) -> None:
     lines += [f"already stopped: {e['fleet']}" for e in body.get("already_stopped", [])]
     lines += [f"resumed fleet {e['fleet']} for the rest of the month (desired stays 0)" for e in body.get("resumed", [])]
     lines += [f"left running (resumed by an operator this month): {e['fleet']}" for e in body.get("resumed_by_operator", [])]
+    lines += [f"stopped training queue {e['queue']}: {e['jobs_ended']} running job(s) ended with their checkpoint "
+              f"signal, {e['jobs_waiting']} waiting" for e in body.get("queues_stopped", [])]
+    lines += [f"already stopped: queue {e['queue']}" for e in body.get("queues_already_stopped", [])]
+    lines += [f"left running (resumed by an operator this month): queue {e['queue']}"
+              for e in body.get("queues_resumed_by_operator", [])]
+    lines += [f"resumed training queue {e['queue']}" for e in body.get("queues_resumed", [])]
+    lines += [f"resubmitted {e['job']} ({e['was']} -> {e['now']}): it resumes from its checkpoints"
+              for e in body.get("jobs_resubmitted", [])]
     lines += [f"NOT stopped: {item}" for item in body.get("not_stopped", [])]
     if body["action"] == "stop":
         lines.append(f"resume with: ./platform budget resume {body['environment']} (the platform app), or with the "
@@ -358,9 +488,10 @@ def handle(event: dict, clients: dict, env: dict[str, str], now: datetime, price
     if "Records" in event:  # the stop topic: a Budgets notification
         message = event["Records"][0]["Sns"]["Message"]
         report = stop(clients["autoscaling"], clients["sagemaker"], env["ENVIRONMENT"],
-                      f"AWS Budgets: {message.strip()[:200]}", now)
+                      f"AWS Budgets: {message.strip()[:200]}", now, clients.get("batch"))
     elif event.get("action") == "resume":
-        report = resume(clients["autoscaling"], env["ENVIRONMENT"], event.get("operator", "unknown operator"), now)
+        report = resume(clients["autoscaling"], env["ENVIRONMENT"], event.get("operator", "unknown operator"), now,
+                        clients.get("batch"))
     else:  # the schedule
         region = env.get("PRICE_REGION") or env.get("AWS_REGION", "us-east-1")
         report = spend_check(clients, env, prices or load_prices(region), now)
@@ -373,5 +504,5 @@ def handler(event: dict, context: Any) -> dict:
     import boto3
 
     clients = {name: boto3.client(name)
-               for name in ("autoscaling", "ec2", "budgets", "cloudwatch", "sagemaker", "sns", "ssm")}
+               for name in ("autoscaling", "ec2", "budgets", "cloudwatch", "sagemaker", "sns", "ssm", "batch")}
     return handle(event, clients, dict(os.environ), datetime.now(timezone.utc))

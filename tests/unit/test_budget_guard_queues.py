@@ -1,0 +1,155 @@
+"""The budget guard stops and resumes training queues (AWS Batch): a stub Batch API with the calls the guard makes."""
+
+from datetime import datetime, timezone
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from ml_platform_constructs.runtime import budget_guard
+from ml_platform_constructs.runtime.budget_guard import ON_DEMAND, SPOT
+
+NOW = datetime(2026, 11, 29, 20, 0, tzinfo=timezone.utc)
+QUEUE_ARN = "arn:aws:batch:us-east-1:111111111111:job-queue/training"
+OTHER_ARN = "arn:aws:batch:us-east-1:111111111111:job-queue/other-team"
+SPOT_CE, OD_CE = ("arn:aws:batch:us-east-1:111111111111:compute-environment/spot",
+                  "arn:aws:batch:us-east-1:111111111111:compute-environment/od")
+
+
+class Paginator:
+    def __init__(self, pages):
+        self.pages = pages
+
+    def paginate(self, **kwargs):
+        return self.pages(**kwargs)
+
+
+class Batch:
+    """Two queues: this scope's (two environments, jobs in every state) and another scope's."""
+
+    def __init__(self):
+        self.calls = []
+        self.queues = {
+            QUEUE_ARN: {"jobQueueArn": QUEUE_ARN, "jobQueueName": "dev-training", "state": "ENABLED",
+                        "tags": {"ml-platform:queue": "training", "ml-platform:budget-scope": "dev"},
+                        "computeEnvironmentOrder": [{"order": 1, "computeEnvironment": SPOT_CE},
+                                                    {"order": 2, "computeEnvironment": OD_CE}]},
+            OTHER_ARN: {"jobQueueArn": OTHER_ARN, "jobQueueName": "other", "state": "ENABLED",
+                        "tags": {"ml-platform:queue": "x", "ml-platform:budget-scope": "staging"},
+                        "computeEnvironmentOrder": []}}
+        self.jobs = {"j-run": {"jobId": "j-run", "jobName": "resnet", "status": "RUNNING", "jobQueue": QUEUE_ARN},
+                     "j-start": {"jobId": "j-start", "jobName": "bert", "status": "STARTING", "jobQueue": QUEUE_ARN},
+                     "j-wait": {"jobId": "j-wait", "jobName": "llm", "status": "RUNNABLE", "jobQueue": QUEUE_ARN},
+                     "j-crash": {"jobId": "j-crash", "jobName": "bad", "status": "FAILED", "jobQueue": QUEUE_ARN,
+                                 "statusReason": "Essential container in task exited"}}
+
+    def get_paginator(self, name):
+        if name == "describe_job_queues":
+            return Paginator(lambda: [{"jobQueues": list(self.queues.values())}])
+        return Paginator(lambda jobQueue, jobStatus: [{"jobSummaryList": [
+            j for j in self.jobs.values() if j["jobQueue"] == jobQueue and j["status"] == jobStatus]}])
+
+    def update_job_queue(self, jobQueue, state):  # noqa: N803 (boto3 names)
+        self.calls.append(("queue", jobQueue, state))
+        self.queues[jobQueue]["state"] = state
+
+    def update_compute_environment(self, computeEnvironment, state):  # noqa: N803
+        self.calls.append(("environment", computeEnvironment, state))
+
+    def terminate_job(self, jobId, reason):  # noqa: N803
+        self.calls.append(("terminate", jobId))
+        self.jobs[jobId].update(status="FAILED", statusReason=reason)
+
+    def tag_resource(self, resourceArn, tags):  # noqa: N803
+        self.calls.append(("tag", resourceArn, tags))
+        target = self.queues.get(resourceArn) or next(j for j in self.jobs.values() if j.get("jobArn") == resourceArn)
+        target.setdefault("tags", {}).update(tags)
+
+    def untag_resource(self, resourceArn, tagKeys):  # noqa: N803
+        for key in tagKeys:
+            self.queues[resourceArn]["tags"].pop(key, None)
+
+    def describe_jobs(self, jobs):
+        found = []
+        for job_id in jobs:
+            job = self.jobs[job_id]
+            job.setdefault("jobArn", f"arn:aws:batch:us-east-1:111111111111:job/{job_id}")
+            found.append({**job, "jobDefinition": "arn:def:1", "propagateTags": True,
+                          "container": {"command": ["python", "train.py"], "environment": [
+                              {"name": "ML_PLATFORM_CHECKPOINT_URI", "value": f"s3://b/checkpoints/training/{job['jobName']}/"}],
+                              "resourceRequirements": [{"type": "GPU", "value": "1"}], "image": "not-overridable"}})
+        return {"jobs": found}
+
+    def submit_job(self, **kwargs):
+        self.calls.append(("submit", kwargs))
+        return {"jobId": f"new-{kwargs['jobName']}"}
+
+
+def test_stop_disables_the_queue_and_its_environments_then_ends_running_jobs_with_their_checkpoint_signal():
+    batch = Batch()
+    report = budget_guard.stop_queues(batch, "dev", "estimated spend reached the line", NOW)
+    assert batch.calls[:3] == [("queue", QUEUE_ARN, "DISABLED"), ("environment", SPOT_CE, "DISABLED"),
+                               ("environment", OD_CE, "DISABLED")]
+    assert {c[1] for c in batch.calls if c[0] == "terminate"} == {"j-run", "j-start"}  # waiting jobs just wait
+    assert report["queues_stopped"] == [{"queue": "training", "job_queue": "dev-training", "jobs_ended": 2,
+                                         "jobs_waiting": 1}]
+    assert batch.jobs["j-run"]["statusReason"].startswith("ml-platform budget stop 2026-11-29T20:00Z")
+
+
+def test_stop_leaves_another_scopes_queue_alone_and_is_idempotent():
+    batch = Batch()
+    budget_guard.stop_queues(batch, "dev", "line", NOW)
+    assert all(c[1] != OTHER_ARN for c in batch.calls if c[0] in ("queue", "tag"))
+    again = budget_guard.stop_queues(batch, "dev", "line", NOW)
+    assert again["queues_already_stopped"] == [{"queue": "training", "job_queue": "dev-training"}]
+    assert again["queues_stopped"] == []
+
+
+def test_resume_enables_and_resubmits_only_the_jobs_the_stop_ended_under_their_names_once():
+    batch = Batch()
+    budget_guard.stop_queues(batch, "dev", "line", NOW)
+    report = budget_guard.resume_queues(batch, "dev", NOW)
+    submitted = {c[1]["jobName"]: c[1] for c in batch.calls if c[0] == "submit"}
+    assert set(submitted) == {"resnet", "bert"}  # not the job that crashed on its own, not the waiting one
+    resnet = submitted["resnet"]
+    assert resnet["jobQueue"] == QUEUE_ARN and resnet["jobDefinition"] == "arn:def:1"
+    assert resnet["containerOverrides"]["environment"][0]["value"] == "s3://b/checkpoints/training/resnet/"
+    assert "image" not in resnet["containerOverrides"]
+    assert batch.queues[QUEUE_ARN]["state"] == "ENABLED" and ("environment", SPOT_CE, "ENABLED") in batch.calls
+    assert batch.queues[QUEUE_ARN]["tags"]["ml-platform:budget-resumed"] == "2026-11"
+    assert len(report["jobs_resubmitted"]) == 2
+    batch.queues[QUEUE_ARN]["tags"]["ml-platform:budget-stop"] = "again"  # a second resume resubmits nothing new
+    assert budget_guard.resume_queues(batch, "dev", NOW)["jobs_resubmitted"] == []
+
+
+def test_a_queue_resumed_this_month_is_not_stopped_again():
+    batch = Batch()
+    batch.queues[QUEUE_ARN]["tags"]["ml-platform:budget-resumed"] = "2026-11"
+    report = budget_guard.stop_queues(batch, "dev", "line", NOW)
+    assert report["queues_resumed_by_operator"] and not [c for c in batch.calls if c[0] == "terminate"]
+
+
+def test_stop_and_resume_messages_name_the_queues_and_jobs():
+    batch = Batch()
+    sent = []
+
+    class Sns:
+        def publish(self, **kwargs):
+            sent.append(kwargs["Message"])
+    report = {"action": "stop", "environment": "dev", "reason": "line", "time": NOW.isoformat(), "stopped": [],
+              **budget_guard.stop_queues(batch, "dev", "line", NOW)}
+    budget_guard._announce(Sns(), "topic", report)
+    assert "stopped training queue training: 2 running job(s) ended with their checkpoint signal, 1 waiting" in sent[0]
+
+
+def test_queue_instances_are_priced_by_their_tags_spot_and_on_demand_apart():
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        for lifecycle, scope in ((None, "dev"), ("spot", "dev"), (None, "staging")):
+            tags = [{"Key": "ml-platform:queue", "Value": "training"}, {"Key": "ml-platform:budget-scope", "Value": scope}]
+            options = {"InstanceMarketOptions": {"MarketType": "spot"}} if lifecycle else {}
+            ec2.run_instances(ImageId="ami-12c6146b", InstanceType="g5.xlarge", MinCount=1, MaxCount=1,
+                              TagSpecifications=[{"ResourceType": "instance", "Tags": tags}], **options)
+        capacity = budget_guard.queue_capacity(ec2, "dev", NOW)
+    assert sorted(c.lifecycle for c in capacity) == sorted([ON_DEMAND, SPOT])
+    assert {c.owner for c in capacity} == {"queue training"}
