@@ -33,8 +33,9 @@ class Assumptions:
     def lines(self) -> list[str]:
         return [
             "prices: each environment at its own Region's rates (sources and dates: runtime/prices.json)",
-            f"GPU fleets run at max size {self.utilization:.0%} of the month (--utilization), on the median-priced "
-            "of their types; Spot at the table's discount per family",
+            f"GPU fleets and training queues run at max size {self.utilization:.0%} of the month (--utilization), on "
+            "the median-priced of their types (queues: per vCPU, up to their max vCPUs); Spot at the table's "
+            "discount per family",
             f"dataset bucket holds {self.storage_gb:g} GB (--storage-gb): "
             + ", ".join(f"{p} {s:.0%}" for p, s in PREFIX_SHARES.items())
             + f"; data no rule expires is kept {ASSUMED_RETENTION_DAYS} days; steady ingest",
@@ -96,6 +97,31 @@ def fleet_estimate(logical_id: str, group: dict, alarms: list[dict], prices: dic
         hourly_on_demand=statistics.median(od), has_idle_alarm=idle)
 
 
+@dataclass
+class QueueEstimate:
+    name: str
+    kind: str  # Spot, On-Demand or multi-node On-Demand
+    max_vcpus: int
+    instances: float
+    hourly: float  # at max_vcpus
+
+
+def queue_estimate(logical_id: str, environment: dict, prices: dict) -> QueueEstimate:
+    """A training queue's compute environment at its max vCPUs, filled with its median-priced type (per vCPU)."""
+    resources = environment["Properties"]["ComputeResources"]
+    types = resources["InstanceTypes"]
+    spot = resources["Type"] == "SPOT"
+    per_vcpu = statistics.median(
+        prices["on_demand_hourly"][t] * ((1 - prices["spot_discount"].get(t.split(".")[0], 0)) if spot else 1)
+        / GPU_CATALOG[t].vcpus for t in types)
+    max_vcpus = int(resources["MaxvCpus"])
+    vcpus = statistics.median(GPU_CATALOG[t].vcpus for t in types)
+    kind = "Spot" if spot else ("multi-node On-Demand" if "PlacementGroup" in resources else "On-Demand")
+    name = resources.get("Tags", {}).get("ml-platform:queue", logical_id)
+    return QueueEstimate(name=name, kind=kind, max_vcpus=max_vcpus, instances=round(max_vcpus / vcpus, 1),
+                         hourly=per_vcpu * max_vcpus)
+
+
 def class_fractions(transitions: list[tuple[int, str]], retention_days: int) -> dict[str, float]:
     """Share of a steadily filled prefix's bytes in each storage class, from its transitions and retention."""
     boundaries = [(0, "STANDARD"), *sorted(transitions)]
@@ -146,6 +172,13 @@ def estimate_environment(name: str, region: str, templates: list[dict], prices: 
                                   fleet.hourly_on_demand else f"fleet {fleet.name} is On-Demand only")
         if not fleet.has_idle_alarm:
             estimate.flags.append(f"fleet {fleet.name} has no idle-GPU alarm: idle GPUs go unnoticed")
+
+    for logical_id, environment in by_type.get("AWS::Batch::ComputeEnvironment", []):
+        queue = queue_estimate(logical_id, environment, prices)
+        estimate.lines.append(("GPU queues", f"{queue.name} ({queue.kind}): up to {queue.max_vcpus} vCPUs "
+                               f"(~{queue.instances:g} instances), {assumptions.utilization:.0%} of the month "
+                               f"(all month: {queue.hourly * HOURS_PER_MONTH:,.0f})",
+                               queue.hourly * HOURS_PER_MONTH * assumptions.utilization))
 
     for logical_id, bucket in by_type.get("AWS::S3::Bucket", []):
         props = bucket["Properties"]

@@ -137,3 +137,19 @@ def test_refresh_reads_on_demand_prices_and_spot_discounts(monkeypatch):
     assert entry["on_demand_hourly"] == {"g5.2xlarge": 1.212, "g5.xlarge": 1.006}
     assert entry["spot_discount"] == {"p5": 0.0, "g5": 0.2}  # the lowest discount of the family: 1 - 0.9696/1.212
     assert entry["retrieved"] == "2026-11-29" and "us-west-2" in entry["source"]
+
+
+def test_a_training_queue_is_priced_at_its_max_vcpus_per_vcpu_of_its_median_type():
+    prices = {"on_demand_hourly": {"g5.xlarge": 1.0, "g5.2xlarge": 1.2, "g6.xlarge": 0.8},
+              "spot_discount": {"g5": 0.5, "g6": 0.25}}
+    spot = {"Properties": {"ComputeResources": {"Type": "SPOT", "MaxvCpus": 32, "Tags": {"ml-platform:queue": "training"},
+                                                "InstanceTypes": ["g5.xlarge", "g5.2xlarge", "g6.xlarge"]}}}
+    estimate = cost_estimate.queue_estimate("SpotEnv", spot, prices)
+    # per vCPU after the Spot discount: g5.xlarge 0.5/4, g5.2xlarge 0.6/8, g6.xlarge 0.6/4 -> median 0.125
+    assert (estimate.name, estimate.kind, estimate.hourly) == ("training", "Spot", pytest.approx(0.125 * 32))
+    assert estimate.instances == 8.0
+    on_demand = {"Properties": {"ComputeResources": {**spot["Properties"]["ComputeResources"], "Type": "EC2",
+                                                     "PlacementGroup": "pg"}}}
+    assert cost_estimate.queue_estimate("MnpEnv", on_demand, prices).kind == "multi-node On-Demand"
+    # On-Demand per vCPU: 1.0/4, 1.2/8, 0.8/4 -> median 0.2
+    assert cost_estimate.queue_estimate("MnpEnv", on_demand, prices).hourly == pytest.approx(0.2 * 32)

@@ -41,11 +41,11 @@ def test_bad_submissions_fail_before_any_aws_call_naming_value_and_fix(dev, kwar
 
 
 def test_multi_node_submissions_are_checked_against_the_multi_node_types(staging):
-    assert check(staging, nodes=2, gpus=4).gpus == 4
+    assert check(staging, nodes=2).gpus == 1  # g5.8xlarge / g6.8xlarge: 1 GPU per node
     with pytest.raises(job_ops.JobError, match=r"--nodes 9: multi-node jobs take 2-8 nodes"):
         check(staging, nodes=9)
-    with pytest.raises(job_ops.JobError, match=r"--gpus 8: the queue's multi-node types"):
-        check(staging, nodes=2, gpus=8)
+    with pytest.raises(job_ops.JobError, match=r"--gpus 2: the queue's multi-node types"):
+        check(staging, nodes=2, gpus=2)
 
 
 def test_default_job_name_is_the_queue_and_utc_time(dev):
