@@ -23,7 +23,7 @@ from ml_platform_constructs.spot_gpu_fleet import FLEET_TAG
 
 from ops.aws_access import environment, require_known, session_for
 from ops.dataset import missing_volumes
-from stacks.config import EnvironmentConfig, FleetConfig
+from stacks.config import EnvironmentConfig, FleetConfig, QueueConfig
 
 
 def find_group(autoscaling: Any, env: EnvironmentConfig, fleet: str) -> dict:
@@ -62,9 +62,20 @@ class QuotaNeed:
     vcpus: int
 
 
-def quota_needs(fleets: tuple[FleetConfig, ...]) -> list[QuotaNeed]:
-    """vCPUs each quota must allow for every fleet at max capacity on its largest type (Spot and On-Demand)."""
+def quota_needs(fleets: tuple[FleetConfig, ...], queues: tuple[QueueConfig, ...] = ()) -> list[QuotaNeed]:
+    """vCPUs each quota must allow for every fleet at max capacity on its largest type (Spot and On-Demand), plus
+    every training queue at its vCPU caps (Batch may pass a cap by one instance: its largest type)."""
     needs: dict[tuple[str, str], int] = {}
+    for queue in queues:
+        for types, vcpus, quota in ((queue.instance_types, queue.max_vcpus, gpu_catalog.spot_quota),
+                                    (queue.instance_types, queue.on_demand_max_vcpus, gpu_catalog.on_demand_quota),
+                                    (queue.multi_node_instance_types, queue.multi_node_max_vcpus,
+                                     gpu_catalog.on_demand_quota)):
+            if not vcpus:
+                continue
+            entries = [gpu_catalog.GPU_CATALOG[name] for name in types]
+            key = quota(max(entries, key=lambda e: e.vcpus))
+            needs[key] = needs.get(key, 0) + vcpus + max(e.vcpus for e in entries)
     for fleet in fleets:
         entries = [gpu_catalog.GPU_CATALOG[name] for name in fleet.instance_types]
         by_spot: dict[tuple[str, str], int] = {}
@@ -114,13 +125,17 @@ def preflight(quotas: Any, iam: Any, env: EnvironmentConfig, ssm: Any, ec2: Any)
     lines = [f"MISSING {line}" for line in missing_volumes(ssm, env)]
     ready = not lines
     checks = [("fleet", fleet.name, fleet.instance_types, env.availability_zones) for fleet in env.fleets]
+    for queue in env.queues:
+        checks.append(("queue", queue.name, queue.instance_types, env.availability_zones))
+        if queue.multi_node_instance_types:  # one AZ: the first subnet's
+            checks.append(("multi-node queue", queue.name, queue.multi_node_instance_types, env.availability_zones[:1]))
     # The snapshot builder launches in the first subnet, the first configured AZ.
     checks.append(("snapshot builder", "DatasetSnapshots", [DEFAULT_BUILDER_INSTANCE_TYPE], env.availability_zones[:1]))
     for check in checks:
         found, ok = offering_check(ec2, *check)
         lines += found
         ready &= ok
-    for need in quota_needs(env.fleets):
+    for need in quota_needs(env.fleets, env.queues):
         try:
             value = quotas.get_service_quota(ServiceCode="ec2", QuotaCode=need.code)["Quota"]["Value"]
         except ClientError as error:
@@ -129,7 +144,7 @@ def preflight(quotas: Any, iam: Any, env: EnvironmentConfig, ssm: Any, ec2: Any)
             continue
         ok = value >= need.vcpus
         ready &= ok
-        lines.append(f"{'ok' if ok else 'TOO LOW'} {need.name} ({need.code}): {value:g} vCPUs, fleets need up to "
+        lines.append(f"{'ok' if ok else 'TOO LOW'} {need.name} ({need.code}): {value:g} vCPUs, fleets and queues need up to "
                      f"{need.vcpus}" + ("" if ok else " -> request an increase in the Service Quotas console"))
     try:
         iam.get_role(RoleName="AWSServiceRoleForAutoScaling")

@@ -21,12 +21,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-import boto3
 from ml_platform_constructs import gpu_catalog
 from ml_platform_constructs.training_queue import MULTI_NODE_NODES, QUEUE_TAG, is_tagged_ecr_image
 
+from ops.aws_access import environment, require_known, session_for
 from ops.dataset import stack_output
-from stacks import config as platform_config
 from stacks.compute_stack import queue_output_key
 from stacks.config import EnvironmentConfig, QueueConfig
 
@@ -55,12 +54,8 @@ class Submission:
 
 
 def find_queue(env: EnvironmentConfig, name: str) -> QueueConfig:
-    for queue in env.queues:
-        if queue.name == name:
-            return queue
-    known = ", ".join(q.name for q in env.queues) or "none"
-    raise JobError(f"queue {name!r} is not in {env.name}'s config (known queues: {known}); "
-                   f"add [[environments.{env.name}.queues]] or use a known name")
+    require_known("queue", name, [q.name for q in env.queues], env)
+    return next(q for q in env.queues if q.name == name)
 
 
 def check_submission(env: EnvironmentConfig, queue_name: str, image: str, command: list[str], *,
@@ -235,14 +230,14 @@ def main(argv: list[str], session_factory=None) -> int:
     # The job's command follows "--" and may carry options of its own.
     command = argv[argv.index("--") + 1:] if "--" in argv else []
     args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
-    env = platform_config.load().select(args.env)[0]
+    env = environment(args.env)
     submission = None
     if args.command == "submit":
         submission = check_submission(env, args.queue, args.image, command, gpus=args.gpus, nodes=args.nodes,
                                       name=args.name, now=time.time())
     elif args.command == "list" and args.queue:
         find_queue(env, args.queue)
-    session = (session_factory or (lambda e: boto3.session.Session(region_name=e.region)))(env)
+    session = (session_factory or session_for)(env)  # credentials of env's own account, or a clear refusal
     batch, cloudformation = session.client("batch"), session.client("cloudformation")
     if args.command == "submit":
         output = submit(batch, cloudformation, env, submission)

@@ -104,7 +104,7 @@ def stubbed(client_name, responses):
 
 
 def test_preflight_passes_when_quotas_cover_the_fleets_and_the_role_exists(dev):
-    quotas = stubbed("service-quotas", [("get_service_quota", {"Quota": {"Value": 64.0}},
+    quotas = stubbed("service-quotas", [("get_service_quota", {"Quota": {"Value": 128.0}},
                                          {"ServiceCode": "ec2", "QuotaCode": "L-3819A6DF"})])
     iam = stubbed("iam", [("get_role", {"Role": {"Path": "/", "RoleName": "AWSServiceRoleForAutoScaling", "RoleId": "AROAEXAMPLEEXAMPLE01",
                                                  "Arn": "arn:aws:iam::111111111111:role/aws-service-role/autoscaling.amazonaws.com/AWSServiceRoleForAutoScaling",
@@ -112,9 +112,11 @@ def test_preflight_passes_when_quotas_cover_the_fleets_and_the_role_exists(dev):
                            {"RoleName": "AWSServiceRoleForAutoScaling"})])
     lines, ready = fleet_ops.preflight(quotas, iam, dev, NoParameters(), Offerings())
     assert ready
-    assert lines[:2] == ["ok fleet training: every type offered in us-east-1a, us-east-1b",
+    assert lines[:3] == ["ok fleet training: every type offered in us-east-1a, us-east-1b",
+                         "ok queue training: every type offered in us-east-1a, us-east-1b",
                          "ok snapshot builder DatasetSnapshots: every type offered in us-east-1a"]
-    assert lines[2] == "ok All G and VT Spot Instance Requests (L-3819A6DF): 64 vCPUs, fleets need up to 32"
+    # fleet: 2 x g5.4xlarge (16 vCPUs); queue: 32 vCPUs, which Batch may pass by its largest type (16)
+    assert lines[3] == "ok All G and VT Spot Instance Requests (L-3819A6DF): 128 vCPUs, fleets and queues need up to 80"
 
 
 def test_preflight_fails_on_a_zero_quota_and_a_missing_role(dev):
@@ -126,6 +128,12 @@ def test_preflight_fails_on_a_zero_quota_and_a_missing_role(dev):
     assert not ready
     assert lines[0].startswith("TOO LOW All G and VT Spot Instance Requests") and "request an increase" in lines[0]
     assert "create-service-linked-role --aws-service-name autoscaling.amazonaws.com" in lines[1]
+
+
+def test_queue_quota_needs_count_spot_on_demand_and_multi_node_caps_plus_one_instance(config):
+    needs = {need.code: need.vcpus for need in fleet_ops.quota_needs((), config.environments["staging"].queues)}
+    # Spot 32 + g5.8xlarge 32; On-Demand 8 + 32 and multi-node 64 + 32 (both against the G On-Demand quota)
+    assert needs == {"L-3819A6DF": 64, "L-DB2E81BA": 136}
 
 
 def test_offerings_are_checked_per_availability_zone():

@@ -28,7 +28,7 @@ def check(env, **kwargs):
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    ({"queue": "nosuch"}, r"queue 'nosuch' is not in dev's config \(known queues: training\)"),
+    ({"queue": "nosuch"}, r"dev has no queue 'nosuch' in config/environments.toml \(known queues: training\)"),
     ({"image": "pytorch/pytorch:2.5"}, r"--image 'pytorch/pytorch:2.5': not an Amazon ECR image"),
     ({"gpus": 4}, r"--gpus 4: the queue's types \(.*\) have 1 GPU\(s\) per instance; ask for 1-1"),
     ({"nodes": 2}, r"--nodes 2: queue training has no multi-node environment"),
@@ -36,13 +36,13 @@ def check(env, **kwargs):
     ({"command": []}, r"no command: put it after --"),
 ])
 def test_bad_submissions_fail_before_any_aws_call_naming_value_and_fix(dev, kwargs, message):
-    with pytest.raises(job_ops.JobError, match=message):
+    with pytest.raises(SystemExit, match=message):
         check(dev, **kwargs)
 
 
 def test_multi_node_submissions_are_checked_against_the_multi_node_types(staging):
     assert check(staging, nodes=2).gpus == 1  # g5.8xlarge / g6.8xlarge: 1 GPU per node
-    with pytest.raises(job_ops.JobError, match=r"--nodes 9: multi-node jobs take 2-8 nodes"):
+    with pytest.raises(SystemExit, match=r"--nodes 9: multi-node jobs take 2-8 nodes"):
         check(staging, nodes=9)
     with pytest.raises(job_ops.JobError, match=r"--gpus 2: the queue's multi-node types"):
         check(staging, nodes=2, gpus=2)
@@ -135,5 +135,5 @@ def test_cancel_refuses_a_job_of_another_environments_queue(dev):
 def test_main_checks_the_submission_before_it_asks_for_credentials(monkeypatch):
     def no_aws(env):
         raise AssertionError("an AWS session was created before the input was checked")
-    with pytest.raises(job_ops.JobError, match="queue 'nosuch'"):
+    with pytest.raises(SystemExit, match="no queue 'nosuch'"):
         job_ops.main(["submit", "dev", "nosuch", "--image", IMAGE, "--", "python", "train.py"], session_factory=no_aws)
