@@ -23,6 +23,7 @@ import sys
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from ml_platform_constructs.operations import budget_status
 from ml_platform_constructs.runtime import budget_guard
 from ml_platform_constructs.runtime.budget_guard import ON_DEMAND, SPOT, RunningCapacity
 
@@ -30,16 +31,6 @@ from ops.aws_access import environment, session_for
 from stacks.config import EnvironmentConfig
 
 COST_TAGS = ("environment", "project", "cost-center", "component")
-
-
-def status(autoscaling: Any, environment: str) -> list[str]:
-    lines = []
-    for group in budget_guard.fleet_groups(autoscaling, environment):
-        tags = {t["Key"]: t["Value"] for t in group.get("Tags", [])}
-        launch_suspended = any(p["ProcessName"] == "Launch" for p in group.get("SuspendedProcesses", []))
-        state = f"STOPPED ({tags.get(budget_guard.STOP_TAG, 'Launch suspended')})" if launch_suspended else "running"
-        lines.append(f"{tags.get(budget_guard.FLEET_TAG)}: {state}, desired {group['DesiredCapacity']}")
-    return lines or [f"{environment}: no fleets found"]
 
 
 def activate_tags(ce: Any) -> list[str]:
@@ -130,10 +121,11 @@ def main(argv: list[str]) -> int:
         return 0
     session = session_for(env)
     if args.command == "status":
-        print("\n".join(status(session.client("autoscaling"), env.name)))
+        print("\n".join(budget_status(session.client("autoscaling"), env.name, session.client("batch"))))
     else:
         operator = session.client("sts").get_caller_identity()["Arn"] or getpass.getuser()
-        report = budget_guard.resume(session.client("autoscaling"), env.name, operator, datetime.now(timezone.utc))
+        report = budget_guard.resume(session.client("autoscaling"), env.name, operator, datetime.now(timezone.utc),
+                                     session.client("batch"))
         print(json.dumps(report, indent=1))
     return 0
 

@@ -66,14 +66,19 @@ def resume_budget_stop(lambda_client: Any, function_name: str, operator: str) ->
     return payload
 
 
-def budget_status(autoscaling: Any, scope: str) -> list[str]:
+def budget_status(autoscaling: Any, scope: str, batch: Any = None) -> list[str]:
+    """Each governed fleet (and, with ``batch``, training queue): running, or stopped with when and why."""
     lines = []
     for group in budget_guard.fleet_groups(autoscaling, scope):
         tags = {t["Key"]: t["Value"] for t in group.get("Tags", [])}
         stopped = any(p["ProcessName"] == "Launch" for p in group.get("SuspendedProcesses", []))
         state = f"STOPPED ({tags.get(budget_guard.STOP_TAG, 'Launch suspended')})" if stopped else "running"
         lines.append(f"{tags.get(budget_guard.FLEET_TAG)}: {state}, desired {group['DesiredCapacity']}")
-    return lines or [f"no fleets governed by budget scope {scope!r}"]
+    for queue in budget_guard.governed_queues(batch, scope) if batch is not None else []:
+        tags = queue.get("tags", {})
+        state = f"STOPPED ({tags.get(budget_guard.STOP_TAG, 'disabled')})" if queue["state"] == "DISABLED" else "running"
+        lines.append(f"queue {tags[budget_guard.QUEUE_TAG]} ({queue['jobQueueName']}): {state}")
+    return lines or [f"no fleets or queues governed by budget scope {scope!r}"]
 
 
 def _session(region: Optional[str]) -> Any:
@@ -129,5 +134,6 @@ def main(argv: list[str]) -> int:
         operator = session.client("sts").get_caller_identity()["Arn"] if session.get_credentials() else getpass.getuser()
         print(json.dumps(resume_budget_stop(session.client("lambda"), args.function, operator), indent=1))
     else:
-        print("\n".join(budget_status(_session(args.region).client("autoscaling"), args.scope)))
+        session = _session(args.region)
+        print("\n".join(budget_status(session.client("autoscaling"), args.scope, session.client("batch"))))
     return 0

@@ -7,6 +7,7 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
+from ml_platform_constructs.operations import budget_status
 from ml_platform_constructs.runtime import budget_guard
 from ops import budget as budget_ops
 
@@ -28,15 +29,15 @@ def autoscaling(monkeypatch):
 
 
 def test_status_shows_running_then_stopped_with_the_reason(autoscaling):
-    assert budget_ops.status(autoscaling, "dev") == ["training: running, desired 0"]
+    assert budget_status(autoscaling, "dev") == ["training: running, desired 0"]
     budget_guard.stop(autoscaling, boto3.client("sagemaker"), "dev", "over budget", budget_guard.datetime.now(
         budget_guard.timezone.utc))
-    assert budget_ops.status(autoscaling, "dev")[0].startswith("training: STOPPED (")
-    assert "over budget" in budget_ops.status(autoscaling, "dev")[0]
+    assert budget_status(autoscaling, "dev")[0].startswith("training: STOPPED (")
+    assert "over budget" in budget_status(autoscaling, "dev")[0]
 
 
 def test_status_of_an_environment_without_fleets(autoscaling):
-    assert budget_ops.status(autoscaling, "prod") == ["prod: no fleets found"]
+    assert budget_status(autoscaling, "prod") == ["no fleets or queues governed by budget scope 'prod'"]
 
 
 def test_activate_tags_requests_the_platform_tags():
@@ -87,3 +88,17 @@ def test_what_if_with_nothing_running_decides_nothing_and_reads_as_text(capsys):
 def test_what_if_refuses_what_it_cannot_price(spec, message):
     with pytest.raises(SystemExit, match=re.escape(message)):
         budget_ops.main(["what-if", "prod", "--running", spec])
+
+
+def test_status_lists_governed_queues_running_or_stopped():
+    from tests.unit.test_budget_guard_queues import Batch
+
+    batch = Batch()
+
+    class NoFleets:
+        def get_paginator(self, name):
+            return type("P", (), {"paginate": lambda self, **kwargs: [{"AutoScalingGroups": []}]})()
+    assert budget_status(NoFleets(), "dev", batch) == ["queue training (dev-training): running"]
+    budget_guard.stop_queues(batch, "dev", "over budget", budget_guard.datetime.now(budget_guard.timezone.utc))
+    line = budget_status(NoFleets(), "dev", batch)[0]
+    assert line.startswith("queue training (dev-training): STOPPED (") and "over budget" in line
