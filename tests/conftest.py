@@ -13,7 +13,7 @@ from aws_cdk import App, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
-from ops.lint import CheckovResult, checkov_result, start_checkov
+from ops.lint import CheckovResult, cfn_lint_result, checkov_result, start_cfn_lint, start_checkov
 from ops.lint import templates as assembly_templates
 from stacks import config as platform_config
 from stacks.app_builder import build
@@ -49,18 +49,29 @@ def platform_app(tmp_path_factory, config, request):
     app = new_app(outdir)
     stages = {stage.stage_name: stage for stage in build(app, config)}
     assembly = app.synth()
-    if _CHECKOV.get("wanted"):
-        process = _CHECKOV["process"] = start_checkov(assembly_templates(outdir))
-
-        def stop_unread_scan():
-            if "result" not in _CHECKOV:
-                process.kill()
-                process.communicate()
-        request.addfinalizer(stop_unread_scan)
+    for scan, start in ((_CHECKOV, start_checkov), (_CFN_LINT, start_cfn_lint)):
+        if scan.get("wanted"):
+            scan["process"] = start(assembly_templates(outdir))
+            request.addfinalizer(lambda scan=scan: _stop_unread(scan))
     return stages, assembly, outdir
 
 
+def _stop_unread(scan: dict) -> None:
+    if "result" not in scan:
+        scan["process"].kill()
+        scan["process"].communicate()
+
+
 _CHECKOV: dict = {}
+_CFN_LINT: dict = {}
+
+
+@pytest.fixture(scope="session")
+def cfn_lint_scan(platform_app) -> dict[str, list[str]]:
+    """cfn-lint's errors per synthesized template (the background process platform_app started)."""
+    if "result" not in _CFN_LINT:
+        _CFN_LINT["result"] = cfn_lint_result(_CFN_LINT["process"])
+    return _CFN_LINT["result"]
 
 
 @pytest.fixture(scope="session")
@@ -72,9 +83,13 @@ def checkov_scan(platform_app) -> CheckovResult:
 
 
 def pytest_collection_modifyitems(items):
-    """Tests that wait for the checkov scan run last, when it has had the whole suite's time to finish."""
-    items.sort(key=lambda item: "checkov_scan" in getattr(item, "fixturenames", ()))
-    _CHECKOV["wanted"] = any("checkov_scan" in getattr(item, "fixturenames", ()) for item in items)
+    """Tests that wait for the background scans (checkov, cfn-lint) run last, when the scans have had the whole
+    suite's time to finish."""
+    def waits(item, fixture):
+        return fixture in getattr(item, "fixturenames", ())
+    items.sort(key=lambda item: waits(item, "checkov_scan") or waits(item, "cfn_lint_scan"))
+    _CHECKOV["wanted"] = any(waits(item, "checkov_scan") for item in items)
+    _CFN_LINT["wanted"] = any(waits(item, "cfn_lint_scan") for item in items)
 
 
 @pytest.fixture(scope="session")

@@ -2,10 +2,6 @@
 
 from datetime import datetime, timezone
 
-import boto3
-import pytest
-from moto import mock_aws
-
 from ml_platform_constructs.runtime import budget_guard
 from ml_platform_constructs.runtime.budget_guard import ON_DEMAND, SPOT
 
@@ -142,14 +138,21 @@ def test_stop_and_resume_messages_name_the_queues_and_jobs():
     assert "stopped training queue training: 2 running job(s) ended with their checkpoint signal, 1 waiting" in sent[0]
 
 
-def test_queue_instances_are_priced_by_their_tags_spot_and_on_demand_apart():
-    with mock_aws():
-        ec2 = boto3.client("ec2", region_name="us-east-1")
-        for lifecycle, scope in ((None, "dev"), ("spot", "dev"), (None, "staging")):
-            tags = [{"Key": "ml-platform:queue", "Value": "training"}, {"Key": "ml-platform:budget-scope", "Value": scope}]
-            options = {"InstanceMarketOptions": {"MarketType": "spot"}} if lifecycle else {}
-            ec2.run_instances(ImageId="ami-12c6146b", InstanceType="g5.xlarge", MinCount=1, MaxCount=1,
-                              TagSpecifications=[{"ResourceType": "instance", "Tags": tags}], **options)
-        capacity = budget_guard.queue_capacity(ec2, "dev", NOW)
-    assert sorted(c.lifecycle for c in capacity) == sorted([ON_DEMAND, SPOT])
-    assert {c.owner for c in capacity} == {"queue training"}
+def test_queue_instances_are_found_by_their_tags_and_priced_spot_and_on_demand_apart():
+    calls = []
+
+    class Ec2:
+        def get_paginator(self, name):
+            def pages(Filters):  # noqa: N803 (boto3 names)
+                calls.append((name, Filters))
+                tags = [{"Key": "ml-platform:queue", "Value": "training"}]
+                return [{"Reservations": [{"Instances": [
+                    {"InstanceType": "g5.xlarge", "LaunchTime": NOW, "Tags": tags},
+                    {"InstanceType": "g6.xlarge", "LaunchTime": NOW, "Tags": tags, "InstanceLifecycle": "spot"}]}]}]
+            return Paginator(pages)
+    capacity = budget_guard.queue_capacity(Ec2(), "dev", NOW)
+    assert calls == [("describe_instances", [
+        {"Name": "tag-key", "Values": ["ml-platform:queue"]}, {"Name": "tag:ml-platform:budget-scope", "Values": ["dev"]},
+        {"Name": "instance-state-name", "Values": ["pending", "running"]}])]
+    assert [(c.instance_type, c.lifecycle, c.owner) for c in capacity] == [
+        ("g5.xlarge", ON_DEMAND, "queue training"), ("g6.xlarge", SPOT, "queue training")]
