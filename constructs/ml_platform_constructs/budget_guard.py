@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Optional, Sequence
 
-from aws_cdk import (Acknowledgment, Annotations, CfnResource, Duration, Names, RemovalPolicy, Stack, TagManager, Token,
+from aws_cdk import (Acknowledgment, Annotations, Duration, Names, RemovalPolicy, Stack, Token,
                      Validations)
 from aws_cdk import aws_budgets as budgets
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -26,7 +26,7 @@ from constructs import Construct, IValidation
 
 from .alert_topic import allow_budgets_to_publish
 from .errors import ValidationError
-from .governance import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, validate_budget_scope
+from .governance import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, governs_something, validate_budget_scope
 from .nag_support import nag_arn, stack_arn, suppress_checkov
 from .runtime.budget_guard import DEFAULT_BUDGET_AGE_HOURS, load_table
 from .runtime_function import runtime_function
@@ -279,22 +279,18 @@ class BudgetGuard(Construct):
 class _GovernsSomething:
     """Warns when nothing in the app carries the guard's scope tag: a guard that governs nothing is silent.
 
-    Runs at validation time, after the tag aspects have applied. Acknowledge the warning when the governed
-    resources are deployed from another app."""
+    Runs at validation time, when every construct of the app exists; ``govern()`` recorded what it tagged.
+    Acknowledge the warning when the governed resources are deployed from another app."""
 
     def __init__(self, guard: BudgetGuard) -> None:
         self._guard = guard
 
     def validate(self) -> list[str]:
-        for construct in self._guard.node.root.node.find_all():
-            if not isinstance(construct, CfnResource):  # only resources carry tags; skips a jsii call per construct
-                continue
-            tags = TagManager.of(construct)
-            if tags is not None and tags.tag_values().get(BUDGET_SCOPE_TAG) == self._guard.budget_scope:
-                return []
+        if governs_something(self._guard, self._guard.budget_scope):
+            return []
         Annotations.of(self._guard).add_warning_v2(
             "ml-platform:budget-guard-governs-nothing",
             f"BudgetGuard: no resource in this app is tagged {BUDGET_SCOPE_TAG}={self._guard.budget_scope}, so the "
-            "stop would stop nothing. Pass the same budget_scope to the guard and to the SpotGpuFleets it must "
-            "stop, or acknowledge this warning if they are deployed from another app.")
+            "stop would stop nothing. Pass the same budget_scope to the guard and to the SpotGpuFleets and "
+            "TrainingQueues it must stop, or acknowledge this warning if they are deployed from another app.")
         return []

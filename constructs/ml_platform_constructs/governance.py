@@ -39,6 +39,17 @@ def validate_budget_scope(construct: str, budget_scope: str) -> None:
                               f"use '{ACCOUNT_SCOPE}' (the default) or an environment name such as 'dev'")
 
 
+# The scopes govern() tagged, per app (its root's address): a guard asks here whether anything carries its scope,
+# instead of reading every resource's tags through jsii.
+_GOVERNED: dict[str, set[str]] = {}
+
+
 def govern(resource: IConstruct, budget_scope: str = ACCOUNT_SCOPE) -> None:
     """Marks ``resource`` (and what it launches) as governed by the BudgetGuard of ``budget_scope``."""
     Tags.of(resource).add(BUDGET_SCOPE_TAG, budget_scope, apply_to_launched_instances=True)
+    _GOVERNED.setdefault(resource.node.root.node.addr, set()).add(budget_scope)
+
+
+def governs_something(scope: IConstruct, budget_scope: str) -> bool:
+    """Whether anything in ``scope``'s app was marked with ``govern(..., budget_scope)``."""
+    return budget_scope in _GOVERNED.get(scope.node.root.node.addr, set())
