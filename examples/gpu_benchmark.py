@@ -36,7 +36,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ml_platform_constructs.gpu_catalog import GPU_CATALOG
-from ml_platform_constructs.runtime.benchmark import benchmark_record, instance_type_from_metadata, measure, publish
+from ml_platform_constructs.runtime.benchmark import benchmark_record, local_instance_type, measure, publish
 
 LLM_SHAPES = {  # hidden, heads, FFN, total layers
     "llm-7b-lora": (4096, 32, 11008, 32), "llm-7b-full": (4096, 32, 11008, 32), "llm-70b-lora": (8192, 64, 28672, 80),
@@ -118,7 +118,7 @@ def main(argv: list[str]) -> int:
     if not args.no_publish and not args.bucket:
         raise SystemExit("--bucket (or ML_PLATFORM_DATASET_BUCKET) is required to publish; --no-publish to print only")
     device = torch.device("cuda")
-    instance_type = args.instance_type or instance_type_from_metadata() or "unknown"
+    instance_type = args.instance_type or local_instance_type() or "unknown"
     entry = GPU_CATALOG.get(instance_type)
     gpu_model = entry.gpu_model if entry else torch.cuda.get_device_name(device)
     clients = None

@@ -25,6 +25,7 @@ GPU_NAMESPACE = "MLPlatform/GPU"
 RUNTIME_DIR = "/opt/ml-platform"
 RUN_DIR = "/run/ml-platform"
 ENV_FILE = "/etc/ml-platform/fleet.env"
+INSTANCE_TYPE_FILE = f"{RUN_DIR}/instance-type"  # written at boot; /run/ml-platform is mounted into queue jobs
 AGENT_CTL = "/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl"
 GPU_MEASUREMENTS = [{"name": "utilization_gpu", "unit": "Percent"}, {"name": "memory_used", "unit": "Megabytes"},
                     {"name": "memory_total", "unit": "Megabytes"}, "temperature_gpu", "power_draw"]
@@ -128,6 +129,10 @@ class InstanceBootstrap:
             "Restart=on-failure\n[Install]\nWantedBy=multi-user.target\nEOF",
             # The checkpoint signal and the dataset mounts come first: a failed agent download must not cost them.
             "systemctl daemon-reload && systemctl enable --now ml-platform-interruption-watcher.service",
+            # The instance type, for jobs in containers that cannot reach the metadata service (hop limit 1).
+            "token=$(curl -sf -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' http://169.254.169.254/latest/api/token)"
+            " && curl -sf -H \"X-aws-ec2-metadata-token: $token\" http://169.254.169.254/latest/meta-data/instance-type"
+            f" > {INSTANCE_TYPE_FILE} || echo 'instance type unknown' >&2",
         ]
         for volume in self.dataset_volumes:
             # Nitro instances name EBS devices /dev/nvme*: mount by the label the snapshot builder gave the filesystem.

@@ -373,6 +373,7 @@ class TrainingQueue(Construct):
                        "ML_PLATFORM_JOB_NAMESPACE": JOB_NAMESPACE}
         if datasets is not None:
             environment["ML_PLATFORM_DATASETS_URI"] = f"s3://{datasets.bucket_name}/{DATASETS_PREFIX}"
+            environment["ML_PLATFORM_DATASET_BUCKET"] = datasets.bucket_name  # e.g. gpu_benchmark.py's records
             # ./platform job submit adds ML_PLATFORM_CHECKPOINT_URI=<root><job name>/ per job.
             environment["ML_PLATFORM_CHECKPOINT_ROOT"] = f"s3://{datasets.bucket_name}/{self.checkpoint_prefix}"
         return environment

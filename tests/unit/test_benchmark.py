@@ -125,3 +125,9 @@ def test_instance_type_from_imdsv2():
     finally:
         server.shutdown()
     assert benchmark.instance_type_from_metadata("http://127.0.0.1:9", timeout=0.2) is None
+
+
+def test_a_queue_job_reads_the_instance_type_the_boot_wrote_before_asking_the_metadata_service(tmp_path):
+    written = tmp_path / "instance-type"
+    written.write_text("g6.xlarge\n")
+    assert benchmark.local_instance_type(str(written), base_url="http://127.0.0.1:9") == "g6.xlarge"

@@ -126,7 +126,7 @@ def boot_script(template, multi_node=False) -> str:
 
 def test_user_data_is_the_shared_bootstrap_with_the_queue_as_gpu_dimension(built):
     script = boot_script(built[0])
-    for fragment in ("interruption_watcher.py", "ML_PLATFORM_SIGNAL_CONTAINERS=ecs",
+    for fragment in ("interruption_watcher.py", "ML_PLATFORM_SIGNAL_CONTAINERS=ecs", "> /run/ml-platform/instance-type",
                      "dnf install -y amazon-cloudwatch-agent", "LABEL=ds", "/data/imagenet ext4 ro"):
         assert fragment in script, fragment
     agent = json.loads(script.split("cloudwatch-agent.json <<'EOF'\n", 1)[1].split("\nEOF", 1)[0])

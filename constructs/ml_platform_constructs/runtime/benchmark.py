@@ -101,6 +101,16 @@ def publish(record: dict, *, s3: Any, cloudwatch: Any, bucket: str) -> str:
     return key
 
 
+def local_instance_type(path: str = "/run/ml-platform/instance-type", base_url: str = IMDS) -> Optional[str]:
+    """The instance type the platform's boot wrote to ``path`` (visible in a queue job's container, which cannot
+    reach the metadata service), else the metadata service's answer, else None."""
+    try:
+        with open(path) as handle:
+            return handle.read().strip() or None
+    except OSError:
+        return instance_type_from_metadata(base_url)
+
+
 def instance_type_from_metadata(base_url: str = IMDS, timeout: float = 2.0) -> Optional[str]:
     """The EC2 instance type from the instance metadata service (IMDSv2: token first), or None off EC2.
     https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/configuring-instance-metadata-service.html"""
