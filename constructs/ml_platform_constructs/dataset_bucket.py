@@ -13,7 +13,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from . import s3_rules
-from .nag_support import suppress_checkov
+from .nag_support import AcknowledgeWildcardResources, suppress_checkov
 from .errors import ValidationError
 
 DATASETS_PREFIX = "datasets/"
@@ -262,6 +262,26 @@ class DatasetBucket(Construct):
     def grant_write_prefix(self, grantee: iam.IGrantable, prefix: str) -> iam.Grant:
         """Write (put, no delete, no read) objects under ``prefix`` only, e.g. a fleet's checkpoint prefix."""
         return self.bucket.grant_put(grantee, self._pattern(prefix))
+
+    def grant_training(self, role: iam.Role, *, checkpoint_prefix: str, write_prefixes: Sequence[str] = (),
+                       owner: str) -> None:
+        """What a training role gets (a fleet's instances, a queue's jobs): read ``datasets/``, read and write
+        ``checkpoint_prefix``, write ``write_prefixes``; with the cdk-nag acknowledgements of the grant wildcards,
+        named ``owner`` (e.g. "the fleet's"), next to the role."""
+        self.grant_read(role, DATASETS_PREFIX)
+        self.grant_read(role, checkpoint_prefix)
+        for prefix in (checkpoint_prefix, *write_prefixes):
+            self.grant_write_prefix(role, prefix)
+        prefixes = [DATASETS_PREFIX, checkpoint_prefix, *write_prefixes]
+        reason = (f"Object-level access is scoped to {owner} prefixes ({', '.join(prefixes)}); the wildcards are "
+                  "CDK's grant actions and the objects under those prefixes.")
+        Validations.of(role).acknowledge(*[
+            Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason)
+            for finding in ("Action::s3:GetObject*", "Action::s3:GetBucket*", "Action::s3:List*", "Action::s3:Abort*",
+                            "Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*")])
+        # The bucket ARN reads as an export name when the bucket is in another stack: named after synth resolves it.
+        policy = role.node.find_child("DefaultPolicy")
+        policy.node.add_validation(AcknowledgeWildcardResources(policy, [f"/{p}*" for p in prefixes], reason))
 
     # --- metrics ----------------------------------------------------------------------------------------------
     def metric_bucket_size_bytes(self, storage_type: str = "StandardStorage", **kwargs) -> cloudwatch.Metric:

@@ -26,7 +26,7 @@ from .governance import ACCOUNT_SCOPE, govern, validate_budget_scope
 from .gpu_alarms import gpu_alarms, gpu_memory_used_ratio, gpu_metric, validate_alarm_props, validate_gpu_types
 from .instance_bootstrap import (GPU_NAMESPACE, RUN_DIR, InstanceBootstrap, dataset_block_devices, gpu_agent_config,
                                  ubuntu_agent_install, validate_dataset_volumes)
-from .nag_support import AcknowledgeWildcardResources, nag_arn, stack_arn, suppress_checkov
+from .nag_support import nag_arn, stack_arn, suppress_checkov
 from .platform_key import allow_autoscaling_volumes
 from .runtime_function import runtime_function
 
@@ -299,19 +299,7 @@ class SpotGpuFleet(Construct):
         )
         if datasets is None:
             return
-        datasets.grant_read(self.role, DATASETS_PREFIX)
-        datasets.grant_read(self.role, self.checkpoint_prefix)
-        datasets.grant_write_prefix(self.role, self.checkpoint_prefix)
-        wildcard_reason = ("Object-level access is scoped to the fleet's prefixes (datasets/, checkpoints/<fleet>/); "
-                           "the wildcards are CDK's grant actions and the objects under those prefixes.")
-        Validations.of(self.role).acknowledge(*[
-            Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=wildcard_reason)
-            for finding in ("Action::s3:GetObject*", "Action::s3:GetBucket*", "Action::s3:List*", "Action::s3:Abort*",
-                            "Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*")])
-        # The bucket ARN reads as an export name when the bucket is in another stack: named after synth resolves it.
-        policy = self.role.node.find_child("DefaultPolicy")
-        policy.node.add_validation(AcknowledgeWildcardResources(
-            policy, [f"/{DATASETS_PREFIX}*", f"/{self.checkpoint_prefix}*"], wildcard_reason))
+        datasets.grant_training(self.role, checkpoint_prefix=self.checkpoint_prefix, owner="the fleet's")
 
     def _user_data(self, datasets: Optional[DatasetBucket], hook_name: str, checkpoint_timeout: Duration,
                    dataset_volumes: Sequence[DatasetVolume]) -> ec2.UserData:

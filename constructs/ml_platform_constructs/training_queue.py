@@ -37,7 +37,6 @@ from .governance import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, govern, validate_budget
 from .gpu_alarms import gpu_alarms, gpu_memory_used_ratio, gpu_metric, validate_alarm_props, validate_gpu_types
 from .instance_bootstrap import (AL2023_AGENT_INSTALL, GPU_NAMESPACE, RUN_DIR, InstanceBootstrap, dataset_block_devices,
                                  gpu_agent_config, validate_dataset_volumes)
-from .nag_support import AcknowledgeWildcardResources
 from .runtime.benchmark import BENCHMARK_NAMESPACE, BENCHMARK_PREFIX
 
 QUEUE_TAG = "ml-platform:queue"
@@ -462,19 +461,8 @@ class TrainingQueue(Construct):
                    "benchmark namespaces by condition."))
         if datasets is None:
             return
-        datasets.grant_read(self.job_role, DATASETS_PREFIX)
-        datasets.grant_read(self.job_role, self.checkpoint_prefix)
-        datasets.grant_write_prefix(self.job_role, self.checkpoint_prefix)
-        datasets.grant_write_prefix(self.job_role, BENCHMARK_PREFIX)
-        reason = ("Object-level access is scoped to the queue's prefixes (datasets/, checkpoints/<queue>/, "
-                  "benchmarks/); the wildcards are CDK's grant actions and the objects under those prefixes.")
-        Validations.of(self.job_role).acknowledge(*[
-            Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason)
-            for finding in ("Action::s3:GetObject*", "Action::s3:GetBucket*", "Action::s3:List*", "Action::s3:Abort*",
-                            "Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*")])
-        policy = self.job_role.node.find_child("DefaultPolicy")
-        policy.node.add_validation(AcknowledgeWildcardResources(
-            policy, [f"/{DATASETS_PREFIX}*", f"/{self.checkpoint_prefix}*", f"/{BENCHMARK_PREFIX}*"], reason))
+        datasets.grant_training(self.job_role, checkpoint_prefix=self.checkpoint_prefix,
+                                write_prefixes=[BENCHMARK_PREFIX], owner="the queue's")
 
     def _multi_node(self, vpc, vpc_subnets, instance_types, max_vcpus, environment, root_volume_size,
                     dataset_volumes, image_uri, volumes, job_attempts, job_timeout) -> None:
