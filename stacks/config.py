@@ -410,7 +410,7 @@ def _retrain(at: str, raw: Any) -> RetrainConfig:
     command = _string_list(f"{at}.command", raw["command"], 1, 100)
     return RetrainConfig(queue=_string(f"{at}.queue", raw["queue"], r"^[a-z][a-z0-9-]{0,39}$", "a queue name", "name a queue of this environment"),
                          image=_ecr_image(f"{at}.image", raw["image"]), command=command,
-                         cooldown_hours=_integer(f"{at}.cooldown_hours", raw.get("cooldown_hours", 24), 1, 720))
+                         cooldown_hours=_integer(f"{at}.cooldown_hours", raw.get("cooldown_hours", 24), 1, 168))
 
 
 def _endpoints(at: str, raw: Any) -> tuple[EndpointConfig, ...]:

@@ -39,17 +39,20 @@ def validate_budget_scope(construct: str, budget_scope: str) -> None:
                               f"use '{ACCOUNT_SCOPE}' (the default) or an environment name such as 'dev'")
 
 
-# The scopes govern() tagged, per app (its root's address): a guard asks here whether anything carries its scope,
-# instead of reading every resource's tags through jsii.
-_GOVERNED: dict[str, set[str]] = {}
+# The scopes govern() tagged are kept on the app's root construct (jsii gives every construct one Python object),
+# so a guard asks there whether anything carries its scope instead of reading every resource's tags through jsii.
+_GOVERNED_ATTRIBUTE = "_ml_platform_governed_scopes"
 
 
 def govern(resource: IConstruct, budget_scope: str = ACCOUNT_SCOPE) -> None:
     """Marks ``resource`` (and what it launches) as governed by the BudgetGuard of ``budget_scope``."""
     Tags.of(resource).add(BUDGET_SCOPE_TAG, budget_scope, apply_to_launched_instances=True)
-    _GOVERNED.setdefault(resource.node.root.node.addr, set()).add(budget_scope)
+    root = resource.node.root
+    if not hasattr(root, _GOVERNED_ATTRIBUTE):
+        setattr(root, _GOVERNED_ATTRIBUTE, set())
+    getattr(root, _GOVERNED_ATTRIBUTE).add(budget_scope)
 
 
 def governs_something(scope: IConstruct, budget_scope: str) -> bool:
     """Whether anything in ``scope``'s app was marked with ``govern(..., budget_scope)``."""
-    return budget_scope in _GOVERNED.get(scope.node.root.node.addr, set())
+    return budget_scope in getattr(scope.node.root, _GOVERNED_ATTRIBUTE, set())

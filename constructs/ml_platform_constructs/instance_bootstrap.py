@@ -67,7 +67,9 @@ def gpu_agent_config(group_dimension: tuple[str, str], *, static: bool) -> dict:
 
     ``static`` dimensions (a queue's name) go into the plugin's own ``append_dimensions``, which takes any
     key and value; the global one only takes the agent's ``${aws:...}`` variables
-    (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch-Agent-Configuration-File-Details.html).
+    (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch-Agent-Configuration-File-Details.html);
+    the agent's nvidia_gpu section goes through the same common handling that turns a plugin's append_dimensions
+    into tags (translator/translate/metrics/util/commonconfigutil.go, ProcessLinuxCommonConfig).
     """
     key, value = group_dimension
     gpu: dict = {"measurement": GPU_MEASUREMENTS}

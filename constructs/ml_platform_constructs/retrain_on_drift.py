@@ -21,6 +21,9 @@ from .runtime_function import runtime_function
 from .training_queue import TrainingQueue
 
 
+MAX_COOLDOWN_DAYS = 7
+
+
 class RetrainOnDrift(Construct):
     """When one of ``alarms`` changes to ALARM, an EventBridge rule invokes a small function that submits
     ``job_definition`` to ``queue`` as ``<job_name_prefix>-<UTC minute>`` (its checkpoints under the queue's
@@ -32,7 +35,7 @@ class RetrainOnDrift(Construct):
     :param job_definition: from ``queue.add_job_definition(...)`` (image and command of the retraining job).
     :param job_name_prefix: 1-100 letters, digits, '-' or '_'.
     :param alerts: told of every submission or skip.
-    :param cooldown: at most one retraining job per this period (1 hour to 30 days). Default: 24 hours.
+    :param cooldown: at most one retraining job per this period (1 hour to 7 days). Default: 24 hours.
     :param removal_policy: of the function's log group. Default: RETAIN.
     """
 
@@ -46,9 +49,11 @@ class RetrainOnDrift(Construct):
             raise ValidationError("RetrainOnDrift", "job_name_prefix", job_name_prefix,
                                   "1-100 letters, digits, '-' or '_' (Batch job names), starting with a letter or digit",
                                   "e.g. retrain-classifier")
-        if not 3600 <= cooldown.to_seconds() <= 30 * 86400:
-            raise ValidationError("RetrainOnDrift", "cooldown", cooldown.to_human_string(), "1 hour to 30 days",
-                                  "e.g. Duration.hours(24)")
+        # The cooldown is read from the queue's job list, which keeps finished jobs for days, not weeks.
+        if not 3600 <= cooldown.to_seconds() <= MAX_COOLDOWN_DAYS * 86400:
+            raise ValidationError("RetrainOnDrift", "cooldown", cooldown.to_human_string(),
+                                  f"1 hour to {MAX_COOLDOWN_DAYS} days (AWS Batch lists finished jobs for a limited "
+                                  "time only)", "e.g. Duration.hours(24)")
         environment = {"JOB_QUEUE": queue.job_queue_arn, "JOB_DEFINITION": job_definition.job_definition_arn,
                        "JOB_NAME_PREFIX": job_name_prefix, "COOLDOWN_SECONDS": str(int(cooldown.to_seconds())),
                        "TOPIC_ARN": alerts.topic_arn}

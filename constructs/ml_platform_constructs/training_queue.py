@@ -15,7 +15,8 @@ from typing import Optional, Sequence
 
 import jsii
 
-from aws_cdk import Acknowledgment, Annotations, Duration, RemovalPolicy, Size, Stack, Tags, Token, Validations
+from aws_cdk import (Acknowledgment, Annotations, ArnFormat, Duration, RemovalPolicy, Size, Stack, Tags, Token,
+                     Validations)
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -344,6 +345,10 @@ class TrainingQueue(Construct):
             launch_template=launch_template, security_groups=[security_group], placement_group=placement_group,
             update_to_latest_image_version=True)
         resource = environment.node.default_child
+        # Batch reads a launch template version only at an infrastructure update of the compute environment: naming
+        # the template's latest version makes every change of it (user data, volumes) such an update:
+        # https://docs.aws.amazon.com/batch/latest/APIReference/API_LaunchTemplateSpecification.html
+        resource.add_property_override("ComputeResources.LaunchTemplate.Version", launch_template.latest_version_number)
         # Tags on the instances Batch launches (the L2 has no property for them): the budget guard prices and
         # finds a queue's running capacity by this tag.
         resource.add_property_override("ComputeResources.Tags", {QUEUE_TAG: self.queue_name,
@@ -471,6 +476,15 @@ class TrainingQueue(Construct):
         # jsii structs keep their fields in _values; select_subnets takes them as keyword arguments.
         subnets = vpc.select_subnets(**(vpc_subnets._values if vpc_subnets else {})).subnets
         one_az = ec2.SubnetSelection(subnets=subnets[:1])
+        isolated = {s.subnet_id for s in vpc.isolated_subnets}
+        if subnets[0].subnet_id in isolated:
+            # The boot installs the EFA driver from the internet; without it the EFA device never appears and every
+            # attempt fails to start its container.
+            raise ValidationError("TrainingQueue", "multi_node_instance_types",
+                                  [e.name for e in self.multi_node_entries],
+                                  "multi-node instances in subnets with a route to the internet (a NAT gateway): their "
+                                  "boot installs the EFA driver", "give the VPC a NAT gateway (private subnets with "
+                                  "egress) and pass those as vpc_subnets, or drop multi_node_instance_types")
         self.multi_node_security_group = ec2.SecurityGroup(
             self, "MultiNodeSecurityGroup", vpc=vpc, allow_all_outbound=True,
             description=f"Training queue {self.queue_name} multi-node jobs: inbound from its own nodes only")
@@ -487,6 +501,9 @@ class TrainingQueue(Construct):
         self.multi_node_environment = self._compute_environment(
             "MultiNodeEnvironment", vpc, one_az, instance_types, max_vcpus, spot=False, launch_template=template,
             security_group=self.multi_node_security_group, placement_group=self.placement_group)
+        # Security groups go either on the compute environment or on the launch template's network interfaces,
+        # never both (Batch rejects the environment); the EFA interface carries them here.
+        self.multi_node_environment.node.default_child.add_property_deletion_override("ComputeResources.SecurityGroupIds")
         self.multi_node_job_queue = batch.JobQueue(self, "MultiNodeJobQueue", compute_environments=[
             batch.OrderedComputeEnvironment(compute_environment=self.multi_node_environment, order=1)])
         self._omit_state(self.multi_node_job_queue)
@@ -528,15 +545,17 @@ class TrainingQueue(Construct):
                         {"attempts": {"container": {"exitCode": [143]}}}]}),
             targets=[LogGroupTarget(self.log_group)])
         # Every state change of the queue's jobs, for the dashboard's jobs-by-state chart and as an audit trail.
-        events.Rule(self, "JobStateChanges", description=f"Training queue {self.queue_name}: job state changes",
-                    event_pattern=events.EventPattern(source=["aws.batch"], detail_type=detail_type,
-                                                      detail={"jobQueue": queues}),
-                    targets=[LogGroupTarget(self.log_group)])
-        # EventBridge writes to a log group through the account's Logs resource policy (at most 10 per Region):
+        states = events.Rule(self, "JobStateChanges", description=f"Training queue {self.queue_name}: job state changes",
+                             event_pattern=events.EventPattern(source=["aws.batch"], detail_type=detail_type,
+                                                               detail={"jobQueue": queues}),
+                             targets=[LogGroupTarget(self.log_group)])
+        # EventBridge writes to a log group through the account's Logs resource policy (at most 10 per Region), here
+        # for these two rules only:
         # https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-use-resource-based.html#eb-cloudwatchlogs-permissions
         logs.ResourcePolicy(self, "EventsToLogs", policy_statements=[iam.PolicyStatement(
             principals=[iam.ServicePrincipal("events.amazonaws.com"), iam.ServicePrincipal("delivery.logs.amazonaws.com")],
-            actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[f"{self.log_group.log_group_arn}"])])
+            actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[self.log_group.log_group_arn],
+            conditions={"ArnEquals": {"aws:SourceArn": [retries.rule_arn, states.rule_arn]}})])
         return failed, retries
 
     # --- metrics ----------------------------------------------------------------------------------------------
@@ -549,7 +568,9 @@ class TrainingQueue(Construct):
         return gpu_memory_used_ratio(("QueueName", self.queue_name), self._period, **kwargs)
 
     def metric_spot_retries(self, **kwargs) -> cloudwatch.Metric:
-        """``AWS/Events TriggeredRules`` of the Spot-retry rule: jobs sent back to RUNNABLE after a reclaim (Sum)."""
+        """``AWS/Events TriggeredRules`` of the Spot-retry rule: jobs sent back to RUNNABLE after a reclaim (Sum).
+        The rule matches a job's whole attempt history, so after one reclaim each later return to RUNNABLE of that
+        job counts again: an upper bound."""
         options = {"period": self._period, "statistic": "Sum", **kwargs}
         return cloudwatch.Metric(namespace="AWS/Events", metric_name="TriggeredRules",
                                  dimensions_map={"RuleName": self.spot_retries_rule.rule_name}, **options)
@@ -584,16 +605,23 @@ class TrainingQueue(Construct):
     def grant_submit_jobs(self, grantee: iam.IGrantable) -> iam.Grant:
         """Lets a pipeline or operator submit, list, describe and terminate the queue's jobs."""
         queues = [self.job_queue_arn]
-        definitions = [self.job_definition.job_definition_arn]
         if self.multi_node_job_queue is not None:
             queues.append(self.multi_node_job_queue_arn)
-            definitions.append(self.multi_node_job_definition.job_definition_arn)
+        stack = Stack.of(self)
+        # Every revision of the queue's definitions, and the "-submitted" revisions ./platform job registers.
+        families = [stack.format_arn(service="batch", resource="job-definition", resource_name=f"{name}*",
+                                     arn_format=ArnFormat.SLASH_RESOURCE_NAME)
+                    for name in [d.job_definition_name for d in definitions_of(self)]]
         grant = iam.Grant.add_to_principal(grantee=grantee, actions=["batch:SubmitJob", "batch:TagResource"],
-                                           resource_arns=[*queues, *definitions])
+                                           resource_arns=[*queues, *families])
         iam.Grant.add_to_principal(grantee=grantee, actions=["batch:TerminateJob", "batch:CancelJob"],
                                    resource_arns=[f"arn:{Stack.of(self).partition}:batch:{Stack.of(self).region}:"
                                                   f"{Stack.of(self).account}:job/*"])
         return grant
+
+
+def definitions_of(queue: "TrainingQueue") -> list[batch.IJobDefinition]:
+    return [queue.job_definition, *([queue.multi_node_job_definition] if queue.multi_node_job_definition else [])]
 
 
 def is_tagged_ecr_image(uri: str) -> bool:
@@ -617,7 +645,11 @@ class LogGroupTarget:
         self._log_group = log_group
 
     def bind(self, rule: events.IRule, id: Optional[str] = None) -> events.RuleTargetConfig:
-        return events.RuleTargetConfig(arn=self._log_group.log_group_arn)
+        # The target is the log group's ARN without the ":*" its Arn attribute ends with; with it, nothing arrives.
+        arn = Stack.of(rule).format_arn(service="logs", resource="log-group",
+                                        resource_name=self._log_group.log_group_name,
+                                        arn_format=ArnFormat.COLON_RESOURCE_NAME)
+        return events.RuleTargetConfig(arn=arn)
 
 
 def ecs_agent_config(stop_timeout_seconds: int) -> list[str]:

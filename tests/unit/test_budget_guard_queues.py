@@ -72,13 +72,17 @@ class Batch:
             job.setdefault("jobArn", f"arn:aws:batch:us-east-1:111111111111:job/{job_id}")
             found.append({**job, "jobDefinition": "arn:def:1", "propagateTags": True,
                           "container": {"command": ["python", "train.py"], "environment": [
-                              {"name": "ML_PLATFORM_CHECKPOINT_URI", "value": f"s3://b/checkpoints/training/{job['jobName']}/"}],
+                              {"name": "ML_PLATFORM_CHECKPOINT_URI", "value": f"s3://b/checkpoints/training/{job['jobName']}/"},
+                              {"name": "AWS_BATCH_JOB_ATTEMPT", "value": "1"}],
                               "resourceRequirements": [{"type": "GPU", "value": "1"}], "image": "not-overridable"}})
         return {"jobs": found}
 
     def submit_job(self, **kwargs):
         self.calls.append(("submit", kwargs))
-        return {"jobId": f"new-{kwargs['jobName']}"}
+        job_id = f"new-{len(self.jobs)}"
+        self.jobs[job_id] = {"jobId": job_id, "jobName": kwargs["jobName"], "status": "RUNNING",
+                             "jobQueue": kwargs["jobQueue"], "tags": kwargs.get("tags", {})}
+        return {"jobId": job_id}
 
 
 def test_stop_disables_the_queue_and_its_environments_then_ends_running_jobs_with_their_checkpoint_signal():
@@ -109,7 +113,9 @@ def test_resume_enables_and_resubmits_only_the_jobs_the_stop_ended_under_their_n
     assert set(submitted) == {"resnet", "bert"}  # not the job that crashed on its own, not the waiting one
     resnet = submitted["resnet"]
     assert resnet["jobQueue"] == QUEUE_ARN and resnet["jobDefinition"] == "arn:def:1"
-    assert resnet["containerOverrides"]["environment"][0]["value"] == "s3://b/checkpoints/training/resnet/"
+    # The checkpoint prefix comes along; what Batch sets itself (AWS_BATCH_*) and the image cannot be overridden.
+    assert resnet["containerOverrides"]["environment"] == [
+        {"name": "ML_PLATFORM_CHECKPOINT_URI", "value": "s3://b/checkpoints/training/resnet/"}]
     assert "image" not in resnet["containerOverrides"]
     assert batch.queues[QUEUE_ARN]["state"] == "ENABLED" and ("environment", SPOT_CE, "ENABLED") in batch.calls
     assert batch.queues[QUEUE_ARN]["tags"]["ml-platform:budget-resumed"] == "2026-11"
@@ -156,3 +162,27 @@ def test_queue_instances_are_found_by_their_tags_and_priced_spot_and_on_demand_a
         {"Name": "instance-state-name", "Values": ["pending", "running"]}])]
     assert [(c.instance_type, c.lifecycle, c.owner) for c in capacity] == [
         ("g5.xlarge", ON_DEMAND, "queue training"), ("g6.xlarge", SPOT, "queue training")]
+
+
+def test_a_resubmitted_job_that_a_later_stop_ends_is_resubmitted_again():
+    batch = Batch()
+    budget_guard.stop_queues(batch, "dev", "line", NOW)
+    first = budget_guard.resume_queues(batch, "dev", NOW)["jobs_resubmitted"]
+    batch.queues[QUEUE_ARN]["tags"].pop("ml-platform:budget-resumed")  # next month
+    budget_guard.stop_queues(batch, "dev", "line again", NOW)
+    second = budget_guard.resume_queues(batch, "dev", NOW)["jobs_resubmitted"]
+    assert sorted(e["job"] for e in first) == sorted(e["job"] for e in second) == ["bert", "resnet"]
+    assert {e["was"] for e in second} == {e["now"] for e in first}
+
+
+def test_a_multi_node_job_is_resubmitted_with_its_nodes_command_and_checkpoints():
+    job = {"jobId": "mnp-1", "jobName": "llm", "jobQueue": QUEUE_ARN, "jobDefinition": "arn:mnp:1",
+           "nodeProperties": {"numNodes": 4, "mainNode": 0, "nodeRangeProperties": [{"targetNodes": "0:", "container": {
+               "command": ["bash", "multinode_torchrun.sh", "train.py"], "image": "x",
+               "environment": [{"name": "ML_PLATFORM_CHECKPOINT_URI", "value": "s3://b/checkpoints/training/llm/"},
+                               {"name": "AWS_BATCH_JOB_NUM_NODES", "value": "4"}]}}]}}
+    request = budget_guard._resubmission(job)
+    assert request["nodeOverrides"] == {"numNodes": 4, "nodePropertyOverrides": [{"targetNodes": "0:", "containerOverrides": {
+        "command": ["bash", "multinode_torchrun.sh", "train.py"],
+        "environment": [{"name": "ML_PLATFORM_CHECKPOINT_URI", "value": "s3://b/checkpoints/training/llm/"}]}}]}
+    assert request["tags"] == {"ml-platform:budget-resubmission-of": "mnp-1"}

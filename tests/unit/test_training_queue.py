@@ -19,7 +19,7 @@ SPOT_TYPES = ["g5.xlarge", "g5.2xlarge", "g6.xlarge", "g6.2xlarge"]
 
 
 def queue_stack(stack: Stack, **overrides) -> dict:
-    vpc = isolated_vpc(stack)
+    vpc = overrides.get("vpc") or isolated_vpc(stack)
     key = kms.Key(stack, "Key")
     datasets = DatasetBucket(stack, "Datasets", encryption_key=key)
     props = dict(vpc=vpc, instance_types=[ec2.InstanceType(t) for t in SPOT_TYPES], image_uri=IMAGE,
@@ -34,8 +34,12 @@ def built(synth_stack):
     parts = {}
 
     def body(stack):
+        # Multi-node instances need egress (the EFA installer): private subnets behind a NAT gateway.
+        egress = ec2.Vpc(stack, "EgressVpc", availability_zones=["us-east-1a", "us-east-1b"], nat_gateways=1,
+                         restrict_default_security_group=False)
         parts.update(queue_stack(
-            stack, on_demand_max_vcpus=16, multi_node_instance_types=[ec2.InstanceType("g6.12xlarge")],
+            stack, vpc=egress, vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+            on_demand_max_vcpus=16, multi_node_instance_types=[ec2.InstanceType("g6.12xlarge")],
             multi_node_max_vcpus=96,
             dataset_volumes=[DatasetVolume(name="imagenet", version="v1", size_gib=200, parameter_prefix="/p/")]))
         parts["stack"] = stack
@@ -326,3 +330,47 @@ def test_ecr_pattern_accepts_tags_and_digests_only_from_ecr():
     assert is_tagged_ecr_image("123456789012.dkr.ecr.eu-west-1.amazonaws.com/team/train@sha256:" + "a" * 64)
     assert not is_tagged_ecr_image("docker.io/library/python:3.12")
     assert not is_tagged_ecr_image("123456789012.dkr.ecr.eu-west-1.amazonaws.com/train")  # never "latest" by accident
+
+
+def test_multi_node_environment_leaves_security_groups_to_the_efa_interface(built):
+    template, _ = built
+    multi = next(p for p in environments(template).values() if "PlacementGroup" in p["ComputeResources"])
+    assert "SecurityGroupIds" not in multi["ComputeResources"]
+    spot_env = spot(template)
+    assert spot_env["ComputeResources"]["SecurityGroupIds"]
+
+
+def test_every_compute_environment_follows_its_launch_templates_latest_version(built):
+    for props in environments(built[0]).values():
+        template = props["ComputeResources"]["LaunchTemplate"]
+        assert template["Version"] == {"Fn::GetAtt": [template["LaunchTemplateId"]["Ref"], "LatestVersionNumber"]}
+
+
+def test_events_go_to_the_log_group_arn_without_the_wildcard_and_only_from_the_queues_rules(built):
+    template, _ = built
+    rules = {k: v["Properties"] for k, v in template.find_resources("AWS::Events::Rule").items()
+             if "Batch Job State Change" in json.dumps(v) and "FAILED" not in json.dumps(v)}
+    assert len(rules) == 2
+    for rule in rules.values():
+        target = json.dumps(rule["Targets"][0]["Arn"])
+        assert ":log-group:" in target and ":*" not in target
+    policy = json.loads(json.dumps(next(iter(template.find_resources("AWS::Logs::ResourcePolicy").values()))))
+    text = json.dumps(policy)
+    assert "aws:SourceArn" in text and all(rule_id in text for rule_id in rules)
+
+
+def test_multi_node_in_isolated_subnets_fails_at_synth_with_the_fix(synth_stack):
+    with pytest.raises(ValidationError, match=r"multi_node_instance_types=\['g6.12xlarge'\] is invalid: multi-node "
+                                              r"instances in subnets with a route to the internet.*Fix: give the VPC a NAT"):
+        synth_stack(lambda stack: queue_stack(stack, multi_node_instance_types=[ec2.InstanceType("g6.12xlarge")],
+                                              multi_node_max_vcpus=96))
+
+
+def test_grant_submit_jobs_covers_every_revision_of_the_queues_definitions(synth_stack):
+    from aws_cdk import aws_iam as iam
+
+    def body(stack):
+        queue = queue_stack(stack)["queue"]
+        queue.grant_submit_jobs(iam.Role(stack, "Pipeline", assumed_by=iam.AccountRootPrincipal()))
+    text = json.dumps(synth_stack(body).find_resources("AWS::IAM::Policy"))
+    assert "batch:SubmitJob" in text and ":job-definition/" in text and '*"' in text

@@ -37,6 +37,7 @@ from typing import Any, Optional, Sequence
 FLEET_TAG = "ml-platform:fleet"
 QUEUE_TAG = "ml-platform:queue"
 RESUBMITTED_TAG = "ml-platform:budget-resubmitted"  # on a job the stop ended: the id of its resubmission
+RESUBMISSION_OF_TAG = "ml-platform:budget-resubmission-of"  # on the resubmission: the job it replaces
 STOP_REASON_PREFIX = "ml-platform budget stop"  # starts the status reason of every job the stop ended
 
 # --- what the guard governs (the selection contract of ml_platform_constructs.governance) -----------------------
@@ -337,19 +338,30 @@ def stop_queues(batch: Any, environment: str, reason: str, now: datetime) -> dic
 
 def _resubmission(job: dict) -> dict:
     """SubmitJob arguments that run a job again as it was submitted (same name: same checkpoint prefix)."""
+    tags = {k: v for k, v in job.get("tags", {}).items() if k not in (RESUBMITTED_TAG, RESUBMISSION_OF_TAG)}
     request = {"jobName": job["jobName"], "jobQueue": job["jobQueue"], "jobDefinition": job["jobDefinition"],
-               "propagateTags": job.get("propagateTags", True), "tags": {**job.get("tags", {}),
-                                                                          RESUBMITTED_TAG: job["jobId"]}}
+               "propagateTags": job.get("propagateTags", True), "tags": {**tags, RESUBMISSION_OF_TAG: job["jobId"]}}
     for key in ("retryStrategy", "timeout", "parameters"):
         if job.get(key):
             request[key] = job[key]
-    container = job.get("container")
-    if container:
-        request["containerOverrides"] = {k: container[k] for k in ("command", "environment", "resourceRequirements")
-                                         if container.get(k)}
+    if job.get("container"):
+        request["containerOverrides"] = _overrides(job["container"])
     if job.get("nodeProperties"):
-        request["nodeOverrides"] = {"numNodes": job["nodeProperties"]["numNodes"]}
+        nodes = job["nodeProperties"]
+        request["nodeOverrides"] = {"numNodes": nodes["numNodes"], "nodePropertyOverrides": [
+            {"targetNodes": r["targetNodes"], "containerOverrides": _overrides(r.get("container", {}))}
+            for r in nodes.get("nodeRangeProperties", [])]}
     return request
+
+
+def _overrides(container: dict) -> dict:
+    """The command, environment and resources a job ran with, as overrides. Batch sets the AWS_BATCH_* variables
+    itself and refuses them in a submission."""
+    overrides = {k: container[k] for k in ("command", "resourceRequirements") if container.get(k)}
+    environment = [e for e in container.get("environment", []) if not e["name"].startswith("AWS_BATCH")]
+    if environment:
+        overrides["environment"] = environment
+    return overrides
 
 
 def resume_queues(batch: Any, environment: str, now: datetime) -> dict:
