@@ -1,5 +1,5 @@
 """The GitHub Actions workflow: tests and cdk diff on pull requests, dev -> staging -> prod (approved) on merge,
-every AWS call with OIDC credentials and a per-account role of the GitHubDeploy stack; actionlint where installed."""
+every AWS call with OIDC credentials and a per-account role of the GitHubDeploy stack; actionlint on every run."""
 
 import json
 import shutil
@@ -32,12 +32,25 @@ def pipeline():
     return load("ci-cd.yml"), load("deploy-environment.yml")
 
 
-def test_actionlint_finds_nothing():
-    actionlint = shutil.which("actionlint") or shutil.which("actionlint", path=str(ROOT / ".venv" / "bin"))
-    if actionlint is None:
-        pytest.skip("actionlint not installed: pip install -r requirements-ci.txt (CI installs it)")
-    result = subprocess.run([actionlint, "-no-color"], cwd=ROOT, capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout + result.stderr
+def actionlint(*paths: Path) -> dict:
+    """actionlint's WebAssembly build (npm, pinned in package.json; ./platform setup installs it) on ``paths``."""
+    node = shutil.which("node", path=str(ROOT / ".venv" / "bin")) or shutil.which("node")
+    result = subprocess.run([node, str(ROOT / "ops" / "actionlint.cjs"), *map(str, paths)], cwd=ROOT,
+                            capture_output=True, text=True, check=True)
+    return json.loads(result.stdout)
+
+
+def test_actionlint_finds_nothing_in_the_workflows():
+    findings = actionlint(*sorted(WORKFLOWS.glob("*.yml")))
+    assert len(findings) == 2 and all(found == [] for found in findings.values()), findings
+
+
+def test_actionlint_reports_a_broken_workflow(tmp_path):
+    broken = tmp_path / "broken.yml"
+    broken.write_text("on: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n    steps:\n"
+                      "      - run: echo ${{ github.no_such_field }}\n")
+    [found] = actionlint(broken)[str(broken)]
+    assert found["kind"] == "expression" and "no_such_field" in found["message"]
 
 
 def test_tests_and_a_diff_of_every_environment_on_pull_requests(pipeline):
