@@ -16,8 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from ml_platform_constructs.operations import baseline_key, read_rows
-from ml_platform_constructs.runtime.drift import build_baseline
+from ml_platform_constructs.operations import baseline_from_sample, baseline_key
 
 from ops.aws_access import environment, require_known, session_for
 from stacks import config as platform_config
@@ -44,9 +43,7 @@ def main(argv: list[str]) -> int:
     name = endpoint_name(env, args.endpoint)
     if not args.sample.is_file():
         raise SystemExit(f"error: the sample {args.sample} does not exist (a CSV with a header, or JSON Lines)")
-    columns, rows = read_rows(args.sample)
-    features = [c for c in columns if c not in args.exclude]
-    baseline = build_baseline(rows, features, bins=args.bins, max_categories=args.max_categories)
+    baseline, features = baseline_from_sample(args.sample, args.exclude, args.bins, args.max_categories)
     body = json.dumps(baseline, indent=1)
     if args.output:
         args.output.write_text(body)

@@ -37,6 +37,13 @@ def read_rows(path: Path) -> tuple[list[str], Iterator[dict]]:
     return list(reader.fieldnames or []), reader
 
 
+def baseline_from_sample(sample: Path, exclude: list[str], bins: int, max_categories: int) -> tuple[dict, list[str]]:
+    """A drift baseline of every column of ``sample`` but ``exclude`` (the app's and the library's command)."""
+    columns, rows = read_rows(sample)
+    features = [c for c in columns if c not in exclude]
+    return build_baseline(rows, features, bins=bins, max_categories=max_categories), features
+
+
 def baseline_key(endpoint_name: str) -> str:
     """Where MonitoredEndpoint's drift check reads the baseline (``MonitoredEndpoint.baseline_key``)."""
     return f"drift/baselines/{endpoint_name}/baseline.json"
@@ -114,9 +121,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "drift-baseline":
-        columns, rows = read_rows(args.sample)
-        features = [c for c in columns if c not in args.exclude]
-        baseline = build_baseline(rows, features, bins=args.bins, max_categories=args.max_categories)
+        baseline, features = baseline_from_sample(args.sample, args.exclude, args.bins, args.max_categories)
         body = json.dumps(baseline, indent=1)
         if args.output:
             args.output.write_text(body)
