@@ -38,6 +38,9 @@ SUBMITTED_SUFFIX = "-submitted"  # job definition family for images other than t
 class JobError(SystemExit):
     """Bad input, named with the value and the fix, raised before any AWS call where it can be."""
 
+    def __init__(self, message: str) -> None:
+        super().__init__(f"error: {message}")
+
 
 @dataclass(frozen=True)
 class Submission:
