@@ -86,8 +86,8 @@ class TrainingQueue(Construct):
     :param image_uri: the job definition's container image, in Amazon ECR (``ACCOUNT.dkr.ecr.REGION.amazonaws.com/
         REPO:TAG`` or ``@sha256:``). ``./platform job submit --image`` registers a revision with another image.
     :param alerts: the environment's alert topic.
-    :param key: encrypts the job log group. A ``kms.Key`` of this app gets the CloudWatch Logs statement added;
-        an imported key must already allow ``logs.<region>.amazonaws.com`` (synth fails otherwise).
+    :param key: encrypts the job log group (kept as ``.key``: RetrainOnDrift encrypts its logs with it too). A
+        ``kms.Key`` of this app gets the CloudWatch Logs statement added; an imported key fails at synth.
     :param vpc_subnets: Default: the VPC's private subnets, every AZ.
     :param datasets: the environment's DatasetBucket: jobs read ``datasets/`` and read and write
         ``checkpoints/<queue_name>/``. Default: no bucket access.
@@ -108,7 +108,7 @@ class TrainingQueue(Construct):
     :param idle_threshold_percent / idle_evaluation_periods / alarm_period / memory_pressure_threshold: as
         SpotGpuFleet's (40, 3, 5 minutes, 0.7).
     :param allow_low_diversity / allow_mixed_gpu_memory: as SpotGpuFleet's. Default: False.
-    :param removal_policy: of the log group. Default: RETAIN. (``.key`` is kept: RetrainOnDrift encrypts its logs with it.)
+    :param removal_policy: of the log group. Default: RETAIN.
     :param budget_scope: the ``BudgetGuard`` scope that may stop this queue (tag ``ml-platform:budget-scope`` on
         its job queues, compute environments and instances). Default: ``"account"``, as the guard's.
     """
@@ -156,6 +156,7 @@ class TrainingQueue(Construct):
                                                   allow_mixed_gpu_memory=allow_mixed_gpu_memory)
         self._require_x86("instance_types", self.catalog_entries)
         self.multi_node_entries = self._validate_multi_node(multi_node_instance_types, multi_node_max_vcpus)
+        self._multi_node_subnet = self._validate_multi_node_subnet(vpc, vpc_subnets) if self.multi_node_entries else None
         validate_alarm_props("TrainingQueue", idle_threshold_percent=idle_threshold_percent,
                              idle_evaluation_periods=idle_evaluation_periods, alarm_period=alarm_period,
                              memory_pressure_threshold=memory_pressure_threshold)
@@ -277,6 +278,20 @@ class TrainingQueue(Construct):
                                   f"room for at least {MULTI_NODE_NODES[0]} nodes of the largest type "
                                   f"({MULTI_NODE_NODES[0] * largest} vCPUs)", "raise it (up to 8 nodes' worth)")
         return entries
+
+    def _validate_multi_node_subnet(self, vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection]) -> ec2.ISubnet:
+        """The first selected subnet (one AZ for the cluster placement group), which must reach the internet."""
+        # jsii structs keep their fields in _values; select_subnets takes them as keyword arguments.
+        subnet = vpc.select_subnets(**(vpc_subnets._values if vpc_subnets else {})).subnets[0]
+        if subnet.subnet_id in {s.subnet_id for s in vpc.isolated_subnets}:
+            # The boot installs the EFA driver from the internet; without it the EFA device never appears and every
+            # attempt fails to start its container.
+            raise ValidationError("TrainingQueue", "multi_node_instance_types",
+                                  [e.name for e in self.multi_node_entries],
+                                  "multi-node instances in subnets with a route to the internet (a NAT gateway): their "
+                                  "boot installs the EFA driver", "give the VPC a NAT gateway (private subnets with "
+                                  "egress) and pass those as vpc_subnets, or drop multi_node_instance_types")
+        return subnet
 
     def _job_size(self, entries, job_vcpus: Optional[int], job_memory: Optional[Size]) -> tuple[int, int]:
         _, smallest_vcpus, smallest_memory = smallest_fit(entries)
@@ -473,18 +488,7 @@ class TrainingQueue(Construct):
                     dataset_volumes, image_uri, volumes, job_attempts, job_timeout) -> None:
         # Multi-node parallel jobs: On-Demand only, one AZ, a cluster placement group, and a security group that
         # lets the nodes talk to each other only: https://docs.aws.amazon.com/batch/latest/userguide/mnp-ce.html
-        # jsii structs keep their fields in _values; select_subnets takes them as keyword arguments.
-        subnets = vpc.select_subnets(**(vpc_subnets._values if vpc_subnets else {})).subnets
-        one_az = ec2.SubnetSelection(subnets=subnets[:1])
-        isolated = {s.subnet_id for s in vpc.isolated_subnets}
-        if subnets[0].subnet_id in isolated:
-            # The boot installs the EFA driver from the internet; without it the EFA device never appears and every
-            # attempt fails to start its container.
-            raise ValidationError("TrainingQueue", "multi_node_instance_types",
-                                  [e.name for e in self.multi_node_entries],
-                                  "multi-node instances in subnets with a route to the internet (a NAT gateway): their "
-                                  "boot installs the EFA driver", "give the VPC a NAT gateway (private subnets with "
-                                  "egress) and pass those as vpc_subnets, or drop multi_node_instance_types")
+        one_az = ec2.SubnetSelection(subnets=[self._multi_node_subnet])
         self.multi_node_security_group = ec2.SecurityGroup(
             self, "MultiNodeSecurityGroup", vpc=vpc, allow_all_outbound=True,
             description=f"Training queue {self.queue_name} multi-node jobs: inbound from its own nodes only")
