@@ -208,7 +208,7 @@ class TrainingQueue(Construct):
         self.multi_node_environment = self.multi_node_job_queue = self.multi_node_job_definition = None
         self.multi_node_job_queue_arn = None
         if self.multi_node_entries:
-            self._multi_node(vpc, vpc_subnets, multi_node_instance_types, multi_node_max_vcpus, environment,
+            self._multi_node(vpc, multi_node_instance_types, multi_node_max_vcpus, environment,
                              root_volume_size, dataset_volumes, image_uri, volumes, job_attempts, job_timeout)
 
         self.failed_jobs_rule, self.spot_retries_rule = self._job_events(alerts)
@@ -484,7 +484,7 @@ class TrainingQueue(Construct):
         datasets.grant_training(self.job_role, checkpoint_prefix=self.checkpoint_prefix,
                                 write_prefixes=[BENCHMARK_PREFIX], owner="the queue's")
 
-    def _multi_node(self, vpc, vpc_subnets, instance_types, max_vcpus, environment, root_volume_size,
+    def _multi_node(self, vpc, instance_types, max_vcpus, environment, root_volume_size,
                     dataset_volumes, image_uri, volumes, job_attempts, job_timeout) -> None:
         # Multi-node parallel jobs: On-Demand only, one AZ, a cluster placement group, and a security group that
         # lets the nodes talk to each other only: https://docs.aws.amazon.com/batch/latest/userguide/mnp-ce.html
