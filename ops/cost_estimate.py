@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from ml_platform_constructs import GPU_CATALOG
-from ml_platform_constructs.runtime.budget_guard import load_prices
+from ml_platform_constructs.runtime.budget_guard import FLEET_TAG, QUEUE_TAG, load_prices
 
 HOURS_PER_MONTH = 730
 PREFIX_SHARES = {"datasets/": 0.6, "checkpoints/": 0.3, "logs/": 0.1}  # of the dataset bucket's bytes
@@ -86,7 +86,7 @@ def fleet_estimate(logical_id: str, group: dict, alarms: list[dict], prices: dic
     spot = sorted(prices["on_demand_hourly"][t] * (1 - prices["spot_discount"].get(t.split(".")[0], 0)) for t in types)
     distribution = policy.get("InstancesDistribution", {})
     all_on_demand = distribution.get("OnDemandPercentageAboveBaseCapacity", 100) == 100
-    name = next((t["Value"] for t in props.get("Tags", []) if t["Key"] == "ml-platform:fleet"), logical_id)
+    name = next((t["Value"] for t in props.get("Tags", []) if t["Key"] == FLEET_TAG), logical_id)
     idle = any(a["Properties"].get("MetricName") == "nvidia_smi_utilization_gpu"
                and {"Ref": logical_id} in [d.get("Value") for d in a["Properties"].get("Dimensions", [])]
                for a in alarms)
@@ -117,7 +117,7 @@ def queue_estimate(logical_id: str, environment: dict, prices: dict) -> QueueEst
     max_vcpus = int(resources["MaxvCpus"])
     vcpus = statistics.median(GPU_CATALOG[t].vcpus for t in types)
     kind = "Spot" if spot else ("multi-node On-Demand" if "PlacementGroup" in resources else "On-Demand")
-    name = resources.get("Tags", {}).get("ml-platform:queue", logical_id)
+    name = resources.get("Tags", {}).get(QUEUE_TAG, logical_id)
     return QueueEstimate(name=name, kind=kind, max_vcpus=max_vcpus, instances=round(max_vcpus / vcpus, 1),
                          hourly=per_vcpu * max_vcpus)
 

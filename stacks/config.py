@@ -17,6 +17,7 @@ from aws_cdk import RemovalPolicy
 from aws_cdk.region_info import RegionInfo
 from ml_platform_constructs.gpu_catalog import GPU_CATALOG
 from ml_platform_constructs.monitored_endpoint import ECR_IMAGE
+from ml_platform_constructs.network import QUEUE_INTERFACE_ENDPOINTS
 from ml_platform_constructs.training_queue import is_tagged_ecr_image
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "environments.toml"
@@ -28,7 +29,7 @@ INTERFACE_ENDPOINT_NAMES = frozenset({
 })
 # What ECS container instances (AWS Batch) reach without a NAT gateway, besides the S3 gateway endpoint:
 # https://docs.aws.amazon.com/AmazonECS/latest/developerguide/vpc-endpoints.html
-QUEUE_ENDPOINTS = ("ecs", "ecs-agent", "ecs-telemetry", "ecr.api", "ecr.dkr", "logs")
+QUEUE_ENDPOINTS = (*(endpoint.short_name for endpoint in QUEUE_INTERFACE_ENDPOINTS), "logs")
 
 
 class ConfigError(ValueError):

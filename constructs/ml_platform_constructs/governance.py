@@ -22,8 +22,8 @@ from aws_cdk import Tags, Token
 from constructs import IConstruct
 
 from .errors import ValidationError
+from .runtime.budget_guard import BUDGET_SCOPE_TAG
 
-BUDGET_SCOPE_TAG = "ml-platform:budget-scope"
 ACCOUNT_SCOPE = "account"
 
 # Tag values: up to 256 characters (https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_Tag.html), kept

@@ -12,6 +12,7 @@ from constructs import Construct
 
 from . import gpu_catalog
 from .errors import ValidationError
+from .instance_bootstrap import GPU_NAMESPACE
 
 MIN_INSTANCE_TYPES = 4
 MAX_GPU_MEMORY_RATIO = 2.0
@@ -90,7 +91,7 @@ def validate_alarm_props(construct: str, *, idle_threshold_percent: float, idle_
 def gpu_metric(name: str, dimension: tuple[str, str], period: Duration, **kwargs) -> cloudwatch.Metric:
     """A ``MLPlatform/GPU`` metric of one group (``AutoScalingGroupName`` of a fleet, ``QueueName`` of a queue)."""
     options = {"period": period, "statistic": "Average", **kwargs}
-    return cloudwatch.Metric(namespace="MLPlatform/GPU", metric_name=name, dimensions_map={dimension[0]: dimension[1]},
+    return cloudwatch.Metric(namespace=GPU_NAMESPACE, metric_name=name, dimensions_map={dimension[0]: dimension[1]},
                              **options)
 
 

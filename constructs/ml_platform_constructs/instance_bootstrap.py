@@ -20,12 +20,13 @@ from constructs import Construct
 
 from .dataset_snapshots import DatasetVolume, filesystem_label
 from .errors import ValidationError
+from .runtime.benchmark import INSTANCE_TYPE_FILE
 
 GPU_NAMESPACE = "MLPlatform/GPU"
 RUNTIME_DIR = "/opt/ml-platform"
 RUN_DIR = "/run/ml-platform"
 ENV_FILE = "/etc/ml-platform/fleet.env"
-INSTANCE_TYPE_FILE = f"{RUN_DIR}/instance-type"  # written at boot; /run/ml-platform is mounted into queue jobs
+
 AGENT_CTL = "/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl"
 GPU_MEASUREMENTS = [{"name": "utilization_gpu", "unit": "Percent"}, {"name": "memory_used", "unit": "Megabytes"},
                     {"name": "memory_total", "unit": "Megabytes"}, "temperature_gpu", "power_draw"]

@@ -28,10 +28,10 @@ from .instance_bootstrap import (GPU_NAMESPACE, RUN_DIR, InstanceBootstrap, data
                                  ubuntu_agent_install, validate_dataset_volumes)
 from .nag_support import nag_arn, stack_arn, suppress_checkov
 from .platform_key import allow_autoscaling_volumes
+from .runtime.budget_guard import FLEET_TAG
 from .runtime_function import runtime_function
 
 JOB_NAMESPACE = "MLPlatform/Training"
-FLEET_TAG = "ml-platform:fleet"
 ROOT_DEVICE = "/dev/sda1"  # the Ubuntu DLAMI's root device name
 # Every Auto Scaling group of the stack's account and Region (for actions limited by a tag condition instead).
 AUTO_SCALING_GROUPS_ARN = "arn:{partition}:autoscaling:{region}:{account}:autoScalingGroup:*"

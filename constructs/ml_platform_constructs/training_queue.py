@@ -39,8 +39,8 @@ from .gpu_alarms import gpu_alarms, gpu_memory_used_ratio, gpu_metric, validate_
 from .instance_bootstrap import (AL2023_AGENT_INSTALL, GPU_NAMESPACE, RUN_DIR, InstanceBootstrap, dataset_block_devices,
                                  gpu_agent_config, validate_dataset_volumes)
 from .runtime.benchmark import BENCHMARK_NAMESPACE, BENCHMARK_PREFIX
+from .runtime.budget_guard import QUEUE_TAG
 
-QUEUE_TAG = "ml-platform:queue"
 JOB_NAMESPACE = "MLPlatform/Training"
 ROOT_DEVICE = "/dev/xvda"  # Amazon Linux 2023 (the ECS GPU AMI)
 # Batch retries: 1-10 attempts: https://docs.aws.amazon.com/batch/latest/userguide/job_retries.html

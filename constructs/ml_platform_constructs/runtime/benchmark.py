@@ -24,6 +24,8 @@ BENCHMARK_PREFIX = "benchmarks/"
 BENCHMARK_NAMESPACE = "MLPlatform/Benchmark"
 THROUGHPUT_METRIC = "TrainingThroughputPerGpu"
 IMDS = "http://169.254.169.254"
+# Written by the platform's instance bootstrap at boot; /run/ml-platform is mounted into queue jobs' containers.
+INSTANCE_TYPE_FILE = "/run/ml-platform/instance-type"
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ def publish(record: dict, *, s3: Any, cloudwatch: Any, bucket: str) -> str:
     return key
 
 
-def local_instance_type(path: str = "/run/ml-platform/instance-type", base_url: str = IMDS) -> Optional[str]:
+def local_instance_type(path: str = INSTANCE_TYPE_FILE, base_url: str = IMDS) -> Optional[str]:
     """The instance type the platform's boot wrote to ``path`` (visible in a queue job's container, which cannot
     reach the metadata service), else the metadata service's answer, else None."""
     try:

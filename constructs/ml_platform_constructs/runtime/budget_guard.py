@@ -34,6 +34,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Optional, Sequence
 
+# The tag keys governed constructs set on themselves; defined here once (this module runs in Lambda, standard
+# library only), imported by the constructs.
 FLEET_TAG = "ml-platform:fleet"
 QUEUE_TAG = "ml-platform:queue"
 RESUBMITTED_TAG = "ml-platform:budget-resubmitted"  # on a job the stop ended: the id of its resubmission
