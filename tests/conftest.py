@@ -121,6 +121,16 @@ def isolated_vpc(stack: Stack, azs=("us-east-1a", "us-east-1b")) -> ec2.Vpc:
                    subnet_configuration=[ec2.SubnetConfiguration(name="c", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)])
 
 
+def queue_vpc(stack: Stack) -> ec2.Vpc:
+    """An isolated VPC with the interface endpoints a TrainingQueue's instances need without a NAT gateway."""
+    from ml_platform_constructs import QUEUE_INTERFACE_ENDPOINTS
+
+    vpc = isolated_vpc(stack)
+    for service in (*QUEUE_INTERFACE_ENDPOINTS, ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS):
+        vpc.add_interface_endpoint(service.short_name.replace(".", "-"), service=service)
+    return vpc
+
+
 def pytest_collection_finish(session):
     """Starts the library wheel build and synth (a separate process, seconds of CPU) as soon as the session knows
     it will run test_library_wheel.py, so it overlaps the other tests."""

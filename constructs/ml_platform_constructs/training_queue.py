@@ -10,6 +10,7 @@ AWS Batch facts used here: ../../../shared/BATCH.md and the pages linked next to
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Optional, Sequence
 
@@ -34,6 +35,7 @@ from .dataset_bucket import DATASETS_PREFIX, DatasetBucket
 from .dataset_snapshots import DatasetVolume
 from .errors import ValidationError
 from .monitored_endpoint import ECR_IMAGE
+from .network import QUEUE_INTERFACE_ENDPOINTS
 from .governance import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, govern, validate_budget_scope
 from .gpu_alarms import gpu_alarms, gpu_memory_used_ratio, gpu_metric, validate_alarm_props, validate_gpu_types
 from .instance_bootstrap import (AL2023_AGENT_INSTALL, GPU_NAMESPACE, RUN_DIR, InstanceBootstrap, dataset_block_devices,
@@ -157,6 +159,7 @@ class TrainingQueue(Construct):
         self._require_x86("instance_types", self.catalog_entries)
         self.multi_node_entries = self._validate_multi_node(multi_node_instance_types, multi_node_max_vcpus)
         self._multi_node_subnet = self._validate_multi_node_subnet(vpc, vpc_subnets) if self.multi_node_entries else None
+        self._require_endpoints_without_egress(vpc, vpc_subnets)
         validate_alarm_props("TrainingQueue", idle_threshold_percent=idle_threshold_percent,
                              idle_evaluation_periods=idle_evaluation_periods, alarm_period=alarm_period,
                              memory_pressure_threshold=memory_pressure_threshold)
@@ -278,6 +281,28 @@ class TrainingQueue(Construct):
                                   f"room for at least {MULTI_NODE_NODES[0]} nodes of the largest type "
                                   f"({MULTI_NODE_NODES[0] * largest} vCPUs)", "raise it (up to 8 nodes' worth)")
         return entries
+
+    def _require_endpoints_without_egress(self, vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection]) -> None:
+        """In isolated subnets of a VPC of this app, the instances reach ECS, ECR and Logs only through interface
+        endpoints: without them they never join the queue and every job waits RUNNABLE, with no error anywhere.
+        (An imported VPC's endpoints cannot be seen from here.)"""
+        if not isinstance(vpc, ec2.Vpc):
+            return
+        # jsii structs keep their fields in _values; select_subnets takes them as keyword arguments.
+        subnets = vpc.select_subnets(**(vpc_subnets._values if vpc_subnets else {})).subnets
+        isolated = {s.subnet_id for s in vpc.isolated_subnets}
+        if not subnets or any(s.subnet_id not in isolated for s in subnets):
+            return
+        services = [json.dumps(Stack.of(vpc).resolve(c.service_name)) for c in vpc.node.find_all()
+                    if isinstance(c, ec2.CfnVPCEndpoint)]
+        needed = [*(e.short_name for e in QUEUE_INTERFACE_ENDPOINTS), "logs"]
+        missing = [name for name in needed if not any(f'.{name}"' in service for service in services)]
+        if missing:
+            raise ValidationError("TrainingQueue", "vpc", vpc.node.path,
+                                  f"isolated subnets with interface endpoints for {needed} (no NAT gateway: the "
+                                  f"ECS agent, image pulls and job logs go through them); missing: {missing}",
+                                  "PlatformNetwork(interface_endpoints=[*DEFAULT_INTERFACE_ENDPOINTS, "
+                                  "*QUEUE_INTERFACE_ENDPOINTS]), or subnets with a NAT gateway")
 
     def _validate_multi_node_subnet(self, vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection]) -> ec2.ISubnet:
         """The first selected subnet (one AZ for the cluster placement group), which must reach the internet."""

@@ -80,10 +80,10 @@ def queue_retry_strategy(synth_stack):
     from aws_cdk import aws_sns as sns
 
     from ml_platform_constructs import TrainingQueue
-    from tests.conftest import isolated_vpc
+    from tests.conftest import queue_vpc
 
     def body(stack):
-        TrainingQueue(stack, "Queue", vpc=isolated_vpc(stack), alerts=sns.Topic(stack, "Alerts"), key=kms.Key(stack, "Key"),
+        TrainingQueue(stack, "Queue", vpc=queue_vpc(stack), alerts=sns.Topic(stack, "Alerts"), key=kms.Key(stack, "Key"),
                       image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1",
                       instance_types=[ec2.InstanceType(t) for t in ("g5.xlarge", "g5.2xlarge", "g6.xlarge", "g6.2xlarge")])
     template = synth_stack(body)

@@ -12,14 +12,14 @@ from aws_cdk.assertions import Annotations, Match
 
 from ml_platform_constructs import DatasetBucket, DatasetVolume, TrainingQueue, ValidationError
 from ml_platform_constructs.training_queue import is_tagged_ecr_image
-from tests.conftest import isolated_vpc
+from tests.conftest import isolated_vpc, queue_vpc
 
 IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5.1-gpu-py311-cu124-ubuntu22.04-ec2"
 SPOT_TYPES = ["g5.xlarge", "g5.2xlarge", "g6.xlarge", "g6.2xlarge"]
 
 
 def queue_stack(stack: Stack, **overrides) -> dict:
-    vpc = overrides.get("vpc") or isolated_vpc(stack)
+    vpc = overrides.get("vpc") or queue_vpc(stack)
     key = kms.Key(stack, "Key")
     datasets = DatasetBucket(stack, "Datasets", encryption_key=key)
     props = dict(vpc=vpc, instance_types=[ec2.InstanceType(t) for t in SPOT_TYPES], image_uri=IMAGE,
@@ -374,3 +374,11 @@ def test_grant_submit_jobs_covers_every_revision_of_the_queues_definitions(synth
         queue.grant_submit_jobs(iam.Role(stack, "Pipeline", assumed_by=iam.AccountRootPrincipal()))
     text = json.dumps(synth_stack(body).find_resources("AWS::IAM::Policy"))
     assert "batch:SubmitJob" in text and ":job-definition/" in text and '*"' in text
+
+
+def test_isolated_subnets_without_the_ecs_and_ecr_endpoints_fail_at_synth_with_the_fix(synth_stack):
+    # Without them the instances never join the queue and every job waits RUNNABLE, with no error anywhere.
+    with pytest.raises(ValidationError, match=r"TrainingQueue: vpc=.* is invalid: isolated subnets with interface "
+                                              r"endpoints for .*missing: \['ecs', 'ecs-agent', 'ecs-telemetry', "
+                                              r"'ecr.api', 'ecr.dkr', 'logs'\].*Fix: PlatformNetwork\(interface_endpoints="):
+        synth_stack(lambda stack: queue_stack(stack, vpc=isolated_vpc(stack)))
