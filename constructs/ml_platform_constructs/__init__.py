@@ -1,57 +1,79 @@
-"""ml_platform_constructs: the ML training platform's reusable AWS CDK v2 constructs."""
+"""ml_platform_constructs: the ML training platform's reusable AWS CDK v2 constructs.
 
-from .alert_topic import AlertTopic
-from .budget_guard import BudgetGuard
-from .dataset_bucket import (
-    CHECKPOINTS_PREFIX,
-    DATASETS_PREFIX,
-    LOGS_PREFIX,
-    DatasetBucket,
-    default_tiering_rules,
-)
-from .dataset_snapshots import DatasetSnapshotBuilder, DatasetVolume, filesystem_label
-from .errors import ValidationError
-from .governance import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, govern
-from .gpu_catalog import GPU_CATALOG, GpuInstanceType
-from .monitored_endpoint import DRIFT_NAMESPACE, EndpointAutoScaling, MonitoredEndpoint
-from .network import DEFAULT_INTERFACE_ENDPOINTS, QUEUE_INTERFACE_ENDPOINTS, ImportedNetwork, PlatformNetwork
-from .platform_key import SNS_PUBLISHING_SERVICES, PlatformKey, allow_autoscaling_volumes
-from .retrain_on_drift import RetrainOnDrift
-from .spot_gpu_fleet import GPU_NAMESPACE, JOB_NAMESPACE, SpotGpuFleet, SpotInterruptionAlerts
-from .training_queue import QUEUE_TAG, TrainingQueue
+The public names below load on first use (PEP 562), so that code running in a job, a Lambda function or an
+operator's shell imports ``ml_platform_constructs.runtime`` with the standard library and boto3 alone, without
+aws-cdk-lib and Node.js.
+"""
 
-__all__ = [
-    "ACCOUNT_SCOPE",
-    "BUDGET_SCOPE_TAG",
-    "AlertTopic",
-    "BudgetGuard",
-    "CHECKPOINTS_PREFIX",
-    "DATASETS_PREFIX",
-    "DEFAULT_INTERFACE_ENDPOINTS",
-    "DRIFT_NAMESPACE",
-    "DatasetBucket",
-    "DatasetSnapshotBuilder",
-    "DatasetVolume",
-    "EndpointAutoScaling",
-    "GPU_CATALOG",
-    "GPU_NAMESPACE",
-    "GpuInstanceType",
-    "JOB_NAMESPACE",
-    "ImportedNetwork",
-    "LOGS_PREFIX",
-    "MonitoredEndpoint",
-    "PlatformKey",
-    "PlatformNetwork",
-    "QUEUE_INTERFACE_ENDPOINTS",
-    "QUEUE_TAG",
-    "RetrainOnDrift",
-    "SNS_PUBLISHING_SERVICES",
-    "SpotGpuFleet",
-    "SpotInterruptionAlerts",
-    "TrainingQueue",
-    "ValidationError",
-    "allow_autoscaling_volumes",
-    "default_tiering_rules",
-    "filesystem_label",
-    "govern",
-]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Public name -> the module that defines it.
+_EXPORTS = {
+    "AlertTopic": "alert_topic",
+    "BudgetGuard": "budget_guard",
+    "CHECKPOINTS_PREFIX": "dataset_bucket",
+    "DATASETS_PREFIX": "dataset_bucket",
+    "LOGS_PREFIX": "dataset_bucket",
+    "DatasetBucket": "dataset_bucket",
+    "default_tiering_rules": "dataset_bucket",
+    "DatasetSnapshotBuilder": "dataset_snapshots",
+    "DatasetVolume": "dataset_snapshots",
+    "filesystem_label": "dataset_snapshots",
+    "ValidationError": "errors",
+    "ACCOUNT_SCOPE": "governance",
+    "BUDGET_SCOPE_TAG": "governance",
+    "govern": "governance",
+    "GPU_CATALOG": "gpu_catalog",
+    "GpuInstanceType": "gpu_catalog",
+    "DRIFT_NAMESPACE": "monitored_endpoint",
+    "EndpointAutoScaling": "monitored_endpoint",
+    "MonitoredEndpoint": "monitored_endpoint",
+    "DEFAULT_INTERFACE_ENDPOINTS": "network",
+    "QUEUE_INTERFACE_ENDPOINTS": "network",
+    "ImportedNetwork": "network",
+    "PlatformNetwork": "network",
+    "SNS_PUBLISHING_SERVICES": "platform_key",
+    "PlatformKey": "platform_key",
+    "allow_autoscaling_volumes": "platform_key",
+    "RetrainOnDrift": "retrain_on_drift",
+    "GPU_NAMESPACE": "spot_gpu_fleet",
+    "JOB_NAMESPACE": "spot_gpu_fleet",
+    "SpotGpuFleet": "spot_gpu_fleet",
+    "SpotInterruptionAlerts": "spot_gpu_fleet",
+    "QUEUE_TAG": "training_queue",
+    "TrainingQueue": "training_queue",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+if TYPE_CHECKING:  # type checkers and IDEs see the names eagerly
+    from .alert_topic import AlertTopic
+    from .budget_guard import BudgetGuard
+    from .dataset_bucket import CHECKPOINTS_PREFIX, DATASETS_PREFIX, LOGS_PREFIX, DatasetBucket, default_tiering_rules
+    from .dataset_snapshots import DatasetSnapshotBuilder, DatasetVolume, filesystem_label
+    from .errors import ValidationError
+    from .governance import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, govern
+    from .gpu_catalog import GPU_CATALOG, GpuInstanceType
+    from .monitored_endpoint import DRIFT_NAMESPACE, EndpointAutoScaling, MonitoredEndpoint
+    from .network import DEFAULT_INTERFACE_ENDPOINTS, QUEUE_INTERFACE_ENDPOINTS, ImportedNetwork, PlatformNetwork
+    from .platform_key import SNS_PUBLISHING_SERVICES, PlatformKey, allow_autoscaling_volumes
+    from .retrain_on_drift import RetrainOnDrift
+    from .spot_gpu_fleet import GPU_NAMESPACE, JOB_NAMESPACE, SpotGpuFleet, SpotInterruptionAlerts
+    from .training_queue import QUEUE_TAG, TrainingQueue
