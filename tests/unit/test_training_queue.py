@@ -382,3 +382,16 @@ def test_isolated_subnets_without_the_ecs_and_ecr_endpoints_fail_at_synth_with_t
                                               r"endpoints for .*missing: \['ecs', 'ecs-agent', 'ecs-telemetry', "
                                               r"'ecr.api', 'ecr.dkr', 'logs'\].*Fix: PlatformNetwork\(interface_endpoints="):
         synth_stack(lambda stack: queue_stack(stack, vpc=isolated_vpc(stack)))
+
+
+def test_the_module_keeps_offering_the_names_it_always_had():
+    # TrainingQueue's parts live in queue_compute, queue_jobs and queue_monitoring; imports from here keep working.
+    import ml_platform_constructs.training_queue as module
+    for name in ("TrainingQueue", "QUEUE_TAG", "MULTI_NODE_NODES", "is_tagged_ecr_image", "ATTEMPTS", "EFA_DEVICE",
+                 "EFA_INSTALL", "JOB_NAMESPACE", "MEMORY_HEADROOM", "ROOT_DEVICE", "STOP_TIMEOUT_SECONDS",
+                 "LogGroupTarget", "definitions_of", "ecs_agent_config", "smallest_fit"):
+        assert hasattr(module, name), name
+    for method in ("add_job_definition", "grant_submit_jobs", "metric_gpu_utilization", "metric_gpu_memory_used_ratio",
+                   "metric_spot_retries", "metric_failed_jobs", "retry_strategies", "checkpoint_root"):
+        assert hasattr(module.TrainingQueue, method), method
+    assert len(TrainingQueue.retry_strategies()) == 5

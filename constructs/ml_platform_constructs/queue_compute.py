@@ -1,0 +1,237 @@
+"""A TrainingQueue's compute: the launch template its instances boot from and the managed EC2 (ECS) compute
+environments AWS Batch scales on it (Spot, On-Demand behind Spot, multi-node over EFA), with the checks on the
+props that shape them.
+
+Every environment of a queue shares one ``ComputeSettings``: the platform's instance bootstrap (shared with
+SpotGpuFleet), the ECS agent's settings, the tags the budget guard finds the instances by, and the instance role.
+AWS Batch facts used here: ../../../shared/BATCH.md and the pages linked next to each use.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+from aws_cdk import Acknowledgment, Duration, Size, Stack, Validations
+from aws_cdk import aws_batch as batch
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from .dataset_snapshots import DatasetVolume
+from .errors import ValidationError
+from .governance import BUDGET_SCOPE_TAG
+from .gpu_alarms import validate_gpu_types
+from .instance_bootstrap import (AL2023_AGENT_INSTALL, GPU_NAMESPACE, InstanceBootstrap, dataset_block_devices,
+                                 gpu_agent_config)
+from .network import QUEUE_INTERFACE_ENDPOINTS
+from .queue_jobs import MULTI_NODE_NODES
+from .runtime.budget_guard import QUEUE_TAG
+
+ROOT_DEVICE = "/dev/xvda"  # Amazon Linux 2023 (the ECS GPU AMI)
+# ECS container stop timeout: the agent sends SIGTERM, then SIGKILL after this (default 30 s on EC2):
+# https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs-agent-config.html (ECS_CONTAINER_STOP_TIMEOUT)
+STOP_TIMEOUT_SECONDS = (30, 115)
+# The EFA installer needs internet (a NAT gateway): https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-start.html
+EFA_INSTALL = ("cd /tmp && curl -fsSLO https://efa-installer.amazonaws.com/aws-efa-installer-latest.tar.gz && "
+               "tar -xf aws-efa-installer-latest.tar.gz && cd aws-efa-installer && ./efa_installer.sh -y --minimal")
+
+
+# --- validation ---------------------------------------------------------------------------------------------------
+def validate_capacity(max_vcpus: int, on_demand_max_vcpus: int, stop_timeout: Duration) -> int:
+    """Checks the Spot and On-Demand caps and the stop timeout; returns the stop timeout in seconds."""
+    def fail(prop, value, allowed, fix):
+        raise ValidationError("TrainingQueue", prop, value, allowed, fix)
+
+    if not isinstance(max_vcpus, int) or max_vcpus < 1:
+        fail("max_vcpus", max_vcpus, "a whole number of vCPUs, at least 1", "e.g. max_vcpus=256")
+    if not isinstance(on_demand_max_vcpus, int) or on_demand_max_vcpus < 0:
+        fail("on_demand_max_vcpus", on_demand_max_vcpus, "0 (no On-Demand environment) or more vCPUs",
+             "e.g. on_demand_max_vcpus=0")
+    seconds = stop_timeout.to_seconds()
+    if not STOP_TIMEOUT_SECONDS[0] <= seconds <= STOP_TIMEOUT_SECONDS[1]:
+        fail("stop_timeout", stop_timeout.to_human_string(),
+             f"{STOP_TIMEOUT_SECONDS[0]}-{STOP_TIMEOUT_SECONDS[1]} seconds: SIGKILL must come before the Spot "
+             "notice's 2 minutes end", "e.g. Duration.seconds(110)")
+    return int(seconds)
+
+
+def require_x86(prop: str, entries) -> None:
+    arm = [e.name for e in entries if e.architecture != "x86_64"]
+    if arm:
+        # ECS_AL2023_NVIDIA is an x86_64 image: https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs-optimized_AMI.html
+        raise ValidationError("TrainingQueue", prop, arm, "x86_64 GPU types (the ECS GPU image Batch uses is x86_64)",
+                              "use g4dn/g5/g6/g6e/p4d/p5 types, or a SpotGpuFleet for g5g")
+
+
+def validate_multi_node(scope: Construct, instance_types: Sequence[ec2.InstanceType], max_vcpus: int) -> list:
+    """The catalog entries of the multi-node types (none without them): EFA-capable x86_64 types of one shape, and
+    room for at least 2 nodes of the largest."""
+    if not instance_types:
+        if max_vcpus:
+            raise ValidationError("TrainingQueue", "multi_node_max_vcpus", max_vcpus,
+                                  "0 without multi_node_instance_types", "add EFA types or set it to 0")
+        return []
+    entries = validate_gpu_types(scope, "TrainingQueue", instance_types, allow_low_diversity=True,
+                                 allow_mixed_gpu_memory=False, prop="multi_node_instance_types", min_types=1)
+    require_x86("multi_node_instance_types", entries)
+    without_efa = [e.name for e in entries if not e.efa]
+    if without_efa:
+        raise ValidationError("TrainingQueue", "multi_node_instance_types", without_efa,
+                              "types with an Elastic Fabric Adapter (gpu_catalog EFA_INSTANCE_TYPES)",
+                              "use 8xlarge and larger g5/g6/g6e, p4d.24xlarge or p5.48xlarge")
+    largest = max(e.vcpus for e in entries)
+    if not isinstance(max_vcpus, int) or max_vcpus < MULTI_NODE_NODES[0] * largest:
+        raise ValidationError("TrainingQueue", "multi_node_max_vcpus", max_vcpus,
+                              f"room for at least {MULTI_NODE_NODES[0]} nodes of the largest type "
+                              f"({MULTI_NODE_NODES[0] * largest} vCPUs)", "raise it (up to 8 nodes' worth)")
+    return entries
+
+
+def multi_node_subnet(vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection], entries) -> ec2.ISubnet:
+    """The first selected subnet (one AZ for the cluster placement group), which must reach the internet."""
+    # jsii structs keep their fields in _values; select_subnets takes them as keyword arguments.
+    subnet = vpc.select_subnets(**(vpc_subnets._values if vpc_subnets else {})).subnets[0]
+    if subnet.subnet_id in {s.subnet_id for s in vpc.isolated_subnets}:
+        # The boot installs the EFA driver from the internet; without it the EFA device never appears and every
+        # attempt fails to start its container.
+        raise ValidationError("TrainingQueue", "multi_node_instance_types", [e.name for e in entries],
+                              "multi-node instances in subnets with a route to the internet (a NAT gateway): their "
+                              "boot installs the EFA driver", "give the VPC a NAT gateway (private subnets with "
+                              "egress) and pass those as vpc_subnets, or drop multi_node_instance_types")
+    return subnet
+
+
+def require_endpoints_without_egress(vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection]) -> None:
+    """In isolated subnets of a VPC of this app, the instances reach ECS, ECR and Logs only through interface
+    endpoints: without them they never join the queue and every job waits RUNNABLE, with no error anywhere.
+    (An imported VPC's endpoints cannot be seen from here.)"""
+    if not isinstance(vpc, ec2.Vpc):
+        return
+    # jsii structs keep their fields in _values; select_subnets takes them as keyword arguments.
+    subnets = vpc.select_subnets(**(vpc_subnets._values if vpc_subnets else {})).subnets
+    isolated = {s.subnet_id for s in vpc.isolated_subnets}
+    if not subnets or any(s.subnet_id not in isolated for s in subnets):
+        return
+    services = [json.dumps(Stack.of(vpc).resolve(c.service_name)) for c in vpc.node.find_all()
+                if isinstance(c, ec2.CfnVPCEndpoint)]
+    needed = [*(e.short_name for e in QUEUE_INTERFACE_ENDPOINTS), "logs"]
+    missing = [name for name in needed if not any(f'.{name}"' in service for service in services)]
+    if missing:
+        raise ValidationError("TrainingQueue", "vpc", vpc.node.path,
+                              f"isolated subnets with interface endpoints for {needed} (no NAT gateway: the "
+                              f"ECS agent, image pulls and job logs go through them); missing: {missing}",
+                              "PlatformNetwork(interface_endpoints=[*DEFAULT_INTERFACE_ENDPOINTS, "
+                              "*QUEUE_INTERFACE_ENDPOINTS]), or subnets with a NAT gateway")
+
+
+# --- resources ----------------------------------------------------------------------------------------------------
+def ecs_agent_config(stop_timeout_seconds: int) -> list[str]:
+    """ECS agent settings for a GPU training instance: Spot draining on, and the SIGTERM-to-SIGKILL time raised from
+    30 s so the job can write its checkpoint
+    (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/spot-instance-draining-linux-container.html)."""
+    return ["mkdir -p /etc/ecs",
+            "echo ECS_ENABLE_SPOT_INSTANCE_DRAINING=true >> /etc/ecs/ecs.config",
+            f"echo ECS_CONTAINER_STOP_TIMEOUT={stop_timeout_seconds}s >> /etc/ecs/ecs.config"]
+
+
+def omit_state(resource: Construct) -> None:
+    # Without State in the template a deploy never re-enables what the budget guard disabled; Batch creates
+    # compute environments and queues ENABLED.
+    resource.node.default_child.add_property_deletion_override("State")
+
+
+@dataclass(frozen=True)
+class ComputeSettings:
+    """What every launch template and compute environment of one queue shares.
+
+    :param queue_name: the QUEUE_TAG value and the instances' GPU metric dimension.
+    :param budget_scope: the BUDGET_SCOPE_TAG value on the instances.
+    :param environment: the instance bootstrap's variables (interruption watcher).
+    :param stop_timeout_seconds: the ECS agent's SIGTERM-to-SIGKILL time.
+    :param root_volume_size: of each instance.
+    :param dataset_volumes: mounted read-only on each instance.
+    """
+    queue_name: str
+    budget_scope: str
+    environment: Mapping[str, str]
+    stop_timeout_seconds: int
+    root_volume_size: Size
+    dataset_volumes: Sequence[DatasetVolume]
+
+    def launch_template(self, scope: Construct, id: str, extra_commands: Sequence[str] = ()) -> ec2.LaunchTemplate:
+        """IMDSv2, an encrypted gp3 root, the dataset volumes, and the boot: ECS agent settings, the platform
+        bootstrap with the queue as the GPU metrics' dimension, then ``extra_commands``."""
+        bootstrap = InstanceBootstrap(
+            environment=self.environment, dataset_volumes=self.dataset_volumes, agent_install=AL2023_AGENT_INSTALL,
+            agent_config=gpu_agent_config(("QueueName", self.queue_name), static=True))
+        script = ec2.UserData.for_linux()
+        script.add_commands(*ecs_agent_config(self.stop_timeout_seconds), *bootstrap.commands(), *extra_commands)
+        # Batch merges this template into the one it manages; its user data must be MIME multi-part:
+        # https://docs.aws.amazon.com/batch/latest/userguide/launch-templates.html
+        user_data = ec2.MultipartUserData()
+        user_data.add_user_data_part(script, ec2.MultipartBody.SHELL_SCRIPT, True)
+        return ec2.LaunchTemplate(
+            scope, id, require_imdsv2=True, user_data=user_data,
+            block_devices=[ec2.BlockDevice(device_name=ROOT_DEVICE, volume=ec2.BlockDeviceVolume.ebs(
+                int(self.root_volume_size.to_gibibytes()), volume_type=ec2.EbsDeviceVolumeType.GP3, encrypted=True,
+                delete_on_termination=True)), *dataset_block_devices(scope, self.dataset_volumes)])
+
+    def compute_environment(self, scope: Construct, id: str, vpc: ec2.IVpc,
+                            vpc_subnets: Optional[ec2.SubnetSelection], instance_types: Sequence[ec2.InstanceType],
+                            max_vcpus: int, *, spot: bool, launch_template: ec2.LaunchTemplate,
+                            security_group: ec2.ISecurityGroup,
+                            placement_group: Optional[ec2.PlacementGroup] = None) -> batch.ManagedEc2EcsComputeEnvironment:
+        """A managed EC2 (ECS) environment from 0 vCPUs on the NVIDIA AL2023 image, following ``launch_template``,
+        its instances tagged for the budget guard, never re-enabled by a deploy."""
+        environment = batch.ManagedEc2EcsComputeEnvironment(
+            scope, id, vpc=vpc, vpc_subnets=vpc_subnets, instance_types=list(instance_types),
+            use_optimal_instance_classes=False, spot=spot, minv_cpus=0, maxv_cpus=max_vcpus,
+            allocation_strategy=batch.AllocationStrategy.SPOT_PRICE_CAPACITY_OPTIMIZED if spot
+            else batch.AllocationStrategy.BEST_FIT_PROGRESSIVE,
+            # aws-cdk-lib picks ECS_AL2_NVIDIA for GPU types by default; AL2023 is set explicitly:
+            # https://docs.aws.amazon.com/batch/latest/APIReference/API_Ec2Configuration.html
+            images=[batch.EcsMachineImage(image_type=batch.EcsMachineImageType.ECS_AL2023_NVIDIA)],
+            launch_template=launch_template, security_groups=[security_group], placement_group=placement_group,
+            update_to_latest_image_version=True)
+        resource = environment.node.default_child
+        # Batch reads a launch template version only at an infrastructure update of the compute environment: naming
+        # the template's latest version makes every change of it (user data, volumes) such an update:
+        # https://docs.aws.amazon.com/batch/latest/APIReference/API_LaunchTemplateSpecification.html
+        resource.add_property_override("ComputeResources.LaunchTemplate.Version", launch_template.latest_version_number)
+        # Tags on the instances Batch launches (the L2 has no property for them): the budget guard prices and
+        # finds a queue's running capacity by this tag.
+        resource.add_property_override("ComputeResources.Tags", {QUEUE_TAG: self.queue_name,
+                                                                 BUDGET_SCOPE_TAG: self.budget_scope})
+        omit_state(environment)
+        role = environment.instance_role
+        role.add_to_principal_policy(iam.PolicyStatement(
+            sid="PublishGpuMetrics", actions=["cloudwatch:PutMetricData"], resources=["*"],
+            conditions={"StringEquals": {"cloudwatch:namespace": GPU_NAMESPACE}}))
+        Validations.of(role).acknowledge(
+            Acknowledgment(id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+                              "AmazonEC2ContainerServiceforEC2Role]",
+                           reason="The AWS-maintained ECS container-instance policy follows the ECS agent's API needs."),
+            Acknowledgment(id="AwsSolutions-IAM5[Resource::*]",
+                           reason="PutMetricData has no resource-level permissions; limited to MLPlatform/GPU by condition."))
+        return environment
+
+
+def multi_node_network(scope: Construct, vpc: ec2.IVpc, queue_name: str) -> tuple[ec2.SecurityGroup, ec2.PlacementGroup]:
+    """Multi-node parallel jobs: a cluster placement group, and a security group that lets the nodes talk to each
+    other only: https://docs.aws.amazon.com/batch/latest/userguide/mnp-ce.html"""
+    security_group = ec2.SecurityGroup(
+        scope, "MultiNodeSecurityGroup", vpc=vpc, allow_all_outbound=True,
+        description=f"Training queue {queue_name} multi-node jobs: inbound from its own nodes only")
+    security_group.add_ingress_rule(security_group, ec2.Port.all_traffic(), "EFA and NCCL between the job's nodes")
+    Validations.of(security_group).acknowledge(Acknowledgment(
+        id="AwsSolutions-EC23", reason="Inbound is from this security group only (EFA needs all traffic between nodes)."))
+    placement_group = ec2.PlacementGroup(scope, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+    return security_group, placement_group
+
+
+def attach_efa(template: ec2.LaunchTemplate, security_group: ec2.ISecurityGroup) -> None:
+    """The L2 launch template has no network interfaces: one EFA as the primary interface."""
+    template.node.default_child.add_property_override("LaunchTemplateData.NetworkInterfaces", [{
+        "DeviceIndex": 0, "InterfaceType": "efa", "Groups": [security_group.security_group_id]}])
