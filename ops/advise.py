@@ -1,22 +1,27 @@
-"""Which GPU shape should a training job run on, and what will the whole job cost? (./platform advise)
+"""Which GPU shape should a training job run on, and what will the whole job cost and take? (./platform advise)
 
-  python -m ops.advise PRESET [--deadline-hours H] [--samples N] [--dataset-gib N] [--dataset-source s3|snapshot] [--json]
-  python -m ops.advise custom --params 1.3e9 --tokens 2e9 --seq-len 2048 --hidden 2048 --layers 24 [--lora-params N]
-  python -m ops.advise custom --params 11.7e6 --images 12e6 --forward-gflops 3.6 [--activation-gib-per-image 0.02]
-  python -m ops.advise PRESET --measured ENV     # prefer throughput measured by examples/gpu_benchmark.py in ENV
+  ./platform advise PRESET [--deadline-hours H] [--minimize cost|time] [--block fleet|queue|none] [--json]
+  ./platform advise custom --params 1.3e9 --tokens 2e9 --seq-len 2048 --hidden 2048 --layers 24 [--vocab 32000]
+                           [--lora-params N [--qlora]]
+  ./platform advise custom --params 11.7e6 --images 12e6 --forward-gflops 3.6 [--activation-gib-per-image 0.02]
+  ./platform advise PRESET --measured ENV|FILE   # prefer throughput measured by examples/gpu_benchmark.py
 
 Presets: resnet50-imagenet, bert-large-finetune, llm-7b-lora, llm-7b-full, llm-70b-lora. The library function
-behind it is ml_platform_constructs.advisor.advise(). --measured ENV reads the JSON records under
-benchmarks/ in ENV's dataset bucket (found from the ENV-Data stack's DatasetBucketName output): AWS calls
-cloudformation:DescribeStacks, s3:ListObjectsV2 and s3:GetObject. Without --measured it makes no AWS call.
+behind it is ml_platform_constructs.advisor.advise(). --measured ENV reads the JSON records under benchmarks/ in
+ENV's dataset bucket (found from the ENV-Data stack's DatasetBucketName output) with ENV's credentials, checked
+first (sts:GetCallerIdentity, cloudformation:DescribeStacks, s3:ListObjectsV2, s3:GetObject); --measured FILE
+reads records from a local file (the JSON lines gpu_benchmark.py prints). Otherwise it makes no AWS call.
+--presets-table and --throughput-table print the Markdown that README.md and docs/THROUGHPUT.md show.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections import defaultdict
+from pathlib import Path
 from typing import Any, Optional
 
 from ml_platform_constructs.advisor import (
@@ -34,42 +39,143 @@ from ml_platform_constructs.advisor import (
 from ml_platform_constructs.runtime.benchmark import BENCHMARK_PREFIX
 
 RULES = [
-    ("software", "the platform's Deep Learning AMI supports the GPU"),
-    ("memory", "model state + one micro-batch of activations fit each GPU (sharded with ZeRO-3/FSDP over the shape's "
-               "GPUs when it fits no single GPU; never on one GPU)"),
-    ("scale-out", "several instances only for EFA types, and only when one instance cannot fit or meet the deadline"),
-    ("deadline", "expected hours (with Spot rework on Spot) within the deadline"),
-    ("cost", "the rest ranked by cost per job on the cheaper of Spot and On-Demand; the cheapest is recommended"),
+    ("runs", "the platform can run it for the target: NVIDIA GPUs on x86_64 with the platform's driver for a fleet "
+             "or a queue (arm64 T4G needs AWS's ARM64 DLAMI with PyTorch; V100 an AMI of your own; Trainium a model "
+             "built with the Neuron SDK, outside fleets and queues: --block none), offered in the Region"),
+    ("memory", "model state + one micro-batch of activations and logits fit each GPU as CUDA offers it (sharded "
+               "with ZeRO-3/FSDP over the shape's GPUs when it fits no single GPU; never on one GPU)"),
+    ("scale-out", "several instances only for EFA types on a queue, and only when one instance cannot fit or meet "
+                  "the deadline"),
+    ("deadline", "expected hours (on Spot with its capacity waits and rework) within the deadline"),
+    ("choice", "the rest ranked by cost per job (--minimize time: by hours), each on the better of Spot and "
+               "On-Demand; the first is recommended"),
 ]
 
+# What each kind of workload reads; the others are refused with the reason, never silently ignored.
+CUSTOM_COMMON = ("params", "optimizer", "global_batch")
+IMAGE_FLAGS = ("images", "forward_gflops", "activation_gib_per_image")
+TRANSFORMER_FLAGS = ("tokens", "seq_len", "hidden", "layers", "vocab", "lora_params")
+POSITIVE = ("deadline_hours", "dataset_gib", "samples", "checkpoint_minutes", "startup_minutes", "params",
+            "lora_params", "tokens", "images", "forward_gflops", "activation_gib_per_image", "s3_mibps")
+NON_NEGATIVE = ("value_of_hour", "spot_wait_minutes", "interruptions_per_hour")
+INTEGERS = ("seq_len", "hidden", "layers", "vocab", "global_batch", "max_instances")
 
-def custom_workload(args: argparse.Namespace) -> Workload:
+
+def fail(message: str) -> None:
+    """Every error is one line, exit status 1."""
+    raise SystemExit(f"error: {message}")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def validate(args: argparse.Namespace) -> None:
+    for name in POSITIVE:
+        value = getattr(args, name, None)
+        if value is not None and (not math.isfinite(value) or value <= 0):
+            fail(f"{_flag(name)}={value}: must be a finite number above 0")
+    for name in NON_NEGATIVE:
+        value = getattr(args, name, None)
+        if value is not None and (not math.isfinite(value) or value < 0):
+            fail(f"{_flag(name)}={value}: must be a finite number, 0 or more")
+    for name in INTEGERS:
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            fail(f"{_flag(name)}={value}: must be 1 or more")
+    if getattr(args, "interruptions_per_hour", None) is not None and args.interruptions_per_hour >= 1:
+        fail(f"--interruptions-per-hour={args.interruptions_per_hour}: a rate per instance-hour below 1")
+    given = {name for name in (*CUSTOM_COMMON, *IMAGE_FLAGS, *TRANSFORMER_FLAGS) if getattr(args, name) is not None}
+    if args.workload != "custom":
+        if given:
+            fail(f"{', '.join(_flag(n) for n in sorted(given))}: {args.workload} is a preset with its own model; "
+                 "describe your own with `custom`")
+        preset = PRESETS[args.workload]
+        if args.qlora and not preset.lora:
+            fail(f"--qlora: {args.workload} trains every parameter; QLoRA applies to LoRA presets (llm-7b-lora, "
+                 "llm-70b-lora)")
+        if args.gpu_decode and not preset.cpu_samples_per_vcpu:
+            fail(f"--gpu-decode: {args.workload} has no CPU decoding step to move (images only)")
+        return
     if args.params is None:
-        raise SystemExit("custom: --params is required")
-    if args.images is not None:
+        fail("custom: --params (the model's parameters) is required")
+    image = args.images is not None
+    wrong = [n for n in (TRANSFORMER_FLAGS if image else IMAGE_FLAGS) if getattr(args, n) is not None]
+    if wrong:
+        kind = "an image model (--images)" if image else "a transformer (--tokens)"
+        fail(f"{', '.join(_flag(n) for n in wrong)}: not read for {kind}")
+    if image:
         if args.forward_gflops is None:
-            raise SystemExit("custom image model: --forward-gflops (per image) is required")
-        return Workload(
-            name="custom", description=f"image model, {args.params:g} parameters, {args.images:g} images",
-            parameters=args.params, trainable_parameters=args.params, optimizer=args.optimizer, sample_unit="images",
-            samples=args.images, flops_per_sample=3 * args.forward_gflops * 1e9,
-            activation_gib_per_item=args.activation_gib_per_image,
-            global_batch_items=args.global_batch or 256, dataset_gib=args.dataset_gib or 1,
-            deadline_hours=args.deadline_hours, cpu_samples_per_vcpu=100)
+            fail("custom image model: --forward-gflops (GFLOPs of one forward pass per image) is required")
+        if args.qlora:
+            fail("--qlora: applies to a transformer with --lora-params")
+        return
     missing = [flag for flag, value in (("--tokens", args.tokens), ("--seq-len", args.seq_len),
                                         ("--hidden", args.hidden), ("--layers", args.layers)) if value is None]
     if missing:
-        raise SystemExit(f"custom transformer: {', '.join(missing)} required (or --images for an image model)")
+        fail(f"custom transformer: {', '.join(missing)} required (or --images for an image model)")
+    if args.lora_params is not None and args.lora_params > args.params:
+        fail(f"--lora-params={args.lora_params:g} is more than --params={args.params:g}: LoRA trains adapters "
+             "that are a small part of the model")
+    if args.qlora and args.lora_params is None:
+        fail("--qlora: needs --lora-params (QLoRA is LoRA over a 4-bit base model)")
+    if args.gpu_decode:
+        fail("--gpu-decode: a transformer has no image decoding to move")
+
+
+def custom_workload(args: argparse.Namespace) -> Workload:
+    optimizer = args.optimizer or "adam"
+    if args.images is not None:
+        return Workload(
+            name="custom", description=f"image model, {args.params:g} parameters, {args.images:g} images",
+            parameters=args.params, trainable_parameters=args.params, optimizer=optimizer, sample_unit="images",
+            samples=args.images, flops_per_sample=3 * args.forward_gflops * 1e9,
+            activation_gib_per_item=args.activation_gib_per_image or 0.04,
+            global_batch_items=args.global_batch or 256, dataset_gib=args.dataset_gib or 1,
+            deadline_hours=args.deadline_hours, cpu_samples_per_vcpu=100, workload_class="convnet")
     lora = args.lora_params is not None
     return Workload(
         name="custom", description=f"transformer, {args.params:g} parameters, {args.tokens:g} tokens"
-        + (f", LoRA ({args.lora_params:g} trainable)" if lora else ", full training"),
+        + (f", {'Q' if args.qlora else ''}LoRA ({args.lora_params:g} trainable)" if lora else ", full training"),
         parameters=args.params, trainable_parameters=args.lora_params if lora else args.params,
-        optimizer=args.optimizer, sample_unit="tokens", samples=args.tokens,
+        optimizer=optimizer, sample_unit="tokens", samples=args.tokens,
         flops_per_sample=(6 if lora else 8) * args.params,
         activation_gib_per_item=transformer_activation_gib(args.seq_len, args.hidden, args.layers),
-        global_batch_items=args.global_batch or 128,
-        dataset_gib=args.dataset_gib or 1, deadline_hours=args.deadline_hours)
+        global_batch_items=args.global_batch or 128, dataset_gib=args.dataset_gib or 1,
+        deadline_hours=args.deadline_hours, sequence=args.seq_len, vocab=args.vocab, layers=args.layers,
+        qlora=args.qlora)
+
+
+def workload_from_args(args: argparse.Namespace) -> Workload:
+    validate(args)
+    if args.workload == "custom":
+        return custom_workload(args)
+    return with_overrides(PRESETS[args.workload], deadline_hours=args.deadline_hours, dataset_gib=args.dataset_gib,
+                          samples=args.samples, qlora=args.qlora or None, gpu_decode=args.gpu_decode or None)
+
+
+def add_workload_arguments(parser: argparse.ArgumentParser, positional: bool = True) -> None:
+    """The flags that describe a job, shared by advise and tco."""
+    if positional:
+        parser.add_argument("workload", choices=[*PRESETS, "custom"])
+    parser.add_argument("--deadline-hours", type=float)
+    parser.add_argument("--dataset-gib", type=float)
+    parser.add_argument("--samples", type=float, help="a preset on your own data: images, sequences or tokens to train")
+    parser.add_argument("--qlora", action="store_true", help="LoRA over a 4-bit (NF4) base model")
+    parser.add_argument("--gpu-decode", action="store_true",
+                        help="decode and augment images on the GPU (NVIDIA DALI): lifts the CPU decoding cap")
+    parser.add_argument("--params", type=float, help="custom: the model's parameters")
+    parser.add_argument("--lora-params", type=float, help="custom transformer: LoRA's trainable parameters")
+    parser.add_argument("--tokens", type=float, help="custom transformer: tokens to train")
+    parser.add_argument("--images", type=float, help="custom image model: images to train (epochs x dataset)")
+    parser.add_argument("--forward-gflops", type=float,
+                        help="custom image model: GFLOPs of one forward pass per image, a multiply-add counting 2 "
+                             "(ResNet-50 at 224x224: 8.2, ResNet-18: 3.6); training counts 3x")
+    parser.add_argument("--activation-gib-per-image", type=float, help="custom image model (default 0.04)")
+    for flag, text in (("--seq-len", "tokens per sequence"), ("--hidden", "hidden size"), ("--layers", "layers"),
+                       ("--vocab", "vocabulary (the loss's logits)"), ("--global-batch", "items per optimizer step")):
+        parser.add_argument(flag, type=int, help=f"custom: {text}")
+    parser.add_argument("--optimizer", choices=["adam", "sgd"], help="custom (default adam)")
 
 
 def load_measured(s3: Any, bucket: str) -> list[MeasuredThroughput]:
@@ -83,32 +189,100 @@ def load_measured(s3: Any, bucket: str) -> list[MeasuredThroughput]:
     return records
 
 
+def read_measured_file(path: Path) -> list[MeasuredThroughput]:
+    """Records from a file: JSON lines (as gpu_benchmark.py prints them), a JSON list, or one JSON object."""
+    text = path.read_text()
+    try:
+        document = json.loads(text)
+        records = document if isinstance(document, list) else [document]
+    except json.JSONDecodeError:
+        try:
+            records = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except json.JSONDecodeError as error:
+            fail(f"--measured {path}: not JSON ({error}); expected the JSON lines examples/gpu_benchmark.py prints")
+    measured = []
+    for number, record in enumerate(records, 1):
+        try:
+            measured.append(MeasuredThroughput.from_record(record))
+        except (KeyError, TypeError, ValueError) as error:
+            fail(f"--measured {path}: record {number} lacks or mangles {error}: each needs instance_type, gpu_model, "
+                 "workload, gpus, samples_per_second_per_gpu, measured_at")
+    return measured
+
+
+def measured_from(source: str) -> list[MeasuredThroughput]:
+    path = Path(source)
+    if path.is_file():
+        return read_measured_file(path)
+    if "/" in source or source.endswith((".json", ".jsonl")):
+        fail(f"--measured {source}: no such file")
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from ops.aws_access import environment, session_for
+    from ops.dataset import stack_output
+    env = environment(source)
+    session = session_for(env)
+    try:
+        bucket = stack_output(session.client("cloudformation"), f"{env.name}-Data", "DatasetBucketName")
+        return load_measured(session.client("s3"), bucket)
+    except (BotoCoreError, ClientError) as error:
+        fail(f"--measured {source}: reading the benchmark records failed: {error}")
+    return []
+
+
+def known_environments() -> dict:
+    from stacks import config as platform_config
+    try:
+        return platform_config.load().environments
+    except platform_config.ConfigError as error:
+        fail(str(error))
+    return {}
+
+
+def block_name(workload: Workload, env: Any) -> str:
+    """A fleet or queue name the environment does not use yet (the block is added next to what is there)."""
+    taken = {f.name for f in env.fleets} | {q.name for q in env.queues}
+    base = workload.name[:36]
+    name, suffix = base, 2
+    while name in taken:
+        name, suffix = f"{base}-{suffix}", suffix + 1
+    return name
+
+
 def _money(value: Optional[float]) -> str:
     return "-" if value is None else f"{value:,.2f}"
 
 
-def format_advice(advice: Advice, env: str, block: str, show_all: bool = False, region: str = "us-east-1") -> str:
+def _shape(o) -> str:
+    return f"{o.instance_type} x{o.instances}"
+
+
+def format_advice(advice: Advice, env: Any, show_all: bool = False) -> str:
     w = advice.workload
     per_item = "sequence" if w.sample_unit == "tokens" else w.sample_unit.rstrip("s")
+    logits = f" + logits {w.logits_gib_per_item():.2f} GiB" if w.logits_gib_per_item() else ""
     out = [f"Workload {w.name}: {w.description}",
            f"  {w.samples:,.0f} {w.sample_unit}; model state {w.state_gib():.1f} GiB unsharded "
-           f"({w.trainable_parameters:,.0f} of {w.parameters:,.0f} parameters trained, {w.optimizer}); "
-           f"activations {w.activation_gib_per_item:.2f} GiB per {per_item}; dataset {w.dataset_gib:g} GiB; "
-           + (f"deadline {w.deadline_hours:g} h" if w.deadline_hours else "no deadline"),
+           f"({w.trainable_parameters:,.0f} of {w.parameters:,.0f} parameters trained, {w.optimizer}"
+           f"{', 4-bit base (QLoRA)' if w.qlora else ''}); activations {w.activation_gib_per_item:.2f} GiB{logits} per "
+           f"{per_item}; dataset {w.dataset_gib:g} GiB; " + (f"deadline {w.deadline_hours:g} h" if w.deadline_hours
+                                                             else "no deadline"),
            *(f"  {note}" for note in w.notes),
+           f"Target: {advice.target} in {advice.region} ({env.name if env else 'no environment'}); minimize {advice.minimize}",
            "Assumptions:", *(f"  - {line}" for line in advice.assumptions.lines(advice.prices)),
            "Decision tree (every shape, in order; the first rule a shape fails excludes it):",
            *(f"  {i}. {name}: {text}" for i, (name, text) in enumerate(RULES, 1))]
-    eligible = [o for o in advice.options if o.excluded is None]
+    eligible = advice.eligible()
     shown = eligible if show_all else eligible[:15]
-    out.append(f"Eligible shapes, cheapest job first ({len(eligible)}{'' if show_all else ', top 15; --all for every one'}):")
-    out.append(f"  {'shape':<20} {'GPUs':>4} {'GiB/GPU':>7} {w.sample_unit + '/s':>12} {'source':<9} {'hours':>7} "
-               f"{'Spot USD':>10} {'On-Dem. USD':>11}  sharding")
+    out.append(f"Eligible shapes, {'fastest' if advice.minimize == 'time' else 'cheapest job'} first "
+               f"({len(eligible)}{'' if show_all else ', top 15; --all for every one'}):")
+    out.append(f"  {'shape':<18} {'GPUs':>4} {'GiB/GPU':>7} {w.sample_unit + '/s':>12} {'source':<9} {'on':<4} "
+               f"{'hours':>7} {'USD/job':>9} {'Spot USD':>9} {'OD USD':>9} {'Spot/h':>7} {'OD/h':>7}  sharding")
     for o in shown:
-        out.append(f"  {o.instance_type + ' x' + str(o.instances):<20} {o.gpus:>4} {o.memory_per_gpu_gib:>7.1f} "
-                   f"{o.samples_per_second:>12,.1f} {o.throughput_source:<9} "
-                   f"{(o.hours_spot if o.lifecycle == 'spot' else o.hours):>7,.1f} {_money(o.usd_spot):>10} "
-                   f"{_money(o.usd_on_demand):>11}  {o.sharding or '-'}")
+        out.append(f"  {_shape(o):<18} {o.gpus:>4} {o.memory_per_gpu_gib:>7.1f} {o.samples_per_second:>12,.1f} "
+                   f"{o.throughput_source:<9} {'Spot' if o.lifecycle == 'spot' else 'OD':<4} {o.expected_hours:>7,.1f} "
+                   f"{o.usd:>9,.2f} {_money(o.usd_spot):>9} {o.usd_on_demand:>9,.2f} {_money(o.spot_hourly):>7} "
+                   f"{o.on_demand_hourly:>7,.2f}  {o.sharding or '-'}")
     by_rule: dict[str, list] = defaultdict(list)
     for o in advice.options:
         if o.excluded:
@@ -120,95 +294,189 @@ def format_advice(advice: Advice, env: str, block: str, show_all: bool = False, 
             continue
         out.append(f"  {rule} ({len(excluded)}):")
         for o in (excluded if show_all else excluded[:6]):
-            out.append(f"    {o.instance_type} x{o.instances}: {o.excluded}")
+            out.append(f"    {_shape(o)}: {o.excluded}")
         if not show_all and len(excluded) > 6:
             out.append(f"    ... {len(excluded) - 6} more (--all)")
     best = advice.recommended
     if best is None:
-        out.append("Recommended: nothing is eligible (see the exclusions): relax the deadline or shrink the job.")
+        out.append("Recommended: nothing is eligible (see the exclusions): relax the deadline, shrink the job, or "
+                   "change --block.")
         return "\n".join(out)
-    expected = best.hours_spot if best.lifecycle == "spot" else best.hours
-    out += [f"Recommended: {best.instance_type} x{best.instances} on {best.lifecycle}: about {best.usd:,.2f} USD and "
-            f"{expected:,.1f} h per job ({best.throughput_source} throughput: {best.throughput_note})",
+    out += [f"Recommended: {_shape(best)} on {best.lifecycle}: about {best.usd:,.2f} USD and {best.expected_hours:,.1f} "
+            f"h per job ({best.throughput_source} throughput: {best.throughput_note})",
             f"  breakdown: start-up {best.startup_hours:.2f} h, dataset load {best.dataset_load_hours:.2f} h, training "
-            f"{best.training_hours:,.2f} h" + (f", {best.expected_interruptions:.2f} expected Spot interruptions"
-                                               if best.expected_interruptions is not None else "")]
+            f"{best.training_hours:,.2f} h" + (
+                f"; on Spot ({best.spot_savings:.0%} saving, interruptions {best.interruption_band}): "
+                f"{best.expected_interruptions:.2f} expected interruptions, {best.spot_wait_hours * 60:.0f} min capacity "
+                "wait per start" if best.lifecycle == "spot" else "")]
+    if best.spot_note:
+        out.append(f"  {best.spot_note}; On-Demand recommended")
+    if advice.assumptions.value_of_hour:
+        out.append(f"  with your time at {advice.assumptions.value_of_hour:g} USD/h the job costs {best.cost:,.2f} USD")
     if best.throughput_source == "estimated":
         out.append("  its throughput is estimated: run examples/gpu_benchmark.py on it and the runner-up, then "
-                   "advise again with --measured ENV before committing a fleet to it")
-    fastest = min(eligible, key=lambda o: o.hours)
-    if fastest is not best:
-        out.append(f"  fastest eligible: {fastest.instance_type} x{fastest.instances}, {fastest.hours:,.1f} h for "
-                   f"{fastest.usd:,.2f} USD ({fastest.usd / best.usd:.1f}x the cost)")
-    out.append(f"Config block for config/environments.toml ({block}):")
+                   "advise again with --measured ENV (or FILE) before committing a fleet to it")
+    frontier = advice.pareto()
+    out.append("Cost/time frontier (each faster shape costs more; no eligible shape is both faster and cheaper):")
+    shown_points = frontier if len(frontier) <= 10 else [*frontier[:5], None, *frontier[-4:]]
+    for o in shown_points:
+        if o is None:
+            out.append(f"  ... {len(frontier) - 9} more (--json)")
+            continue
+        mark = "  <- recommended" if o is best else ""
+        out.append(f"  {_shape(o):<18} {o.expected_hours:>8,.1f} h {o.usd:>10,.2f} USD on {o.lifecycle}{mark}")
+    if advice.target == "none":
+        out.append("No config block (--block none): the ranking includes what the platform's fleets and queues cannot "
+                   "run.")
+        return "\n".join(out)
+    name = block_name(w, env)
+    out.append(f"Config block for config/environments.toml ({advice.target}, added next to {env.name}'s own):")
     try:
-        text = fleet_block(advice, env) if block == "fleet" and best.instances == 1 else queue_block(advice, env, region=region)
-        if block == "fleet" and best.instances > 1:
-            out.append("  (a multi-node shape runs on a queue, not a fleet: queue block instead)")
+        text = (fleet_block(advice, env.name, name=name) if advice.target == "fleet"
+                else queue_block(advice, env.name, name=name, region=env.region))
         out += [f"  {line}" for line in text.splitlines()]
     except ValueError as error:
         out.append(f"  no block: {error}")
     return "\n".join(out)
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("workload", choices=[*PRESETS, "custom"])
-    parser.add_argument("--json", action="store_true", help="print {workload, options, recommended} as JSON")
-    parser.add_argument("--all", action="store_true", help="list every shape and exclusion")
-    parser.add_argument("--measured", metavar="ENV", help="prefer throughput measured in ENV (benchmarks/ records)")
-    parser.add_argument("--deadline-hours", type=float)
-    parser.add_argument("--dataset-gib", type=float)
-    parser.add_argument("--samples", type=float, help="a preset on your own data: images, sequences or tokens to train")
-    parser.add_argument("--dataset-source", choices=["s3", "snapshot"], default="s3")
-    parser.add_argument("--checkpoint-minutes", type=float, default=30)
-    parser.add_argument("--interruptions-per-hour", type=float, default=0.02)
-    parser.add_argument("--startup-minutes", type=float, default=5)
-    parser.add_argument("--max-instances", type=int, default=8)
-    parser.add_argument("--block", choices=["fleet", "queue"], default="fleet")
-    parser.add_argument("--env", default="dev", help="the environment the config block is for (default dev)")
-    for flag in ("--params", "--lora-params", "--tokens", "--images", "--forward-gflops"):
-        parser.add_argument(flag, type=float)
-    for flag in ("--seq-len", "--hidden", "--layers", "--global-batch"):
-        parser.add_argument(flag, type=int)
-    parser.add_argument("--activation-gib-per-image", type=float, default=0.04)
-    parser.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
-    args = parser.parse_args(argv)
-    for flag in ("deadline_hours", "dataset_gib", "samples", "checkpoint_minutes", "startup_minutes"):
-        value = getattr(args, flag)
-        if value is not None and value <= 0:
-            parser.error(f"--{flag.replace('_', '-')}={value}: must be above 0")
-    if not 0 <= args.interruptions_per_hour < 1:
-        parser.error(f"--interruptions-per-hour={args.interruptions_per_hour}: a rate from 0 to below 1")
-    if args.workload == "custom":
-        workload = custom_workload(args)
-    else:
-        workload = with_overrides(PRESETS[args.workload], deadline_hours=args.deadline_hours,
-                                  dataset_gib=args.dataset_gib, samples=args.samples)
-    measured: list[MeasuredThroughput] = []
-    if args.measured:
-        import boto3
+# --- generated documentation -----------------------------------------------------------------------------------
 
-        from ops.dataset import stack_output
-        from stacks import config as platform_config
-        env = platform_config.load().select(args.measured)[0]
-        session = boto3.session.Session(region_name=env.region)
-        bucket = stack_output(session.client("cloudformation"), f"{env.name}-Data", "DatasetBucketName")
-        measured = load_measured(session.client("s3"), bucket)
+def _why(advice: Advice) -> str:
+    """The binding reason for a recommendation, in a phrase."""
+    best = advice.recommended
+    w = advice.workload
+    fastest = min(advice.eligible(), key=lambda o: o.expected_hours)
+    parts = []
+    if best.sharding:
+        parts.append(f"{w.state_gib():.0f} GiB of state fits no single GPU: {best.sharding}")
+    elif w.state_gib() + w.item_gib() > 20:
+        parts.append(f"{w.state_gib() + w.item_gib():.0f} GiB per GPU rules out 24 GiB GPUs")
+    if "capped" in best.throughput_note:
+        parts.append("CPU JPEG decoding caps every small instance alike, so the cheapest hour wins")
+    if best.lifecycle == "spot":
+        parts.append(f"Spot at {best.spot_savings:.0%} off ({best.interruption_band} interrupted)")
+    if fastest is not best:
+        parts.append(f"fastest: {_shape(fastest)} in {fastest.expected_hours:,.1f} h for {fastest.usd:,.2f} USD")
+    return "; ".join(parts)
+
+
+def presets_table(region: str = "us-east-1") -> str:
+    """The five presets' recommendations (fleet target, no deadline) as README.md shows them."""
+    rows = ["| preset | recommended (fleet) | per job | throughput | why |", "|---|---|---|---|---|"]
+    for name, workload in PRESETS.items():
+        advice = advise(workload, region=region)
+        best = advice.recommended
+        rows.append(f"| `{name}` | {_shape(best)}, {best.lifecycle} | {best.usd:,.2f} USD, {best.expected_hours:,.1f} h "
+                    f"| {best.samples_per_second:,.0f} {workload.sample_unit}/s, {best.throughput_source} | {_why(advice)} |")
+    return "\n".join(rows)
+
+
+def throughput_table() -> str:
+    """docs/THROUGHPUT.md: every published row, every relative speed, and what the advisor uses per GPU."""
+    from ml_platform_constructs.gpu_catalog import ACCELERATOR_CATALOG, GPU_SPECS
+    from ml_platform_constructs.throughput import PUBLISHED, RELATIVE_SPEED
+    from ml_platform_constructs.advisor import shape_throughput
+    out = ["# Throughput: every number the GPU advisor uses, with its source or rule",
+           "",
+           "Generated by `python -m ops.advise --throughput-table` from `constructs/ml_platform_constructs/throughput.py`; "
+           "a test keeps this page equal to the code. No GPU was measured for this round: every row is published or "
+           "derived. Measurements replace them: run `examples/gpu_benchmark.py` on a GPU (a fleet instance, a queue "
+           "job, a workstation), then `./platform advise PRESET --measured ENV` (records in the dataset bucket) or "
+           "`--measured FILE` (the JSON lines the script prints); a measured row says the GPU's name and when.",
+           "",
+           "## Published numbers",
+           "",
+           "| GPU | preset | GPUs | per GPU per second | run | source | rule |", "|---|---|---|---|---|---|---|"]
+    for row in PUBLISHED:
+        out.append(f"| {row.gpu_model} | `{row.workload}` | {row.gpus} | {row.samples_per_second_per_gpu:,.1f} | "
+                   f"{row.measured_on} | {row.source} | {row.rule or 'as published'} |")
+    out += ["", "## Sustained speed relative to the A100 80 GB SXM", "",
+            "Estimates scale the nearest GPU with a number by the ratio of these (per workload class), so every "
+            "estimated H100/A100 ratio is the same whichever GPU a preset's published number came from.", "",
+            "| GPU | convnet (ResNet-50) | transformer (BERT-large) | source | rule |", "|---|---|---|---|---|"]
+    for row in RELATIVE_SPEED.values():
+        out.append(f"| {row.gpu_model} | {row.convnet:.3f} | {row.transformer:.3f} | {row.source} | "
+                   f"{row.rule or 'measured'} |")
+    out += ["", "## What the advisor uses, per GPU and preset (one GPU)", "",
+            "Before the CPU decoding cap and multi-GPU scaling; `published` rows come from the table above, "
+            "`estimated` ones from the nearest GPU with a number.", "",
+            "| GPU (instance) | " + " | ".join(f"`{n}`" for n in PRESETS) + " |",
+            "|---|" + "---|" * len(PRESETS)]
+    for model in GPU_SPECS:
+        instance = next(i for i in ACCELERATOR_CATALOG.values() if i.gpu_model == model)
+        single = next((i for i in ACCELERATOR_CATALOG.values() if i.gpu_model == model and i.gpu_count == 1), instance)
+        cells = []
+        for workload in PRESETS.values():
+            rate, source, _ = shape_throughput(workload, single, 1)
+            cells.append(f"{rate / single.gpu_count:,.1f} ({source})")
+        out.append(f"| {model} ({single.name}) | " + " | ".join(cells) + " |")
+    out += ["", "Units: images/s (ResNet-50), sequences/s (BERT-large), tokens/s (LLM presets)."]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="./platform advise", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("workload", nargs="?", choices=[*PRESETS, "custom"])
+    parser.add_argument("--json", action="store_true", help="print {schema_version, region, workload, assumptions, "
+                                                            "options, recommended, pareto} as JSON")
+    parser.add_argument("--all", action="store_true", help="list every shape and exclusion")
+    parser.add_argument("--measured", metavar="ENV|FILE", help="prefer throughput measured in ENV or read from FILE")
+    parser.add_argument("--block", choices=["fleet", "queue", "none"], default="fleet",
+                        help="the target: a fleet or a queue of --env (what the platform runs), or none (rank "
+                             "everything that runs somewhere, Trainium included, with no config block)")
+    parser.add_argument("--minimize", choices=["cost", "time"], default="cost")
+    parser.add_argument("--value-of-hour", type=float, help="USD an hour of waiting is worth to you (default 0)")
+    parser.add_argument("--accelerator", choices=["cuda", "neuron"],
+                        help="neuron: your model is built with the AWS Neuron SDK (Trainium eligible); default: "
+                             "the preset's (BERT and the LLM presets train on Neuron), cuda for custom")
+    parser.add_argument("--arm64-dlami", action="store_true",
+                        help="with --block none: your instances run AWS's ARM64 Deep Learning AMI with PyTorch "
+                             "(G5g's T4G eligible)")
+    parser.add_argument("--dataset-source", choices=["s3", "snapshot"], default="s3")
+    parser.add_argument("--s3-mibps", type=float, help="S3 copy rate per instance (default 400 MiB/s)")
+    parser.add_argument("--checkpoint-minutes", type=float, default=30)
+    parser.add_argument("--interruptions-per-hour", type=float,
+                        help="Spot interruptions per instance-hour for every type (default: per type and Region)")
+    parser.add_argument("--spot-wait-minutes", type=float,
+                        help="Spot capacity wait per start for every type (default: by interruption band)")
+    parser.add_argument("--startup-minutes", type=float, default=4,
+                        help="software start per start, after the instance's boot (default 4)")
+    parser.add_argument("--max-instances", type=int, default=8)
+    parser.add_argument("--env", default="dev", help="the environment: its Region's prices, its config for the "
+                                                     "block (default dev)")
+    parser.add_argument("--presets-table", action="store_true", help="print README.md's presets table and stop")
+    parser.add_argument("--throughput-table", action="store_true", help="print docs/THROUGHPUT.md and stop")
+    add_workload_arguments(parser, positional=False)
+    args = parser.parse_args(argv)
+    if args.presets_table or args.throughput_table:
+        print(presets_table() if args.presets_table else throughput_table(), end="" if args.throughput_table else "\n")
+        return 0
+    if args.workload is None:
+        fail("a workload is required: one of " + ", ".join([*PRESETS, "custom"]) + " (./platform advise --help)")
+    if args.arm64_dlami and args.block != "none":
+        fail("--arm64-dlami: only with --block none (config cannot set a fleet's AMI; a queue's image is x86_64)")
+    workload = workload_from_args(args)
+    environments = known_environments()
+    if args.env not in environments:
+        fail(f"--env {args.env}: no such environment in config/environments.toml (known: {', '.join(environments)})")
+    env = environments[args.env]
+    measured = measured_from(args.measured) if args.measured else []
     assumptions = CostAssumptions(startup_minutes=args.startup_minutes, dataset_source=args.dataset_source,
+                                  s3_copy_mibps=args.s3_mibps or 400,
                                   checkpoint_interval_minutes=args.checkpoint_minutes,
-                                  spot_interruptions_per_instance_hour=args.interruptions_per_hour)
-    from stacks import config as platform_config
-    environments = platform_config.load().environments
-    region = environments[args.env].region if args.env in environments else "us-east-1"
+                                  spot_interruptions_per_instance_hour=args.interruptions_per_hour,
+                                  spot_wait_minutes=args.spot_wait_minutes, value_of_hour=args.value_of_hour or 0.0)
     advice = advise(workload, assumptions=assumptions, measured=measured, max_instances=args.max_instances,
-                    region=region)
+                    region=env.region, target=args.block, minimize=args.minimize, accelerator=args.accelerator,
+                    arm64_dlami=args.arm64_dlami)
     if args.json:
         print(json.dumps(advice.to_json(), indent=1))
     else:
         if args.measured:
             print(f"{len(measured)} measured benchmark records from {args.measured}")
-        print(format_advice(advice, args.env, args.block, args.all, region=region))
+        print(format_advice(advice, env, args.all))
     return 0
 
 

@@ -1,6 +1,7 @@
 """Lifecycle cost of an environment over months: storage by tier, training jobs, inference, monitoring, network.
 
-  ./platform tco ENV [--months 12] [--workload PRESET | --job-usd X] [--jobs-per-month 20] [--models N]
+  ./platform tco ENV [--months 12] [--workload PRESET|custom [advise's workload flags] | --job-usd X]
+                    [--jobs-per-month 20] [--models N]
   python -m ops.tco ASSEMBLY_DIR ENV [same options]
 
 Extends ./platform cost (ops/cost_estimate.py, whose functions it reuses) from "this month at an assumed
@@ -9,8 +10,10 @@ utilization" to the lifecycle:
 - storage by tier, month by month: the dataset bucket starts with --storage-gb and grows by --ingest-gb-month;
   each month's data ages through the bucket's own lifecycle rules (read from the template), so data moves to
   colder classes and expires as it would; endpoint capture buckets as in the cost estimate;
-- training: jobs per month x cost per job, the job priced by the advisor (the recommended shape for
-  --workload) or given (--job-usd); this replaces the cost estimate's fleet-utilization line;
+- training: jobs per month x cost per job, the job priced by the advisor (its recommendation for the
+  environment's queue: --workload takes a preset or `custom` with the same flags as ./platform advise) or given
+  (--job-usd); this replaces the cost estimate's fleet-utilization line. When the jobs need more instances at
+  once than the queue's max vCPUs allow, it says so;
 - inference: the endpoints in the template, always on;
 - monitoring: scheduled functions (drift checks, the budget guard's spend check) from their schedules and
   memory, custom metrics, log ingestion and storage, alarms and dashboards;
@@ -23,15 +26,25 @@ Prices: the shared table (runtime/prices.json) plus the CloudWatch and Lambda ra
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from ml_platform_constructs.advisor import PRESETS, advise
+from ml_platform_constructs.advisor import PRESETS, Option, advise
+from ml_platform_constructs.gpu_catalog import ACCELERATOR_CATALOG
 from ml_platform_constructs.runtime.budget_guard import load_prices
-from ops.cost_estimate import HOURS_PER_MONTH, PREFIX_SHARES, Assumptions, environments, estimate_environment
+from ops.advise import add_workload_arguments, fail, workload_from_args
+from ops.cost_estimate import (
+    HOURS_PER_MONTH,
+    PREFIX_SHARES,
+    Assumptions,
+    environments,
+    estimate_environment,
+    queue_estimate,
+)
 
 DAYS_PER_MONTH = 365 / 12
 # us-east-1, first tier (https://aws.amazon.com/cloudwatch/pricing/, https://aws.amazon.com/lambda/pricing/):
@@ -197,8 +210,37 @@ def format_tco(name: str, region: str, months: list[MonthCost], models: int) -> 
     return "\n".join(out)
 
 
+def queue_capacity(templates: list[dict], best: Option, jobs_per_month: float, job_hours: float,
+                   prices: dict) -> Optional[str]:
+    """A line when the month's jobs need more instances at once than the environment's queues allow, or None.
+    Jobs spread evenly over the month run jobs x hours / 730 at once on average; each takes its shape's vCPUs."""
+    multi = best.instances > 1
+    queues = [queue_estimate(logical_id, resource, prices) for t in templates
+              for logical_id, resource in t.get("Resources", {}).items()
+              if resource["Type"] == "AWS::Batch::ComputeEnvironment"]
+    matching = [q for q in queues if (q.kind == "multi-node On-Demand") == multi]
+    shape = f"{best.instance_type} x{best.instances}"
+    kind = "multi-node" if multi else "single-instance"
+    if not matching:
+        return f"capacity: the environment has no {kind} queue for {shape}: the jobs have nowhere to run"
+    max_vcpus = sum(q.max_vcpus for q in matching)
+    per_job = ACCELERATOR_CATALOG[best.instance_type].vcpus * best.instances
+    allowed = max_vcpus // per_job
+    needed = jobs_per_month * job_hours / HOURS_PER_MONTH
+    names = ", ".join(f"{q.name} ({q.kind}, {q.max_vcpus} vCPUs)" for q in matching)
+    if allowed < 1:
+        return (f"capacity: one job on {shape} needs {per_job} vCPUs, more than the {kind} queues allow ({names}): "
+                "raise max_vcpus or pick a smaller shape")
+    if needed > allowed:
+        return (f"capacity: {jobs_per_month:g} jobs a month of {job_hours:,.1f} h on {shape} run {needed:,.1f} at "
+                f"once on average, and the {kind} queues ({names}) allow {allowed} at {per_job} vCPUs each: "
+                "jobs will wait and the month's work does not fit; raise max_vcpus or run fewer jobs")
+    return None
+
+
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="./platform tco", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("assembly", type=Path)
     parser.add_argument("env")
     parser.add_argument("--months", type=int, default=12)
@@ -207,31 +249,41 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--capture-gb", type=float, default=50)
     parser.add_argument("--jobs-per-month", type=float, default=20)
     job = parser.add_mutually_exclusive_group()
-    job.add_argument("--workload", choices=list(PRESETS), default="resnet50-imagenet")
+    job.add_argument("--workload", choices=[*PRESETS, "custom"], default="resnet50-imagenet")
     job.add_argument("--job-usd", type=float)
     parser.add_argument("--job-hours", type=float, help="with --job-usd: hours per job (for its metrics)")
     parser.add_argument("--models", type=int)
     parser.add_argument("--log-gb-month", type=float, default=5)
     parser.add_argument("--custom-metrics", type=int, default=50)
+    add_workload_arguments(parser, positional=False)
     args = parser.parse_args(argv)
     if not 1 <= args.months <= 120:
-        parser.error(f"--months={args.months}: 1 to 120")
+        fail(f"--months={args.months}: 1 to 120")
     for flag in ("storage_gb", "ingest_gb_month", "capture_gb", "jobs_per_month", "log_gb_month"):
-        if getattr(args, flag) < 0:
-            parser.error(f"--{flag.replace('_', '-')}={getattr(args, flag)}: 0 or more")
+        value = getattr(args, flag)
+        if not math.isfinite(value) or value < 0:
+            fail(f"--{flag.replace('_', '-')}={value}: a finite number, 0 or more")
+    if args.job_usd is not None and (not math.isfinite(args.job_usd) or args.job_usd < 0):
+        fail(f"--job-usd={args.job_usd}: a finite number, 0 or more")
+    if args.models is not None and args.models < 1:
+        fail(f"--models={args.models}: 1 or more")
     found = [e for e in environments(args.assembly) if e[0] == args.env]
     if not found:
-        raise SystemExit(f"{args.env} is not in {args.assembly}: synthesize it first (./platform synth {args.env})")
+        fail(f"{args.env} is not in {args.assembly}: synthesize it first (./platform synth {args.env})")
     name, region, templates = found[0]
     prices = load_prices(region)
+    capacity = None
     if args.job_usd is not None:
         job_usd, job_hours, label = args.job_usd, args.job_hours or 0.0, "given"
     else:
-        best = advise(PRESETS[args.workload], prices=prices, region=region).recommended
+        workload = workload_from_args(args)
+        best = advise(workload, prices=prices, region=region, target="queue").recommended
         job_usd = best.usd if best else 0.0
-        job_hours = (best.hours_spot if best and best.lifecycle == "spot" else best.hours) if best else 0.0
-        label = (f"{args.workload} on {best.instance_type} x{best.instances}, {best.lifecycle}, per ./platform advise"
-                 if best else f"{args.workload}: nothing eligible")
+        job_hours = best.expected_hours if best else 0.0
+        label = (f"{workload.name} on {best.instance_type} x{best.instances}, {best.lifecycle}, per ./platform advise "
+                 "--block queue" if best else f"{workload.name}: nothing eligible")
+        if best:
+            capacity = queue_capacity(templates, best, args.jobs_per_month, job_hours, prices)
     endpoints = sum(1 for t in templates for r in t.get("Resources", {}).values()
                     if r["Type"] == "AWS::SageMaker::Endpoint")
     inputs = TcoInputs(months=args.months, storage_gb=args.storage_gb, ingest_gb_month=args.ingest_gb_month,
@@ -240,6 +292,8 @@ def main(argv: list[str]) -> int:
                        custom_metrics=args.custom_metrics)
     models = args.models or max(1, endpoints)
     print("Lifecycle cost (TCO). Assumptions:\n" + "\n".join(f"  - {line}" for line in inputs.lines(prices)))
+    if capacity:
+        print(f"  ! {capacity}")
     print(format_tco(name, region, tco(templates, name, region, inputs, prices), models))
     return 0
 

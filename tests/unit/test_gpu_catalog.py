@@ -1,13 +1,27 @@
-"""The GPU catalog: the families the platform supports and the facts validation relies on."""
+"""The GPU catalog: the families the platform supports and the facts validation and the advisor rely on."""
 
 import pytest
 
 from ml_platform_constructs import GPU_CATALOG
-from ml_platform_constructs.gpu_catalog import dlami_parameter, on_demand_quota, spot_quota
+from ml_platform_constructs.gpu_catalog import (
+    ACCELERATOR_CATALOG,
+    EFA_INSTANCE_TYPES,
+    GPU_SPECS,
+    NEURON_CATALOG,
+    boot_seconds,
+    dlami_parameter,
+    lookup,
+    on_demand_quota,
+    spot_quota,
+)
+from ml_platform_constructs.runtime.budget_guard import load_prices, load_table
+from stacks import config as platform_config
 
 
 def test_every_required_family_is_in_the_catalog():
-    assert {"g4dn", "g5", "g6", "g6e", "p3", "p4d", "p5"} <= {entry.family for entry in GPU_CATALOG.values()}
+    assert {"g4dn", "g5", "g6", "g6e", "p3", "p4d", "p4de", "p5", "p5en"} <= {e.family for e in GPU_CATALOG.values()}
+    assert {"trn1", "trn2"} == {e.family for e in NEURON_CATALOG.values()}
+    assert ACCELERATOR_CATALOG == {**GPU_CATALOG, **NEURON_CATALOG}
 
 
 @pytest.mark.parametrize("name,gpu,count,memory,arch", [
@@ -16,12 +30,40 @@ def test_every_required_family_is_in_the_catalog():
     ("g6.xlarge", "NVIDIA L4", 1, 24, "x86_64"),
     ("g6e.xlarge", "NVIDIA L40S", 1, 48, "x86_64"),
     ("p4d.24xlarge", "NVIDIA A100", 8, 40, "x86_64"),
+    ("p4de.24xlarge", "NVIDIA A100 80GB", 8, 80, "x86_64"),
+    ("p5.4xlarge", "NVIDIA H100", 1, 80, "x86_64"),
     ("p5.48xlarge", "NVIDIA H100", 8, 80, "x86_64"),
+    ("p5en.48xlarge", "NVIDIA H200", 8, 141, "x86_64"),
     ("g5g.xlarge", "NVIDIA T4G", 1, 16, "arm64"),
 ])
 def test_gpu_facts(name, gpu, count, memory, arch):
     entry = GPU_CATALOG[name]
     assert (entry.gpu_model, entry.gpu_count, entry.gpu_memory_gib, entry.architecture) == (gpu, count, memory, arch)
+
+
+def test_memory_is_what_the_driver_reports_not_the_nominal_figure():
+    # nvidia-smi totals: a "16 GB" T4 reports 15,360 MiB, a "24 GB" A10G 23,028 and an L4 23,034
+    assert GPU_CATALOG["g4dn.xlarge"].gpu_memory_mib == 15360 < 16 * 1024
+    assert GPU_CATALOG["g5.xlarge"].gpu_memory_mib == 23028 and GPU_CATALOG["g6.xlarge"].gpu_memory_mib == 23034
+    assert GPU_CATALOG["p5.48xlarge"].gpu_memory_mib == 81559
+    for entry in ACCELERATOR_CATALOG.values():
+        assert 0 < entry.gpu_memory_mib <= entry.gpu_memory_gib * 1024 * 1.03, entry.name
+
+
+def test_trainium_is_neuron_and_not_a_type_fleets_or_queues_accept():
+    for name, entry in NEURON_CATALOG.items():
+        assert entry.accelerator == "neuron" and not entry.dlami and lookup(name) is None
+        assert GPU_SPECS[entry.gpu_model].compute_capability is None
+    assert all(entry.accelerator == "cuda" for entry in GPU_CATALOG.values())
+    # stacks/config.py refuses a Trainium type with its catalog message
+    raw = {"project": "ml-platform", "environments": {"dev": {
+        "account": "111111111111", "region": "us-east-1", "availability_zones": ["us-east-1a"], "cost_center": "x",
+        "alert_emails": ["a@example.com"], "network": {"mode": "create", "cidr": "10.10.0.0/16", "nat_gateways": 0,
+                                                       "interface_endpoints": []},
+        "datasets": {"noncurrent_version_days": 7, "access_logs_retention_days": 90},
+        "fleets": [{"name": "t", "instance_types": ["trn1.2xlarge"], "max_capacity": 1}]}}}
+    with pytest.raises(platform_config.ConfigError, match="trn1.2xlarge"):
+        platform_config.parse(raw)
 
 
 def test_current_dlami_does_not_cover_p3():
@@ -34,7 +76,9 @@ def test_dlami_parameter_per_architecture():
     assert dlami_parameter("arm64").startswith("/aws/service/deeplearning/ami/arm64/")
 
 
-@pytest.mark.parametrize("name,code", [("g5.xlarge", "L-3819A6DF"), ("p4d.24xlarge", "L-7212CCBC"), ("p5.48xlarge", "L-C4BD4855")])
+@pytest.mark.parametrize("name,code", [("g5.xlarge", "L-3819A6DF"), ("p4d.24xlarge", "L-7212CCBC"),
+                                       ("p4de.24xlarge", "L-7212CCBC"), ("p5.48xlarge", "L-C4BD4855"),
+                                       ("p5.4xlarge", "L-C4BD4855"), ("p5en.48xlarge", "L-C4BD4855")])
 def test_spot_quota_per_family(name, code):
     assert spot_quota(GPU_CATALOG[name])[0] == code
 
@@ -45,16 +89,36 @@ def test_on_demand_quota_per_family():
 
 
 def test_efa_types_are_catalog_types_and_single_gpu_small_sizes_have_none():
-    from ml_platform_constructs.gpu_catalog import EFA_INSTANCE_TYPES, GPU_CATALOG
-    assert EFA_INSTANCE_TYPES <= set(GPU_CATALOG)
-    assert GPU_CATALOG["p4d.24xlarge"].efa and GPU_CATALOG["g6e.12xlarge"].efa
+    assert EFA_INSTANCE_TYPES <= set(ACCELERATOR_CATALOG)
+    assert GPU_CATALOG["p4d.24xlarge"].efa and GPU_CATALOG["g6e.12xlarge"].efa and GPU_CATALOG["p5en.48xlarge"].efa
     assert not GPU_CATALOG["g5.xlarge"].efa and not GPU_CATALOG["g5g.16xlarge"].efa
+    assert not GPU_CATALOG["p5.4xlarge"].efa  # a single-GPU type is never a multi-node shape here
 
 
 def test_every_catalog_gpu_has_specs_with_a_source():
-    from ml_platform_constructs.gpu_catalog import GPU_SPECS
-    assert {entry.gpu_model for entry in GPU_CATALOG.values()} <= set(GPU_SPECS)
+    assert {entry.gpu_model for entry in ACCELERATOR_CATALOG.values()} <= set(GPU_SPECS)
     for spec in GPU_SPECS.values():
         assert spec.source and 0 < spec.dense_tensor_tflops < 2000 and 0 < spec.memory_bandwidth_gbps < 5000
     # dense, not the sparse figure vendors quote first
     assert GPU_SPECS["NVIDIA H100"].dense_tensor_tflops == 989 and GPU_SPECS["NVIDIA L4"].dense_tensor_tflops == 121
+
+
+def test_boot_time_by_kind_from_the_seed():
+    assert boot_seconds(GPU_CATALOG["g4dn.xlarge"]) == 47
+    assert boot_seconds(GPU_CATALOG["p3.2xlarge"]) == 130 == boot_seconds(GPU_CATALOG["p5.4xlarge"])
+    assert boot_seconds(GPU_CATALOG["p4d.24xlarge"]) == 210 == boot_seconds(NEURON_CATALOG["trn1.32xlarge"])
+
+
+def test_every_catalog_type_has_a_price_in_every_configured_region():
+    """The budget guard prices whatever runs from this table, the advisor every shape: no type may lack a price."""
+    table = load_table()
+    regions = {env.region for env in platform_config.load().environments.values()}
+    for region in regions:
+        assert region in table["regions"], region
+        prices = load_prices(region)
+        assert set(ACCELERATOR_CATALOG) <= set(prices["on_demand_hourly"]), region
+        assert {e.family for e in ACCELERATOR_CATALOG.values()} <= set(prices["spot_discount"]), region
+        for name, entry in prices["spot_by_type"].items():
+            assert name in ACCELERATOR_CATALOG and 0 <= entry["savings"] < 1 and entry["band"] in range(5)
+        assert set(prices["not_offered"]) <= set(ACCELERATOR_CATALOG)
+        assert prices["spot_by_type_source"] and prices["new_types_note"]
