@@ -215,10 +215,12 @@ def queue_capacity(templates: list[dict], best: Option, jobs_per_month: float, j
     """A line when the month's jobs need more instances at once than the environment's queues allow, or None.
     Jobs spread evenly over the month run jobs x hours / 730 at once on average; each takes its shape's vCPUs."""
     multi = best.instances > 1
-    queues = [queue_estimate(logical_id, resource, prices) for t in templates
-              for logical_id, resource in t.get("Resources", {}).items()
-              if resource["Type"] == "AWS::Batch::ComputeEnvironment"]
-    matching = [q for q in queues if (q.kind == "multi-node On-Demand") == multi]
+    environments_ = [(queue_estimate(logical_id, resource, prices), resource["Properties"]["ComputeResources"])
+                     for t in templates for logical_id, resource in t.get("Resources", {}).items()
+                     if resource["Type"] == "AWS::Batch::ComputeEnvironment"]
+    matching = [q for q, _ in environments_ if (q.kind == "multi-node On-Demand") == multi]
+    types = {t for q, resources in environments_ if (q.kind == "multi-node On-Demand") == multi
+             for t in resources["InstanceTypes"]}
     shape = f"{best.instance_type} x{best.instances}"
     kind = "multi-node" if multi else "single-instance"
     if not matching:
@@ -231,6 +233,9 @@ def queue_capacity(templates: list[dict], best: Option, jobs_per_month: float, j
     if allowed < 1:
         return (f"capacity: one job on {shape} needs {per_job} vCPUs, more than the {kind} queues allow ({names}): "
                 "raise max_vcpus or pick a smaller shape")
+    if best.instance_type not in types:
+        return (f"capacity: the {kind} queues ({names}) do not list {best.instance_type}: add the types of "
+                f"./platform advise --block queue, or price the job on the queue's own types with --job-usd")
     if needed > allowed:
         return (f"capacity: {jobs_per_month:g} jobs a month of {job_hours:,.1f} h on {shape} run {needed:,.1f} at "
                 f"once on average, and the {kind} queues ({names}) allow {allowed} at {per_job} vCPUs each: "

@@ -416,8 +416,11 @@ def published_rows(workload: Workload):
 
 def _pick(rows: list[_Anchor], gpu_count: int) -> _Anchor:
     """The row closest to the shape: the most GPUs not above the instance's, else the fewest (measured: latest)."""
-    fitting = [r for r in rows if r.gpus <= gpu_count]
-    return max(fitting, key=lambda r: r.gpus) if fitting else min(rows, key=lambda r: r.gpus)
+    ranked = list(enumerate(rows))  # in measured order: a later measurement wins a tie
+    fitting = [(i, r) for i, r in ranked if r.gpus <= gpu_count]
+    if fitting:
+        return max(fitting, key=lambda item: (item[1].gpus, item[0]))[1]
+    return min(ranked, key=lambda item: (item[1].gpus, -item[0]))[1]
 
 
 def _scaling(per_instance_gpus: int, instances: int, reference_gpus: int) -> float:

@@ -1,29 +1,39 @@
-"""The GPU advisor: memory fit, throughput sources, cost per job and the decision tree, on hand-checked numbers."""
+"""The GPU advisor: memory as CUDA sees it, throughput sources and calibration, Spot per type, what runs, the choice,
+and the config blocks, on hand-checked numbers."""
 
 import json
+import math
 import tomllib
+from dataclasses import replace
 
 import pytest
 
 from ml_platform_constructs import GPU_CATALOG
+from ml_platform_constructs import throughput as throughput_module
 from ml_platform_constructs.advisor import (
+    INTERRUPTION_BANDS,
     PRESETS,
+    QLORA_FROZEN_BYTES_PER_PARAMETER,
+    RUNTIME_RESERVE_MIB,
     USABLE_MEMORY_FRACTION,
     CostAssumptions,
     MeasuredThroughput,
+    Workload,
     advise,
     fleet_block,
+    interruption_rate,
     lora_parameters,
     memory_fit,
     queue_block,
     shape_throughput,
+    spot_terms,
+    usable_gib,
     with_overrides,
 )
-from ml_platform_constructs.gpu_catalog import GPU_SPECS, GpuInstanceType
-from ml_platform_constructs.runtime.budget_guard import load_prices
 from ml_platform_constructs.gpu_alarms import MAX_GPU_MEMORY_RATIO, MIN_INSTANCE_TYPES
-from ml_platform_constructs.throughput import PUBLISHED
-from ops import advise as advise_command
+from ml_platform_constructs.gpu_catalog import ACCELERATOR_CATALOG, GPU_SPECS, NEURON_CATALOG, GpuInstanceType
+from ml_platform_constructs.runtime.budget_guard import load_prices
+from ml_platform_constructs.throughput import PUBLISHED, RELATIVE_SPEED, PublishedThroughput
 from stacks import config as platform_config
 
 GIB = 2 ** 30
@@ -37,6 +47,14 @@ def advice():
 
 def option(result, instance_type, instances=1):
     return next(o for o in result.options if o.instance_type == instance_type and o.instances == instances)
+
+
+def tiny_model(**overrides):
+    """A small image model on 1M images: every GPU fits it, throughput estimated from the reference GPU."""
+    return replace(Workload(name="tiny", description="tiny", parameters=1e6, trainable_parameters=1e6, optimizer="sgd",
+                            sample_unit="images", samples=1e6, flops_per_sample=3e8, activation_gib_per_item=0.01,
+                            global_batch_items=256, dataset_gib=1, cpu_samples_per_vcpu=100,
+                            workload_class="convnet"), **overrides)
 
 
 # --- memory -------------------------------------------------------------------------------------------------
@@ -56,31 +74,76 @@ def test_lora_state_is_frozen_weights_in_16_bit_plus_adapters_with_adam():
     assert state == pytest.approx(13.0755, abs=1e-3)
 
 
+def test_qlora_keeps_the_base_in_4_bit_normal_float_with_double_quantization():
+    qlora = with_overrides(PRESETS["llm-70b-lora"], qlora=True)
+    frozen = 70.6e9 - qlora.trainable_parameters
+    assert QLORA_FROZEN_BYTES_PER_PARAMETER == pytest.approx(4.127 / 8)
+    assert qlora.state_gib() == pytest.approx((qlora.trainable_parameters * 16 + frozen * 4.127 / 8) / GIB)
+    assert qlora.state_gib() < PRESETS["llm-70b-lora"].state_gib() / 3.5
+    # 70B in 4 bits (about 38 GiB) fits one H100, which the 16-bit base (about 134 GiB) never does
+    assert memory_fit(qlora, GPU_CATALOG["p5.4xlarge"], 1)[0]
+    assert not memory_fit(PRESETS["llm-70b-lora"], GPU_CATALOG["p5.4xlarge"], 1)[0]
+
+
+def test_usable_memory_is_the_drivers_total_less_the_runtime_reserve():
+    # T4: nvidia-smi 15,360 MiB, less 1,024 MiB for CUDA, 95% of the rest = 13.30 GiB (not "16 GiB")
+    assert usable_gib(GPU_CATALOG["g4dn.xlarge"]) == pytest.approx((15360 - 1024) * 0.95 / 1024)
+    assert usable_gib(GPU_CATALOG["g4dn.xlarge"]) == pytest.approx(13.30, abs=0.01)
+    assert usable_gib(GPU_CATALOG["g5.xlarge"]) == pytest.approx(20.41, abs=0.01)
+    assert (RUNTIME_RESERVE_MIB, USABLE_MEMORY_FRACTION) == (1024, 0.95)
+
+
+def test_full_7b_does_not_fit_eight_t4s(advice):
+    # sharded over 8 T4s: 100.43/8 GiB state + 2 layers' gathered weights + activations + logits > 13.3 GiB usable
+    o = option(advice["llm-7b-full"], "g4dn.metal")
+    assert not o.fits and o.rule == "memory" and "13.3 GiB usable of 15,360 MiB" in o.excluded
+    w = PRESETS["llm-7b-full"]
+    assert o.memory_per_gpu_gib == pytest.approx(w.state_gib() / 8 + w.gathered_gib() + w.item_gib())
+
+
+def test_logits_of_a_large_vocabulary_count_per_sequence():
+    w = PRESETS["llm-70b-lora"]
+    assert w.logits_gib_per_item() == pytest.approx(4096 * 128_256 * 8 / GIB)  # 3.91 GiB, as much as a layer stack
+    assert w.item_gib() == pytest.approx(w.activation_gib_per_item + 4096 * 128_256 * 8 / GIB)
+    assert PRESETS["resnet50-imagenet"].logits_gib_per_item() == 0
+
+
 def test_a_model_that_fits_one_gpu_is_not_sharded():
     fits, sharding, per_gpu, _ = memory_fit(PRESETS["llm-7b-lora"], GPU_CATALOG["g6e.xlarge"], 1)
     assert fits and sharding is None
-    assert per_gpu == pytest.approx(PRESETS["llm-7b-lora"].state_gib() + PRESETS["llm-7b-lora"].activation_gib_per_item)
+    assert per_gpu == pytest.approx(PRESETS["llm-7b-lora"].state_gib() + PRESETS["llm-7b-lora"].item_gib())
 
 
 def test_state_too_big_for_one_gpu_is_sharded_over_every_gpu_of_the_shape():
     workload = PRESETS["llm-7b-full"]
     fits, sharding, per_gpu, _ = memory_fit(workload, GPU_CATALOG["p4d.24xlarge"], 1)
     assert fits and sharding == "ZeRO-3/FSDP over 8 GPUs"
-    assert per_gpu == pytest.approx(100.43 / 8 + workload.activation_gib_per_item, abs=0.01)
+    gathered = 2 * 6.74e9 / 32 * 2 / GIB  # two layers' BF16 weights gathered on each GPU
+    assert per_gpu == pytest.approx(100.43 / 8 + gathered + workload.item_gib(), abs=0.01)
+
+
+def test_sharding_decision_counts_activation_memory():
+    """The state alone fits one GPU; state plus one micro-batch item does not, so the shape must shard. Deciding
+    on the state alone would leave it unsharded and out of memory."""
+    a100 = GPU_CATALOG["p4d.24xlarge"]
+    usable = usable_gib(a100)
+    workload = replace(PRESETS["llm-7b-full"], trainable_parameters=(usable - 1) * GIB / 16,
+                       parameters=(usable - 1) * GIB / 16, activation_gib_per_item=3.0, vocab=None)
+    assert workload.state_gib() < usable < workload.state_gib() + workload.item_gib()
+    fits, sharding, per_gpu, micro_batch = memory_fit(workload, a100, 1)
+    assert fits and sharding == "ZeRO-3/FSDP over 8 GPUs" and per_gpu < usable and micro_batch >= 1
 
 
 def test_single_gpu_shape_cannot_shard():
-    fits, sharding, _, micro_batch = memory_fit(PRESETS["llm-7b-full"], GPU_CATALOG["p5.48xlarge"].__class__(
-        "x.1", "NVIDIA H100", 1, 80, 8, 64, 0, "x86_64", True), 1)
+    fits, sharding, _, micro_batch = memory_fit(PRESETS["llm-7b-full"], GPU_CATALOG["p5.4xlarge"], 1)
     assert not fits and sharding is None and micro_batch == 0
 
 
 def test_micro_batch_is_what_fits_up_to_the_global_batch_share():
-    # BERT-large on one 24 GiB GPU: (21.6 - 5.07) / 0.5625 GiB per sequence = 29 sequences
     workload = PRESETS["bert-large-finetune"]
     fits, _, _, micro_batch = memory_fit(workload, GPU_CATALOG["g5.xlarge"], 1)
-    usable = 24 * USABLE_MEMORY_FRACTION
-    assert fits and micro_batch == int((usable - workload.state_gib()) // workload.activation_gib_per_item) == 29
+    usable = (23028 - 1024) * 0.95 / 1024
+    assert fits and micro_batch == int((usable - workload.state_gib()) // workload.item_gib()) == 27
 
 
 @pytest.mark.parametrize("name", list(PRESETS))
@@ -89,11 +152,11 @@ def test_a_model_that_fits_no_single_gpu_is_never_recommended_on_one(name):
     for deadline in (None, 200, 24, 8):
         result = advise(with_overrides(workload, deadline_hours=deadline), prices=PRICES)
         for o in result.options:
-            one_gpu = GPU_CATALOG[o.instance_type].gpu_memory_gib * USABLE_MEMORY_FRACTION
-            if workload.state_gib() + workload.activation_gib_per_item > one_gpu and o.gpus == 1:
-                assert not o.fits and o.excluded and o.rule in ("software", "memory")
+            one_gpu = usable_gib(ACCELERATOR_CATALOG[o.instance_type])
+            if workload.state_gib() + workload.item_gib() > one_gpu and o.gpus == 1:
+                assert not o.fits and o.excluded and o.rule in ("runs", "memory")
         best = result.recommended
-        if best is not None and workload.state_gib() + workload.activation_gib_per_item > best.gpu_memory_gib * 0.9:
+        if best is not None and workload.state_gib() + workload.item_gib() > best.usable_memory_gib:
             assert best.gpus > 1 and best.sharding
 
 
@@ -113,73 +176,166 @@ def test_every_published_number_has_a_source_and_a_catalog_gpu():
         assert spec.source and spec.dense_tensor_tflops > 0 and spec.memory_bandwidth_gbps > 0
 
 
+def test_converted_llm_rows_follow_their_rule_at_the_presets_flops():
+    """NeMo publishes tokens/s of its own runs (no recomputation); a preset's number is the same FLOP rate at the
+    preset's FLOPs per token, so a change to a preset's FLOPs or to the rule shows here."""
+    by_workload = {row.workload: row for row in PUBLISHED if row.rule}
+    assert by_workload["llm-7b-lora"].samples_per_second_per_gpu == pytest.approx(
+        12472.87 * 4 * 8.03e9 / PRESETS["llm-7b-lora"].flops_per_sample)
+    assert by_workload["llm-70b-lora"].samples_per_second_per_gpu == pytest.approx(
+        1091.85 * 4 * 70.6e9 / PRESETS["llm-70b-lora"].flops_per_sample)
+    assert by_workload["llm-7b-full"].samples_per_second_per_gpu == pytest.approx(
+        866.77 * 6 * 70.6e9 / PRESETS["llm-7b-full"].flops_per_sample)
+
+
+def test_every_gpu_has_a_sustained_speed_with_a_source():
+    assert {e.gpu_model for e in ACCELERATOR_CATALOG.values()} <= set(RELATIVE_SPEED)
+    for row in RELATIVE_SPEED.values():
+        assert row.source and 0 < row.convnet < 3 and 0 < row.transformer < 3
+    assert RELATIVE_SPEED["NVIDIA A100 80GB"].convnet == RELATIVE_SPEED["NVIDIA A100 80GB"].transformer == 1
+
+
+def test_sustained_speeds_order_the_inference_gpus_as_measured_not_as_peak_tflops():
+    speed = {model: (row.convnet, row.transformer) for model, row in RELATIVE_SPEED.items()}
+    for cls in (0, 1):
+        # an A10G has 1.9x the T4's bandwidth and 4x its power: about 2-3x its training speed, not 1.09x
+        assert 2.0 < speed["NVIDIA A10G"][cls] / speed["NVIDIA T4"][cls] < 3.5
+        # an L4 is faster than a T4 (about twice the tensor TFLOPS at the same bandwidth), never slower
+        assert speed["NVIDIA L4"][cls] / speed["NVIDIA T4"][cls] > 1.15
+        assert speed["NVIDIA L40S"][cls] > speed["NVIDIA A10G"][cls] > speed["NVIDIA L4"][cls]
+        assert speed["NVIDIA H200"][cls] > speed["NVIDIA H100"][cls] > speed["NVIDIA A100 80GB"][cls]
+
+
+@pytest.mark.parametrize("source_gpu", ["NVIDIA T4", "NVIDIA V100", "NVIDIA A100 80GB", "NVIDIA L40S"])
+def test_estimated_h100_to_a100_ratio_is_the_same_whatever_gpu_the_number_came_from(monkeypatch, source_gpu):
+    workload = tiny_model(name="calibration")
+    monkeypatch.setattr(throughput_module, "PUBLISHED", (
+        PublishedThroughput(source_gpu, "calibration", 1, 1000.0, "test", "NVIDIA test"),))
+    h100, _, h100_note = shape_throughput(workload, GPU_CATALOG["p5.4xlarge"], 1)
+    a100, _, _ = shape_throughput(workload, GPU_CATALOG["p4de.24xlarge"], 1)
+    per_a100 = a100 / 8 / 0.9  # p4de: 8 GPUs against a 1-GPU number, x0.9 intra-node scaling
+    assert h100 / per_a100 == pytest.approx(RELATIVE_SPEED["NVIDIA H100"].convnet
+                                            / RELATIVE_SPEED["NVIDIA A100 80GB"].convnet)
+    assert source_gpu in h100_note
+
+
 def test_published_eight_gpu_number_is_used_as_published():
-    rate, source, _ = shape_throughput(PRESETS["bert-large-finetune"], GPU_CATALOG["p4d.24xlarge"], 1)
+    rate, source, _ = shape_throughput(PRESETS["bert-large-finetune"], GPU_CATALOG["p4de.24xlarge"], 1)
     assert source == "published" and rate == pytest.approx(846.7)
 
 
 def test_published_single_gpu_number_scaled_to_more_gpus_per_instance():
-    four_a100 = GpuInstanceType("x.4", "NVIDIA A100", 4, 40, 48, 384, 0, "x86_64", True)
+    four_a100 = GpuInstanceType("x.4", "NVIDIA A100 80GB", 4, 80, 48, 384, 0, "x86_64", True)
     rate, source, _ = shape_throughput(PRESETS["bert-large-finetune"], four_a100, 1)
     assert source == "published" and rate == pytest.approx(110.5 * 4 * 0.9)
 
 
 def test_multi_node_scaling():
-    rate, _, _ = shape_throughput(PRESETS["bert-large-finetune"], GPU_CATALOG["p4d.24xlarge"], 2)
+    rate, _, _ = shape_throughput(PRESETS["bert-large-finetune"], GPU_CATALOG["p4de.24xlarge"], 2)
     assert rate == pytest.approx(846.7 / 8 * 16 * 0.85)
 
 
-def test_estimate_from_tflops_and_bandwidth_calibrated_on_the_published_a100():
-    # utilization the A100 reached: 2470 img/s x 24.6 GFLOPs / 312 TFLOPS = 19.475%
-    # L4 bandwidth per TFLOP against the A100's: (300/121) / (1555/312) = 0.49746
-    # 121 TFLOPS x 0.19475 x 0.49746 / 24.6 GFLOPs = 476.5 img/s
+def test_estimate_scales_the_nearest_gpus_number_by_sustained_speed():
+    # L4's convnet speed (0.226) is nearest the V100's (0.527) among the GPUs with a ResNet-50 number (V100, A100
+    # 80GB): 1,200 img/s x 0.226/0.527
     rate, source, note = shape_throughput(PRESETS["resnet50-imagenet"], GPU_CATALOG["g6.xlarge"], 1)
-    assert source == "estimated" and "19.5% utilization (calibrated on NVIDIA A100)" in note
-    assert rate == pytest.approx(121e12 * (2470 * 24.6e9 / 312e12) * ((300 / 121) / (1555 / 312)) / 24.6e9)
-    assert rate == pytest.approx(476.5, abs=0.1)
+    l4, v100 = RELATIVE_SPEED["NVIDIA L4"].convnet, RELATIVE_SPEED["NVIDIA V100"].convnet
+    assert source == "estimated" and rate == pytest.approx(1200 * l4 / v100) and "on the NVIDIA V100" in note
+    rate, _, note = shape_throughput(PRESETS["resnet50-imagenet"], GPU_CATALOG["p5.4xlarge"], 1)
+    h100, a100 = RELATIVE_SPEED["NVIDIA H100"].convnet, RELATIVE_SPEED["NVIDIA A100 80GB"].convnet
+    assert rate == pytest.approx(2470 * h100 / a100) and "on the NVIDIA A100 80GB" in note
 
 
-def test_estimate_without_published_number_uses_the_default_utilization():
-    # llm-7b-lora: 6 x 6.74e9 FLOPs a token; A100 at 35%: 312e12 x 0.35 / 40.44e9 = 2700.3 tokens/s per GPU
-    rate, source, _ = shape_throughput(PRESETS["llm-7b-lora"], GpuInstanceType(
-        "x.1", "NVIDIA A100", 1, 40, 12, 96, 0, "x86_64", True), 1)
-    assert source == "estimated" and rate == pytest.approx(312e12 * 0.35 / (6 * 6.74e9))
+def test_estimate_without_any_number_uses_the_reference_gpu_at_the_default_utilization():
+    workload = tiny_model()
+    rate, source, note = shape_throughput(workload, GPU_CATALOG["p4de.24xlarge"], 1)
+    assert source == "estimated" and rate == pytest.approx(312e12 * 0.35 / 3e8 * 8 * 0.9) and "35%" in note
 
 
-def test_measured_beats_published_and_estimated():
+def test_measured_beats_published_and_estimated_and_anchors_estimates():
     measured = [MeasuredThroughput("g6.xlarge", "NVIDIA L4", "bert-large-finetune", 1, 30.0, "2026-11-30T10:00:00Z"),
-                MeasuredThroughput("p4d.24xlarge", "NVIDIA A100", "bert-large-finetune", 1, 100.0, "2026-11-30T10:00:00Z")]
+                MeasuredThroughput("p4de.24xlarge", "NVIDIA A100 80GB", "bert-large-finetune", 1, 100.0,
+                                   "2026-11-30T10:00:00Z")]
     rate, source, _ = shape_throughput(PRESETS["bert-large-finetune"], GPU_CATALOG["g6.12xlarge"], 1, measured)
     assert source == "measured" and rate == pytest.approx(30.0 * 4 * 0.9)
-    rate, source, _ = shape_throughput(PRESETS["bert-large-finetune"], GPU_CATALOG["p4d.24xlarge"], 1, measured)
+    rate, source, _ = shape_throughput(PRESETS["bert-large-finetune"], GPU_CATALOG["p4de.24xlarge"], 1, measured)
     assert source == "measured" and rate == pytest.approx(100.0 * 8 * 0.9)
+    # the T4 is nearest the measured L4: its estimate follows the measurement
+    rate, source, note = shape_throughput(PRESETS["bert-large-finetune"], GPU_CATALOG["g4dn.xlarge"], 1, measured)
+    assert source == "estimated" and "measured on the NVIDIA L4" in note
+    assert rate == pytest.approx(30.0 * RELATIVE_SPEED["NVIDIA T4"].transformer / RELATIVE_SPEED["NVIDIA L4"].transformer)
     result = advise(PRESETS["bert-large-finetune"], prices=PRICES, measured=measured)
     assert option(result, "g6.xlarge").throughput_source == "measured"
     assert option(result, "g5.xlarge").throughput_source == "estimated"
 
 
-def test_cpu_input_pipeline_caps_image_throughput(advice):
-    # p4d's published 16,621 img/s exceeds 96 vCPUs x 100 images/s
-    o = option(advice["resnet50-imagenet"], "p4d.24xlarge")
+def test_cpu_input_pipeline_caps_image_throughput_unless_decoding_on_the_gpu(advice):
+    o = option(advice["resnet50-imagenet"], "p4de.24xlarge")
     assert o.samples_per_second == 9600 and "capped at 9,600/s by the CPU input pipeline" in o.throughput_note
+    dali = advise(with_overrides(PRESETS["resnet50-imagenet"], gpu_decode=True), prices=PRICES)
+    assert option(dali, "p4de.24xlarge").samples_per_second == pytest.approx(16621)
 
 
-# --- cost per job -------------------------------------------------------------------------------------------
+# --- Spot, cost per job -------------------------------------------------------------------------------------
 
 def test_cost_per_job_hand_checked(advice):
     o = option(advice["resnet50-imagenet"], "g6.xlarge")
-    training = 115_305_030 / 400 / 3600  # 4 vCPUs x 100 img/s caps the L4's 476.5
-    startup, load = 5 / 60, 150 * 1024 / 400 / 3600
+    training = 115_305_030 / 400 / 3600  # 4 vCPUs x 100 img/s cap the L4's 516
+    startup, load = 47 / 3600 + 4 / 60, 150 * 1024 / 400 / 3600  # the G family's boot + software start
     hours = startup + load + training
-    assert o.hours == pytest.approx(hours) and hours == pytest.approx(80.2629, abs=1e-4)
+    assert o.hours == pytest.approx(hours) and hours == pytest.approx(80.2593, abs=1e-4)
     assert o.usd_on_demand == pytest.approx(hours * 0.8048)
-    interruptions = hours * 0.02
-    hours_spot = hours + interruptions * (0.25 + startup + load)  # half of 30 minutes, a start, the load again
+    # us-east-1 g6.xlarge per the Spot Instance Advisor: 49% savings, >20% band: 50% over a 24-hour life
+    assert (o.spot_savings, o.interruption_band) == (0.49, ">20%")
+    per_hour = -math.log(0.5) / 24
+    interruptions = hours * per_hour
+    billed = hours + interruptions * (0.25 + startup + load)  # half of 30 minutes, a start, the load again
+    wall = billed + (1 + interruptions) * 0.5  # 30 minutes' capacity wait per start, not billed
     assert o.expected_interruptions == pytest.approx(interruptions)
-    assert o.hours_spot == pytest.approx(hours_spot)
-    assert o.usd_spot == pytest.approx(hours_spot * 0.8048 * (1 - 0.41))
-    assert o.usd_spot == pytest.approx(38.446, abs=1e-3)
-    assert o.lifecycle == "spot" and o.usd == o.usd_spot
+    assert o.hours_spot == pytest.approx(wall) and o.expected_hours == pytest.approx(wall)
+    assert o.usd_spot == pytest.approx(billed * 0.8048 * (1 - 0.49))
+    assert o.usd_spot == pytest.approx(33.357, abs=1e-3)
+    assert o.lifecycle == "spot" and o.usd == o.usd_spot and o.spot_hourly == pytest.approx(0.8048 * 0.51)
+
+
+def test_spot_terms_per_type_and_region():
+    assert spot_terms(PRICES, "p5.48xlarge").savings == 0.52  # P5 Spot exists: not the guard's family 0.0
+    assert spot_terms(load_prices("us-west-2"), "p5.48xlarge").savings == 0.46
+    p5 = spot_terms(PRICES, "p5.48xlarge")
+    g5g = spot_terms(PRICES, "g5g.xlarge")
+    assert INTERRUPTION_BANDS[p5.band][0] == ">20%" and INTERRUPTION_BANDS[g5g.band][0] == "<5%"
+    assert interruption_rate(p5.band) > 10 * interruption_rate(g5g.band)
+    # a type the Advisor lacks: its family's discount and the worst band
+    lacking = spot_terms(PRICES, "p5.4xlarge")
+    assert lacking.savings == PRICES["spot_discount"]["p5"] and lacking.band == len(INTERRUPTION_BANDS) - 1
+
+
+def test_p5_spot_is_cheaper_than_on_demand_now(advice):
+    o = option(advice["llm-70b-lora"], "p5.48xlarge")
+    assert o.spot_hourly == pytest.approx(55.04 * 0.48) and o.usd_spot < o.usd_on_demand and o.lifecycle == "spot"
+
+
+def test_spot_never_costs_more_per_hour_than_on_demand():
+    prices = {**PRICES, "spot_by_type": {"g5.xlarge": {"savings": -0.3, "band": 4}}}
+    terms = spot_terms(prices, "g5.xlarge")
+    assert terms.savings == 0.0
+    result = advise(PRESETS["bert-large-finetune"], prices=prices)
+    o = option(result, "g5.xlarge")
+    assert o.spot_hourly == o.on_demand_hourly
+    # with no saving, Spot only adds rework and waits: it loses, and the advice says so
+    assert o.usd_spot > o.usd_on_demand and o.lifecycle == "on-demand" and o.usd == o.usd_on_demand
+    assert o.spot_note.startswith("Spot loses")
+
+
+def test_capacity_wait_is_on_the_clock_and_priced_by_the_value_of_time():
+    base = advise(PRESETS["bert-large-finetune"], prices=PRICES, assumptions=CostAssumptions(spot_wait_minutes=0))
+    waiting = advise(PRESETS["bert-large-finetune"], prices=PRICES,
+                     assumptions=CostAssumptions(spot_wait_minutes=120, value_of_hour=50))
+    quick, slow = option(base, "g5.xlarge"), option(waiting, "g5.xlarge")
+    assert slow.usd_spot == pytest.approx(quick.usd_spot)  # waiting is not billed
+    assert slow.hours_spot == pytest.approx(quick.hours_spot + (1 + quick.expected_interruptions) * 2)
+    # two hours' wait at 50 USD/h makes On-Demand the better deal
+    assert slow.lifecycle == "on-demand" and slow.cost == pytest.approx(slow.usd_on_demand + 50 * slow.hours)
 
 
 def test_snapshot_volume_removes_the_copy_and_bills_the_volume():
@@ -187,7 +343,7 @@ def test_snapshot_volume_removes_the_copy_and_bills_the_volume():
                     assumptions=CostAssumptions(dataset_source="snapshot"))
     o = option(result, "g6.xlarge")
     assert o.dataset_load_hours == 0
-    hours = 5 / 60 + 115_305_030 / 400 / 3600
+    hours = 47 / 3600 + 4 / 60 + 115_305_030 / 400 / 3600
     assert o.usd_on_demand == pytest.approx(hours * (0.8048 + 150 * 0.08 / 730))
 
 
@@ -198,54 +354,135 @@ def test_longer_checkpoint_interval_costs_more_spot_rework():
     assert option(long, "g6e.xlarge").usd_on_demand == option(short, "g6e.xlarge").usd_on_demand
 
 
-def test_multi_node_shapes_have_no_spot_price(advice):
-    o = option(advice["llm-70b-lora"], "p4d.24xlarge", 2)
+def test_cold_start_by_family_decides_a_short_job():
+    """A 10-minute job: p4d's 210 s boot and more expensive start-up outweigh its speed."""
+    short = tiny_model(samples=3e5)
+    result = advise(short, prices=PRICES, target="fleet")
+    assert option(result, "g4dn.xlarge").startup_hours == pytest.approx((47 + 240) / 3600)
+    assert option(result, "p4d.24xlarge").startup_hours == pytest.approx((210 + 240) / 3600)
+    assert result.recommended.instance_type.startswith("g")
+
+
+def test_multi_node_shapes_run_on_demand_on_a_queue():
+    result = advise(PRESETS["llm-70b-lora"], prices=PRICES, target="queue")
+    o = option(result, "p4d.24xlarge", 2)
     assert o.usd_spot is None and o.hours_spot is None and o.lifecycle == "on-demand"
 
 
-def test_p5_without_spot_discount_runs_on_demand(advice):
-    # the table assumes no p5 Spot discount: Spot only adds rework
-    o = option(advice["llm-70b-lora"], "p5.48xlarge")
-    assert o.usd_spot > o.usd_on_demand and o.lifecycle == "on-demand"
+# --- what runs ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("workload", [PRESETS["resnet50-imagenet"], PRESETS["bert-large-finetune"], tiny_model()])
+@pytest.mark.parametrize("target", ["fleet", "queue"])
+def test_t4g_on_arm64_is_never_recommended_for_the_platform(workload, target):
+    result = advise(workload, prices=PRICES, target=target)
+    assert not result.recommended.instance_type.startswith("g5g")
+    o = option(result, "g5g.xlarge")
+    assert o.rule == "runs"
+    if target == "queue":
+        assert "ECS GPU image" in o.excluded
+    else:
+        assert "pytorch.org's aarch64 CUDA wheels need 8.0" in o.excluded and "--arm64-dlami" in o.excluded
 
 
-# --- decision tree ---------------------------------------------------------------------------------------------
+def test_t4g_runs_with_the_arm64_dlami_outside_the_platform():
+    result = advise(tiny_model(), prices=PRICES, target="none", arm64_dlami=True)
+    assert option(result, "g5g.xlarge").excluded is None
+    assert option(advise(tiny_model(), prices=PRICES, target="none"), "g5g.xlarge").rule == "runs"
 
-def test_v100_types_are_excluded_for_software(advice):
+
+def test_trainium_only_for_a_neuron_model_and_outside_fleets_and_queues():
+    tiny = tiny_model()
+    o = option(advise(tiny, prices=PRICES, target="none"), "trn1.2xlarge")
+    assert o.rule == "runs" and "--accelerator neuron" in o.excluded
+    o = option(advise(tiny, prices=PRICES, target="none", accelerator="neuron"), "trn1.2xlarge")
+    assert o.excluded is None and o.accelerator == "neuron"
+    o = option(advise(tiny, prices=PRICES, target="fleet", accelerator="neuron"), "trn1.2xlarge")
+    assert o.rule == "runs" and "--block none" in o.excluded
+    # a preset known to train on Neuron needs no flag; --accelerator cuda excludes Trainium again
+    assert option(advise(PRESETS["bert-large-finetune"], prices=PRICES, target="none"), "trn1.2xlarge").excluded is None
+    o = option(advise(PRESETS["bert-large-finetune"], prices=PRICES, target="none", accelerator="cuda"), "trn1.2xlarge")
+    assert "--accelerator neuron" in o.excluded
+
+
+def test_a_type_the_region_does_not_offer_is_excluded():
+    o = option(advise(PRESETS["bert-large-finetune"], prices=PRICES, target="none"), "trn2.48xlarge")
+    assert o.rule == "runs" and o.excluded.startswith("not offered in us-east-1")
+
+
+def test_v100_only_on_an_ami_of_your_own(advice):
     o = option(advice["resnet50-imagenet"], "p3.2xlarge")
-    assert o.rule == "software" and "Deep Learning AMI" in o.excluded
+    assert o.rule == "runs" and "dropped Volta" in o.excluded and "--block none" in o.excluded
+    assert option(advise(PRESETS["resnet50-imagenet"], prices=PRICES, target="none"), "p3.2xlarge").excluded is None
 
+
+def test_a_fleet_runs_one_instance_per_job(advice):
+    o = option(advice["llm-70b-lora"], "p4d.24xlarge", 2)
+    assert o.rule == "scale-out" and "--block queue" in o.excluded
+
+
+# --- decision tree and the choice ------------------------------------------------------------------------------
 
 def test_memory_exclusion_says_what_is_needed(advice):
     o = option(advice["llm-7b-full"], "g6e.xlarge")
-    assert o.rule == "memory" and "(one GPU: no sharding possible)" in o.excluded and "43.2 GiB usable of 48" in o.excluded
+    assert o.rule == "memory" and "(one GPU: no sharding possible)" in o.excluded and "41.8 GiB usable of 46,068 MiB" in o.excluded
 
 
-def test_scale_out_only_when_one_instance_cannot_do_it(advice):
-    o = option(advice["llm-7b-lora"], "g6e.xlarge", 2) if any(
-        x.instances == 2 and x.instance_type == "g6e.xlarge" for x in advice["llm-7b-lora"].options) else None
-    assert o is None  # g6e.xlarge has no EFA: no multi-instance shape at all
-    o = option(advice["llm-7b-lora"], "g6e.12xlarge", 2)
-    assert o.rule == "scale-out"
+def test_scale_out_only_when_one_instance_cannot_do_it():
+    result = advise(PRESETS["llm-7b-lora"], prices=PRICES, target="queue")
+    assert not any(x.instances == 2 and x.instance_type == "g6e.xlarge" for x in result.options)  # no EFA
+    assert option(result, "g6e.12xlarge", 2).rule == "scale-out"
 
 
 def test_deadline_excludes_slow_shapes_and_never_excludes_fast_ones():
     result = advise(with_overrides(PRESETS["resnet50-imagenet"], deadline_hours=48), prices=PRICES)
     for o in result.options:
-        expected = o.hours_spot if o.lifecycle == "spot" else o.hours
         if o.rule is None:
-            assert expected <= 48
+            assert o.expected_hours <= 48
         if o.rule == "deadline":
-            assert expected > 48 and "deadline 48 h" in o.excluded
+            assert o.expected_hours > 48 and "deadline 48 h" in o.excluded
     assert option(result, "g4dn.xlarge").rule == "deadline"
+    assert result.recommended.expected_hours <= 48
+
+
+def test_deadline_picks_on_demand_where_spot_would_miss_it():
+    # g5.2xlarge: 40.2 h On-Demand; Spot's waits and rework make it 40.7 h, so within 40.5 h it runs On-Demand
+    result = advise(with_overrides(PRESETS["resnet50-imagenet"], deadline_hours=40.5), prices=PRICES)
+    o = option(result, "g5.2xlarge")
+    assert o.hours <= 40.5 < o.hours_spot and o.lifecycle == "on-demand" and o.meets_deadline
+    assert "miss the 40.5 h deadline" in o.spot_note
 
 
 def test_recommended_is_the_cheapest_eligible_and_options_are_ranked(advice):
     for result in advice.values():
-        eligible = [o for o in result.options if o.excluded is None]
+        eligible = result.eligible()
         assert result.recommended is eligible[0]
-        assert [o.usd for o in eligible] == sorted(o.usd for o in eligible)
+        assert [o.cost for o in eligible] == sorted(o.cost for o in eligible)
         assert all(o.excluded for o in result.options[len(eligible):])
+
+
+def test_minimize_time_recommends_the_fastest_eligible():
+    result = advise(PRESETS["resnet50-imagenet"], prices=PRICES, minimize="time")
+    eligible = result.eligible()
+    assert result.recommended is min(eligible, key=lambda o: o.expected_hours)
+    assert result.recommended.expected_hours < advise(PRESETS["resnet50-imagenet"], prices=PRICES).recommended.expected_hours
+
+
+def test_value_of_time_moves_the_choice_to_faster_shapes():
+    cheap = advise(PRESETS["resnet50-imagenet"], prices=PRICES).recommended
+    valued = advise(PRESETS["resnet50-imagenet"], prices=PRICES,
+                    assumptions=CostAssumptions(value_of_hour=100)).recommended
+    assert valued.expected_hours < cheap.expected_hours / 5
+
+
+def test_pareto_frontier_holds_the_cheapest_and_the_fastest_and_nothing_dominated(advice):
+    for result in advice.values():
+        frontier = result.pareto()
+        eligible = result.eligible()
+        assert result.recommended in frontier
+        assert min(eligible, key=lambda o: (o.expected_hours, o.cost)) in frontier
+        for point in frontier:
+            assert not any(o.expected_hours <= point.expected_hours and o.cost < point.cost for o in eligible)
+        assert [o.cost for o in frontier] == sorted((o.cost for o in frontier), reverse=True)
 
 
 def test_impossible_deadline_recommends_nothing():
@@ -253,40 +490,27 @@ def test_impossible_deadline_recommends_nothing():
     assert result.recommended is None and all(o.excluded for o in result.options)
 
 
+def test_advise_refuses_an_unknown_target_or_objective():
+    with pytest.raises(ValueError, match="target='cloud'"):
+        advise(tiny_model(), prices=PRICES, target="cloud")
+    with pytest.raises(ValueError, match="minimize='money'"):
+        advise(tiny_model(), prices=PRICES, minimize="money")
+
+
 def test_json_has_the_fields_scripts_rely_on(advice):
     document = json.loads(json.dumps(advice["llm-7b-lora"].to_json()))
-    assert set(document) == {"workload", "options", "recommended"}
+    assert {"schema_version", "region", "target", "minimize", "workload", "assumptions", "options", "recommended",
+            "pareto"} == set(document)
+    assert document["schema_version"] == 2 and document["region"] == "us-east-1"
     required = {"instance_type", "instances", "gpus_per_instance", "gpu_memory_gib", "fits", "samples_per_second",
-                "throughput_source", "hours", "usd_spot", "usd_on_demand", "meets_deadline"}
+                "throughput_source", "hours", "hours_spot", "usd_spot", "usd_on_demand", "meets_deadline", "lifecycle",
+                "usd", "on_demand_hourly", "spot_hourly", "spot_savings", "interruption_band", "usable_memory_gib"}
     for entry in document["options"] + [document["recommended"]]:
         assert required <= set(entry) and entry["throughput_source"] in ("measured", "published", "estimated")
     assert document["workload"]["name"] == "llm-7b-lora"
-
-
-def test_cli_json_output(capsys):
-    assert advise_command.main(["bert-large-finetune", "--json", "--deadline-hours", "10"]) == 0
-    document = json.loads(capsys.readouterr().out)
-    assert document["workload"]["deadline_hours"] == 10 and document["recommended"]["meets_deadline"]
-
-
-def test_cli_text_lists_exclusions_and_ends_with_a_block(capsys):
-    assert advise_command.main(["llm-7b-full"]) == 0
-    out = capsys.readouterr().out
-    assert "Decision tree" in out and "memory (" in out and "Recommended:" in out
-    assert out.rstrip().splitlines()[-1].strip().startswith("scale_to_zero_after_minutes")
-
-
-def test_cli_custom_transformer(capsys):
-    assert advise_command.main(["custom", "--params", "1.3e9", "--tokens", "1e9", "--seq-len", "2048",
-                                "--hidden", "2048", "--layers", "24", "--json"]) == 0
-    document = json.loads(capsys.readouterr().out)
-    assert document["workload"]["flops_per_sample"] == pytest.approx(8 * 1.3e9)
-    assert all(o["throughput_source"] == "estimated" for o in document["options"])
-
-
-def test_cli_custom_needs_its_shape():
-    with pytest.raises(SystemExit, match="--seq-len, --hidden, --layers required"):
-        advise_command.main(["custom", "--params", "1e9", "--tokens", "1e9"])
+    assert document["assumptions"]["runtime_reserve_mib"] == 1024 and document["assumptions"]["prices_source"]
+    assert document["assumptions"]["interruption_bands"][-1] == {"band": ">20%", "share_per_life": 0.5,
+                                                                 "wait_minutes": 30}
 
 
 # --- config blocks ---------------------------------------------------------------------------------------------
@@ -310,7 +534,7 @@ access_logs_retention_days = 90
 """
 
 
-@pytest.mark.parametrize("name", ["resnet50-imagenet", "bert-large-finetune", "llm-7b-lora"])
+@pytest.mark.parametrize("name", ["resnet50-imagenet", "bert-large-finetune"])
 def test_fleet_block_passes_the_config_checks_and_the_fleet_rules(advice, name):
     block = fleet_block(advice[name], "dev")
     fleet = platform_config.parse(tomllib.loads(BASE + block)).environments["dev"].fleets[0]
@@ -324,7 +548,7 @@ def test_fleet_block_passes_the_config_checks_and_the_fleet_rules(advice, name):
 
 def test_fleet_block_refuses_a_multi_node_recommendation():
     only_g5 = {n: t for n, t in GPU_CATALOG.items() if n.startswith("g5.")}
-    result = advise(PRESETS["llm-70b-lora"], prices=PRICES, catalog=only_g5)
+    result = advise(PRESETS["llm-70b-lora"], prices=PRICES, catalog=only_g5, target="queue")
     assert result.recommended.instances > 1
     with pytest.raises(ValueError, match="multi-node, use a queue block"):
         fleet_block(result, "dev")
@@ -332,7 +556,7 @@ def test_fleet_block_refuses_a_multi_node_recommendation():
 
 def test_queue_block_for_a_multi_node_only_job_says_which_queue_keys_to_add():
     only_g5 = {n: t for n, t in GPU_CATALOG.items() if n.startswith("g5.")}
-    result = advise(PRESETS["llm-70b-lora"], prices=PRICES, catalog=only_g5)
+    result = advise(PRESETS["llm-70b-lora"], prices=PRICES, catalog=only_g5, target="queue")
     best = result.recommended
     assert best.instances > 1 and GPU_CATALOG[best.instance_type].efa
     with pytest.raises(ValueError, match=rf'multi_node_instance_types = \["{best.instance_type}"\] and '
@@ -340,8 +564,9 @@ def test_queue_block_for_a_multi_node_only_job_says_which_queue_keys_to_add():
         queue_block(result, "dev")
 
 
-def test_queue_block_for_a_single_instance_job(advice):
-    text = queue_block(advice["llm-7b-lora"], "staging")
+def test_queue_block_for_a_single_instance_job():
+    result = advise(PRESETS["bert-large-finetune"], prices=PRICES, target="queue")
+    text = queue_block(result, "staging")
     queue = tomllib.loads(text)["environments"]["staging"]["queues"][0]
     entries = [GPU_CATALOG[t] for t in queue["instance_types"]]
     assert set(queue) == {"name", "instance_types", "image", "max_vcpus", "on_demand_max_vcpus",
@@ -351,25 +576,33 @@ def test_queue_block_for_a_single_instance_job(advice):
     assert queue["max_vcpus"] == max(e.vcpus for e in entries) and queue["multi_node_instance_types"] == []
 
 
-def test_blocks_refuse_fewer_than_four_spot_types(advice):
-    # llm-70b-lora: only p4d, p5 and g6e.48xlarge (8 GPUs of 40-80 GiB) fit one instance
+def test_blocks_refuse_fewer_than_four_spot_types():
+    three = {n: GPU_CATALOG[n] for n in ("p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge")}
+    result = advise(PRESETS["llm-70b-lora"], prices=PRICES, catalog=three, target="queue")
     for block in (fleet_block, queue_block):
         with pytest.raises(ValueError, match=r"only 3 eligible types .* need 4 for Spot to find capacity"):
-            block(advice["llm-70b-lora"], "dev")
+            block(result, "dev")
 
 
-def test_queue_block_passes_the_platforms_config_checks(advice):
-    from stacks import config as platform_config
+def test_blocks_refuse_types_the_platform_cannot_run():
+    result = advise(PRESETS["bert-large-finetune"], prices=PRICES, target="none")
+    assert result.recommended.instance_type in NEURON_CATALOG
+    for block in (fleet_block, queue_block):
+        with pytest.raises(ValueError, match="cannot run on the platform's fleets and queues"):
+            block(result, "dev")
 
-    text = queue_block(advice["llm-7b-lora"], "staging")
+
+def test_queue_block_refuses_an_arm64_recommendation_naming_a_real_flag():
+    arm = {n: t for n, t in GPU_CATALOG.items() if n.startswith("g5g.")}
+    result = advise(tiny_model(), prices=PRICES, catalog=arm, target="none", arm64_dlami=True)
+    with pytest.raises(ValueError, match="is arm64 and a queue's ECS GPU image is x86_64: advise with --block queue"):
+        queue_block(result, "dev")
+
+
+def test_queue_block_passes_the_platforms_config_checks():
+    result = advise(PRESETS["bert-large-finetune"], prices=PRICES, target="queue")
+    text = queue_block(result, "staging", name="bert")
     raw = tomllib.loads((platform_config.DEFAULT_CONFIG).read_text())
     raw["environments"]["staging"]["queues"] = tomllib.loads(text)["environments"]["staging"]["queues"]
     queue = platform_config.parse(raw).environments["staging"].queues[0]
     assert queue.image.startswith("763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:")
-
-
-def test_queue_block_refuses_an_arm64_recommendation():
-    arm = {n: t for n, t in GPU_CATALOG.items() if n.startswith("g5g.")}
-    result = advise(PRESETS["resnet50-imagenet"], prices=PRICES, catalog=arm)
-    with pytest.raises(ValueError, match="is arm64 and a queue's ECS GPU image is x86_64"):
-        queue_block(result, "dev")

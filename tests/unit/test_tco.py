@@ -6,8 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from ml_platform_constructs import GPU_CATALOG
+from ml_platform_constructs.advisor import PRESETS, advise
 from ml_platform_constructs.runtime.budget_guard import load_prices
 from ops import tco
+from ops.advise import add_workload_arguments, workload_from_args
 
 SNAPSHOTS = Path(__file__).resolve().parent.parent / "snapshot" / "__snapshots__" / "test_snapshots"
 PRICES = load_prices("us-east-1")
@@ -73,7 +76,8 @@ def test_dev_tco_hand_checked(dev_templates):
     assert first.total == pytest.approx(first.storage + sum(first.groups.values()))
 
 
-def test_main_prints_months_and_per_model(tmp_path, dev_templates, capsys):
+@pytest.fixture
+def assembly(tmp_path, dev_templates):
     stage = tmp_path / "assembly-dev"
     stage.mkdir()
     artifacts = {}
@@ -84,9 +88,74 @@ def test_main_prints_months_and_per_model(tmp_path, dev_templates, capsys):
     (stage / "manifest.json").write_text(json.dumps({"artifacts": artifacts}))
     (tmp_path / "manifest.json").write_text(json.dumps({"artifacts": {"assembly-dev": {
         "type": "cdk:cloud-assembly", "properties": {"directoryName": "assembly-dev"}}}}))
-    assert tco.main([str(tmp_path), "dev", "--months", "3", "--job-usd", "25", "--models", "2"]) == 0
+    return tmp_path
+
+
+def test_main_prints_months_and_per_model(assembly, capsys):
+    assert tco.main([str(assembly), "dev", "--months", "3", "--job-usd", "25", "--models", "2"]) == 0
     out = capsys.readouterr().out
     assert "== TCO dev (us-east-1), 3 months" in out and "per model per month (2 model(s))" in out
     assert "20 jobs per month x 25.00 USD (given)" in out
-    with pytest.raises(SystemExit, match="prod is not in"):
-        tco.main([str(tmp_path), "prod"])
+    with pytest.raises(SystemExit, match="error: prod is not in"):
+        tco.main([str(assembly), "prod"])
+
+
+def test_main_prices_a_custom_workload_as_advise_does(assembly, capsys):
+    argv = ["--workload", "custom", "--params", "1.3e9", "--tokens", "1e8", "--seq-len", "2048", "--hidden", "2048",
+            "--layers", "24"]
+    assert tco.main([str(assembly), "dev", "--months", "1", *argv]) == 0
+    out = capsys.readouterr().out
+    best = advise(workload_from_args(_namespace(argv)), prices=PRICES, target="queue").recommended
+    assert (f"20 jobs per month x {best.usd:,.2f} USD (custom on {best.instance_type} x{best.instances}, "
+            f"{best.lifecycle}, per ./platform advise --block queue)") in out
+
+
+def _namespace(argv):
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workload")
+    add_workload_arguments(parser, positional=False)
+    return parser.parse_args(argv)
+
+
+def test_capacity_warning_when_the_jobs_need_more_instances_than_the_queue_allows(dev_templates):
+    best = advise(PRESETS["bert-large-finetune"], prices=PRICES, target="queue").recommended
+    per_job = GPU_CATALOG[best.instance_type].vcpus
+    allowed = 32 // per_job  # dev's queue: max_vcpus 32 (config/environments.toml)
+    hours = best.expected_hours
+    enough = allowed * 730 / hours  # jobs a month that keep `allowed` instances busy on average
+    assert tco.queue_capacity(dev_templates, best, enough * 0.9, hours, PRICES) is None
+    line = tco.queue_capacity(dev_templates, best, enough * 1.2, hours, PRICES)
+    assert line.startswith("capacity: ") and f"allow {allowed} at {per_job} vCPUs each" in line
+    assert "training (Spot, 32 vCPUs)" in line
+
+
+def test_capacity_warning_when_one_job_exceeds_the_queue(dev_templates):
+    big = advise(PRESETS["llm-7b-full"], prices=PRICES, target="queue").recommended  # an 8-GPU instance
+    line = tco.queue_capacity(dev_templates, big, 1, big.expected_hours, PRICES)
+    assert f"needs {GPU_CATALOG[big.instance_type].vcpus} vCPUs, more than the single-instance queues allow" in line
+
+
+def test_capacity_warning_when_the_queue_does_not_list_the_type(dev_templates):
+    l40s = advise(PRESETS["bert-large-finetune"], prices=PRICES, target="queue",
+                  catalog={"g6e.xlarge": GPU_CATALOG["g6e.xlarge"]}).recommended
+    line = tco.queue_capacity(dev_templates, l40s, 1, l40s.expected_hours, PRICES)
+    assert "do not list g6e.xlarge" in line
+
+
+def test_main_says_when_the_month_does_not_fit(assembly, capsys):
+    assert tco.main([str(assembly), "dev", "--months", "1", "--workload", "llm-7b-full", "--jobs-per-month", "5"]) == 0
+    assert "  ! capacity: one job on" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--months", "0"], "--months=0: 1 to 120"),
+    (["--jobs-per-month", "nan"], "--jobs-per-month=nan: a finite number, 0 or more"),
+    (["--job-usd", "-3"], "--job-usd=-3.0: a finite number, 0 or more"),
+    (["--workload", "custom"], "custom: --params (the model's parameters) is required"),
+    (["--workload", "llm-7b-full", "--qlora"], "--qlora: llm-7b-full trains every parameter"),
+])
+def test_bad_input_is_one_line(assembly, argv, message):
+    with pytest.raises(SystemExit) as raised:
+        tco.main([str(assembly), "dev", *argv])
+    assert str(raised.value.code).startswith("error: ") and message in str(raised.value.code)

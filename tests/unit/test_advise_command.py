@@ -1,0 +1,155 @@
+"""./platform advise (ops/advise.py): its input checks, one-line errors, measured records, output and config block."""
+
+import json
+import re
+import tomllib
+
+import pytest
+
+from ml_platform_constructs.advisor import PRESETS, advise
+from ml_platform_constructs.runtime.budget_guard import load_prices
+from ops import advise as advise_command
+from stacks import config as platform_config
+
+TRANSFORMER = ["custom", "--params", "1.3e9", "--tokens", "1e9", "--seq-len", "2048", "--hidden", "2048", "--layers", "24"]
+
+
+def run(capsys, *argv):
+    assert advise_command.main(list(argv)) == 0
+    return capsys.readouterr().out
+
+
+def test_cli_json_output(capsys):
+    document = json.loads(run(capsys, "bert-large-finetune", "--json", "--deadline-hours", "10"))
+    assert document["schema_version"] == 2 and document["region"] == "us-east-1" and document["target"] == "fleet"
+    assert document["workload"]["deadline_hours"] == 10 and document["recommended"]["meets_deadline"]
+    assert document["recommended"]["on_demand_hourly"] > 0 and document["assumptions"]["spot_life_hours"] == 24
+
+
+def test_cli_text_lists_exclusions_frontier_and_ends_with_a_block(capsys):
+    out = run(capsys, "llm-7b-full")
+    assert "Decision tree" in out and "memory (" in out and "Recommended:" in out and "Cost/time frontier" in out
+    assert out.rstrip().splitlines()[-1].strip().startswith("scale_to_zero_after_minutes")
+
+
+def test_cli_block_is_named_apart_from_the_environments_own_fleets_and_queues(capsys):
+    out = run(capsys, "bert-large-finetune")
+    block = out[out.index("[[environments.dev.fleets]]"):]
+    block = "\n".join(line.strip() for line in block.splitlines())
+    assert 'name = "bert-large-finetune"' in block
+    raw = tomllib.loads(platform_config.DEFAULT_CONFIG.read_text())
+    raw["environments"]["dev"]["fleets"] += tomllib.loads(block)["environments"]["dev"]["fleets"]
+    names = [f.name for f in platform_config.parse(raw).environments["dev"].fleets]
+    assert names == ["training", "bert-large-finetune"]  # dev's own "training" fleet stays as it is
+
+
+def test_block_name_skips_names_in_use():
+    env = platform_config.load().environments["dev"]
+    workload = PRESETS["bert-large-finetune"]
+    taken = type(env)(**{**env.__dict__, "fleets": [*env.fleets, type(env.fleets[0])(
+        **{**env.fleets[0].__dict__, "name": "bert-large-finetune"})]})
+    assert advise_command.block_name(workload, env) == "bert-large-finetune"
+    assert advise_command.block_name(workload, taken) == "bert-large-finetune-2"
+
+
+def test_cli_queue_block_and_none_target(capsys):
+    out = run(capsys, "bert-large-finetune", "--block", "queue")
+    assert "[[environments.dev.queues]]" in out and 'name = "bert-large-finetune"' in out
+    out = run(capsys, "bert-large-finetune", "--block", "none")
+    assert "No config block (--block none)" in out and "trn1" in out.split("Recommended:")[1].splitlines()[0]
+
+
+def test_cli_custom_transformer(capsys):
+    document = json.loads(run(capsys, *TRANSFORMER, "--vocab", "50000", "--json"))
+    assert document["workload"]["flops_per_sample"] == pytest.approx(8 * 1.3e9)
+    assert document["workload"]["logits_gib_per_item"] == pytest.approx(2048 * 50000 * 8 / 2 ** 30, abs=1e-3)
+    assert all(o["throughput_source"] == "estimated" for o in document["options"])
+
+
+def test_cli_custom_qlora_and_gpu_decode(capsys):
+    document = json.loads(run(capsys, *TRANSFORMER, "--lora-params", "5e6", "--qlora", "--json"))
+    assert document["workload"]["qlora"] and document["workload"]["trainable_parameters"] == 5e6
+    document = json.loads(run(capsys, "resnet50-imagenet", "--gpu-decode", "--json"))
+    assert document["workload"]["gpu_decode"]
+    assert not any("capped" in o["throughput_note"] for o in document["options"])
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["custom", "--params", "-5", *TRANSFORMER[3:]], "--params=-5.0: must be a finite number above 0"),
+    ([*TRANSFORMER[:6], "0", *TRANSFORMER[7:]], "--seq-len=0: must be 1 or more"),
+    (["resnet50-imagenet", "--samples", "nan"], "--samples=nan: must be a finite number above 0"),
+    (["resnet50-imagenet", "--deadline-hours", "inf"], "--deadline-hours=inf: must be a finite number above 0"),
+    (["resnet50-imagenet", "--value-of-hour", "-1"], "--value-of-hour=-1.0: must be a finite number, 0 or more"),
+    ([*TRANSFORMER, "--lora-params", "2e9"], "--lora-params=2e+09 is more than --params=1.3e+09"),
+    (["bert-large-finetune", "--env", "nosuch"],
+     "--env nosuch: no such environment in config/environments.toml (known: dev, staging, prod)"),
+    (["resnet50-imagenet", "--params", "1e9", "--layers", "4"],
+     "--layers, --params: resnet50-imagenet is a preset with its own model; describe your own with `custom`"),
+    (["llm-7b-full", "--qlora"], "--qlora: llm-7b-full trains every parameter"),
+    (["llm-7b-lora", "--gpu-decode"], "--gpu-decode: llm-7b-lora has no CPU decoding step"),
+    (["custom", "--params", "1e7", "--images", "1e6", "--forward-gflops", "3.6", "--hidden", "4"],
+     "--hidden: not read for an image model (--images)"),
+    (["custom", "--params", "1e7", "--images", "1e6"], "--forward-gflops (GFLOPs of one forward pass per image)"),
+    (["custom", "--params", "1e9", "--tokens", "1e9"], "--seq-len, --hidden, --layers required"),
+    ([*TRANSFORMER, "--qlora"], "--qlora: needs --lora-params"),
+    ([], "a workload is required"),
+    (["resnet50-imagenet", "--arm64-dlami"], "--arm64-dlami: only with --block none"),
+    (["bert-large-finetune", "--measured", "no/such/records.json"], "--measured no/such/records.json: no such file"),
+])
+def test_bad_input_is_one_line_and_exits_non_zero(argv, message):
+    with pytest.raises(SystemExit) as raised:
+        advise_command.main(argv)
+    text = str(raised.value.code)
+    assert text.startswith("error: ") and message in text and "\n" not in text
+
+
+def test_measured_records_from_a_file(tmp_path, capsys):
+    records = tmp_path / "bench.jsonl"
+    records.write_text("\n".join(json.dumps({
+        "instance_type": "g6.xlarge", "gpu_model": "NVIDIA L4", "workload": "bert-large-finetune", "gpus": 1,
+        "samples_per_second_per_gpu": rate, "measured_at": at}) for rate, at in ((30.0, "2026-12-01T10:00:00Z"),
+                                                                               (31.0, "2026-12-02T10:00:00Z"))) + "\n")
+    out = run(capsys, "bert-large-finetune", "--measured", str(records), "--json")
+    document = json.loads(out[out.index("{"):])
+    l4 = next(o for o in document["options"] if o["instance_type"] == "g6.xlarge")
+    assert l4["throughput_source"] == "measured" and "31.0/s per GPU on g6.xlarge" in l4["throughput_note"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"instance_type": "g6.xlarge"}\n')
+    with pytest.raises(SystemExit, match=r"record 1 lacks or mangles 'gpu_model'"):
+        advise_command.main(["bert-large-finetune", "--measured", str(bad)])
+
+
+def test_measured_env_without_credentials_is_the_shared_check_not_a_traceback(monkeypatch, tmp_path):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with pytest.raises(SystemExit) as raised:
+        advise_command.main(["bert-large-finetune", "--measured", "dev"])
+    assert str(raised.value.code).startswith("error: no AWS credentials found for dev (account 111111111111")
+
+
+def test_every_flag_a_message_names_exists(capsys):
+    """Hints such as "advise again without arm64 types" must name flags a user can type."""
+    with pytest.raises(SystemExit):
+        advise_command.main(["--help"])
+    help_text = capsys.readouterr().out
+    prices = load_prices("us-east-1")
+    texts = [text for _, text in advise_command.RULES]
+    for workload in PRESETS.values():
+        for target in ("fleet", "queue", "none"):
+            result = advise(workload, prices=prices, target=target)
+            texts += [o.excluded for o in result.options if o.excluded]
+            texts += [o.spot_note or "" for o in result.options] + [o.throughput_note for o in result.options]
+    texts.append(run(capsys, "resnet50-imagenet"))
+    flags = {flag for text in texts for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]+", text)}
+    assert flags and {flag for flag in flags if flag not in help_text} == set()
+
+
+def test_forward_gflops_help_states_its_unit(capsys):
+    with pytest.raises(SystemExit):
+        advise_command.main(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "GFLOPs of one forward pass per image, a multiply-add counting 2 (ResNet-50 at 224x224: 8.2, ResNet-18: 3.6)" in help_text
+    assert "--forward-gflops 3.6" in advise_command.__doc__
