@@ -348,10 +348,13 @@ def _why(advice: Advice) -> str:
     w = advice.workload
     fastest = min(advice.eligible(), key=lambda o: o.expected_hours)
     parts = []
+    need = w.state_gib() + w.item_gib()
     if best.sharding:
         parts.append(f"{w.state_gib():.0f} GiB of state fits no single GPU: {best.sharding}")
-    elif w.state_gib() + w.item_gib() > 20:
-        parts.append(f"{w.state_gib() + w.item_gib():.0f} GiB per GPU rules out 24 GiB GPUs")
+    elif best.gpus > 1:
+        parts.append(f"{need:.1f} GiB fits one GPU, but {best.gpus} GPUs in data parallel cost less per job")
+    elif need > 1:
+        parts.append(f"{need:.1f} GiB per GPU")
     if "capped" in best.throughput_note:
         parts.append("CPU JPEG decoding caps every small instance alike, so the cheapest hour wins")
     if best.lifecycle == "spot":
@@ -398,14 +401,15 @@ def throughput_table() -> str:
     for row in RELATIVE_SPEED.values():
         out.append(f"| {row.gpu_model} | {row.convnet:.3f} | {row.transformer:.3f} | {row.source} | "
                    f"{row.rule or 'measured'} |")
-    out += ["", "## What the advisor uses, per GPU and preset (one GPU)", "",
-            "Before the CPU decoding cap and multi-GPU scaling; `published` rows come from the table above, "
-            "`estimated` ones from the nearest GPU with a number.", "",
+    out += ["", "## What the advisor uses, per GPU and preset", "",
+            "Per GPU on the instance named (its smallest with that GPU: the published row for that GPU count, and "
+            "x0.9 where it has more GPUs than the row), before the CPU decoding cap; `published` rows come from the "
+            "first table, `estimated` ones from the nearest GPU with a number.", "",
             "| GPU (instance) | " + " | ".join(f"`{n}`" for n in PRESETS) + " |",
             "|---|" + "---|" * len(PRESETS)]
     for model in GPU_SPECS:
-        instance = next(i for i in ACCELERATOR_CATALOG.values() if i.gpu_model == model)
-        single = next((i for i in ACCELERATOR_CATALOG.values() if i.gpu_model == model and i.gpu_count == 1), instance)
+        single = min((i for i in ACCELERATOR_CATALOG.values() if i.gpu_model == model),
+                     key=lambda i: (i.gpu_count, i.vcpus))
         cells = []
         for workload in PRESETS.values():
             rate, source, _ = shape_throughput(workload, single, 1)

@@ -467,6 +467,14 @@ def test_minimize_time_recommends_the_fastest_eligible():
     assert result.recommended.expected_hours < advise(PRESETS["resnet50-imagenet"], prices=PRICES).recommended.expected_hours
 
 
+def test_minimize_time_runs_each_shape_on_its_faster_lifecycle():
+    # Spot's capacity wait and rework make it slower than On-Demand on the same shape
+    o = option(advise(PRESETS["bert-large-finetune"], prices=PRICES, minimize="time"), "g5.xlarge")
+    assert o.hours < o.hours_spot and o.lifecycle == "on-demand" and o.expected_hours == o.hours
+    assert o.spot_note.startswith("Spot loses on time")
+    assert option(advise(PRESETS["bert-large-finetune"], prices=PRICES), "g5.xlarge").lifecycle == "spot"
+
+
 def test_value_of_time_moves_the_choice_to_faster_shapes():
     cheap = advise(PRESETS["resnet50-imagenet"], prices=PRICES).recommended
     valued = advise(PRESETS["resnet50-imagenet"], prices=PRICES,
