@@ -99,6 +99,8 @@ def validate(args: argparse.Namespace) -> None:
         return
     if args.params is None:
         fail("custom: --params (the model's parameters) is required")
+    if getattr(args, "samples", None) is not None:
+        fail("--samples: a custom workload counts its work with --tokens or --images")
     image = args.images is not None
     wrong = [n for n in (TRANSFORMER_FLAGS if image else IMAGE_FLAGS) if getattr(args, n) is not None]
     if wrong:

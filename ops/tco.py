@@ -210,6 +210,11 @@ def format_tco(name: str, region: str, months: list[MonthCost], models: int) -> 
     return "\n".join(out)
 
 
+WORKLOAD_FLAGS = ("deadline_hours", "dataset_gib", "samples", "qlora", "gpu_decode", "params", "lora_params", "tokens",
+                  "images", "forward_gflops", "activation_gib_per_image", "seq_len", "hidden", "layers", "vocab",
+                  "global_batch", "optimizer")
+
+
 def queue_capacity(templates: list[dict], best: Option, jobs_per_month: float, job_hours: float,
                    prices: dict) -> Optional[str]:
     """A line when the month's jobs need more instances at once than the environment's queues allow, or None.
@@ -270,6 +275,11 @@ def main(argv: list[str]) -> int:
             fail(f"--{flag.replace('_', '-')}={value}: a finite number, 0 or more")
     if args.job_usd is not None and (not math.isfinite(args.job_usd) or args.job_usd < 0):
         fail(f"--job-usd={args.job_usd}: a finite number, 0 or more")
+    workload_flags = sorted(f"--{name.replace('_', '-')}" for name in WORKLOAD_FLAGS if getattr(args, name))
+    if args.job_usd is not None and workload_flags:
+        fail(f"{', '.join(workload_flags)}: not read with --job-usd (a given cost per job); drop one or the other")
+    if args.job_hours is not None and args.job_usd is None:
+        fail("--job-hours: only with --job-usd (the advisor gives the hours of the jobs it prices)")
     if args.models is not None and args.models < 1:
         fail(f"--models={args.models}: 1 or more")
     found = [e for e in environments(args.assembly) if e[0] == args.env]

@@ -92,6 +92,7 @@ def test_cli_custom_qlora_and_gpu_decode(capsys):
     (["custom", "--params", "1e7", "--images", "1e6"], "--forward-gflops (GFLOPs of one forward pass per image)"),
     (["custom", "--params", "1e9", "--tokens", "1e9"], "--seq-len, --hidden, --layers required"),
     ([*TRANSFORMER, "--qlora"], "--qlora: needs --lora-params"),
+    ([*TRANSFORMER, "--samples", "1e6"], "--samples: a custom workload counts its work with --tokens or --images"),
     ([], "a workload is required"),
     (["resnet50-imagenet", "--arm64-dlami"], "--arm64-dlami: only with --block none"),
     (["bert-large-finetune", "--measured", "no/such/records.json"], "--measured no/such/records.json: no such file"),

@@ -154,6 +154,8 @@ def test_main_says_when_the_month_does_not_fit(assembly, capsys):
     (["--job-usd", "-3"], "--job-usd=-3.0: a finite number, 0 or more"),
     (["--workload", "custom"], "custom: --params (the model's parameters) is required"),
     (["--workload", "llm-7b-full", "--qlora"], "--qlora: llm-7b-full trains every parameter"),
+    (["--job-usd", "20", "--params", "1e9"], "--params: not read with --job-usd"),
+    (["--job-hours", "3"], "--job-hours: only with --job-usd"),
 ])
 def test_bad_input_is_one_line(assembly, argv, message):
     with pytest.raises(SystemExit) as raised:
