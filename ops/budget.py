@@ -1,7 +1,9 @@
 """Operate an environment's budget guard.
 
-  python -m ops.budget status ENV          which fleets the guard has stopped, and why
-  python -m ops.budget resume ENV          let stopped fleets launch again (their desired capacity stays 0)
+  python -m ops.budget status ENV          which fleets and queues the guard has stopped, and why; what a stopped
+                                           queue still runs, and the jobs that wait for resume
+  python -m ops.budget resume ENV          let stopped fleets launch again (their desired capacity stays 0), run
+                                           the queues again and submit the jobs that wait for resume
   python -m ops.budget activate-tags ENV   activate the platform's tags for cost allocation (payer account)
   python -m ops.budget what-if ENV [--actual USD] [--budget-age-hours H] [--running TYPE=COUNT[@HOURS]]...
                                    [--on-demand TYPE=COUNT[@HOURS]]... [--now ISO-8601] [--json]
@@ -120,12 +122,14 @@ def main(argv: list[str]) -> int:
         print("\n".join(activate_tags(session.client("ce", region_name="us-east-1"))))
         return 0
     session = session_for(env)
+    pending = budget_guard.PendingJobs(session.client("ssm"))  # the record of jobs the stop ended, and refused ones
     if args.command == "status":
-        print("\n".join(budget_status(session.client("autoscaling"), env.name, session.client("batch"))))
+        print("\n".join(budget_status(session.client("autoscaling"), env.name, session.client("batch"),
+                                       session.client("ec2"), pending)))
     else:
         operator = session.client("sts").get_caller_identity()["Arn"] or getpass.getuser()
         report = budget_guard.resume(session.client("autoscaling"), env.name, operator, datetime.now(timezone.utc),
-                                     session.client("batch"))
+                                     session.client("batch"), pending)
         print(json.dumps(report, indent=1))
     return 0
 

@@ -24,6 +24,7 @@ from typing import Any, Iterator, Optional
 
 from .governance import ACCOUNT_SCOPE
 from .runtime import budget_guard
+from .runtime.pending_jobs import PendingJobs
 from .runtime.drift import build_baseline
 
 
@@ -73,18 +74,33 @@ def resume_budget_stop(lambda_client: Any, function_name: str, operator: str) ->
     return payload
 
 
-def budget_status(autoscaling: Any, scope: str, batch: Any = None) -> list[str]:
-    """Each governed fleet (and, with ``batch``, training queue): running, or stopped with when and why."""
+def budget_status(autoscaling: Any, scope: str, batch: Any = None, ec2: Any = None,
+                  pending: Optional[PendingJobs] = None) -> list[str]:
+    """Each governed fleet (and, with ``batch``, training queue): running, or stopped with when and why; for a stopped
+    queue, with ``ec2``, the instances it still runs and the vCPUs its compute environments still want; with
+    ``pending``, the submissions that wait for resume."""
     lines = []
     for group in budget_guard.fleet_groups(autoscaling, scope):
         tags = {t["Key"]: t["Value"] for t in group.get("Tags", [])}
         stopped = any(p["ProcessName"] == "Launch" for p in group.get("SuspendedProcesses", []))
         state = f"STOPPED ({tags.get(budget_guard.STOP_TAG, 'Launch suspended')})" if stopped else "running"
         lines.append(f"{tags.get(budget_guard.FLEET_TAG)}: {state}, desired {group['DesiredCapacity']}")
-    for queue in budget_guard.governed_queues(batch, scope) if batch is not None else []:
+    if batch is None:
+        return lines or [f"no fleets or queues governed by budget scope {scope!r}"]
+    leftovers = {e["queue"]: e for e in budget_guard.queue_leftovers(batch, ec2, scope)} if ec2 is not None else {}
+    for queue in budget_guard.governed_queues(batch, scope):
         tags = queue.get("tags", {})
+        name = tags[budget_guard.QUEUE_TAG]
         state = f"STOPPED ({tags.get(budget_guard.STOP_TAG, 'disabled')})" if queue["state"] == "DISABLED" else "running"
-        lines.append(f"queue {tags[budget_guard.QUEUE_TAG]} ({queue['jobQueueName']}): {state}")
+        lines.append(f"queue {name} ({queue['jobQueueName']}): {state}")
+        left = leftovers.pop(name, {})  # once per training queue, under its first job queue
+        lines += [f"  still running: {i['id']} ({i['type']}, {i['lifecycle']}, since {i['launched']}): the guard ends "
+                  "it once it outlives the grace period after the stop" for i in left.get("instances", [])]
+        lines += [f"  compute environment {w['environment']} wants {w['desired_vcpus']} vCPUs"
+                  for w in left.get("wanted_vcpus", [])]
+        waiting = sorted(e["request"]["jobName"] for e in pending.of_queue(queue["jobQueueName"])) if pending else []
+        if waiting:
+            lines.append(f"  {len(waiting)} submission(s) wait for resume: {', '.join(waiting)}")
     return lines or [f"no fleets or queues governed by budget scope {scope!r}"]
 
 
@@ -140,5 +156,6 @@ def main(argv: list[str]) -> int:
         print(json.dumps(resume_budget_stop(session.client("lambda"), args.function, operator), indent=1))
     else:
         session = _session(args.region)
-        print("\n".join(budget_status(session.client("autoscaling"), args.scope, session.client("batch"))))
+        print("\n".join(budget_status(session.client("autoscaling"), args.scope, session.client("batch"),
+                                       session.client("ec2"), PendingJobs(session.client("ssm")))))
     return 0

@@ -91,14 +91,56 @@ def test_what_if_refuses_what_it_cannot_price(spec, message):
 
 
 def test_status_lists_governed_queues_running_or_stopped():
-    from tests.unit.test_budget_guard_queues import Batch
+    from batch_fake import FakeBatch
 
-    batch = Batch()
+    batch = FakeBatch()
+    tags = {"ml-platform:queue": "training", "ml-platform:budget-scope": "dev"}
+    queue = batch.add_queue("dev-training", tags=tags)
+    batch.add_job("resnet", queue, "RUNNING", definition=batch.register("train"))
+    pending = budget_guard.PendingJobs(Ssm())
 
     class NoFleets:
         def get_paginator(self, name):
             return type("P", (), {"paginate": lambda self, **kwargs: [{"AutoScalingGroups": []}]})()
-    assert budget_status(NoFleets(), "dev", batch) == ["queue training (dev-training): running"]
-    budget_guard.stop_queues(batch, "dev", "over budget", budget_guard.datetime.now(budget_guard.timezone.utc))
-    line = budget_status(NoFleets(), "dev", batch)[0]
-    assert line.startswith("queue training (dev-training): STOPPED (") and "over budget" in line
+    assert budget_status(NoFleets(), "dev", batch, pending=pending) == ["queue training (dev-training): running"]
+    budget_guard.stop_queues(batch, pending, "dev", "over budget", budget_guard.datetime.now(budget_guard.timezone.utc))
+    lines = budget_status(NoFleets(), "dev", batch, pending=pending)
+    assert lines[0].startswith("queue training (dev-training): STOPPED (") and "over budget" in lines[0]
+    assert lines[1] == "  1 submission(s) wait for resume: resnet"
+
+
+class Ssm:
+    """Parameter Store as the record of pending jobs uses it."""
+
+    def __init__(self):
+        self.parameters = {}
+
+    def put_parameter(self, Name, Value, **kwargs):  # noqa: N803 (boto3 names)
+        self.parameters[Name] = Value
+
+    def get_paginator(self, name):
+        parameters = self.parameters
+        return type("P", (), {"paginate": lambda self, Path, **kwargs: [{"Parameters": [
+            {"Name": k, "Value": v} for k, v in parameters.items() if k.startswith(Path + "/")]}]})()
+
+
+@pytest.mark.parametrize("command", ["status", "resume"])
+def test_status_and_resume_read_the_record_of_pending_jobs(command, monkeypatch, capsys):
+    """The operator's commands pass Batch, EC2 and Parameter Store to the guard's code (resume submits from the
+    record; status shows it and what a stopped queue still runs)."""
+    seen = {}
+
+    class Session:
+        def client(self, name):
+            seen.setdefault("clients", []).append(name)
+            return {"sts": type("S", (), {"get_caller_identity": lambda self: {"Arn": "arn:aws:iam::1:user/ops"}})()}.get(
+                name, name)
+    monkeypatch.setattr(budget_ops, "session_for", lambda env: Session())
+    monkeypatch.setattr(budget_ops, "budget_status", lambda *args, **kwargs: seen.update(status=(args, kwargs)) or [])
+    monkeypatch.setattr(budget_guard, "resume", lambda *args, **kwargs: seen.update(resume=(args, kwargs)) or {})
+    budget_ops.main([command, "dev"])
+    args, kwargs = seen[command]
+    pending = [a for a in (*args, *kwargs.values()) if isinstance(a, budget_guard.PendingJobs)]
+    assert len(pending) == 1 and pending[0].ssm == "ssm" and "batch" in args
+    if command == "status":
+        assert "ec2" in args

@@ -18,9 +18,12 @@ instances leave through the normal scale-in (the job gets its checkpoint signal)
 and a ``cdk deploy`` does not undo it (the template sets neither a desired capacity nor suspended
 processes). Stopping a training queue (AWS Batch) disables its job queues (no new job starts) and compute
 environments (no new instances; idle ones go), then terminates its starting and running jobs: ECS sends
-SIGTERM and waits the queue's stop timeout, so each writes its checkpoint. A ``cdk deploy`` does not re-enable
-them (the templates carry no ``State``). Resuming enables them again and resubmits, under the same name (so
-from the same checkpoints), every job the stop ended. Data is never touched. Each action is logged as one JSON line, tagged on the group
+SIGTERM and waits the queue's stop timeout, so each writes its checkpoint; each job it ends is first recorded as
+the submission that runs it again (``pending_jobs``: Batch's job list forgets finished jobs). A ``cdk deploy`` does
+not re-enable them (the templates carry no ``State``). A disabled compute environment may keep instances (and their
+bill), so every spend check after a stop ends the instances a stopped queue still runs after a grace period.
+Resuming enables the queues again and submits every pending record of them: the jobs the stop ended, under their
+names (so from the same checkpoints), and what a stopped queue refused meanwhile (a retraining). Data is never touched. Each action is logged as one JSON line, tagged on the group
 (``ml-platform:budget-stop``) and reported to the alert topic, with what the stop cannot stop. Stop actions
 run first; reporting (listing endpoints) runs after them and cannot undo or block them.
 """
@@ -34,13 +37,18 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Optional, Sequence
 
+try:
+    from .pending_jobs import PendingJobs
+except ImportError:  # in Lambda the module sits at the top of the package
+    from pending_jobs import PendingJobs  # type: ignore[no-redef]
+
 # The tag keys governed constructs set on themselves; defined here once (this module runs in Lambda, standard
 # library only), imported by the constructs.
 FLEET_TAG = "ml-platform:fleet"
 QUEUE_TAG = "ml-platform:queue"
-RESUBMITTED_TAG = "ml-platform:budget-resubmitted"  # on a job the stop ended: the id of its resubmission
 RESUBMISSION_OF_TAG = "ml-platform:budget-resubmission-of"  # on the resubmission: the job it replaces
 STOP_REASON_PREFIX = "ml-platform budget stop"  # starts the status reason of every job the stop ended
+STOP_TIME = "%Y-%m-%dT%H:%MZ"  # starts the stop tag's value and the ended jobs' status reason
 
 # --- what the guard governs (the selection contract of ml_platform_constructs.governance) -----------------------
 # Each governed construct tags itself BUDGET_SCOPE_TAG=<scope>; the guard's function gets its scope as
@@ -60,6 +68,9 @@ SPOT, ON_DEMAND = "spot", "on-demand"
 # guard therefore treats the figure as this many hours old: capacity running in that window may be counted
 # twice, which errs towards stopping, never towards overspending.
 DEFAULT_BUDGET_AGE_HOURS = 24.0
+# After a stop, the instances of a stopped training queue get this long to go by themselves (their jobs' stop
+# timeout, then Batch's scale-in) before the guard ends them.
+DEFAULT_GRACE_MINUTES = 10.0
 
 
 # --- what is running, and what it costs --------------------------------------------------------------------------
@@ -222,7 +233,7 @@ def stop_fleets(autoscaling: Any, environment: str, reason: str, now: datetime) 
         autoscaling.update_auto_scaling_group(AutoScalingGroupName=name, MinSize=0, DesiredCapacity=0)
         autoscaling.create_or_update_tags(Tags=[{
             "ResourceId": name, "ResourceType": "auto-scaling-group", "Key": STOP_TAG, "PropagateAtLaunch": False,
-            "Value": f"{now:%Y-%m-%dT%H:%MZ} {reason}"[:256]}])
+            "Value": f"{now:{STOP_TIME}} {reason}"[:256]}])
         report["stopped"].append(entry)
     return report
 
@@ -239,13 +250,15 @@ def unstoppable(sagemaker: Any, environment: str) -> list[str]:
     return found
 
 
-def stop(autoscaling: Any, sagemaker: Any, environment: str, reason: str, now: datetime, batch: Any = None) -> dict:
-    """Stops every kind of governed capacity first (fleets, then training queues when ``batch`` is given), then
-    lists what it cannot stop; a failure to list is reported, never raised, since the stop itself is done."""
+def stop(autoscaling: Any, sagemaker: Any, environment: str, reason: str, now: datetime, batch: Any = None,
+         pending: Optional[PendingJobs] = None) -> dict:
+    """Stops every kind of governed capacity first (fleets, then training queues when ``batch`` is given, recording
+    each job it ends in ``pending``), then lists what it cannot stop; a failure to list is reported, never raised,
+    since the stop itself is done."""
     report = {"action": "stop", "environment": environment, "reason": reason, "time": now.isoformat(),
               **stop_fleets(autoscaling, environment, reason, now)}
     if batch is not None:
-        report.update(stop_queues(batch, environment, reason, now))
+        report.update(stop_queues(batch, _required(pending), environment, reason, now))
     try:
         report["not_stopped"] = unstoppable(sagemaker, environment)
     except Exception as error:  # reporting only
@@ -253,10 +266,11 @@ def stop(autoscaling: Any, sagemaker: Any, environment: str, reason: str, now: d
     return report
 
 
-def resume(autoscaling: Any, environment: str, operator: str, now: datetime, batch: Any = None) -> dict:
+def resume(autoscaling: Any, environment: str, operator: str, now: datetime, batch: Any = None,
+           pending: Optional[PendingJobs] = None) -> dict:
     """Lets the fleets launch again for the rest of the month (the guard will not stop them again before the
     next month); their desired capacity stays 0 until someone scales them. With ``batch``, the training queues
-    run again too, and the jobs the stop ended are resubmitted."""
+    run again too, and every submission recorded in ``pending`` for them is submitted."""
     report = {"action": "resume", "environment": environment, "operator": operator, "time": now.isoformat(),
               "resumed": []}
     for group in fleet_groups(autoscaling, environment):
@@ -270,8 +284,14 @@ def resume(autoscaling: Any, environment: str, operator: str, now: datetime, bat
             "Value": f"{now:%Y-%m}"}])
         report["resumed"].append({"fleet": _fleet_name(group), "group": name})
     if batch is not None:
-        report.update(resume_queues(batch, environment, now))
+        report.update(resume_queues(batch, _required(pending), environment, now))
     return report
+
+
+def _required(pending: Optional[PendingJobs]) -> PendingJobs:
+    if pending is None:
+        raise ValueError("training queues are stopped and resumed with their record of pending jobs (pending=)")
+    return pending
 
 
 # --- training queues (AWS Batch): find, read, stop, resume ----------------------------------------------------
@@ -286,22 +306,29 @@ def governed_queues(batch: Any, environment: str) -> list[dict]:
     return queues
 
 
+def _queue_instances(ec2: Any, environment: str, queue_names: Optional[Sequence[str]] = None) -> list[dict]:
+    """Running instances of governed training queues, by the tags each queue's compute environments put on them."""
+    pages = ec2.get_paginator("describe_instances").paginate(Filters=[
+        {"Name": "tag-key", "Values": [QUEUE_TAG]} if queue_names is None
+        else {"Name": f"tag:{QUEUE_TAG}", "Values": list(queue_names)},
+        {"Name": f"tag:{BUDGET_SCOPE_TAG}", "Values": [governed_scope(environment)]},
+        {"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    return [instance for page in pages for reservation in page["Reservations"] for instance in reservation["Instances"]]
+
+
+def _lifecycle(instance: dict) -> str:
+    return SPOT if instance.get("InstanceLifecycle") == "spot" else ON_DEMAND
+
+
+def _tag(instance: dict, key: str) -> str:
+    return next((t["Value"] for t in instance.get("Tags", []) if t["Key"] == key), "?")
+
+
 def queue_capacity(ec2: Any, environment: str, now: datetime) -> list[RunningCapacity]:
     """The running instances of governed training queues, by the tags each queue's compute environments put on
     the instances Batch launches."""
-    found = []
-    pages = ec2.get_paginator("describe_instances").paginate(Filters=[
-        {"Name": "tag-key", "Values": [QUEUE_TAG]},
-        {"Name": f"tag:{BUDGET_SCOPE_TAG}", "Values": [governed_scope(environment)]},
-        {"Name": "instance-state-name", "Values": ["pending", "running"]}])
-    for page in pages:
-        for reservation in page["Reservations"]:
-            for instance in reservation["Instances"]:
-                tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
-                found.append(RunningCapacity(instance["InstanceType"],
-                                             SPOT if instance.get("InstanceLifecycle") == "spot" else ON_DEMAND,
-                                             instance.get("LaunchTime", now), f"queue {tags.get(QUEUE_TAG, '?')}"))
-    return found
+    return [RunningCapacity(i["InstanceType"], _lifecycle(i), i.get("LaunchTime", now), f"queue {_tag(i, QUEUE_TAG)}")
+            for i in _queue_instances(ec2, environment)]
 
 
 def _queue_jobs(batch: Any, queue_arn: str, statuses: Sequence[str]) -> list[dict]:
@@ -312,9 +339,19 @@ def _queue_jobs(batch: Any, queue_arn: str, statuses: Sequence[str]) -> list[dic
     return jobs
 
 
-def stop_queues(batch: Any, environment: str, reason: str, now: datetime) -> dict:
-    """Idempotent, like the fleets' stop; a queue an operator resumed this month is left running."""
-    report = {"queues_stopped": [], "queues_already_stopped": [], "queues_resumed_by_operator": [], "jobs_ended": []}
+def _described(batch: Any, job_ids: Sequence[str]) -> dict[str, dict]:
+    found = {}
+    for start in range(0, len(job_ids), 100):
+        found.update({job["jobId"]: job for job in batch.describe_jobs(jobs=list(job_ids[start:start + 100]))["jobs"]})
+    return found
+
+
+def stop_queues(batch: Any, pending: PendingJobs, environment: str, reason: str, now: datetime) -> dict:
+    """Idempotent, like the fleets' stop; a queue an operator resumed this month is left running. Each job it ends is
+    first recorded in ``pending`` as the submission that runs it again (resume reads that record, not Batch's job
+    list); a job it could not record is still ended, and reported."""
+    report = {"queues_stopped": [], "queues_already_stopped": [], "queues_resumed_by_operator": [], "jobs_ended": [],
+              "jobs_not_recorded": []}
     for queue in governed_queues(batch, environment):
         name, arn, tags = queue["tags"][QUEUE_TAG], queue["jobQueueArn"], queue.get("tags", {})
         entry = {"queue": name, "job_queue": queue["jobQueueName"]}
@@ -329,10 +366,17 @@ def stop_queues(batch: Any, environment: str, reason: str, now: datetime) -> dic
         batch.update_job_queue(jobQueue=arn, state="DISABLED")  # no new job starts
         for environment_arn in environments:  # no new instances; idle ones scale in
             batch.update_compute_environment(computeEnvironment=environment_arn, state="DISABLED")
+        details = _described(batch, [job["jobId"] for job in running])
         for job in running:  # SIGTERM, then SIGKILL after the queue's stop timeout: the job checkpoints
-            batch.terminate_job(jobId=job["jobId"], reason=f"{STOP_REASON_PREFIX} {now:%Y-%m-%dT%H:%MZ}: {reason}"[:255])
-            report["jobs_ended"].append({"queue": name, "job": job["jobName"], "id": job["jobId"]})
-        batch.tag_resource(resourceArn=arn, tags={STOP_TAG: f"{now:%Y-%m-%dT%H:%MZ} {reason}"[:256]})
+            ended = {"queue": name, "job": job["jobName"], "id": job["jobId"]}
+            try:
+                pending.record(_resubmission(details[job["jobId"]]), leaf=f"job-{job['jobId']}", source="budget-stop",
+                               now=now)
+            except Exception as error:  # the spend stops all the same; the report says what resume will not run
+                report["jobs_not_recorded"].append({**ended, "error": str(error)[:300]})
+            batch.terminate_job(jobId=job["jobId"], reason=f"{STOP_REASON_PREFIX} {now:{STOP_TIME}}: {reason}"[:255])
+            report["jobs_ended"].append(ended)
+        batch.tag_resource(resourceArn=arn, tags={STOP_TAG: f"{now:{STOP_TIME}} {reason}"[:256]})
         report["queues_stopped"].append({**entry, "jobs_ended": len(running),
                                          "jobs_waiting": len(_queue_jobs(batch, arn, ("SUBMITTED", "PENDING", "RUNNABLE")))})
     return report
@@ -340,7 +384,7 @@ def stop_queues(batch: Any, environment: str, reason: str, now: datetime) -> dic
 
 def _resubmission(job: dict) -> dict:
     """SubmitJob arguments that run a job again as it was submitted (same name: same checkpoint prefix)."""
-    tags = {k: v for k, v in job.get("tags", {}).items() if k not in (RESUBMITTED_TAG, RESUBMISSION_OF_TAG)}
+    tags = {k: v for k, v in job.get("tags", {}).items() if k != RESUBMISSION_OF_TAG and not k.startswith("aws:")}
     request = {"jobName": job["jobName"], "jobQueue": job["jobQueue"], "jobDefinition": job["jobDefinition"],
                "propagateTags": job.get("propagateTags", True), "tags": {**tags, RESUBMISSION_OF_TAG: job["jobId"]}}
     for key in ("retryStrategy", "timeout", "parameters"):
@@ -366,30 +410,144 @@ def _overrides(container: dict) -> dict:
     return overrides
 
 
-def resume_queues(batch: Any, environment: str, now: datetime) -> dict:
-    """Enables the queues and their compute environments for the rest of the month, and resubmits every job the
-    stop ended (under its name, so it resumes from its checkpoints); each is resubmitted once."""
-    report = {"queues_resumed": [], "jobs_resubmitted": []}
+def resume_queues(batch: Any, pending: PendingJobs, environment: str, now: datetime) -> dict:
+    """Enables the stopped (or disabled) queues and their compute environments for the rest of the month, then
+    submits every pending record of each governed queue: the jobs a stop ended (under their names, so they resume
+    from their checkpoints) and submissions a disabled queue refused (a retraining). A record is deleted once
+    submitted; one that fails stays for the next resume."""
+    report = {"queues_resumed": [], "jobs_resubmitted": [], "jobs_not_resubmitted": []}
     for queue in governed_queues(batch, environment):
         arn, tags = queue["jobQueueArn"], queue.get("tags", {})
-        if STOP_TAG not in tags and queue["state"] == "ENABLED":
-            continue
-        for entry in queue.get("computeEnvironmentOrder", []):
-            batch.update_compute_environment(computeEnvironment=entry["computeEnvironment"], state="ENABLED")
-        batch.update_job_queue(jobQueue=arn, state="ENABLED")
-        ended = [j["jobId"] for j in _queue_jobs(batch, arn, ("FAILED",))
-                 if j.get("statusReason", "").startswith(STOP_REASON_PREFIX)]
-        for start in range(0, len(ended), 100):
-            for job in batch.describe_jobs(jobs=ended[start:start + 100])["jobs"]:
-                if RESUBMITTED_TAG in job.get("tags", {}):
-                    continue
-                new = batch.submit_job(**_resubmission(job))
-                batch.tag_resource(resourceArn=job["jobArn"], tags={RESUBMITTED_TAG: new["jobId"]})
-                report["jobs_resubmitted"].append({"job": job["jobName"], "was": job["jobId"], "now": new["jobId"]})
-        batch.untag_resource(resourceArn=arn, tagKeys=[STOP_TAG])
-        batch.tag_resource(resourceArn=arn, tags={RESUMED_TAG: f"{now:%Y-%m}"})
-        report["queues_resumed"].append({"queue": tags[QUEUE_TAG], "job_queue": queue["jobQueueName"]})
+        if STOP_TAG in tags or queue["state"] != "ENABLED":
+            for entry in queue.get("computeEnvironmentOrder", []):
+                batch.update_compute_environment(computeEnvironment=entry["computeEnvironment"], state="ENABLED")
+            batch.update_job_queue(jobQueue=arn, state="ENABLED")
+            batch.untag_resource(resourceArn=arn, tagKeys=[STOP_TAG])
+            batch.tag_resource(resourceArn=arn, tags={RESUMED_TAG: f"{now:%Y-%m}"})
+            report["queues_resumed"].append({"queue": tags[QUEUE_TAG], "job_queue": queue["jobQueueName"]})
+        for entry in pending.of_queue(queue["jobQueueName"]):
+            done, error = submit_pending(batch, pending, queue, entry)
+            if error is None:
+                report["jobs_resubmitted"].append(done)
+            else:
+                report["jobs_not_resubmitted"].append({**done, "error": error})
     return report
+
+
+ACTIVE_STATES = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
+
+
+def active_job(batch: Any, job_queue: str, job_name: str) -> Optional[dict]:
+    """A job of this name waiting or running in the queue (ListJobs' JOB_NAME filter returns every status)."""
+    pages = batch.get_paginator("list_jobs").paginate(
+        jobQueue=job_queue, filters=[{"name": "JOB_NAME", "values": [job_name]}])
+    return next((job for page in pages for job in page["jobSummaryList"]
+                 if job["jobName"] == job_name and job.get("status") in ACTIVE_STATES), None)
+
+
+def _active_definition(batch: Any, definition: str) -> str:
+    """The recorded revision, or the family's latest active revision when a deploy deregistered it (a CloudFormation
+    update registers a new revision and deregisters the previous one; Batch refuses an INACTIVE revision)."""
+    tail = definition.rsplit("/", 1)[-1]
+    if ":" not in tail:  # a name: Batch takes its latest active revision itself
+        return definition
+    described = batch.describe_job_definitions(jobDefinitions=[definition])["jobDefinitions"]
+    if described and described[0].get("status") == "ACTIVE":
+        return definition
+    family = tail.rsplit(":", 1)[0]
+    active = [d for page in batch.get_paginator("describe_job_definitions").paginate(
+        jobDefinitionName=family, status="ACTIVE") for d in page["jobDefinitions"]]
+    if not active:
+        raise LookupError(f"job definition {family} has no active revision: register one, then resume again")
+    return max(active, key=lambda d: d["revision"])["jobDefinitionArn"]
+
+
+def submit_pending(batch: Any, pending: PendingJobs, queue: dict, entry: dict) -> tuple[dict, Optional[str]]:
+    """Submits one record and deletes it: ``(report entry, None)``, or ``(entry, error)`` with the record kept."""
+    request = entry["request"]
+    done = {"queue": queue.get("tags", {}).get(QUEUE_TAG, queue["jobQueueName"]), "job": request["jobName"],
+            "was": request.get("tags", {}).get(RESUBMISSION_OF_TAG), "source": entry["source"]}
+    if request["jobQueue"] not in (queue["jobQueueArn"], queue["jobQueueName"]):
+        return done, f"the record names another job queue ({request['jobQueue']}); left for an operator"
+    try:
+        running = active_job(batch, queue["jobQueueArn"], request["jobName"])
+        if running is not None:  # submitted already (a resume that ended before it deleted the record)
+            pending.forget(entry["parameter"])
+            return {**done, "now": running["jobId"], "already": True}, None
+        definition = _active_definition(batch, request["jobDefinition"])
+        new = batch.submit_job(**{**request, "jobDefinition": definition})
+    except Exception as error:  # each record on its own: one failure holds back no other
+        return done, str(error)[:300]
+    pending.forget(entry["parameter"])
+    changed = {"definition": definition} if definition != request["jobDefinition"] else {}
+    return {**done, "now": new["jobId"], **changed}, None
+
+
+# --- after a stop: what still runs -------------------------------------------------------------------------------
+
+def _stopped_at(tag: str) -> Optional[datetime]:
+    try:
+        return datetime.strptime(tag.split(" ", 1)[0], STOP_TIME).replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+
+
+def queue_leftovers(batch: Any, ec2: Any, environment: str) -> list[dict]:
+    """For each stopped training queue, what still runs: its instances (by the tags Batch puts on them) and the vCPUs
+    its compute environments still want. A DISABLED compute environment "may continue to incur billing charges"
+    (https://docs.aws.amazon.com/batch/latest/APIReference/API_ComputeEnvironmentDetail.html, ``state``)."""
+    queues: dict[str, dict] = {}
+    for queue in governed_queues(batch, environment):
+        tags = queue.get("tags", {})
+        entry = queues.setdefault(tags[QUEUE_TAG], {"queue": tags[QUEUE_TAG], "stopped": True, "stopped_at": None,
+                                                    "environments": []})
+        stopped = STOP_TAG in tags and queue["state"] == "DISABLED"
+        entry["stopped"] = entry["stopped"] and stopped  # a queue whose job queues were all stopped
+        if stopped:
+            at = _stopped_at(tags[STOP_TAG])
+            entry["stopped_at"] = max(filter(None, (entry["stopped_at"], at)), default=None)
+        entry["environments"] += [e["computeEnvironment"] for e in queue.get("computeEnvironmentOrder", [])]
+    stopped = {name: entry for name, entry in queues.items() if entry["stopped"]}
+    if not stopped:
+        return []
+    for entry in stopped.values():
+        entry["instances"], entry["wanted_vcpus"] = [], []
+    for instance in _queue_instances(ec2, environment, sorted(stopped)):
+        stopped[_tag(instance, QUEUE_TAG)]["instances"].append({
+            "id": instance["InstanceId"], "type": instance["InstanceType"], "lifecycle": _lifecycle(instance),
+            "launched": str(instance.get("LaunchTime", ""))})
+    for entry in stopped.values():
+        arns = sorted(set(entry.pop("environments")))
+        for start in range(0, len(arns), 100):
+            for environment_ in batch.describe_compute_environments(
+                    computeEnvironments=arns[start:start + 100])["computeEnvironments"]:
+                wanted = environment_.get("computeResources", {}).get("desiredvCpus", 0)
+                if wanted:
+                    entry["wanted_vcpus"].append({"environment": environment_["computeEnvironmentName"],
+                                                  "desired_vcpus": wanted})
+        del entry["stopped"]
+    return [entry for entry in stopped.values() if entry["instances"] or entry["wanted_vcpus"]]
+
+
+def end_leftovers(ec2: Any, leftovers: Sequence[dict], grace: timedelta, now: datetime) -> list[dict]:
+    """Terminates the instances of a queue still running ``grace`` after its stop (its jobs were ended with their
+    checkpoint signal then; Batch should have let the idle instances go). Returns what it ended, or could not."""
+    acted = []
+    for entry in leftovers:
+        if entry["stopped_at"] is not None and now - entry["stopped_at"] < grace:
+            continue
+        ids = [instance["id"] for instance in entry["instances"]]
+        if not ids:
+            continue
+        item = {**entry, "stopped_at": entry["stopped_at"] and entry["stopped_at"].isoformat(), "ended": []}
+        try:
+            for start in range(0, len(ids), 100):
+                ec2.terminate_instances(InstanceIds=ids[start:start + 100])
+                item["ended"] += ids[start:start + 100]
+        except Exception as error:
+            item["error"] = str(error)[:300]
+        acted.append(item)
+    return acted
 
 
 # --- the scheduled spend check ----------------------------------------------------------------------------------
@@ -421,11 +579,21 @@ def spend_check(clients: dict, env: dict[str, str], prices: dict, now: datetime)
               "capacity": [{**asdict(c), "launch_time": c.launch_time.isoformat()} for c in capacity]}
     if decision.decision == "stop":
         stopped = stop(clients["autoscaling"], clients["sagemaker"], env["ENVIRONMENT"], decision.reason, now,
-                       clients.get("batch"))
+                       clients.get("batch"), pending_jobs(clients, env))
         if stopped["stopped"] or stopped.get("queues_stopped"):  # every check past the line: report a stop once
             result["stop"] = stopped
     elif decision.decision == "warn" and not warned_today(clients["ssm"], env["WARNING_PARAMETER"], now):
         result["warning"] = decision.reason
+    if "batch" in clients:  # after the stop, never before it: instances a stopped queue still runs
+        try:
+            grace = timedelta(minutes=float(env.get("STOPPED_INSTANCE_GRACE_MINUTES", DEFAULT_GRACE_MINUTES)))
+            ended = end_leftovers(clients["ec2"], queue_leftovers(clients["batch"], clients["ec2"], env["ENVIRONMENT"]),
+                                  grace, now)
+            if ended:
+                result["leftovers"] = ended
+        except Exception as error:
+            result["leftovers"] = [{"queue": "?", "instances": [], "wanted_vcpus": [], "ended": [],
+                                    "error": f"could not check the stopped queues' instances: {error}"[:300]}]
     try:  # metrics after the decision: a metrics failure never delays a stop
         clients["cloudwatch"].put_metric_data(Namespace="MLPlatform/Cost", MetricData=[
             {"MetricName": name, "Dimensions": [{"Name": "Environment", "Value": env["ENVIRONMENT"]}],
@@ -472,9 +640,12 @@ def _announce(sns: Any, topic_arn: str, report: dict) -> None:
                     Message=f"GPU budget guard, {report['environment']}: early warning at {report['time']}\n"
                             f"{report['warning']}\nscale down, or raise the budget, before then")
         return
-    if report.get("action") == "spend-check" and "stop" not in report:
+    if report.get("action") == "spend-check" and "stop" not in report and not report.get("leftovers"):
         return  # a routine check under the line is a metric, not a message
     body = report.get("stop", report)
+    if "stop" not in report and report.get("action") == "spend-check":  # only leftovers to report
+        body = {"environment": report["environment"], "action": "check after a stop", "time": report["time"],
+                "reason": "a stopped training queue still runs instances"}
     lines = [f"GPU budget guard, {body['environment']}: {body['action']} at {body['time']}",
              f"why: {body.get('reason', body.get('operator', ''))}"]
     lines += [f"stopped fleet {e['fleet']} (was {e['desired_before']} desired)" for e in body.get("stopped", [])]
@@ -486,10 +657,26 @@ def _announce(sns: Any, topic_arn: str, report: dict) -> None:
     lines += [f"already stopped: queue {e['queue']}" for e in body.get("queues_already_stopped", [])]
     lines += [f"left running (resumed by an operator this month): queue {e['queue']}"
               for e in body.get("queues_resumed_by_operator", [])]
+    lines += [f"NOT recorded, so resume will not run it again: {e['job']} ({e['id']}) of queue {e['queue']}: "
+              f"{e['error']}; submit it again by hand, under the same name" for e in body.get("jobs_not_recorded", [])]
     lines += [f"resumed training queue {e['queue']}" for e in body.get("queues_resumed", [])]
-    lines += [f"resubmitted {e['job']} ({e['was']} -> {e['now']}): it resumes from its checkpoints"
+    lines += [f"resubmitted {e['job']} ({e['was']} -> {e['now']}): it resumes from its checkpoints" if e.get("was")
+              else f"submitted {e['job']} ({e['now']}), which the stopped queue had refused ({e['source']})"
               for e in body.get("jobs_resubmitted", [])]
+    lines += [f"NOT resubmitted: {e['job']} to queue {e['queue']}: {e['error']} (its record stays: resume again)"
+              for e in body.get("jobs_not_resubmitted", [])]
     lines += [f"NOT stopped: {item}" for item in body.get("not_stopped", [])]
+    for entry in report.get("leftovers", []):
+        running = ", ".join(f"{i['id']} ({i['type']}, {i['lifecycle']})" for i in entry["instances"])
+        wanted = "; ".join(f"compute environment {w['environment']} still wants {w['desired_vcpus']} vCPUs"
+                           for w in entry["wanted_vcpus"])
+        if entry.get("error"):
+            lines.append(f"STILL RUNNING after the stop of training queue {entry['queue']}: {running or '?'}; could not "
+                         f"end them ({entry['error']}): end them by hand (aws ec2 terminate-instances --instance-ids "
+                         f"{' '.join(i['id'] for i in entry['instances'])}). {wanted}".rstrip(". ") + ".")
+        else:
+            lines.append(f"ended {len(entry['ended'])} instance(s) training queue {entry['queue']} still ran after its "
+                         f"stop: {running}. {wanted}".rstrip(". ") + ".")
     if body["action"] == "stop":
         lines.append(f"resume with: ./platform budget resume {body['environment']} (the platform app), or with the "
                       "library only: python -m ml_platform_constructs budget resume --function "
@@ -498,14 +685,19 @@ def _announce(sns: Any, topic_arn: str, report: dict) -> None:
                 Message="\n".join(lines))
 
 
+def pending_jobs(clients: dict, env: dict[str, str]) -> Optional[PendingJobs]:
+    """The record of pending submissions, encrypted with the guard's key (RECORD_KEY_ID)."""
+    return PendingJobs(clients["ssm"], env.get("RECORD_KEY_ID")) if "ssm" in clients else None
+
+
 def handle(event: dict, clients: dict, env: dict[str, str], now: datetime, prices: Optional[dict] = None) -> dict:
     if "Records" in event:  # the stop topic: a Budgets notification
         message = event["Records"][0]["Sns"]["Message"]
         report = stop(clients["autoscaling"], clients["sagemaker"], env["ENVIRONMENT"],
-                      f"AWS Budgets: {message.strip()[:200]}", now, clients.get("batch"))
+                      f"AWS Budgets: {message.strip()[:200]}", now, clients.get("batch"), pending_jobs(clients, env))
     elif event.get("action") == "resume":
         report = resume(clients["autoscaling"], env["ENVIRONMENT"], event.get("operator", "unknown operator"), now,
-                        clients.get("batch"))
+                        clients.get("batch"), pending_jobs(clients, env))
     else:  # the schedule
         region = env.get("PRICE_REGION") or env.get("AWS_REGION", "us-east-1")
         report = spend_check(clients, env, prices or load_prices(region), now)

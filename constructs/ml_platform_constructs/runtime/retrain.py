@@ -1,47 +1,238 @@
-"""Submits an endpoint's retraining job to its training queue when a drift alarm changes to ALARM, at most
-once per cooldown, and tells the alert topic what it did (standard library and boto3 only).
+"""Starts a model's retraining job on its training queue when one of its triggers (an alarm) changes to ALARM:
+exactly one job per episode, one at a time, and tells the alert topic what it did (standard library and boto3).
 
-EventBridge has no rate limit of its own, so the cooldown is read from the queue: a job of the same name
-prefix created within it (whatever its state) means the drift is already being handled.
+Two claims, each an atomic DynamoDB conditional write made before anything is submitted, so that events that
+arrive together or twice (EventBridge delivers at least once and retries) start one job:
+
+- ``cooldown#<trigger>``: each trigger (drift, quality, ...) starts at most one retraining per its cooldown;
+- ``flight``: one retraining job at a time, whatever triggered it; a new one may start once the last one is no
+  longer waiting or running.
+
+A claim names the event that made it, so the retry of that event goes on where it stopped; a failed submission
+gives both claims back before the function fails (and is retried). While a budget stop has disabled the queue, the
+submission is kept as a pending record (``pending_jobs``) that the budget guard's resume submits.
+
+Environment: JOB_QUEUE (ARN), JOB_DEFINITION (name: submitted as its latest active revision), JOB_NAME_PREFIX,
+TOPIC_ARN, CLAIMS_TABLE, TRIGGERS (JSON: trigger name -> cooldown seconds), RECORD_KEY_ID, CHECKPOINT_ROOT (optional).
+Event (the rule's input): {"trigger", "alarm", "reason", "time", "eventId"}.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import time
 from datetime import datetime, timezone
+from typing import Any, Optional
+
+try:
+    from .pending_jobs import PendingJobs
+except ImportError:  # in Lambda the module sits at the top of the package
+    from pending_jobs import PendingJobs  # type: ignore[no-redef]
+
+ACTIVE_STATES = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
+# A claim whose function died between claiming and submitting (timeout, crash) no longer holds the flight after this.
+STALE_CLAIM_SECONDS = 900
+TRIGGER_TAG = "ml-platform:retrain-trigger"  # on the job: what started it (drift, quality, ...)
+ALARM_TAG = "ml-platform:retrain-alarm"
+TIME_TAG = "ml-platform:retrain-time"
+# Batch tag values: letters, digits, spaces and + - = . _ : / @, up to 256 characters:
+# https://docs.aws.amazon.com/batch/latest/userguide/tag-restrictions.html
+_TAG_VALUE = re.compile(r"[^\w\s+\-=.:/@]")
 
 
-def handler(event: dict, context: object, batch=None, sns=None, now: float | None = None) -> dict:
+class ConditionFailed(Exception):
+    def __init__(self, item: Optional[dict]) -> None:
+        super().__init__("held")
+        self.item = item
+
+
+def _failed_condition(error: Exception) -> bool:
+    return getattr(error, "response", {}).get("Error", {}).get("Code") == "ConditionalCheckFailedException"
+
+
+class Claims:
+    """The two claims in one DynamoDB table (partition key ``pk``), as plain dicts of strings and numbers."""
+
+    def __init__(self, dynamodb: Any, table: str) -> None:
+        self.dynamodb, self.table = dynamodb, table
+
+    @staticmethod
+    def _encode(item: dict) -> dict:
+        return {k: {"N": str(v)} if isinstance(v, (int, float)) else {"S": str(v)} for k, v in item.items()}
+
+    @staticmethod
+    def _decode(item: dict) -> dict:
+        return {k: float(v["N"]) if "N" in v else v["S"] for k, v in item.items()}
+
+    def put(self, item: dict, condition: str, values: dict) -> None:
+        """Writes ``item`` if ``condition`` holds; otherwise raises ConditionFailed with the item that holds it."""
+        try:
+            self.dynamodb.put_item(
+                TableName=self.table, Item=self._encode(item), ConditionExpression=condition,
+                ExpressionAttributeNames={"#pk": "pk", "#event": "event", "#until": "until", "#job": "job_name"},
+                ExpressionAttributeValues=self._encode(values), ReturnValuesOnConditionCheckFailure="ALL_OLD")
+        except Exception as error:
+            if not _failed_condition(error):
+                raise
+            old = getattr(error, "response", {}).get("Item")
+            raise ConditionFailed(self._decode(old) if old else None) from None
+
+    def update(self, key: str, event_id: str, **values: Any) -> None:
+        names = {f"#{k}": k for k in values}
+        self.dynamodb.update_item(
+            TableName=self.table, Key={"pk": {"S": key}}, ConditionExpression="#event = :event",
+            UpdateExpression="SET " + ", ".join(f"#{k} = :{k}" for k in values),
+            ExpressionAttributeNames={**names, "#event": "event"},
+            ExpressionAttributeValues=self._encode({**{f":{k}": v for k, v in values.items()}, ":event": event_id}))
+
+    def release(self, key: str, event_id: str) -> None:
+        try:
+            self.dynamodb.delete_item(TableName=self.table, Key={"pk": {"S": key}}, ConditionExpression="#event = :event",
+                                      ExpressionAttributeNames={"#event": "event"},
+                                      ExpressionAttributeValues={":event": {"S": event_id}})
+        except Exception as error:
+            if not _failed_condition(error):  # another event holds it now: not ours to give back
+                raise
+
+
+def active_job(batch: Any, job_queue: str, job_name: str) -> Optional[dict]:
+    """A job of this name waiting or running in the queue (ListJobs' JOB_NAME filter returns every status)."""
+    pages = batch.get_paginator("list_jobs").paginate(
+        jobQueue=job_queue, filters=[{"name": "JOB_NAME", "values": [job_name]}])
+    return next((job for page in pages for job in page["jobSummaryList"]
+                 if job["jobName"] == job_name and job.get("status") in ACTIVE_STATES), None)
+
+
+def queue_enabled(batch: Any, job_queue: str) -> bool:
+    queues = batch.describe_job_queues(jobQueues=[job_queue])["jobQueues"]
+    return bool(queues) and queues[0]["state"] == "ENABLED"
+
+
+def _tag_value(value: str) -> str:
+    return _TAG_VALUE.sub("_", value)[:256] or "-"
+
+
+def submission(env: dict, job_name: str, trigger: str, alarm: str, at: str) -> dict:
+    """SubmitJob's arguments: the job under its own name and checkpoint prefix, tagged (and told in its environment)
+    with what triggered it."""
+    environment = [{"name": "ML_PLATFORM_JOB_NAME", "value": job_name},
+                   {"name": "ML_PLATFORM_RETRAIN_TRIGGER", "value": trigger},
+                   {"name": "ML_PLATFORM_RETRAIN_ALARM", "value": alarm}]
+    if env.get("CHECKPOINT_ROOT"):
+        environment.append({"name": "ML_PLATFORM_CHECKPOINT_URI", "value": f"{env['CHECKPOINT_ROOT']}{job_name}/"})
+    return {"jobName": job_name, "jobQueue": env["JOB_QUEUE"], "jobDefinition": env["JOB_DEFINITION"],
+            "containerOverrides": {"environment": environment}, "propagateTags": True,
+            "tags": {TRIGGER_TAG: _tag_value(trigger), ALARM_TAG: _tag_value(alarm), TIME_TAG: _tag_value(at)}}
+
+
+def handler(event: dict, context: object, batch: Any = None, sns: Any = None, dynamodb: Any = None, ssm: Any = None,
+            now: Optional[float] = None) -> dict:
     import boto3
 
     batch = batch or boto3.client("batch")
     sns = sns or boto3.client("sns")
+    claims = Claims(dynamodb or boto3.client("dynamodb"), os.environ["CLAIMS_TABLE"])
+    pending = PendingJobs(ssm or boto3.client("ssm"), os.environ.get("RECORD_KEY_ID"))
     now = time.time() if now is None else now
-    env = os.environ
-    prefix, queue = env["JOB_NAME_PREFIX"], env["JOB_QUEUE"]
-    alarm = event.get("detail", {}).get("alarmName", "a drift alarm")
-    since_ms = int((now - int(env["COOLDOWN_SECONDS"])) * 1000)
-    recent = []
-    for status in ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED", "FAILED"):
-        pages = batch.get_paginator("list_jobs").paginate(jobQueue=queue, jobStatus=status)
-        recent += [job for page in pages for job in page.get("jobSummaryList", [])
-                   if job["jobName"].startswith(prefix) and job.get("createdAt", 0) >= since_ms]
-    if recent:
-        message = (f"{alarm} is in ALARM; retraining not submitted: {recent[0]['jobName']} ({recent[0]['jobId']}) "
-                   f"was submitted within the cooldown of {int(env['COOLDOWN_SECONDS']) // 3600} h.")
-        result = {"submitted": False, "recent": recent[0]["jobId"]}
-    else:
-        name = f"{prefix}-{datetime.fromtimestamp(now, timezone.utc):%Y%m%d%H%M}"
-        overrides = {"environment": [{"name": "ML_PLATFORM_JOB_NAME", "value": name}]}
-        if env.get("CHECKPOINT_ROOT"):
-            overrides["environment"].append({"name": "ML_PLATFORM_CHECKPOINT_URI",
-                                             "value": f"{env['CHECKPOINT_ROOT']}{name}/"})
-        job = batch.submit_job(jobName=name, jobQueue=queue, jobDefinition=env["JOB_DEFINITION"],
-                               containerOverrides=overrides, propagateTags=True)
-        message = (f"{alarm} is in ALARM: retraining job {name} ({job['jobId']}) submitted to {queue}. "
-                   f"Follow it with ./platform job list ENV (or aws batch describe-jobs --jobs {job['jobId']}).")
-        result = {"submitted": True, "jobId": job["jobId"], "jobName": name}
-    sns.publish(TopicArn=env["TOPIC_ARN"], Subject="Retraining on drift", Message=message)
-    print(message)
+    result = retrain(event, dict(os.environ), batch, claims, pending, now)
+    sns.publish(TopicArn=os.environ["TOPIC_ARN"], Subject=f"Retraining: {result['trigger']}"[:100],
+                Message=result["message"])
+    print(json.dumps(result))
     return result
+
+
+def retrain(event: dict, env: dict, batch: Any, claims: Claims, pending: PendingJobs, now: float) -> dict:
+    triggers = json.loads(env["TRIGGERS"])
+    trigger = event.get("trigger", "")
+    if trigger not in triggers:
+        raise ValueError(f"unknown trigger {trigger!r}: this retraining has {sorted(triggers)}")
+    alarm = event.get("alarm") or f"the {trigger} alarm"
+    # EventBridge keeps an event's id through its retries and Lambda's: the claims' owner.
+    event_id = event.get("eventId") or f"{alarm}@{event.get('time', '')}"
+    queue = env["JOB_QUEUE"]
+    base = {"trigger": trigger, "alarm": alarm, "event": event_id, "submitted": False}
+
+    cooldown = int(triggers[trigger])
+    try:
+        claims.put({"pk": f"cooldown#{trigger}", "event": event_id, "until": now + cooldown, "at": now},
+                   "attribute_not_exists(#pk) OR #until <= :now OR #event = :event", {":now": now, ":event": event_id})
+    except ConditionFailed as held:
+        since = datetime.fromtimestamp((held.item or {}).get("at", now), timezone.utc)
+        return {**base, "skipped": "cooldown",
+                "message": f"{alarm} is in ALARM; retraining not started: {trigger} started one at {since:%Y-%m-%d %H:%M} "
+                           f"UTC, within its cooldown of {cooldown // 3600} h."}
+
+    flight = _claim_flight(claims, batch, pending, queue, env, event_id, trigger, now)
+    if flight.get("event") != event_id:
+        return {**base, "skipped": "in flight", "jobName": flight["job_name"],
+                "message": f"{alarm} is in ALARM; retraining not started: {flight['job_name']} (started by "
+                           f"{flight.get('trigger', '?')}) is still {flight.get('state', 'waiting or running')}."}
+    name = flight["job_name"]
+    request = submission(env, name, trigger, alarm, event.get("time") or
+                         f"{datetime.fromtimestamp(now, timezone.utc):%Y-%m-%dT%H:%M:%SZ}")
+    try:
+        already = active_job(batch, queue, name)  # this event's earlier attempt got as far as submitting
+        if already is not None:
+            job_id = already["jobId"]
+        elif not queue_enabled(batch, queue):
+            return _keep_pending(claims, pending, request, event_id, base, now)
+        else:
+            try:
+                job_id = batch.submit_job(**request)["jobId"]
+            except Exception:
+                if queue_enabled(batch, queue):
+                    raise
+                return _keep_pending(claims, pending, request, event_id, base, now)  # stopped meanwhile
+        claims.update("flight", event_id, state="submitted", job_id=job_id)
+    except Exception:  # give the claims back, so that the retry of this event (or the next one) can start it
+        claims.release("flight", event_id)
+        claims.release(f"cooldown#{trigger}", event_id)
+        raise
+    return {**base, "submitted": True, "jobId": job_id, "jobName": name,
+            "message": f"{alarm} is in ALARM: retraining job {name} ({job_id}) submitted to {queue}, tagged "
+                       f"{TRIGGER_TAG}={trigger}. Follow it with ./platform job list ENV (or aws batch describe-jobs "
+                       f"--jobs {job_id})."}
+
+
+def _keep_pending(claims: Claims, pending: PendingJobs, request: dict, event_id: str, base: dict, now: float) -> dict:
+    parameter = pending.record(request, leaf=f"retrain-{request['jobName']}", source="retraining",
+                               now=datetime.fromtimestamp(now, timezone.utc))
+    claims.update("flight", event_id, state="pending")
+    return {**base, "pending": parameter, "jobName": request["jobName"],
+            "message": f"{base['alarm']} is in ALARM, but the training queue is disabled (a budget stop): retraining "
+                       f"job {request['jobName']} is kept pending in {parameter} and is submitted when the queue runs "
+                       "again (./platform budget resume ENV, or python -m ml_platform_constructs budget resume)."}
+
+
+def _claim_flight(claims: Claims, batch: Any, pending: PendingJobs, queue: str, env: dict, event_id: str,
+                  trigger: str, now: float) -> dict:
+    """This event's flight claim, or the claim of the retraining still waiting or running."""
+    mine = {"pk": "flight", "event": event_id, "trigger": trigger, "state": "claimed", "at": now,
+            "job_name": f"{env['JOB_NAME_PREFIX']}-{datetime.fromtimestamp(now, timezone.utc):%Y%m%d%H%M}"}
+    condition, values = "attribute_not_exists(#pk) OR #event = :event", {":event": event_id}
+    for _ in range(3):
+        try:
+            claims.put(mine, condition, values)
+            return mine
+        except ConditionFailed as held:
+            old = held.item
+            if old is None:  # gone between the write and its answer: try again
+                continue
+            if old["event"] == event_id:
+                return old
+            if _in_flight(old, batch, pending, queue, now):
+                return old
+            # The last retraining is over: take the claim from it, and only from it.
+            condition, values = "#event = :old", {":old": old["event"]}
+            mine["job_name"] = mine["job_name"] if mine["job_name"] != old["job_name"] else f"{mine['job_name']}-2"
+    raise RuntimeError("could not claim the retraining flight after 3 tries (other events keep taking it)")
+
+
+def _in_flight(claim: dict, batch: Any, pending: PendingJobs, queue: str, now: float) -> bool:
+    if active_job(batch, queue, claim["job_name"]) is not None:
+        return True
+    if claim.get("state") == "pending":  # waiting for the queue; the guard's resume submits and deletes the record
+        return any(entry["request"]["jobName"] == claim["job_name"] for entry in pending.of_queue(queue))
+    return claim.get("state") == "claimed" and now - float(claim.get("at", 0)) < STALE_CLAIM_SECONDS
