@@ -71,8 +71,9 @@ class Claims:
         try:
             self.dynamodb.put_item(
                 TableName=self.table, Item=self._encode(item), ConditionExpression=condition,
-                ExpressionAttributeNames={"#pk": "pk", "#event": "event", "#until": "until", "#job": "job_name"},
-                ExpressionAttributeValues=self._encode(values), ReturnValuesOnConditionCheckFailure="ALL_OLD")
+                ExpressionAttributeNames={f"#{name}": name for name in re.findall(r"#(\w+)", condition)},
+                **({"ExpressionAttributeValues": self._encode(values)} if values else {}),
+                ReturnValuesOnConditionCheckFailure="ALL_OLD")
         except Exception as error:
             if not _failed_condition(error):
                 raise
@@ -211,7 +212,7 @@ def _claim_flight(claims: Claims, batch: Any, pending: PendingJobs, queue: str, 
     """This event's flight claim, or the claim of the retraining still waiting or running."""
     mine = {"pk": "flight", "event": event_id, "trigger": trigger, "state": "claimed", "at": now,
             "job_name": f"{env['JOB_NAME_PREFIX']}-{datetime.fromtimestamp(now, timezone.utc):%Y%m%d%H%M}"}
-    condition, values = "attribute_not_exists(#pk) OR #event = :event", {":event": event_id}
+    condition, values = "attribute_not_exists(#pk)", {}
     for _ in range(3):
         try:
             claims.put(mine, condition, values)
@@ -219,14 +220,14 @@ def _claim_flight(claims: Claims, batch: Any, pending: PendingJobs, queue: str, 
         except ConditionFailed as held:
             old = held.item
             if old is None:  # gone between the write and its answer: try again
+                condition, values = "attribute_not_exists(#pk)", {}
                 continue
-            if old["event"] == event_id:
-                return old
-            if _in_flight(old, batch, pending, queue, now):
-                return old
+            if old["event"] == event_id or _in_flight(old, batch, pending, queue, now):
+                return old  # this event's own claim (a retry), or the retraining still waiting or running
             # The last retraining is over: take the claim from it, and only from it.
             condition, values = "#event = :old", {":old": old["event"]}
-            mine["job_name"] = mine["job_name"] if mine["job_name"] != old["job_name"] else f"{mine['job_name']}-2"
+            if mine["job_name"] == old["job_name"]:
+                mine["job_name"] += "-2"
     raise RuntimeError("could not claim the retraining flight after 3 tries (other events keep taking it)")
 
 

@@ -1,0 +1,216 @@
+"""The retraining function (runtime/retrain.py) through its Lambda entry point: the claims in DynamoDB and the pending
+record in Parameter Store (moto), AWS Batch in a stateful fake (batch_fake.py)."""
+
+import itertools
+import json
+import threading
+from datetime import datetime, timezone
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from batch_fake import FakeBatch
+from ml_platform_constructs.runtime import budget_guard, retrain
+from ml_platform_constructs.runtime.pending_jobs import PendingJobs
+
+NOW = datetime(2026, 11, 29, 20, 0, tzinfo=timezone.utc).timestamp()
+HOUR = 3600
+
+
+class Sns:
+    def __init__(self):
+        self.messages = []
+
+    def publish(self, **kwargs):
+        self.messages.append(kwargs["Message"])
+
+
+@pytest.fixture(scope="module")
+def emulated():
+    with mock_aws():
+        session = boto3.session.Session(region_name="us-east-1", aws_access_key_id="testing",
+                                        aws_secret_access_key="testing")
+        yield session.client("dynamodb"), session.client("ssm"), itertools.count(1)
+
+
+@pytest.fixture
+def world(emulated, monkeypatch):
+    """A retraining of 'classifier' on a queue of its own budget scope, triggered by drift (24 h) and quality (6 h)."""
+    dynamodb, ssm, counter = emulated
+    n = next(counter)
+    table = f"claims-{n}"
+    dynamodb.create_table(TableName=table, KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                          AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                          BillingMode="PAY_PER_REQUEST")
+    batch = FakeBatch()
+    tags = {"ml-platform:queue": "training", "ml-platform:budget-scope": f"env{n}"}
+    queue = batch.add_queue(f"env{n}-training", tags=tags)
+    batch.register(f"env{n}-retrain", tags=tags)
+    settings = {"JOB_QUEUE": queue, "JOB_DEFINITION": f"env{n}-retrain", "JOB_NAME_PREFIX": "retrain-classifier",
+                "TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:alerts", "CLAIMS_TABLE": table,
+                "TRIGGERS": json.dumps({"drift": 24 * HOUR, "quality": 6 * HOUR}),
+                "RECORD_KEY_ID": "arn:aws:kms:us-east-1:123456789012:key/queue",
+                "CHECKPOINT_ROOT": "s3://bucket/checkpoints/training/"}
+    for key, value in settings.items():
+        monkeypatch.setenv(key, value)
+    sns = Sns()
+    ids = itertools.count(1)
+
+    def fire(trigger="drift", at=NOW, event_id=None, alarm="serving-classifier-drift"):
+        event = {"trigger": trigger, "alarm": alarm, "reason": "Threshold Crossed",
+                 "time": datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                 "eventId": event_id or f"event-{next(ids)}"}
+        return retrain.handler(event, None, batch=batch, sns=sns, dynamodb=dynamodb, ssm=ssm, now=at)
+    return {"batch": batch, "queue": queue, "fire": fire, "sns": sns, "ssm": ssm, "scope": f"env{n}",
+            "dynamodb": dynamodb, "table": table}
+
+
+def jobs(world):
+    return [j for j in world["batch"].jobs.values()]
+
+
+def test_a_drift_alarm_submits_one_job_with_its_name_checkpoints_definition_and_trigger(world):
+    result = world["fire"]()
+    (request,) = world["batch"].submitted()
+    assert result["submitted"] and request["jobName"] == "retrain-classifier-202611292000"
+    assert request["jobQueue"] == world["queue"]
+    assert request["jobDefinition"] == f"{world['scope']}-retrain"  # by name: its latest active revision
+    assert request["containerOverrides"]["environment"] == [
+        {"name": "ML_PLATFORM_JOB_NAME", "value": "retrain-classifier-202611292000"},
+        {"name": "ML_PLATFORM_RETRAIN_TRIGGER", "value": "drift"},
+        {"name": "ML_PLATFORM_RETRAIN_ALARM", "value": "serving-classifier-drift"},
+        {"name": "ML_PLATFORM_CHECKPOINT_URI", "value": "s3://bucket/checkpoints/training/retrain-classifier-202611292000/"}]
+    assert request["tags"] == {"ml-platform:retrain-trigger": "drift", "ml-platform:retrain-alarm": "serving-classifier-drift",
+                               "ml-platform:retrain-time": "2026-11-29T20:00:00Z"}
+    assert request["propagateTags"] is True
+    assert "retraining job retrain-classifier-202611292000" in world["sns"].messages[0]
+
+
+def test_two_events_at_once_submit_one_job(world):
+    """Both events pass every read before either claims: only the atomic claim can tell them apart (the old
+    list-then-submit cooldown submitted two jobs here)."""
+    both_read = threading.Barrier(2, timeout=10)
+    dynamodb, lock = world["dynamodb"], threading.Lock()
+
+    class Racing:
+        """DynamoDB as both functions see it: each waits for the other before it writes; the service applies one
+        conditional write at a time."""
+
+        def __getattr__(self, name):
+            return getattr(dynamodb, name)
+
+        def put_item(self, **kwargs):
+            if kwargs["Item"]["pk"]["S"].startswith("cooldown#"):
+                both_read.wait()
+            with lock:
+                return dynamodb.put_item(**kwargs)
+    results = []
+
+    def fire(event_id):
+        event = {"trigger": "drift", "alarm": "drift", "time": "2026-11-29T20:00:00Z", "eventId": event_id}
+        results.append(retrain.handler(event, None, batch=world["batch"], sns=world["sns"], dynamodb=Racing(),
+                                       ssm=world["ssm"], now=NOW))
+    threads = [threading.Thread(target=fire, args=(f"psi-{i}",)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(world["batch"].submitted()) == 1
+    assert sorted(r["submitted"] for r in results) == [False, True]
+
+
+def test_the_same_event_delivered_twice_submits_once(world):
+    world["fire"](event_id="once")
+    again = world["fire"](event_id="once", at=NOW + 60)
+    assert len(world["batch"].submitted()) == 1 and again["submitted"]  # the retry finds its own job
+
+
+def test_a_new_episode_within_the_cooldown_starts_nothing_and_says_so(world):
+    first = world["fire"]()
+    world["batch"].finish(first["jobId"])
+    later = world["fire"](at=NOW + 23 * HOUR)
+    assert later["skipped"] == "cooldown" and len(world["batch"].submitted()) == 1
+    assert "within its cooldown of 24 h" in world["sns"].messages[-1]
+
+
+def test_after_the_cooldown_a_new_episode_starts_a_new_job(world):
+    first = world["fire"]()
+    world["batch"].finish(first["jobId"])
+    world["batch"].forget_finished()  # Batch's job list is no record; the claim is
+    later = world["fire"](at=NOW + 25 * HOUR)
+    assert later["submitted"] and later["jobName"] == "retrain-classifier-202611302100"
+
+
+def test_one_retraining_at_a_time_whatever_triggered_it(world):
+    drift = world["fire"]("drift")
+    quality = world["fire"]("quality", at=NOW + HOUR)  # its own cooldown is free, the flight is not
+    assert quality["skipped"] == "in flight" and quality["jobName"] == drift["jobName"]
+    assert "is still submitted" in world["sns"].messages[-1]
+    world["batch"].finish(drift["jobId"])
+    again = world["fire"]("quality", at=NOW + 2 * HOUR)  # quality's cooldown was claimed by the skipped episode
+    assert again["skipped"] == "cooldown"
+    later = world["fire"]("quality", at=NOW + 8 * HOUR)
+    assert later["submitted"] and world["batch"].jobs[later["jobId"]]["tags"]["ml-platform:retrain-trigger"] == "quality"
+
+
+def test_a_failed_submission_gives_the_claims_back_so_the_retry_submits(world):
+    calls = []
+
+    def throttled(request):
+        calls.append(request)
+        if len(calls) == 1:
+            raise RuntimeError("TooManyRequestsException")
+    world["batch"].before_submit = throttled
+    with pytest.raises(RuntimeError, match="TooManyRequests"):
+        world["fire"](event_id="retried")
+    retried = world["fire"](event_id="retried", at=NOW + 30)  # EventBridge / Lambda retry the same event
+    assert retried["submitted"] and len(world["batch"].submitted()) == 1
+
+
+def test_a_claim_whose_function_died_before_submitting_frees_the_flight_after_15_minutes(world):
+    dynamodb = world["dynamodb"]
+    dynamodb.put_item(TableName=world["table"], Item={
+        "pk": {"S": "flight"}, "event": {"S": "died"}, "state": {"S": "claimed"}, "trigger": {"S": "quality"},
+        "at": {"N": str(NOW - 20 * 60)}, "job_name": {"S": "retrain-classifier-202611291940"}})
+    result = world["fire"]()
+    assert result["submitted"] and result["jobName"] == "retrain-classifier-202611292000"
+
+
+def test_while_the_queue_is_stopped_the_retraining_waits_and_resume_submits_it(world):
+    batch, ssm = world["batch"], world["ssm"]
+    batch.queues[world["queue"]]["state"] = "DISABLED"  # a budget stop
+    batch.queues[world["queue"]]["tags"]["ml-platform:budget-stop"] = "2026-11-29T19:00Z line"
+    result = world["fire"]()
+    assert not result["submitted"] and batch.submitted() == []
+    assert "kept pending" in world["sns"].messages[-1] and "budget resume" in world["sns"].messages[-1]
+    (entry,) = PendingJobs(ssm).of_queue(world["queue"])
+    assert entry["source"] == "retraining" and entry["request"]["jobName"] == result["jobName"]
+    assert world["fire"]("quality", at=NOW + HOUR)["skipped"] == "in flight"  # still one retraining
+
+    report = budget_guard.resume_queues(batch, PendingJobs(ssm), world["scope"], datetime.fromtimestamp(
+        NOW + 2 * HOUR, timezone.utc))  # the guard's resume path
+    (submitted,) = batch.submitted()
+    assert submitted["jobName"] == result["jobName"] and submitted["tags"]["ml-platform:retrain-trigger"] == "drift"
+    assert report["jobs_resubmitted"][0]["source"] == "retraining" and PendingJobs(ssm).of_queue(world["queue"]) == []
+    assert world["fire"]("quality", at=NOW + 8 * HOUR)["skipped"] == "in flight"  # it runs now
+
+
+def test_a_queue_stopped_between_the_check_and_the_submission_keeps_it_pending(world):
+    batch = world["batch"]
+
+    def stopped_meanwhile(request):
+        batch.queues[world["queue"]]["state"] = "DISABLED"
+    batch.before_submit = stopped_meanwhile
+    result = world["fire"]()
+    assert result["pending"] and len(PendingJobs(world["ssm"]).of_queue(world["queue"])) == 1
+
+
+def test_an_unknown_trigger_fails_loudly(world):
+    with pytest.raises(ValueError, match="unknown trigger 'latency': this retraining has \\['drift', 'quality'\\]"):
+        world["fire"]("latency")
+
+
+def test_tag_values_keep_to_what_batch_accepts(world):
+    world["fire"](alarm="drift (PSI > 0.2) & more")
+    assert world["batch"].submitted()[0]["tags"]["ml-platform:retrain-alarm"] == "drift _PSI _ 0.2_ _ more"
