@@ -28,7 +28,8 @@ from .alert_topic import allow_budgets_to_publish
 from .errors import ValidationError
 from .governance import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, governs_something, validate_budget_scope
 from .nag_support import nag_arn, stack_arn, suppress_checkov
-from .runtime.budget_guard import DEFAULT_BUDGET_AGE_HOURS, load_table
+from .runtime.budget_guard import DEFAULT_BUDGET_AGE_HOURS, DEFAULT_GRACE_MINUTES, QUEUE_TAG, load_table
+from .runtime.pending_jobs import PENDING_PATH
 from .runtime_function import runtime_function
 from .spot_gpu_fleet import AUTO_SCALING_GROUPS_ARN
 
@@ -40,7 +41,11 @@ BATCH_QUEUE_ARNS = ("arn:{partition}:batch:{region}:{account}:job-queue/*",
                     "arn:{partition}:batch:{region}:{account}:compute-environment/*",
                     "arn:{partition}:batch:{region}:{account}:job-definition/*")
 BATCH_JOBS_ARN = "arn:{partition}:batch:{region}:{account}:job/*"
+INSTANCES_ARN = "arn:{partition}:ec2:{region}:{account}:instance/*"
+PENDING_JOBS_ARN = "arn:{partition}:ssm:{region}:{account}:parameter" + PENDING_PATH.rstrip("/") + "*"
 MAX_NOTIFICATIONS = 10
+# The stop function's code: the handler and what it imports (in Lambda, each sits at the top of the package).
+STOP_FUNCTION_FILES = ("budget_guard.py", "pending_jobs.py", "prices.json")
 
 
 class BudgetGuard(Construct):
@@ -54,13 +59,18 @@ class BudgetGuard(Construct):
     - At ``stop_at_percent`` (80) of actual spend, Budgets notifies a stop topic of its own; a Lambda
       (retries 2, failures to an encrypted queue, alarms on its errors and on that queue) stops every fleet
       governed by this guard's ``budget_scope`` (see ``ml_platform_constructs.governance``): Launch suspended,
-      desired capacity 0. Every ``spend_check_every``
+      desired capacity 0, and every governed training queue: job queues and compute environments disabled, running
+      jobs ended with their checkpoint signal after each is recorded (encrypted with ``key``) as the submission
+      that runs it again. Every ``spend_check_every``
       (15 minutes) the same function estimates the spend to now (the budget's actual spend, taken as
       ``budget_data_age`` old, plus what the running GPU capacity has cost since, from the price table of the
       stack's Region, Spot at its assumed discount) and stops when it reaches the same line; when the month,
       projected at the current hourly cost, would reach it, it warns the alert topic at most once a day with the
-      date. ``python -m ml_platform_constructs budget resume --function <stop_function name>`` (the platform app:
-      ``./platform budget resume ENV``) resumes; ``./platform budget what-if ENV`` runs the same decision.
+      date. After a stop, the check ends the instances a stopped queue still runs ``stopped_instance_grace`` later
+      (a disabled compute environment may keep them, and their bill) and tells the alert topic.
+      ``python -m ml_platform_constructs budget resume --function <stop_function name>`` (the platform app:
+      ``./platform budget resume ENV``) resumes and submits every recorded job (and any submission a stopped queue
+      refused meanwhile, such as a retraining); ``./platform budget what-if ENV`` runs the same decision.
 
     Attributes: ``budget`` (main child ``Resource``), ``budget_name``, ``budget_scope``, ``stop_topic``,
     ``stop_function`` (None without a stop).
@@ -70,8 +80,8 @@ class BudgetGuard(Construct):
         notification or subscriber change fail to deploy (they replace the budget, and CloudFormation cannot
         replace a custom-named resource): adds a warning.
     :param alerts: the alert topic; it must allow Budgets to publish (``AlertTopic`` does).
-    :param key: encrypts the stop topic, the failure queue and the audit log group (must allow Budgets and
-        CloudWatch Logs, like ``PlatformKey``).
+    :param key: encrypts the stop topic, the failure queue, the audit log group and the records of the jobs a stop
+        ends (must allow Budgets and CloudWatch Logs, like ``PlatformKey``).
     :param environment: names the environment in descriptions and messages; the SageMaker endpoints tagged
         ``environment=<environment>`` are listed as what the stop cannot stop.
     :param budget_scope: governs every resource tagged ``ml-platform:budget-scope=<budget_scope>``, which each
@@ -83,6 +93,8 @@ class BudgetGuard(Construct):
     :param spend_check_every: Default: 15 minutes.
     :param budget_data_age: how old the spend check takes Budgets' figure to be. Default: 24 hours (Budgets
         gives no as-of time; capacity running in that window may be counted twice, erring towards stopping).
+    :param stopped_instance_grace: how long after a stop a stopped queue's instances may still run before the
+        guard ends them (5 minutes to 2 hours). Default: 10 minutes.
     :param cost_filters: AWS::Budgets CostFilters, e.g. {"TagKeyValue": ["user:environment$dev"]}. Default: the account.
     :param removal_policy: for the audit log group. Default: RETAIN.
     """
@@ -93,14 +105,17 @@ class BudgetGuard(Construct):
                  notify_at_percent: Sequence[float] = (50, 80, 100), stop_at_percent: Optional[float] = 80,
                  spend_check_every: Duration = Duration.minutes(15),
                  budget_data_age: Duration = Duration.hours(DEFAULT_BUDGET_AGE_HOURS),
+                 stopped_instance_grace: Duration = Duration.minutes(DEFAULT_GRACE_MINUTES),
                  cost_filters: Optional[dict[str, Sequence[str]]] = None,
                  removal_policy: RemovalPolicy = RemovalPolicy.RETAIN) -> None:
         super().__init__(scope, id)
-        self._validate(budget_name, monthly_limit, emails, notify_at_percent, stop_at_percent, spend_check_every)
+        self._validate(budget_name, monthly_limit, emails, notify_at_percent, stop_at_percent, spend_check_every,
+                       stopped_instance_grace)
         validate_budget_scope("BudgetGuard", budget_scope)
         self.budget_scope = budget_scope
         self._removal_policy = removal_policy
         self._budget_data_age = budget_data_age
+        self._stopped_instance_grace = stopped_instance_grace
         stack = Stack.of(self)
         if budget_name is not None:
             Annotations.of(self).add_warning_v2("ml-platform:budget-name", (
@@ -158,7 +173,8 @@ class BudgetGuard(Construct):
                 resources=[f"arn:{stack.partition}:budgets::{stack.account}:budget/{self.budget_name}"]))
 
     @staticmethod
-    def _validate(budget_name, monthly_limit, emails, notify_at_percent, stop_at_percent, spend_check_every) -> None:
+    def _validate(budget_name, monthly_limit, emails, notify_at_percent, stop_at_percent, spend_check_every,
+                  stopped_instance_grace) -> None:
         def fail(prop, value, allowed, fix):
             raise ValidationError("BudgetGuard", prop, value, allowed, fix)
 
@@ -185,6 +201,10 @@ class BudgetGuard(Construct):
         if minutes < 1 or minutes != int(minutes):
             fail("spend_check_every", spend_check_every.to_human_string(), "whole minutes, at least 1",
                  "e.g. Duration.minutes(15)")
+        # At least the longest stop timeout of a queue's jobs (115 s) and a scale-in; at most what a leak may cost.
+        if not 5 <= stopped_instance_grace.to_seconds() / 60 <= 120:
+            fail("stopped_instance_grace", stopped_instance_grace.to_human_string(), "5 minutes to 2 hours",
+                 "e.g. Duration.minutes(10)")
 
     def _stop_function(self, alerts, key, environment, monthly_limit, stop_at_percent, every) -> lambda_.Function:
         stack = Stack.of(self)
@@ -198,7 +218,7 @@ class BudgetGuard(Construct):
         Validations.of(failures).acknowledge(Acknowledgment(
             id="AwsSolutions-SQS3", reason="This queue is itself the failure destination of the stop function."))
         function = runtime_function(
-            self, "StopFunction", handler="budget_guard.handler", files=["budget_guard.py", "prices.json"],
+            self, "StopFunction", handler="budget_guard.handler", files=STOP_FUNCTION_FILES,
             description=f"Stops the {environment} GPU fleets when the environment's budget runs out",
             timeout=Duration.minutes(2), memory_size=256,
             log_group=logs.LogGroup(self, "AuditLog", retention=logs.RetentionDays.ONE_YEAR, encryption_key=key,
@@ -209,7 +229,8 @@ class BudgetGuard(Construct):
                          "MONTHLY_LIMIT": str(monthly_limit), "STOP_AT_PERCENT": str(stop_at_percent),
                          "ALERT_TOPIC_ARN": alerts.topic_arn, "PRICE_REGION": stack.region,
                          "BUDGET_AGE_HOURS": str(self._budget_data_age.to_hours()),
-                         "WARNING_PARAMETER": self.warning_parameter.parameter_name})
+                         "WARNING_PARAMETER": self.warning_parameter.parameter_name, "RECORD_KEY_ID": key.key_arn,
+                         "STOPPED_INSTANCE_GRACE_MINUTES": str(int(self._stopped_instance_grace.to_minutes()))})
         suppress_checkov(function, "CKV_AWS_116", "Failed asynchronous invocations go to the StopFailures queue "
                          "through an on-failure destination, which also carries the error; a DLQ would duplicate it")
         self.stop_topic.add_subscription(subscriptions.LambdaSubscription(function))
@@ -236,7 +257,8 @@ class BudgetGuard(Construct):
         # Training queues (AWS Batch): find them and their jobs; disable and enable only the governed ones.
         function.add_to_role_policy(iam.PolicyStatement(
             sid="FindQueuesAndTheirJobs",
-            actions=["batch:DescribeJobQueues", "batch:ListJobs", "batch:DescribeJobs"], resources=["*"]))
+            actions=["batch:DescribeJobQueues", "batch:ListJobs", "batch:DescribeJobs", "batch:DescribeComputeEnvironments",
+                     "batch:DescribeJobDefinitions"], resources=["*"]))
         function.add_to_role_policy(iam.PolicyStatement(
             sid="StopAndResumeOnlyGovernedQueues",
             actions=["batch:UpdateJobQueue", "batch:UpdateComputeEnvironment", "batch:TagResource",
@@ -246,14 +268,33 @@ class BudgetGuard(Construct):
         function.add_to_role_policy(iam.PolicyStatement(
             sid="EndAndMarkQueueJobs", actions=["batch:TerminateJob", "batch:TagResource"],
             resources=[stack_arn(stack, BATCH_JOBS_ARN)]))
+        # What a stopped queue still runs after the grace period: only governed queue instances.
+        function.add_to_role_policy(iam.PolicyStatement(
+            sid="EndOnlyGovernedQueueInstances", actions=["ec2:TerminateInstances"],
+            resources=[stack_arn(stack, INSTANCES_ARN)],
+            conditions={"StringEquals": {f"aws:ResourceTag/{BUDGET_SCOPE_TAG}": self.budget_scope},
+                        "Null": {f"aws:ResourceTag/{QUEUE_TAG}": "false"}}))
+        # The record of pending jobs: written encrypted with this key, read whatever key a writer (a retraining)
+        # used, but only through Parameter Store and only for these parameters (encryption context PARAMETER_ARN):
+        # https://docs.aws.amazon.com/kms/latest/developerguide/services-parameter-store.html
+        function.add_to_role_policy(iam.PolicyStatement(
+            sid="RecordPendingJobs", actions=["ssm:PutParameter", "ssm:GetParametersByPath", "ssm:DeleteParameter"],
+            resources=[stack_arn(stack, PENDING_JOBS_ARN)]))
+        key.grant_encrypt(function)
+        function.add_to_role_policy(iam.PolicyStatement(
+            sid="ReadPendingJobRecords", actions=["kms:Decrypt"], resources=["*"],
+            conditions={"StringEquals": {"kms:ViaService": f"ssm.{stack.region}.{stack.url_suffix}"},
+                        "StringLike": {"kms:EncryptionContext:PARAMETER_ARN": stack_arn(stack, PENDING_JOBS_ARN)}}))
         reason = ("Describe/List calls and PutMetricData have no resource-level permissions (metrics limited by "
                   "namespace); fleet and queue changes are limited by the budget-scope tag (fleets also by the "
-                  "fleet tag); jobs are ended and marked by id, from the governed queues only.")
+                  "fleet tag, instances also by the queue tag); jobs are ended and marked by id, from the governed "
+                  "queues only; pending-job records are parameters under one path, decrypted only through Parameter "
+                  "Store for that path.")
         Validations.of(function.role).acknowledge(
             Acknowledgment(id="AwsSolutions-IAM5[Resource::*]", reason=reason),
             Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{nag_arn(stack, AUTO_SCALING_GROUPS_ARN)}]", reason=reason),
             *[Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{nag_arn(stack, arn)}]", reason=reason)
-              for arn in (*BATCH_QUEUE_ARNS, BATCH_JOBS_ARN)],
+              for arn in (*BATCH_QUEUE_ARNS, BATCH_JOBS_ARN, INSTANCES_ARN, PENDING_JOBS_ARN)],
             Acknowledgment(id="AwsSolutions-IAM5[Action::kms:GenerateDataKey*]",
                            reason="Publishing to the encrypted alert topic needs data keys of its key."),
             Acknowledgment(id="AwsSolutions-IAM5[Action::kms:ReEncrypt*]",

@@ -143,7 +143,63 @@ def test_stop_function_may_change_only_this_environments_fleets(template):
                   if s.get("Sid") == "StopAndResumeOnlyThisEnvironmentsFleets")
     assert change["Condition"] == {"StringEquals": {"autoscaling:ResourceTag/ml-platform:budget-scope": "account"},
                                    "Null": {"autoscaling:ResourceTag/ml-platform:fleet": "false"}}
-    assert "autoscaling:SuspendProcesses" in change["Action"] and "ec2:TerminateInstances" not in json.dumps(policy)
+    assert "autoscaling:SuspendProcesses" in change["Action"]
+
+
+STOPPING_ACTIONS = {"autoscaling:SuspendProcesses", "autoscaling:UpdateAutoScalingGroup", "batch:UpdateJobQueue",
+                    "batch:UpdateComputeEnvironment", "batch:SubmitJob", "ec2:TerminateInstances"}
+
+
+def guard_statements(template):
+    policy = next(v for k, v in template.find_resources("AWS::IAM::Policy").items() if k.startswith("GuardStopFunction"))
+    return policy["Properties"]["PolicyDocument"]["Statement"]
+
+
+def test_every_statement_that_can_stop_or_start_something_is_bound_to_the_guards_scope(template):
+    scoped = [s for s in guard_statements(template)
+              if STOPPING_ACTIONS & set([s["Action"]] if isinstance(s["Action"], str) else s["Action"])]
+    assert {"StopAndResumeOnlyThisEnvironmentsFleets", "StopAndResumeOnlyGovernedQueues",
+            "EndOnlyGovernedQueueInstances"} == {s["Sid"] for s in scoped}
+    for statement in scoped:
+        condition = statement["Condition"]["StringEquals"]
+        assert condition in ({"autoscaling:ResourceTag/ml-platform:budget-scope": "account"},
+                             {"aws:ResourceTag/ml-platform:budget-scope": "account"}), statement["Sid"]
+    instances = next(s for s in scoped if s["Sid"] == "EndOnlyGovernedQueueInstances")
+    assert instances["Action"] == "ec2:TerminateInstances"  # and only instances Batch launched for a queue:
+    assert instances["Condition"]["Null"] == {"aws:ResourceTag/ml-platform:queue": "false"}
+
+
+def test_pending_job_records_are_read_only_through_parameter_store_for_their_path(template):
+    statements = {s.get("Sid"): s for s in guard_statements(template)}
+    read = statements["ReadPendingJobRecords"]
+    assert read["Action"] == "kms:Decrypt" and read["Resource"] == "*"
+    assert read["Condition"]["StringEquals"]["kms:ViaService"] == {"Fn::Join": ["", [
+        "ssm.us-east-1.", {"Ref": "AWS::URLSuffix"}]]}
+    assert read["Condition"]["StringLike"] == {
+        "kms:EncryptionContext:PARAMETER_ARN": "arn:aws:ssm:us-east-1:123456789012:parameter/ml-platform/pending-jobs*"}
+    assert statements["RecordPendingJobs"]["Resource"] == \
+        "arn:aws:ssm:us-east-1:123456789012:parameter/ml-platform/pending-jobs*"
+
+
+def test_records_are_encrypted_with_the_guards_key_and_stopped_instances_get_10_minutes(template):
+    variables = next(iter(template.find_resources("AWS::Lambda::Function").values()))["Properties"]["Environment"]["Variables"]
+    key = next(iter(template.find_resources("AWS::KMS::Key")))
+    assert variables["RECORD_KEY_ID"] == {"Fn::GetAtt": [key, "Arn"]}
+    assert variables["STOPPED_INSTANCE_GRACE_MINUTES"] == "10"
+
+
+def test_the_stop_functions_code_imports_as_lambda_packages_it(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+    from importlib import resources
+
+    from ml_platform_constructs.budget_guard import STOP_FUNCTION_FILES
+
+    for name in STOP_FUNCTION_FILES:
+        shutil.copy(resources.files("ml_platform_constructs.runtime") / name, tmp_path / name)
+    subprocess.run([sys.executable, "-c", "import budget_guard; budget_guard.load_table(); budget_guard.PendingJobs"],
+                   cwd=tmp_path, check=True)
 
 
 def test_audit_log_is_kept_a_year(template):
@@ -175,6 +231,8 @@ def test_notify_only_creates_no_stop(synth_stack):
     ({"notify_at_percent": (50, 50)}, "each threshold once"),
     ({"notify_at_percent": (10, 20, 30, 40, 50, 60)}, "at most 10 budget notifications"),
     ({"spend_check_every": Duration.seconds(30)}, "spend_check_every='30 seconds' is invalid"),
+    ({"stopped_instance_grace": Duration.minutes(2)}, "stopped_instance_grace='2 minutes' is invalid: 5 minutes to 2 hours"),
+    ({"stopped_instance_grace": Duration.hours(3)}, "stopped_instance_grace='3 hours' is invalid: 5 minutes to 2 hours"),
 ])
 def test_invalid_props(overrides, message):
     stack = Stack(App(), "S")
