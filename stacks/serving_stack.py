@@ -37,11 +37,11 @@ class ServingStack(Stack):
         for endpoint in config.endpoints:
             if endpoint.retrain is None:
                 continue
-            retrain, queue = endpoint.retrain, queues[endpoint.retrain.queue]
+            retrain = endpoint.retrain
+            # The retraining job definition lives here, with what submits it: nothing this stack imports from
+            # Compute changes when the retraining image does.
             RetrainOnDrift(
-                self, f"{endpoint.name}Retrain", alarms=[self.endpoints[endpoint.name].alarms["psi"],
-                                                         self.endpoints[endpoint.name].alarms["kl"]],
-                queue=queue, job_name_prefix=f"retrain-{endpoint.name}", alerts=alerts,
-                cooldown=Duration.hours(retrain.cooldown_hours), removal_policy=config.removal_policy,
-                job_definition=queue.add_job_definition(f"Retrain{endpoint.name.title().replace('-', '')}",
-                                                        image_uri=retrain.image, command=retrain.command))
+                self, f"{endpoint.name}Retrain", alarm=self.endpoints[endpoint.name].alarms["drift"],
+                queue=queues[retrain.queue], image_uri=retrain.image, command=retrain.command,
+                job_name_prefix=f"retrain-{endpoint.name}", alerts=alerts,
+                cooldown=Duration.hours(retrain.cooldown_hours), removal_policy=config.removal_policy)

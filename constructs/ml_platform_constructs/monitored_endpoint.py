@@ -375,7 +375,7 @@ class MonitoredEndpoint(Construct):
         return cloudwatch.Metric(namespace=DRIFT_NAMESPACE, metric_name=name, statistic="Maximum", period=period,
                                  dimensions_map={"EndpointName": self.endpoint_name})
 
-    def _alarms(self, alerts, psi_threshold, kl_threshold, latency, error_rate, schedule) -> dict[str, cloudwatch.Alarm]:
+    def _alarms(self, alerts, psi_threshold, kl_threshold, latency, error_rate, schedule) -> dict[str, cloudwatch.IAlarm]:
         notify = cw_actions.SnsAction(alerts)
         alarms = {
             "psi": self.metric_drift("MaxPSI", schedule).create_alarm(
@@ -415,6 +415,12 @@ class MonitoredEndpoint(Construct):
         }
         for alarm in alarms.values():
             alarm.add_alarm_action(notify)
+        # PSI and KL are published together, so real drift moves both: one composite alarm changes state once per
+        # episode, which is what retraining listens to. No actions of its own: its children notify.
+        alarms["drift"] = cloudwatch.CompositeAlarm(
+            self, "DriftAlarm", alarm_rule=cloudwatch.AlarmRule.any_of(alarms["psi"], alarms["kl"]),
+            alarm_description=f"{self.endpoint_name}: input drift (PSI or KL above its threshold), one state change "
+                              "per episode (RetrainOnDrift listens to it)")
         return alarms
 
     def _auto_scaling(self, config: EndpointAutoScaling) -> None:

@@ -44,7 +44,7 @@ from .queue_jobs import (ATTEMPTS, EFA_DEVICE, JOB_NAMESPACE, MEMORY_HEADROOM, M
                          smallest_fit, validate_job_props)
 from .queue_jobs import retry_strategies as _retry_strategies
 from .queue_monitoring import LogGroupTarget, job_event_rules, queue_dashboard, triggered_rules
-from .runtime.budget_guard import QUEUE_TAG
+from .runtime.budget_guard import BUDGET_SCOPE_TAG, QUEUE_TAG
 
 # The names this module has always offered, wherever they live now.
 __all__ = ["ATTEMPTS", "EFA_DEVICE", "EFA_INSTALL", "JOB_NAMESPACE", "MEMORY_HEADROOM", "MULTI_NODE_NODES", "QUEUE_TAG",
@@ -266,15 +266,25 @@ class TrainingQueue(Construct):
         return [self.job_queue_arn, *([self.multi_node_job_queue_arn] if self.multi_node_job_queue is not None else [])]
 
     # --- job definitions --------------------------------------------------------------------------------------
-    def add_job_definition(self, id: str, *, image_uri: str, command: Sequence[str] = ()) -> batch.EcsJobDefinition:
+    def add_job_definition(self, id: str, *, image_uri: str, command: Sequence[str] = (),
+                           scope: Optional[Construct] = None) -> batch.EcsJobDefinition:
         """A single-node job definition of this queue (its size, retries, timeout, volumes, logs and job role) with
-        another image and, optionally, a default command: e.g. an endpoint's retraining job."""
+        another image and, optionally, a default command: e.g. an endpoint's retraining job.
+
+        :param scope: where the definition lives. Default: the queue. Pass the construct that submits it when that is
+            in another stack: a changed definition registers a new revision (a new Ref), and CloudFormation refuses
+            to change a value another stack imports. It carries the queue's tags either way."""
         if id != "JobDefinition" and not Token.is_unresolved(image_uri) and not is_tagged_ecr_image(image_uri):
             raise ValidationError("TrainingQueue", "add_job_definition image_uri", image_uri,
                                   "an Amazon ECR image", "push the image to ECR and use its URI")
-        container = self._jobs.container(self, f"{id}Container" if id != "JobDefinition" else "Container", image_uri,
+        owner = scope or self
+        container = self._jobs.container(owner, f"{id}Container" if id != "JobDefinition" else "Container", image_uri,
                                          (self.gpus_per_job, self.job_vcpus, self.job_memory_mib), command=command)
-        return self._jobs.single_node(self, id, container)
+        definition = self._jobs.single_node(owner, id, container)
+        if scope is not None:  # the budget guard resubmits only definitions of its scope
+            Tags.of(definition).add(QUEUE_TAG, self.queue_name)
+            Tags.of(definition).add(BUDGET_SCOPE_TAG, self.budget_scope)
+        return definition
 
     @property
     def checkpoint_root(self) -> Optional[str]:

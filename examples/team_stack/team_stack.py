@@ -62,11 +62,9 @@ class TeamStack(Stack):
             instance_type="ml.m5.large", alerts=alerts.topic, baseline_bucket=data,
             vpc=network.vpc, vpc_subnets=network.compute_subnets, volume_key=key.key,
             auto_scaling=EndpointAutoScaling(max_capacity=4, invocations_per_instance=100))
-        # Drift retrains the model on the queue, at most once a day.
-        RetrainOnDrift(self, "Retrain", alarms=[endpoint.alarms["psi"], endpoint.alarms["kl"]], queue=queue,
-                       job_definition=queue.add_job_definition("Retrain", image_uri=TRAINING_IMAGE,
-                                                               command=["python", "train.py"]),
-                       job_name_prefix="retrain-classifier", alerts=alerts.topic)
+        # Drift (PSI or KL) retrains the model on the queue: one job per episode, at most once a day.
+        RetrainOnDrift(self, "Retrain", alarm=endpoint.alarms["drift"], queue=queue, image_uri=TRAINING_IMAGE,
+                       command=["python", "train.py"], job_name_prefix="retrain-classifier", alerts=alerts.topic)
 
         # Stops every fleet of this account and Region whose budget_scope is the default, "account".
         guard = BudgetGuard(self, "Budget", budget_name="team-a-dev-monthly", monthly_limit=1500, alerts=alerts.topic,
