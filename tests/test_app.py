@@ -1,6 +1,7 @@
 """The composed app: stages per environment, protection, tags, no lookups, no custom resources."""
 
 import json
+import re
 
 import pytest
 from aws_cdk import Stack
@@ -179,13 +180,36 @@ def test_one_job_queue_per_configured_queue_plus_multi_node_queues(templates, co
         assert len(env.queues) >= 1, f"{name} ships without a training queue"
 
 
-def test_dev_classifier_retrains_on_drift_through_its_queue(templates):
+def test_dev_classifier_retrains_on_its_composite_drift_alarm_through_its_queue(templates):
     serving = templates["dev/Serving"]
+    (drift,) = serving.find_resources("AWS::CloudWatch::CompositeAlarm")
     serving.has_resource_properties("AWS::Events::Rule", {"EventPattern": Match.object_like({
         "detail-type": ["CloudWatch Alarm State Change"],
-        "detail": {"alarmName": Match.any_value(), "state": {"value": ["ALARM"]}}})})
+        "detail": {"alarmName": [{"Ref": drift}], "state": {"value": ["ALARM"]}}})})
     serving.has_resource_properties("AWS::Lambda::Function", {"Environment": {"Variables": Match.object_like({
-        "JOB_NAME_PREFIX": "retrain-classifier", "COOLDOWN_SECONDS": "86400"})}})
+        "JOB_NAME_PREFIX": "retrain-classifier", "TRIGGERS": '{"drift": 86400}'})}})
+    serving.resource_count_is("AWS::Batch::JobDefinition", 1)  # the retraining's own, beside what submits it
+
+
+# Resources whose Ref or attributes change when one of their properties does (a new revision, version or name):
+# an export of one that another stack imports blocks the next change (Fn::ImportValue: an imported export cannot
+# change).
+REVISIONED = {"AWS::Batch::JobDefinition", "AWS::EC2::LaunchTemplate", "AWS::Lambda::Version",
+              "AWS::ECS::TaskDefinition", "AWS::SageMaker::Model", "AWS::SageMaker::EndpointConfig"}
+
+
+def test_no_stack_imports_a_value_that_changes_when_its_resource_changes(platform_app):
+    _, assembly, _ = platform_app
+    stacks = {s.stack_name: s.template for s in assembly.stacks_recursively}
+    exported = {o["Export"]["Name"]: (name, o["Value"]) for name, t in stacks.items()
+                for o in t.get("Outputs", {}).values() if "Export" in o}
+    imported = {m for t in stacks.values() for m in re.findall(r'"Fn::ImportValue": "([^"]+)"', json.dumps(t))}
+    assert imported and imported <= set(exported)
+    for name in imported:
+        stack, value = exported[name]
+        targets = re.findall(r'"(?:Ref|Fn::GetAtt)": \[?"([A-Za-z0-9]+)"', json.dumps(value))
+        types = {stacks[stack]["Resources"][t]["Type"] for t in targets if t in stacks[stack]["Resources"]}
+        assert not types & REVISIONED, f"{name} exports {types & REVISIONED} from {stack}"
 
 
 def test_platform_key_allows_auto_scaling_only_where_fleets_use_it(templates):

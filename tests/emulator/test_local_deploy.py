@@ -171,7 +171,8 @@ def test_training_queue_and_its_job_definitions_exist_with_retries_and_gpus(depl
     job_queue = resource(deployed, "dev-Compute", "trainingQueue", "AWS::Batch::JobQueue")
     assert (job_queue.status, finding(job_queue, "compute environments").detail) == (CREATED, "1 in order [1]")
     definitions = deployed["dev-Compute"].by_type("AWS::Batch::JobDefinition")
-    assert len(definitions) == 2  # the queue's and the classifier's retraining job
+    definitions += deployed["dev-Serving"].by_type("AWS::Batch::JobDefinition")
+    assert len(definitions) == 2  # the queue's, and the classifier's retraining job beside what submits it
     for definition in definitions:
         assert definition.status == CREATED
         assert finding(definition, "retry strategy").detail == f"{queue.job_attempts} attempts, 5 exit rules"

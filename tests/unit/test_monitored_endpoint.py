@@ -110,6 +110,17 @@ def test_drift_alarms(built, metric, threshold):
         "Dimensions": [{"Name": "EndpointName", "Value": "classifier-dev"}]})
 
 
+def test_one_composite_drift_alarm_changes_once_per_episode_of_psi_or_kl(built):
+    template = built[0]
+    alarms = template.find_resources("AWS::CloudWatch::Alarm")
+    psi, kl = (next(k for k, a in alarms.items() if a["Properties"].get("MetricName") == m) for m in ("MaxPSI", "MaxKL"))
+    (composite,) = template.find_resources("AWS::CloudWatch::CompositeAlarm").values()
+    rule = json.dumps(composite["Properties"]["AlarmRule"])
+    assert rule.count(" OR ") == 1 and psi in rule and kl in rule  # ALARM("psi") OR ALARM("kl")
+    assert "AlarmActions" not in composite["Properties"]  # its children notify; retraining listens to it
+    assert built[1]["endpoint"].alarms["drift"].alarm_name
+
+
 def test_p99_latency_alarm_in_microseconds_ignoring_low_sample_periods(built):
     built[0].has_resource_properties("AWS::CloudWatch::Alarm", {
         "Namespace": "AWS/SageMaker", "MetricName": "ModelLatency", "ExtendedStatistic": "p99",
