@@ -8,7 +8,7 @@ import re
 from typing import Sequence
 
 import jsii
-from aws_cdk import Acknowledgment, Duration, IStableStringProducer, Lazy, RemovalPolicy, Stack, Validations
+from aws_cdk import Acknowledgment, Duration, Fn, IStableStringProducer, Lazy, RemovalPolicy, Stack, Validations
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -155,11 +155,13 @@ class RetrainOnDrift(Construct):
             conditions={"ForAllValues:StringLike": {"aws:TagKeys": [TRIGGER_TAG.rsplit("-", 1)[0] + "-*"]}}))
         self.function.add_to_role_policy(iam.PolicyStatement(
             sid="SeeTheQueueAndItsJobs", actions=["batch:ListJobs", "batch:DescribeJobQueues"], resources=["*"]))
-        # The pending record while the queue is stopped, under the queue's path only, encrypted with its key.
+        # The pending record while the queue is stopped, under the queue's path only, encrypted with its key. The
+        # queue's name from its ARN (arn:...:job-queue/NAME), the value the queue already exports.
+        queue_name = Fn.select(1, Fn.split("/", queue.job_queue_arn))
         self.function.add_to_role_policy(iam.PolicyStatement(
             sid="KeepItPendingWhileTheQueueIsStopped", actions=["ssm:PutParameter", "ssm:GetParametersByPath"],
             resources=[stack.format_arn(service="ssm", resource="parameter",
-                                        resource_name=f"{PENDING_PATH.strip('/')}/{queue.job_queue.job_queue_name}*")]))
+                                        resource_name=f"{PENDING_PATH.strip('/')}/{queue_name}*")]))
         queue.key.grant_encrypt_decrypt(self.function)
         self.claims.grant(self.function, "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
         alerts.grant_publish(self.function)
