@@ -18,6 +18,7 @@ from aws_cdk.region_info import RegionInfo
 from ml_platform_constructs.gpu_catalog import GPU_CATALOG
 from ml_platform_constructs.monitored_endpoint import ECR_IMAGE
 from ml_platform_constructs.network import QUEUE_INTERFACE_ENDPOINTS
+from ml_platform_constructs.runtime.retrain import COOLDOWN_HOURS
 from ml_platform_constructs.training_queue import is_tagged_ecr_image
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "environments.toml"
@@ -108,7 +109,7 @@ class QueueConfig:
 
 @dataclass(frozen=True)
 class RetrainConfig:
-    """A training job the endpoint's drift alarm submits, at most once per cooldown."""
+    """A training job the endpoint's drift alarm starts: one per episode, at most once per cooldown."""
     queue: str
     image: str
     command: tuple[str, ...]
@@ -411,7 +412,7 @@ def _retrain(at: str, raw: Any) -> RetrainConfig:
     command = _string_list(f"{at}.command", raw["command"], 1, 100)
     return RetrainConfig(queue=_string(f"{at}.queue", raw["queue"], r"^[a-z][a-z0-9-]{0,39}$", "a queue name", "name a queue of this environment"),
                          image=_ecr_image(f"{at}.image", raw["image"]), command=command,
-                         cooldown_hours=_integer(f"{at}.cooldown_hours", raw.get("cooldown_hours", 24), 1, 168))
+                         cooldown_hours=_integer(f"{at}.cooldown_hours", raw.get("cooldown_hours", 24), *COOLDOWN_HOURS))
 
 
 def _endpoints(at: str, raw: Any) -> tuple[EndpointConfig, ...]:

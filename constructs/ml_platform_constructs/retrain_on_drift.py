@@ -23,11 +23,10 @@ from constructs import Construct, IValidation
 from .errors import ValidationError
 from .nag_support import flatten_reference, nag_arn, stack_arn, suppress_checkov
 from .runtime.pending_jobs import PENDING_PATH
-from .runtime.retrain import TRIGGER_TAG
+from .runtime.retrain import COOLDOWN_HOURS, TRIGGER_TAG
 from .runtime_function import runtime_function
 from .training_queue import TrainingQueue
 
-COOLDOWN_HOURS = (1, 30 * 24)
 # The retraining function's code: the handler and what it imports (in Lambda, each sits at the top of the package).
 FUNCTION_FILES = ("retrain.py", "pending_jobs.py")
 _JOBS_ARN = "arn:{partition}:batch:{region}:{account}:job/*"

@@ -115,6 +115,9 @@ def test_fleets_are_optional_and_default_to_all_spot_and_notify_only():
      "instance_type='m5.large' is invalid"),
     ({"name": "c", "image_uri": ECR, "model_data_key": "models/c.tar.gz", "instance_type": "ml.m5.large",
       "sampling_percentage": 150}, "sampling_percentage=150 is invalid: a whole number from 0 to 100"),
+    ({"name": "c", "image_uri": ECR, "model_data_key": "models/c.tar.gz", "instance_type": "ml.m5.large",
+      "retrain": {"queue": "training", "image": ECR, "command": ["python", "t.py"], "cooldown_hours": 721}},
+     "cooldown_hours=721 is invalid: a whole number from 1 to 720"),
 ])
 def test_bad_endpoint_values_name_the_key(endpoint, message):
     with pytest.raises(ConfigError, match=re.escape(message)):

@@ -154,7 +154,7 @@ def test_one_retraining_at_a_time_whatever_triggered_it(world):
     assert later["submitted"] and world["batch"].jobs[later["jobId"]]["tags"]["ml-platform:retrain-trigger"] == "quality"
 
 
-def test_a_failed_submission_gives_the_claims_back_so_the_retry_submits(world):
+def throttled_once(world):
     calls = []
 
     def throttled(request):
@@ -162,10 +162,22 @@ def test_a_failed_submission_gives_the_claims_back_so_the_retry_submits(world):
         if len(calls) == 1:
             raise RuntimeError("TooManyRequestsException")
     world["batch"].before_submit = throttled
+
+
+def test_a_failed_submission_fails_the_function_and_its_retry_submits(world):
+    throttled_once(world)
     with pytest.raises(RuntimeError, match="TooManyRequests"):
         world["fire"](event_id="retried")
     retried = world["fire"](event_id="retried", at=NOW + 30)  # EventBridge / Lambda retry the same event
     assert retried["submitted"] and len(world["batch"].submitted()) == 1
+
+
+def test_a_failed_submission_gives_its_claims_back_for_the_next_event(world):
+    throttled_once(world)
+    with pytest.raises(RuntimeError, match="TooManyRequests"):
+        world["fire"](event_id="failed for good")  # and its retries, say, too
+    later = world["fire"]("drift", at=NOW + HOUR)  # the alarm's next change to ALARM is not held back
+    assert later["submitted"] and len(world["batch"].submitted()) == 1
 
 
 def test_a_claim_whose_function_died_before_submitting_frees_the_flight_after_15_minutes(world):

@@ -32,6 +32,9 @@ except ImportError:  # in Lambda the module sits at the top of the package
     from pending_jobs import PendingJobs  # type: ignore[no-redef]
 
 ACTIVE_STATES = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
+# A trigger's cooldown, in hours: at least one (an alarm that flaps), at most 30 days (a retraining that did not
+# cure the drift within a month needs a person, not another job).
+COOLDOWN_HOURS = (1, 30 * 24)
 # A claim whose function died between claiming and submitting (timeout, crash) no longer holds the flight after this.
 STALE_CLAIM_SECONDS = 900
 TRIGGER_TAG = "ml-platform:retrain-trigger"  # on the job: what started it (drift, quality, ...)
