@@ -66,10 +66,6 @@ def world(emulated, monkeypatch):
             "dynamodb": dynamodb, "table": table}
 
 
-def jobs(world):
-    return [j for j in world["batch"].jobs.values()]
-
-
 def test_a_drift_alarm_submits_one_job_with_its_name_checkpoints_definition_and_trigger(world):
     result = world["fire"]()
     (request,) = world["batch"].submitted()

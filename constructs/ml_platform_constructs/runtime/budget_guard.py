@@ -38,9 +38,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Optional, Sequence
 
 try:
-    from .pending_jobs import PendingJobs
+    from .pending_jobs import PendingJobs, active_job
 except ImportError:  # in Lambda the module sits at the top of the package
-    from pending_jobs import PendingJobs  # type: ignore[no-redef]
+    from pending_jobs import PendingJobs, active_job  # type: ignore[no-redef]
 
 # The tag keys governed constructs set on themselves; defined here once (this module runs in Lambda, standard
 # library only), imported by the constructs.
@@ -432,17 +432,6 @@ def resume_queues(batch: Any, pending: PendingJobs, environment: str, now: datet
             else:
                 report["jobs_not_resubmitted"].append({**done, "error": error})
     return report
-
-
-ACTIVE_STATES = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
-
-
-def active_job(batch: Any, job_queue: str, job_name: str) -> Optional[dict]:
-    """A job of this name waiting or running in the queue (ListJobs' JOB_NAME filter returns every status)."""
-    pages = batch.get_paginator("list_jobs").paginate(
-        jobQueue=job_queue, filters=[{"name": "JOB_NAME", "values": [job_name]}])
-    return next((job for page in pages for job in page["jobSummaryList"]
-                 if job["jobName"] == job_name and job.get("status") in ACTIVE_STATES), None)
 
 
 def _active_definition(batch: Any, definition: str) -> str:

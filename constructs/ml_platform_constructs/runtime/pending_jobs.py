@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any, Optional
 
 PENDING_PATH = "/ml-platform/pending-jobs/"
+ACTIVE_STATES = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
 # Up to 4 KB a standard parameter; Intelligent-Tiering makes a larger request (up to 8 KB) an advanced one:
 # https://docs.aws.amazon.com/systems-manager/latest/userguide/parameter-store-advanced-parameters.html
 TIER = "Intelligent-Tiering"
@@ -26,6 +27,15 @@ TIER = "Intelligent-Tiering"
 def queue_name_of(job_queue: str) -> str:
     """A job queue's name from its ARN (``arn:...:job-queue/NAME``) or its name."""
     return job_queue.rsplit("/", 1)[-1]
+
+
+def active_job(batch: Any, job_queue: str, job_name: str) -> Optional[dict]:
+    """A job of this name waiting or running in the queue (ListJobs' JOB_NAME filter returns every status): a
+    record whose job is already submitted is not submitted again."""
+    pages = batch.get_paginator("list_jobs").paginate(
+        jobQueue=job_queue, filters=[{"name": "JOB_NAME", "values": [job_name]}])
+    return next((job for page in pages for job in page["jobSummaryList"]
+                 if job["jobName"] == job_name and job.get("status") in ACTIVE_STATES), None)
 
 
 def parameter_name(job_queue: str, leaf: str) -> str:

@@ -27,11 +27,10 @@ from datetime import datetime, timezone
 from typing import Any, Optional
 
 try:
-    from .pending_jobs import PendingJobs
+    from .pending_jobs import PendingJobs, active_job
 except ImportError:  # in Lambda the module sits at the top of the package
-    from pending_jobs import PendingJobs  # type: ignore[no-redef]
+    from pending_jobs import PendingJobs, active_job  # type: ignore[no-redef]
 
-ACTIVE_STATES = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
 # A trigger's cooldown, in hours: at least one (an alarm that flaps), at most 30 days (a retraining that did not
 # cure the drift within a month needs a person, not another job).
 COOLDOWN_HOURS = (1, 30 * 24)
@@ -99,14 +98,6 @@ class Claims:
         except Exception as error:
             if not _failed_condition(error):  # another event holds it now: not ours to give back
                 raise
-
-
-def active_job(batch: Any, job_queue: str, job_name: str) -> Optional[dict]:
-    """A job of this name waiting or running in the queue (ListJobs' JOB_NAME filter returns every status)."""
-    pages = batch.get_paginator("list_jobs").paginate(
-        jobQueue=job_queue, filters=[{"name": "JOB_NAME", "values": [job_name]}])
-    return next((job for page in pages for job in page["jobSummaryList"]
-                 if job["jobName"] == job_name and job.get("status") in ACTIVE_STATES), None)
 
 
 def queue_enabled(batch: Any, job_queue: str) -> bool:
