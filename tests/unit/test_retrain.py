@@ -200,6 +200,8 @@ def test_while_the_queue_is_stopped_the_retraining_waits_and_resume_submits_it(w
         NOW + 2 * HOUR, timezone.utc))  # the guard's resume path
     (submitted,) = batch.submitted()
     assert submitted["jobName"] == result["jobName"] and submitted["tags"]["ml-platform:retrain-trigger"] == "drift"
+    # As a revision, so that the guard's scope condition is evaluated on the definition's tags.
+    assert submitted["jobDefinition"] == f"arn:aws:batch:us-east-1:123456789012:job-definition/{world['scope']}-retrain:1"
     assert report["jobs_resubmitted"][0]["source"] == "retraining" and PendingJobs(ssm).of_queue(world["queue"]) == []
     assert world["fire"]("quality", at=NOW + 8 * HOUR)["skipped"] == "in flight"  # it runs now
 

@@ -435,15 +435,16 @@ def resume_queues(batch: Any, pending: PendingJobs, environment: str, now: datet
 
 
 def _active_definition(batch: Any, definition: str) -> str:
-    """The recorded revision, or the family's latest active revision when a deploy deregistered it (a CloudFormation
-    update registers a new revision and deregisters the previous one; Batch refuses an INACTIVE revision)."""
-    tail = definition.rsplit("/", 1)[-1]
-    if ":" not in tail:  # a name: Batch takes its latest active revision itself
-        return definition
-    described = batch.describe_job_definitions(jobDefinitions=[definition])["jobDefinitions"]
-    if described and described[0].get("status") == "ACTIVE":
-        return definition
-    family = tail.rsplit(":", 1)[0]
+    """The recorded revision, or the family's latest active revision when the record names the family only (a
+    retraining) or a deploy deregistered the recorded one (a CloudFormation update registers a new revision and
+    deregisters the previous one; Batch refuses an INACTIVE revision). Always a revision: the guard's scope
+    condition is evaluated on a job definition's tags only when the submission names one
+    (https://docs.aws.amazon.com/batch/latest/userguide/iam-example-restrict-job-submission-by-tags.html)."""
+    family, _, revision = definition.rsplit("/", 1)[-1].partition(":")
+    if revision:
+        described = batch.describe_job_definitions(jobDefinitions=[definition])["jobDefinitions"]
+        if described and described[0].get("status") == "ACTIVE":
+            return definition
     active = [d for page in batch.get_paginator("describe_job_definitions").paginate(
         jobDefinitionName=family, status="ACTIVE") for d in page["jobDefinitions"]]
     if not active:
