@@ -8,9 +8,13 @@ arrive together or twice (EventBridge delivers at least once and retries) start 
 - ``flight``: one retraining job at a time, whatever triggered it; a new one may start once the last one is no
   longer waiting or running.
 
-A claim names the event that made it, so the retry of that event goes on where it stopped; a failed submission
-gives both claims back before the function fails (and is retried). While a budget stop has disabled the queue, the
-submission is kept as a pending record (``pending_jobs``) that the budget guard's resume submits.
+A claim that expires takes a compare-and-set on time and owner in one write: a DynamoDB condition expression does
+that (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Expressions.ConditionExpressions.html);
+S3's conditional PutObject compares only existence or an ETag, so an expired claim would take a read and a
+second write. A claim names the event that made it, so the retry of that event goes on where it stopped; a
+failed submission gives both claims back before the function fails (and is retried). While a budget stop has
+disabled the queue, the submission is kept as a pending record (``pending_jobs``) that the budget guard's resume
+submits.
 
 Environment: JOB_QUEUE (ARN), JOB_DEFINITION (name: submitted as its latest active revision), JOB_NAME_PREFIX,
 TOPIC_ARN, CLAIMS_TABLE, TRIGGERS (JSON: trigger name -> cooldown seconds), RECORD_KEY_ID, CHECKPOINT_ROOT (optional).
