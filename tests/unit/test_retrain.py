@@ -176,6 +176,23 @@ def test_a_failed_submission_gives_its_claims_back_for_the_next_event(world):
     assert later["submitted"] and len(world["batch"].submitted()) == 1
 
 
+def test_a_failure_while_claiming_the_flight_gives_the_cooldown_back(world):
+    calls = []
+    real = world["batch"].get_paginator
+
+    def failing_once(name):
+        calls.append(name)
+        if len(calls) == 1:
+            raise RuntimeError("ThrottlingException on ListJobs")
+        return real(name)
+    first = world["fire"]()  # a retraining in flight, so the next event must look at it
+    world["batch"].finish(first["jobId"])
+    world["batch"].get_paginator = failing_once
+    with pytest.raises(RuntimeError, match="Throttling"):
+        world["fire"]("quality", at=NOW + HOUR)
+    assert world["fire"]("quality", at=NOW + HOUR + 60)["submitted"]
+
+
 def test_a_claim_whose_function_died_before_submitting_frees_the_flight_after_15_minutes(world):
     dynamodb = world["dynamodb"]
     dynamodb.put_item(TableName=world["table"], Item={

@@ -163,7 +163,11 @@ def retrain(event: dict, env: dict, batch: Any, claims: Claims, pending: Pending
                 "message": f"{alarm} is in ALARM; retraining not started: {trigger} started one at {since:%Y-%m-%d %H:%M} "
                            f"UTC, within its cooldown of {cooldown // 3600} h."}
 
-    flight = _claim_flight(claims, batch, pending, queue, env, event_id, trigger, now)
+    try:
+        flight = _claim_flight(claims, batch, pending, queue, env, event_id, trigger, now)
+    except Exception:
+        claims.release(f"cooldown#{trigger}", event_id)
+        raise
     if flight.get("event") != event_id:
         return {**base, "skipped": "in flight", "jobName": flight["job_name"],
                 "message": f"{alarm} is in ALARM; retraining not started: {flight['job_name']} (started by "
