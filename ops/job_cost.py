@@ -30,7 +30,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Mapping, Optional
 
-from ml_platform_constructs import GPU_CATALOG
 from ml_platform_constructs.job_metrics import (
     JOB_ID_DIMENSION,
     NAMESPACE,
@@ -39,8 +38,7 @@ from ml_platform_constructs.job_metrics import (
     VALIDATION_ACCURACY,
 )
 from ml_platform_constructs.runtime.budget_guard import load_prices
-
-LIFECYCLES = ("spot", "on-demand")
+from ml_platform_constructs.runtime.run_cost import LIFECYCLES, gpu_share, hourly_usd
 
 
 @dataclass(frozen=True)
@@ -148,13 +146,8 @@ def job_cost(job: Mapping[str, Any], instances: Mapping[str, tuple[str, str]], p
                 raise KeyError(f"no instance type and lifecycle for container instance {attempt['arn']} "
                                f"(attempt {attempt['attempt']}): pass --instance-type and --lifecycle")
             instance_type, lifecycle = instances[attempt["arn"]]
-            if lifecycle not in LIFECYCLES:
-                raise ValueError(f"lifecycle={lifecycle!r}: one of {LIFECYCLES}")
-            hourly = prices["on_demand_hourly"][instance_type]
-            if lifecycle == "spot":
-                hourly *= 1 - prices["spot_discount"].get(instance_type.split(".")[0], 0)
-            entry = GPU_CATALOG.get(instance_type)
-            share = min(1.0, asked / entry.gpu_count) if asked and entry else 1.0
+            hourly = hourly_usd(prices, instance_type, lifecycle)
+            share = gpu_share(instance_type, asked)
             hours = max(0.0, (attempt["stopped"] - attempt["started"]).total_seconds() / 3600)
             attempts.append(AttemptCost(
                 node=attempt["node"], attempt=attempt["attempt"], instance_type=instance_type, lifecycle=lifecycle,

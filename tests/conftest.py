@@ -149,3 +149,24 @@ def pytest_sessionfinish(session):
             process.kill()
             process.wait()
         shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def _mlflow_store_template(tmp_path_factory) -> Path:
+    """A local MLflow SQLite store created once per session (creating its tables runs every schema migration,
+    seconds of CPU); each test gets a copy."""
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    directory = tmp_path_factory.mktemp("mlflow-template")
+    MlflowClient(f"sqlite:///{directory / 'mlflow.db'}").search_experiments()
+    return directory / "mlflow.db"
+
+
+@pytest.fixture
+def mlflow_store(_mlflow_store_template, tmp_path) -> str:
+    """The tracking URI of a fresh local MLflow store (SQLite, artifacts beside it) under tmp_path."""
+    store = tmp_path / "store"
+    store.mkdir()
+    shutil.copy(_mlflow_store_template, store / "mlflow.db")
+    return f"sqlite:///{store / 'mlflow.db'}"

@@ -1,0 +1,395 @@
+"""The job-contract helper: one recorded run per training job, whatever the number of attempts, with its passport,
+metrics, held-out scores and cost (standard library and boto3; MLflow when installed).
+
+    from ml_platform_constructs.runtime.holdout import describe, split
+    from ml_platform_constructs.runtime.passport import DatasetRef
+    from ml_platform_constructs.runtime.tracking import TrackedRun
+
+    run = TrackedRun.start(params={"lr": 0.1, "epochs": 20}, seed=1234,
+                           dataset=DatasetRef("blobs", "v1", "s3://bucket/datasets/blobs/v1/"),
+                           holdout=describe(holdout_ids))
+    if run.finished:                          # an earlier attempt finished and only the exit was lost
+        sys.exit(0)
+    ...
+    run.log_metrics({"train_loss": loss}, step=epoch)
+    run.log_holdout(accuracy=0.93, step=epoch)           # logged as holdout_accuracy
+    run.checkpointed()                                   # after each checkpoint: the attempt is alive until now
+    ...
+    run.stop("SIGTERM")   # then exit 143: the next attempt continues this run
+    run.finish()          # then exit 0: cost, Spot interruptions, USD per accuracy point
+
+Where things go:
+
+- The run record (``passport.json``) is written next to the checkpoints, under ``ML_PLATFORM_CHECKPOINT_URI``
+  (``s3://`` or a directory), at the start of every attempt, after each ``checkpointed()``, at ``stop`` and at
+  ``finish``. It holds the run's id, so every attempt of a job (and a resubmission under the same name) continues
+  one run. It survives without MLflow.
+- MLflow, when the ``mlflow`` (or ``mlflow-skinny``) package is installed and a tracking URI is given (argument or
+  ``MLFLOW_TRACKING_URI``): on AWS the environment's managed MLflow (its ARN, with the ``sagemaker-mlflow``
+  plugin in the image), on a laptop a local SQLite store (``sqlite:///.ml-platform/mlflow.db``). Params, metrics,
+  ``ml_platform.*`` tags and the record and package list as artifacts. A tracking failure is reported once and
+  never stops training: the record next to the checkpoints stays complete.
+
+Accuracy metrics are fractions (0-1); one accuracy point is one percentage point. ``usd_per_accuracy_point`` is
+the run's cost over the points its final ``holdout_accuracy`` gained on the model it improves on: ``improves_on``
+(a score or ``{"run_id": ..., "holdout_accuracy": ...}``), else the run's own first held-out evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Union
+
+from . import passport as passports
+from .budget_guard import load_prices
+from .run_cost import gpu_share, hourly_usd
+
+RECORD_NAME = "passport.json"
+PACKAGES_NAME = "packages.txt"
+RECORD_FORMAT = 1
+TAG_PREFIX = "ml_platform."
+PROMOTION_TAG_PREFIX = f"{TAG_PREFIX}promotion."
+HOLDOUT_PREFIX = "holdout_"
+RUNNING, STOPPED, FINISHED = "RUNNING", "STOPPED", "FINISHED"
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="seconds")
+
+
+def _epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
+
+
+class Location:
+    """A prefix records are written under: ``s3://bucket/prefix/`` or a local directory."""
+
+    def __init__(self, uri: str, s3: Any = None) -> None:
+        self.uri = uri if uri.endswith("/") else uri + "/"
+        self._s3 = s3
+        if self.uri.startswith("s3://"):
+            self.bucket, _, self.prefix = self.uri[len("s3://"):].partition("/")
+
+    @property
+    def s3(self) -> Any:
+        if self._s3 is None:
+            import boto3
+            self._s3 = boto3.client("s3")
+        return self._s3
+
+    def read(self, name: str) -> Optional[str]:
+        if self.uri.startswith("s3://"):
+            try:
+                return self.s3.get_object(Bucket=self.bucket, Key=self.prefix + name)["Body"].read().decode()
+            except self.s3.exceptions.NoSuchKey:
+                return None
+        path = Path(self.uri) / name
+        return path.read_text() if path.exists() else None
+
+    def write(self, name: str, text: str) -> None:
+        if self.uri.startswith("s3://"):
+            self.s3.put_object(Bucket=self.bucket, Key=self.prefix + name, Body=text.encode(),
+                               ContentType="application/json" if name.endswith(".json") else "text/plain")
+            return
+        Path(self.uri).mkdir(parents=True, exist_ok=True)
+        (Path(self.uri) / name).write_text(text)
+
+
+def local_artifact_location(tracking_uri: str) -> Optional[str]:
+    """For a SQLite store, artifacts beside its database file (MLflow's default is relative to the working
+    directory); None for a server, which has its own artifact store."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    database = Path(tracking_uri[len("sqlite:///"):]).resolve()
+    return (database.parent / "artifacts").as_uri()
+
+
+class MlflowSink:
+    """The MLflow side of a run (MlflowClient: no global state, explicit run ids)."""
+
+    def __init__(self, tracking_uri: str, experiment: str) -> None:
+        from mlflow.tracking import MlflowClient  # type: ignore[import-not-found]
+
+        self.tracking_uri = tracking_uri
+        self.client = MlflowClient(tracking_uri=tracking_uri)
+        found = self.client.get_experiment_by_name(experiment)
+        self.experiment_id = found.experiment_id if found else self.client.create_experiment(
+            experiment, artifact_location=local_artifact_location(tracking_uri))
+
+    def create(self, run_name: str, tags: Mapping[str, str]) -> str:
+        return self.client.create_run(self.experiment_id, run_name=run_name, tags=dict(tags)).info.run_id
+
+    def resume(self, run_id: str) -> None:
+        self.client.update_run(run_id, status="RUNNING")
+
+    def log(self, run_id: str, *, metrics: Mapping[str, float] = {}, step: Optional[int] = None,
+            params: Mapping[str, Any] = {}, tags: Mapping[str, str] = {}, timestamp: Optional[float] = None) -> None:
+        from mlflow.entities import Metric, Param, RunTag  # type: ignore[import-not-found]
+
+        millis = int((timestamp or time.time()) * 1000)
+        self.client.log_batch(run_id, metrics=[Metric(k, float(v), millis, step or 0) for k, v in metrics.items()],
+                              params=[Param(k, str(v)[:6000]) for k, v in params.items()],
+                              tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
+
+    def artifact(self, run_id: str, name: str, text: str) -> None:
+        with tempfile.TemporaryDirectory() as directory:
+            path = Path(directory) / name
+            path.write_text(text)
+            self.client.log_artifact(run_id, str(path))
+
+    def end(self, run_id: str, status: str) -> None:
+        self.client.set_terminated(run_id, status=status)
+
+
+def mlflow_sink(tracking_uri: Optional[str], experiment: str) -> Optional[MlflowSink]:
+    """A sink when MLflow is installed and a tracking URI is given; None (record only) otherwise."""
+    if not tracking_uri:
+        return None
+    try:
+        import mlflow  # noqa: F401  # type: ignore[import-not-found]
+    except ImportError:
+        print(f"tracking: MLFLOW_TRACKING_URI is {tracking_uri} but mlflow is not installed (pip install mlflow-skinny"
+              " sagemaker-mlflow): the run is recorded next to its checkpoints only", file=sys.stderr)
+        return None
+    return MlflowSink(tracking_uri, experiment)
+
+
+def attempts_cost(attempts: list[dict], prices: Mapping) -> tuple[Optional[float], Optional[str]]:
+    """(USD, None) for every attempt's hours x its instance's price x its GPU share, as ``./platform job cost``
+    counts; (None, why) when an attempt's instance type or lifecycle is unknown or unpriced."""
+    total = 0.0
+    for attempt in attempts:
+        instance_type, lifecycle = attempt.get("instance_type"), attempt.get("lifecycle")
+        if not instance_type or not lifecycle:
+            return None, (f"attempt {attempt['number']}: instance type or lifecycle unknown (set ML_PLATFORM_INSTANCE_TYPE "
+                          "and ML_PLATFORM_LIFECYCLE where the platform's boot files are absent)")
+        if instance_type not in prices["on_demand_hourly"]:
+            return None, f"attempt {attempt['number']}: no price for {instance_type} in the price table"
+        ended = attempt.get("ended_at") or attempt.get("last_seen_at") or attempt["started_at"]
+        hours = max(0.0, (_epoch(ended) - _epoch(attempt["started_at"])) / 3600)
+        total += hours * hourly_usd(prices, instance_type, lifecycle) * attempt.get("gpu_share", 1.0)
+    return total, None
+
+
+class TrackedRun:
+    """One run of a training job across its attempts (see the module docstring)."""
+
+    def __init__(self, record: dict, location: Location, sink: Optional[MlflowSink], *,
+                 clock: Callable[[], float] = time.time, prices: Optional[Mapping] = None) -> None:
+        self.record = record
+        self.location = location
+        self.sink = sink
+        self._clock = clock
+        self._prices = prices
+        self._sink_failed = False
+
+    # --- start or continue --------------------------------------------------------------------------------------
+    @classmethod
+    def start(cls, *, params: Optional[Mapping[str, Any]] = None, seed: Optional[int] = None,
+              dataset: Optional[passports.DatasetRef] = None, holdout: Optional[Mapping[str, Any]] = None,
+              env: Optional[Mapping[str, str]] = None, s3: Any = None, tracking_uri: Optional[str] = None,
+              experiment: Optional[str] = None, run_name: Optional[str] = None, code_directory: Optional[str] = None,
+              clock: Callable[[], float] = time.time, prices: Optional[Mapping] = None) -> "TrackedRun":
+        """Continues the run recorded next to the checkpoints, or starts one; either way a new attempt begins."""
+        env = dict(os.environ) if env is None else dict(env)
+        if "ML_PLATFORM_CHECKPOINT_URI" not in env:
+            raise SystemExit("ML_PLATFORM_CHECKPOINT_URI is not set: the run record lives next to the checkpoints "
+                             "(./platform job submit sets it; locally, set it to a directory or an s3:// prefix)")
+        location = Location(env["ML_PLATFORM_CHECKPOINT_URI"], s3)
+        tracking_uri = tracking_uri or env.get("MLFLOW_TRACKING_URI")
+        experiment = (experiment or env.get("MLFLOW_EXPERIMENT_NAME") or env.get("ML_PLATFORM_QUEUE_NAME")
+                      or env.get("ML_PLATFORM_FLEET_NAME") or "ml-platform")
+        existing = location.read(RECORD_NAME)
+        sink = mlflow_sink(tracking_uri, experiment)
+        if existing is not None:
+            record = json.loads(existing)
+            if sink and record.get("tracking_uri") != sink.tracking_uri:
+                sink = None  # the run was not created in this tracking store: keep to the record
+            run = cls(record, location, sink, clock=clock, prices=prices)
+            if run.finished:
+                return run
+            run._continue(env)
+            return run
+        passport, packages = passports.collect(
+            env=env, seed=seed, params=params or {}, code_directory=code_directory,
+            dataset=passports.dataset_fingerprint(dataset, s3) if dataset else None)
+        passport["holdout"] = dict(holdout) if holdout else None
+        now = clock()
+        name = run_name or env.get("ML_PLATFORM_JOB_NAME") or f"run-{datetime.fromtimestamp(now, timezone.utc):%Y%m%d-%H%M%S}"
+        record = {"format": RECORD_FORMAT, "run_id": None, "run_name": name, "experiment": experiment,
+                  "tracking_uri": tracking_uri if sink else None, "status": RUNNING, "created_at": _iso(now),
+                  "finished_at": None, "passport": passport, "metrics": {}, "first_holdout": {}}
+        run = cls(record, location, sink, clock=clock, prices=prices)
+        run.record["run_id"] = run._safely(lambda: sink.create(name, run._tags()), None) if sink else None
+        run.record["run_id"] = run.record["run_id"] or uuid.uuid4().hex
+        if sink:
+            run._safely(lambda: sink.log(run.run_id, params={**(params or {}), "seed": seed}))
+            run._safely(lambda: sink.artifact(run.run_id, PACKAGES_NAME, "\n".join(packages) + "\n"))
+        run._begin_attempt(env)
+        return run
+
+    def _continue(self, env: Mapping[str, str]) -> None:
+        attempts = self.record["passport"]["attempts"]
+        if attempts and attempts[-1]["outcome"] == "running":
+            # Ended without a word (a hard kill, a lost instance): it ran at least until its last checkpoint.
+            attempts[-1].update(outcome="lost", ended_at=attempts[-1]["last_seen_at"],
+                                reason="ended without stopping cleanly; counted until its last checkpoint")
+        self.record["status"] = RUNNING
+        if self.sink:
+            self._safely(lambda: self.sink.resume(self.run_id))
+        self._begin_attempt(env)
+
+    def _begin_attempt(self, env: Mapping[str, str]) -> None:
+        instance_type, lifecycle = passports.instance(env)
+        gpus = passports.gpus()["count"]
+        now = _iso(self._clock())
+        passport = self.record["passport"]
+        passport["attempts"].append({
+            "number": len(passport["attempts"]) + 1,
+            "job_id": env.get("AWS_BATCH_JOB_ID", "").split("#", 1)[0] or env.get("ML_PLATFORM_JOB_ID"),
+            "batch_attempt": int(env["AWS_BATCH_JOB_ATTEMPT"]) if env.get("AWS_BATCH_JOB_ATTEMPT") else None,
+            "instance_type": instance_type, "lifecycle": lifecycle,
+            "gpu_share": gpu_share(instance_type, gpus) if instance_type else 1.0,
+            "started_at": now, "last_seen_at": now, "ended_at": None, "outcome": "running", "reason": None})
+        # The latest attempt's instance is the run's (earlier ones stay in attempts).
+        passport["instance_type"], passport["lifecycle"] = instance_type, lifecycle
+        self._save()
+
+    # --- during the run -----------------------------------------------------------------------------------------
+    @property
+    def run_id(self) -> str:
+        return self.record["run_id"]
+
+    @property
+    def finished(self) -> bool:
+        return self.record["status"] == FINISHED
+
+    @property
+    def attempt(self) -> dict:
+        return self.record["passport"]["attempts"][-1]
+
+    def log_metrics(self, metrics: Mapping[str, float], step: Optional[int] = None) -> None:
+        """The latest value of each metric goes into the record; every value into MLflow (with ``step``)."""
+        clean = {name: float(value) for name, value in metrics.items()}
+        self.record["metrics"].update(clean)
+        if self.sink:
+            self._safely(lambda: self.sink.log(self.run_id, metrics=clean, step=step, timestamp=self._clock()))
+
+    def log_holdout(self, step: Optional[int] = None, **metrics: float) -> None:
+        """Scores on the held-out split, logged as ``holdout_<name>``; the first of each is kept as the run's own
+        baseline. ``accuracy`` is a fraction from 0 to 1."""
+        accuracy = metrics.get("accuracy")
+        if accuracy is not None and not 0 <= accuracy <= 1:
+            raise ValueError(f"accuracy={accuracy}: a fraction from 0 to 1 (divide a percentage by 100)")
+        prefixed = {f"{HOLDOUT_PREFIX}{name}": value for name, value in metrics.items()}
+        for name, value in prefixed.items():
+            self.record["first_holdout"].setdefault(name, float(value))
+        self.log_metrics(prefixed, step=step)
+
+    def record_model(self, uri: str) -> None:
+        """Where the trained model is (e.g. ``model.tar.gz`` next to the checkpoints): what a promotion deploys."""
+        self.record["model_uri"] = uri
+        if self.sink:
+            self._safely(lambda: self.sink.log(self.run_id, tags={f"{TAG_PREFIX}model_uri": uri}))
+
+    def checkpointed(self) -> None:
+        """The job wrote a checkpoint: the attempt was alive until now (the cost of an attempt that is lost without
+        a word is counted until then). Writes the record."""
+        self.attempt["last_seen_at"] = _iso(self._clock())
+        self._save()
+
+    def stop(self, reason: str = "stop requested (SIGTERM or the stop file)") -> dict:
+        """The attempt ends early with its checkpoint written; exit 143 next so the queue retries it."""
+        now = _iso(self._clock())
+        self.attempt.update(outcome="stopped", ended_at=now, last_seen_at=now, reason=reason)
+        self.record["status"] = STOPPED
+        self._summarize()
+        self._save(artifacts=True)
+        if self.sink:
+            self._safely(lambda: self.sink.end(self.run_id, "KILLED"))
+        return self.record
+
+    def finish(self, *, improves_on: Union[None, float, Mapping[str, Any]] = None,
+               tokens: Optional[float] = None) -> dict:
+        """Training is done: the attempt ends, cost and its per-point figures are computed; exit 0 next."""
+        now = self._clock()
+        self.attempt.update(outcome="finished", ended_at=_iso(now), last_seen_at=_iso(now))
+        self.record.update(status=FINISHED, finished_at=_iso(now))
+        self._summarize(improves_on=improves_on, tokens=tokens)
+        self._save(artifacts=True)
+        if self.sink:
+            self._safely(lambda: self.sink.end(self.run_id, "FINISHED"))
+        return self.record
+
+    # --- cost, interruptions, per-point figures -----------------------------------------------------------------
+    def _summarize(self, *, improves_on: Union[None, float, Mapping[str, Any]] = None,
+                   tokens: Optional[float] = None) -> None:
+        attempts = self.record["passport"]["attempts"]
+        region = self.record["passport"]["environment"].get("AWS_REGION") or \
+            self.record["passport"]["environment"].get("AWS_DEFAULT_REGION") or "us-east-1"
+        prices = self._prices or load_prices(region)
+        cost, why = attempts_cost(attempts, prices)
+        interruptions = sum(1 for a in attempts if a["outcome"] in ("stopped", "lost") and a.get("lifecycle") == "spot")
+        self.record.update(cost_usd=None if cost is None else round(cost, 6), cost_note=why,
+                           spot_interruptions=interruptions)
+        if tokens is not None:
+            self.record["tokens"] = tokens
+        if self.record.get("tokens") and cost is not None:
+            self.record["usd_per_million_tokens"] = round(cost / (self.record["tokens"] / 1e6), 6)
+        final = self.record["metrics"].get(f"{HOLDOUT_PREFIX}accuracy")
+        if isinstance(improves_on, Mapping):
+            baseline = {"run_id": improves_on.get("run_id"), "holdout_accuracy": improves_on["holdout_accuracy"]}
+        elif improves_on is not None:
+            baseline = {"run_id": None, "holdout_accuracy": float(improves_on)}
+        elif f"{HOLDOUT_PREFIX}accuracy" in self.record["first_holdout"]:
+            baseline = {"run_id": None, "holdout_accuracy": self.record["first_holdout"][f"{HOLDOUT_PREFIX}accuracy"],
+                        "note": "the run's own first held-out evaluation"}
+        else:
+            baseline = self.record.get("improves_on")
+        self.record["improves_on"] = baseline
+        points = None if final is None or not baseline else round((final - baseline["holdout_accuracy"]) * 100, 6)
+        self.record["accuracy_points"] = points
+        self.record["usd_per_accuracy_point"] = (round(cost / points, 6) if cost is not None and points and points > 0
+                                                 else None)
+        summary = {k: self.record[k] for k in ("cost_usd", "spot_interruptions", "usd_per_accuracy_point",
+                                               "usd_per_million_tokens") if self.record.get(k) is not None}
+        if self.sink and summary:
+            self._safely(lambda: self.sink.log(self.run_id, metrics=summary, tags=self._tags(),
+                                               timestamp=self._clock()))
+
+    # --- persistence --------------------------------------------------------------------------------------------
+    def _tags(self) -> dict[str, str]:
+        p = self.record["passport"]
+        dataset = p.get("dataset") or {}
+        tags = {"seed": p.get("seed"), "git_commit": (p.get("git_commit") or {}).get("commit"),
+                "image": (p.get("image") or {}).get("uri"), "image_digest": (p.get("image") or {}).get("digest"),
+                "instance_type": p.get("instance_type"), "lifecycle": p.get("lifecycle"), "queue": p.get("queue"),
+                "job_id": p.get("job_id"), "job_name": p.get("job_name"), "trigger": p.get("trigger"),
+                "dataset": f"{dataset['name']}@{dataset['version']}" if dataset else None,
+                "dataset_sha256": dataset.get("list_sha256"), "packages_sha256": p["packages"]["sha256"],
+                "attempts": len(p["attempts"]), "checkpoint_uri": self.location.uri}
+        return {f"{TAG_PREFIX}{k}": str(v) for k, v in tags.items() if v is not None}
+
+    def _save(self, artifacts: bool = False) -> None:
+        text = json.dumps(self.record, indent=1, sort_keys=True)
+        self.location.write(RECORD_NAME, text)
+        if artifacts and self.sink:
+            self._safely(lambda: self.sink.artifact(self.run_id, RECORD_NAME, text))
+
+    def _safely(self, call: Callable[[], Any], default: Any = None) -> Any:
+        """A tracking call that fails is reported once; the record next to the checkpoints carries on."""
+        try:
+            return call()
+        except Exception as error:  # the tracking service must never stop training
+            if not self._sink_failed:
+                print(f"tracking: MLflow call failed ({type(error).__name__}: {error}); the run is still recorded at "
+                      f"{self.location.uri}{RECORD_NAME}", file=sys.stderr)
+                self._sink_failed = True
+            return default
