@@ -11,7 +11,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from constructs import Construct
-from ml_platform_constructs import (DatasetBucket, DatasetSnapshotBuilder, DatasetVolume, SpotGpuFleet,
+from ml_platform_constructs import (DatasetBucket, DatasetSnapshotBuilder, DatasetVolume, MlflowTracking, SpotGpuFleet,
                                     SpotInterruptionAlerts, TrainingQueue)
 
 from .config import DatasetVolumeConfig, EnvironmentConfig
@@ -30,8 +30,8 @@ def dataset_volumes(volumes: tuple[DatasetVolumeConfig, ...], snapshots: Dataset
 class ComputeStack(Stack):
     def __init__(self, scope: Construct, id: str, *, config: EnvironmentConfig, vpc: ec2.IVpc,
                  subnets: ec2.SubnetSelection, alerts: sns.ITopic, key: kms.IKey, datasets: DatasetBucket,
-                 snapshots: DatasetSnapshotBuilder, machine_image: Optional[ec2.IMachineImage] = None,
-                 **kwargs: Any) -> None:
+                 snapshots: DatasetSnapshotBuilder, tracking: Optional[MlflowTracking] = None,
+                 machine_image: Optional[ec2.IMachineImage] = None, **kwargs: Any) -> None:
         super().__init__(scope, id, **kwargs)
         self.interruption_alerts = SpotInterruptionAlerts(self, "SpotInterruptions", alerts=alerts)
         self.fleets = {
@@ -44,7 +44,7 @@ class ComputeStack(Stack):
                 scale_to_zero_after=Duration.minutes(fleet.scale_to_zero_after_minutes)
                 if fleet.scale_to_zero_after_minutes else None,
                 machine_image=machine_image, interruption_alerts=self.interruption_alerts,
-                dataset_volumes=dataset_volumes(fleet.dataset_volumes, snapshots),
+                dataset_volumes=dataset_volumes(fleet.dataset_volumes, snapshots), tracking=tracking,
                 removal_policy=config.removal_policy)
             for fleet in config.fleets
         }

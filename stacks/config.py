@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from aws_cdk import RemovalPolicy
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk.region_info import RegionInfo
 from ml_platform_constructs.gpu_catalog import GPU_CATALOG
+from ml_platform_constructs.mlflow_tracking import TRACKING_SERVER_SIZES
 from ml_platform_constructs.monitored_endpoint import ECR_IMAGE
 from ml_platform_constructs.network import QUEUE_INTERFACE_ENDPOINTS
 from ml_platform_constructs.runtime.retrain import COOLDOWN_HOURS
@@ -27,10 +29,22 @@ ENVIRONMENT_NAMES = ("dev", "staging", "prod")
 INTERFACE_ENDPOINT_NAMES = frozenset({
     "ssm", "ssmmessages", "ec2messages", "monitoring", "logs", "kms", "sts", "ec2", "autoscaling", "events", "sns",
     "ecr.api", "ecr.dkr", "sagemaker.api", "sagemaker.runtime", "ecs", "ecs-agent", "ecs-telemetry",
+    "sagemaker.experiments",
 })
 # What ECS container instances (AWS Batch) reach without a NAT gateway, besides the S3 gateway endpoint:
 # https://docs.aws.amazon.com/AmazonECS/latest/developerguide/vpc-endpoints.html
 QUEUE_ENDPOINTS = (*(endpoint.short_name for endpoint in QUEUE_INTERFACE_ENDPOINTS), "logs")
+# What jobs and fleet instances reach SageMaker's managed MLflow through without a NAT gateway (MLFLOW_INTERFACE_ENDPOINTS):
+# https://docs.aws.amazon.com/sagemaker/latest/dg/mlflow-interface-endpoint.html
+MLFLOW_ENDPOINTS = ("sagemaker.experiments", "sagemaker.api")
+
+
+def interface_endpoint_service(name: str) -> ec2.InterfaceVpcEndpointAwsService:
+    """The service behind a configured short name (com.amazonaws.<region>.<name>); SageMaker MLflow's is
+    aws.sagemaker.<region>.experiments."""
+    if name == "sagemaker.experiments":
+        return ec2.InterfaceVpcEndpointAwsService.SAGEMAKER_EXPERIMENTS
+    return ec2.InterfaceVpcEndpointAwsService(name)
 
 
 class ConfigError(ValueError):
@@ -117,15 +131,34 @@ class RetrainConfig:
 
 
 @dataclass(frozen=True)
+class PromotionConfig:
+    """What ./platform model promote compares: the candidate's held-out score against the live model's."""
+    metric: str = "holdout_accuracy"
+    tolerance: float = 0.0  # how much worse than the live model a candidate may be
+    higher_is_better: bool = True
+
+
+@dataclass(frozen=True)
 class EndpointConfig:
     name: str
     image_uri: str
-    model_data_key: str  # in the environment's dataset bucket
+    model_data_key: str  # in the environment's dataset bucket; {version} where the model version is declared
     instance_type: str
     sampling_percentage: int
     max_instances: int  # above 1: target tracking on invocations per instance
     invocations_per_instance: int
     retrain: Optional[RetrainConfig] = None
+    model_version: Optional[str] = None  # the initial declared version; ./platform model promote changes it
+    promotion: PromotionConfig = PromotionConfig()
+
+
+@dataclass(frozen=True)
+class MlflowConfig:
+    """SageMaker's managed MLflow for the environment: serverless unless a tracking server size is given."""
+    tracking_server_size: Optional[str] = None
+    mlflow_version: Optional[str] = None
+    weekly_maintenance_window_start: str = "Sun:03:00"
+    automatic_model_registration: bool = False
 
 
 @dataclass(frozen=True)
@@ -150,6 +183,7 @@ class EnvironmentConfig:
     endpoints: tuple[EndpointConfig, ...]
     queues: tuple[QueueConfig, ...]
     budget: Optional[BudgetConfig]
+    mlflow: MlflowConfig = MlflowConfig()
 
     @property
     def is_dev(self) -> bool:
@@ -218,7 +252,7 @@ def parse(raw: Mapping[str, Any]) -> PlatformConfig:
 def _environment(name: str, project: str, raw: Any) -> EnvironmentConfig:
     at = f"environments.{name}"
     _keys(at, raw, required={"account", "region", "availability_zones", "cost_center", "alert_emails", "network",
-                             "datasets"}, optional={"fleets", "endpoints", "budget", "queues"})
+                             "datasets"}, optional={"fleets", "endpoints", "budget", "queues", "mlflow"})
     region = raw["region"]
     if region not in _regions():
         raise ConfigError(f"{at}.region", region, "an AWS Region name known to aws-cdk-lib, such as us-east-1",
@@ -236,6 +270,14 @@ def _environment(name: str, project: str, raw: Any) -> EnvironmentConfig:
             raise ConfigError(f"{at}.alert_emails", email, "an e-mail address", "correct the address")
     network = _network(f"{at}.network", raw["network"], len(azs))
     queues = _queues(f"{at}.queues", raw.get("queues", []), network)
+    fleets = _fleets(f"{at}.fleets", raw.get("fleets", []))
+    if (queues or fleets) and isinstance(network, CreatedNetworkConfig) and network.nat_gateways == 0:
+        missing = [name for name in MLFLOW_ENDPOINTS if name not in network.interface_endpoints]
+        if missing:
+            raise ConfigError(f"{at}.network.interface_endpoints", list(network.interface_endpoints),
+                              f"with no NAT gateway, jobs and fleet instances record their runs in SageMaker's MLflow "
+                              f"through the interface endpoints {list(MLFLOW_ENDPOINTS)}", f"add {missing}, or set "
+                              "nat_gateways >= 1")
     endpoints = _endpoints(f"{at}.endpoints", raw.get("endpoints", []))
     for index, endpoint in enumerate(endpoints):
         if endpoint.retrain and endpoint.retrain.queue not in {q.name for q in queues}:
@@ -254,10 +296,11 @@ def _environment(name: str, project: str, raw: Any) -> EnvironmentConfig:
         alert_emails=emails,
         network=network,
         datasets=_datasets(f"{at}.datasets", raw["datasets"]),
-        fleets=_fleets(f"{at}.fleets", raw.get("fleets", [])),
+        fleets=fleets,
         endpoints=endpoints,
         queues=queues,
         budget=_budget(f"{at}.budget", raw["budget"]) if "budget" in raw else None,
+        mlflow=_mlflow(f"{at}.mlflow", raw.get("mlflow", {})),
     )
 
 
@@ -422,7 +465,9 @@ def _endpoints(at: str, raw: Any) -> tuple[EndpointConfig, ...]:
     for index, endpoint in enumerate(raw):
         where = f"{at}[{index}]"
         _keys(where, endpoint, required={"name", "image_uri", "model_data_key", "instance_type"},
-              optional={"sampling_percentage", "max_instances", "invocations_per_instance", "retrain"})
+              optional={"sampling_percentage", "max_instances", "invocations_per_instance", "retrain", "model_version",
+                        "promotion"})
+        versioned = _declared_version(where, endpoint)
         endpoints.append(EndpointConfig(
             name=_string(f"{where}.name", endpoint["name"], r"^[a-z][a-z0-9-]{0,39}$",
                          "1-40 lowercase letters, digits and hyphens", "use a name such as \"classifier\""),
@@ -439,11 +484,66 @@ def _endpoints(at: str, raw: Any) -> tuple[EndpointConfig, ...]:
             invocations_per_instance=_integer(f"{where}.invocations_per_instance",
                                               endpoint.get("invocations_per_instance", 100), 1, 100000),
             retrain=_retrain(f"{where}.retrain", endpoint["retrain"]) if "retrain" in endpoint else None,
+            model_version=versioned,
+            promotion=_promotion(f"{where}.promotion", endpoint.get("promotion", {})),
         ))
     names = [e.name for e in endpoints]
     if len(set(names)) != len(names):
         raise ConfigError(at, names, "each endpoint name once", "rename the duplicate endpoint")
     return tuple(endpoints)
+
+
+def _declared_version(at: str, endpoint: Mapping[str, Any]) -> Optional[str]:
+    """The initial model version, with a model_data_key that says where each version lives ({version})."""
+    key, version = endpoint.get("model_data_key"), endpoint.get("model_version")
+    placeholder = isinstance(key, str) and key.count("{version}") == 1
+    if version is None and not placeholder:
+        return None
+    if not placeholder:
+        raise ConfigError(f"{at}.model_data_key", key, "a key with one {version} where model_version is set",
+                          f'e.g. model_data_key = "models/{endpoint.get("name", "NAME")}/{{version}}/model.tar.gz"')
+    return _string(f"{at}.model_version", version, r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+                   "1-64 letters, digits, '.', '_' or '-' (a model version: a run id after a promotion)",
+                   'add model_version = "initial" (the version uploaded under that name first)')
+
+
+def _promotion(at: str, raw: Any) -> PromotionConfig:
+    _keys(at, raw, required=set(), optional={"metric", "tolerance", "higher_is_better"})
+    tolerance = raw.get("tolerance", 0.0)
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 <= tolerance <= 1000:
+        raise ConfigError(f"{at}.tolerance", tolerance, "a number from 0 (the candidate must be at least as good)",
+                          "e.g. tolerance = 0.005 to accept half a point less accuracy")
+    higher = raw.get("higher_is_better", True)
+    if not isinstance(higher, bool):
+        raise ConfigError(f"{at}.higher_is_better", higher, "true or false", "true for accuracy, false for a loss")
+    return PromotionConfig(
+        metric=_string(f"{at}.metric", raw.get("metric", "holdout_accuracy"), r"^holdout_[A-Za-z0-9_.-]{1,200}$",
+                       "a held-out metric (holdout_<name>, as runtime.tracking logs it)", 'e.g. "holdout_accuracy"'),
+        tolerance=float(tolerance), higher_is_better=higher)
+
+
+def _mlflow(at: str, raw: Any) -> MlflowConfig:
+    _keys(at, raw, required=set(), optional={"tracking_server_size", "mlflow_version", "weekly_maintenance_window_start",
+                                             "automatic_model_registration"})
+    size = raw.get("tracking_server_size")
+    if size is not None and size not in TRACKING_SERVER_SIZES:
+        raise ConfigError(f"{at}.tracking_server_size", size, f"one of {list(TRACKING_SERVER_SIZES)}",
+                          "remove it for the serverless MLflow app, or pick a size (Small serves about 25 users)")
+    version = raw.get("mlflow_version")
+    if version is not None:
+        if size is None:
+            raise ConfigError(f"{at}.mlflow_version", version, "only with tracking_server_size (AWS manages the "
+                              "serverless app's version)", "remove mlflow_version, or set tracking_server_size")
+        _string(f"{at}.mlflow_version", version, r"^\d+(\.\d+)+$", "an MLflow version such as \"3.0\"",
+                "use a version SageMaker offers for tracking servers")
+    registration = raw.get("automatic_model_registration", False)
+    if not isinstance(registration, bool):
+        raise ConfigError(f"{at}.automatic_model_registration", registration, "true or false", "write true or false")
+    return MlflowConfig(
+        tracking_server_size=size, mlflow_version=version, automatic_model_registration=registration,
+        weekly_maintenance_window_start=_string(
+            f"{at}.weekly_maintenance_window_start", raw.get("weekly_maintenance_window_start", "Sun:03:00"),
+            r"^(Mon|Tue|Wed|Thu|Fri|Sat|Sun):([01]\d|2[0-3]):([0-5]\d)$", "Day:HH:MM in UTC", 'e.g. "Sun:03:00"'))
 
 
 def _budget(at: str, raw: Any) -> BudgetConfig:

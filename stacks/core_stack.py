@@ -9,7 +9,7 @@ from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 from ml_platform_constructs import AlertTopic, ImportedNetwork, PlatformKey, PlatformNetwork
 
-from .config import CreatedNetworkConfig, EnvironmentConfig
+from .config import CreatedNetworkConfig, EnvironmentConfig, interface_endpoint_service
 
 
 class CoreStack(Stack):
@@ -29,7 +29,7 @@ class CoreStack(Stack):
                 flow_logs_key=self.platform_key.key,
                 cidr=network.cidr,
                 nat_gateways=network.nat_gateways,
-                interface_endpoints=[ec2.InterfaceVpcEndpointAwsService(name) for name in network.interface_endpoints],
+                interface_endpoints=[interface_endpoint_service(name) for name in network.interface_endpoints],
                 removal_policy=config.removal_policy,
             )
         else:

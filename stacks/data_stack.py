@@ -1,21 +1,22 @@
-"""Data: the environment's DatasetBucket (datasets/, checkpoints/<fleet>/, logs/)."""
+"""Data: the environment's DatasetBucket (datasets/, checkpoints/<fleet>/, logs/, mlflow/) and the run tracking
+(SageMaker's managed MLflow) whose artifact store it is."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from aws_cdk import CfnOutput, Duration, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_kms as kms
 from constructs import Construct
-from ml_platform_constructs import DatasetBucket, DatasetSnapshotBuilder
+from ml_platform_constructs import DatasetBucket, DatasetSnapshotBuilder, MlflowTracking
 
 from .config import EnvironmentConfig
 
 
 class DataStack(Stack):
     def __init__(self, scope: Construct, id: str, *, config: EnvironmentConfig, key: kms.IKey, vpc: ec2.IVpc,
-                 subnets: ec2.SubnetSelection, **kwargs: Any) -> None:
+                 subnets: ec2.SubnetSelection, tracking: bool = True, **kwargs: Any) -> None:
         super().__init__(scope, id, **kwargs)
         self.datasets = DatasetBucket(
             self, "Datasets",
@@ -33,3 +34,16 @@ class DataStack(Stack):
         # Operators' commands (drift baselines, model uploads) find the bucket by this output.
         CfnOutput(self, "DatasetBucketName", value=self.datasets.bucket_name,
                   description="The environment's dataset bucket (datasets/, checkpoints/, models/, drift/)")
+        # The tracking service sits with its artifact store: stateful like the bucket (retained outside dev), and
+        # deployed before the Compute and Serving stacks that log to it and read from it.
+        self.tracking: Optional[MlflowTracking] = None
+        if tracking:
+            self.tracking = MlflowTracking(
+                self, "Tracking", datasets=self.datasets, name=f"{config.project}-{config.name}",
+                tracking_server_size=config.mlflow.tracking_server_size, mlflow_version=config.mlflow.mlflow_version,
+                weekly_maintenance_window_start=config.mlflow.weekly_maintenance_window_start,
+                automatic_model_registration=config.mlflow.automatic_model_registration,
+                vpc=vpc, vpc_subnets=subnets, removal_policy=config.removal_policy)
+            # ./platform runs and model promote find the environment's MLflow by this output.
+            CfnOutput(self, "MlflowTrackingUri", value=self.tracking.tracking_uri,
+                      description="SageMaker MLflow ARN: mlflow.set_tracking_uri(it) with the sagemaker-mlflow plugin")

@@ -31,7 +31,7 @@ class ServingStack(Stack):
                 auto_scaling=EndpointAutoScaling(max_capacity=endpoint.max_instances,
                                                  invocations_per_instance=endpoint.invocations_per_instance)
                 if endpoint.max_instances > 1 else None,
-                removal_policy=config.removal_policy)
+                model_version=endpoint.model_version, removal_policy=config.removal_policy)
             for endpoint in config.endpoints
         }
         for endpoint in config.endpoints:

@@ -52,8 +52,9 @@ class PlatformStage(Stage):
     Serving (monitored SageMaker endpoints) when it has endpoints, Governance (budget, GPU stop) when it has a budget.
 
     :param synthesizer: Default: the default synthesizer (bootstrapped environment, bootstrap-version rule).
-    :param emulator: synthesize for the local emulator (see EMULATOR_UNTAGGED_TYPES, EMULATOR_AMI, and the
-        governance stack's fixed budget name). Default: False.
+    :param emulator: synthesize for the local emulator (see EMULATOR_UNTAGGED_TYPES, EMULATOR_AMI, the
+        governance stack's fixed budget name, and no managed MLflow: moto has no SageMaker MLflow and fails on any
+        reference to one; local runs go to a local store). Default: False.
     """
 
     def __init__(self, scope: Construct, id: str, *, config: EnvironmentConfig,
@@ -67,13 +68,13 @@ class PlatformStage(Stage):
         self.core = CoreStack(self, "Core", description=f"{config.project} {config.name}: KMS key, alert topic, network",
                               **common)
         self.data = DataStack(self, "Data", key=self.core.platform_key.key, vpc=self.core.network.vpc,
-                              subnets=self.core.network.compute_subnets,
+                              subnets=self.core.network.compute_subnets, tracking=not emulator,
                               description=f"{config.project} {config.name}: dataset bucket and snapshot workflow",
                               **common)
         self.compute = ComputeStack(
             self, "Compute", vpc=self.core.network.vpc, subnets=self.core.network.compute_subnets,
             alerts=self.core.alerts.topic, key=self.core.platform_key.key, datasets=self.data.datasets,
-            snapshots=self.data.snapshots, machine_image=ec2.MachineImage.generic_linux({config.region: EMULATOR_AMI}) if emulator else None,
+            snapshots=self.data.snapshots, tracking=self.data.tracking, machine_image=ec2.MachineImage.generic_linux({config.region: EMULATOR_AMI}) if emulator else None,
             description=f"{config.project} {config.name}: Spot GPU fleets and training queues", **common)
 
         components = [(self.core, "core"), (self.data, "data"), (self.compute, "compute")]

@@ -31,6 +31,9 @@ _EXPORTS = {
     "DRIFT_NAMESPACE": "monitored_endpoint",
     "EndpointAutoScaling": "monitored_endpoint",
     "MonitoredEndpoint": "monitored_endpoint",
+    "MLFLOW_INTERFACE_ENDPOINTS": "mlflow_tracking",
+    "MLFLOW_PREFIX": "mlflow_tracking",
+    "MlflowTracking": "mlflow_tracking",
     "DEFAULT_INTERFACE_ENDPOINTS": "network",
     "QUEUE_INTERFACE_ENDPOINTS": "network",
     "ImportedNetwork": "network",
@@ -71,6 +74,7 @@ if TYPE_CHECKING:  # type checkers and IDEs see the names eagerly
     from .errors import ValidationError
     from .governance import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, govern
     from .gpu_catalog import GPU_CATALOG, GpuInstanceType
+    from .mlflow_tracking import MLFLOW_INTERFACE_ENDPOINTS, MLFLOW_PREFIX, MlflowTracking
     from .monitored_endpoint import DRIFT_NAMESPACE, EndpointAutoScaling, MonitoredEndpoint
     from .network import DEFAULT_INTERFACE_ENDPOINTS, QUEUE_INTERFACE_ENDPOINTS, ImportedNetwork, PlatformNetwork
     from .platform_key import SNS_PUBLISHING_SERVICES, PlatformKey, allow_autoscaling_volumes

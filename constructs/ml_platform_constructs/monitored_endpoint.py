@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from aws_cdk import Acknowledgment, Annotations, Duration, RemovalPolicy, Stack, Token, Validations
+from aws_cdk import Acknowledgment, Annotations, CfnParameter, Duration, RemovalPolicy, Stack, Token, Validations
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -25,6 +25,7 @@ from constructs import Construct
 from .dataset_bucket import DatasetBucket
 from .errors import ValidationError
 from .nag_support import AcknowledgeWildcardResources, nag_arn, stack_arn, suppress_checkov
+from .runtime.promotion import VERSION, VERSION_PLACEHOLDER, model_version_parameter
 from .runtime_function import runtime_function
 
 DRIFT_NAMESPACE = "MLPlatform/Drift"
@@ -67,7 +68,12 @@ class MonitoredEndpoint(Construct):
     :param image_uri: the inference container image, in Amazon ECR (``<account>.dkr.ecr.<region>.amazonaws.com/
         <repository>[:tag|@digest]``): the only registry this construct lets SageMaker pull from.
     :param model_data_bucket: where the model artifact is; read access to ``model_data_key`` only.
-    :param model_data_key: the model artifact (``model.tar.gz``) key.
+    :param model_data_key: the model artifact (``model.tar.gz``) key; with ``model_version``, a key with one
+        ``{version}`` (e.g. ``models/classifier/{version}/model.tar.gz``) and read access to every version.
+    :param model_version: declares the model version in CloudFormation: a stack parameter
+        (``runtime.promotion.model_version_parameter(endpoint_name)``, this value its default) fills ``{version}``.
+        A promotion (``./platform model promote``) updates the parameter, the template staying as deployed, and a
+        later ``cdk deploy`` keeps the parameter's value, so it never undoes a promotion. Default: none (a fixed key).
     :param instance_type: e.g. ``ml.m5.large``.
     :param alerts: the alert topic.
     :param baseline_bucket: the environment's DatasetBucket (drift baselines and results).
@@ -88,6 +94,10 @@ class MonitoredEndpoint(Construct):
     :param psi_threshold: Default: 0.25. :param kl_threshold: Default: 0.3.
     :param p99_latency_threshold: Default: 500 ms (ModelLatency is published in microseconds).
     :param error_rate_threshold: share of 5xx responses. Default: 0.01.
+    :param rollout_bake_time: every update of the endpoint (a new model version, a new configuration) is a
+        blue/green deployment: the new fleet takes the traffic (a canary of one instance first when the endpoint has
+        2 or more), the endpoint's latency and error alarms are watched this long at each step, and SageMaker rolls
+        back to the old fleet if one goes to ALARM. 0-60 minutes. Default: 10 minutes.
     :param auto_scaling: Default: none (fixed instance count).
     :param removal_policy: for the capture bucket. Default: RETAIN.
     :param logs_key: encrypts the drift check's log group; must allow CloudWatch Logs (``PlatformKey`` does).
@@ -131,6 +141,8 @@ class MonitoredEndpoint(Construct):
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
         network_isolation: bool = True,
         logs_key: Optional[kms.IKey] = None,
+        model_version: Optional[str] = None,
+        rollout_bake_time: Duration = Duration.minutes(10),
     ) -> None:
         super().__init__(scope, id)
         self._validate_image(image_uri)
@@ -155,7 +167,9 @@ class MonitoredEndpoint(Construct):
 
         self.role = iam.Role(self, "ModelRole", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
                              description=f"SageMaker endpoint {endpoint_name}: model, capture, logs")
-        self._grant_model_role(model_data_bucket, model_data_key, image_uri)
+        model_data_url, readable_key = self._declared_model(model_data_bucket, model_data_key, model_version,
+                                                            rollout_bake_time)
+        self._grant_model_role(model_data_bucket, readable_key, image_uri)
         self.security_group = ec2.SecurityGroup(self, "SecurityGroup", vpc=vpc, allow_all_outbound=True,
                                                 description=f"SageMaker endpoint {endpoint_name}: no inbound")
         selection = vpc_subnets or ec2.SubnetSelection()
@@ -165,7 +179,7 @@ class MonitoredEndpoint(Construct):
         self.model = sagemaker.CfnModel(
             self, "Model", execution_role_arn=self.role.role_arn,
             primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
-                image=image_uri, model_data_url=f"s3://{model_data_bucket.bucket_name}/{model_data_key}",
+                image=image_uri, model_data_url=model_data_url,
                 environment=environment),
             vpc_config=sagemaker.CfnModel.VpcConfigProperty(security_group_ids=[self.security_group.security_group_id],
                                                             subnets=subnet_ids),
@@ -204,6 +218,7 @@ class MonitoredEndpoint(Construct):
         if auto_scaling is not None:
             self._auto_scaling(auto_scaling)
         self.dashboard = self._dashboard(drift_schedule)
+        self._blue_green_rollout(initial_instance_count, rollout_bake_time)
 
     @staticmethod
     def accepts_volume_key(instance_type: str) -> bool:
@@ -271,6 +286,59 @@ class MonitoredEndpoint(Construct):
             fail("auto_scaling", auto_scaling, "1 <= min_capacity <= max_capacity and invocations_per_instance > 0",
                  "e.g. EndpointAutoScaling(max_capacity=4, invocations_per_instance=100)")
 
+    # --- the declared model version and its rollout ------------------------------------------------------------
+    def _declared_model(self, bucket: s3.IBucket, key: str, version: Optional[str],
+                        bake_time: Duration) -> tuple[str, str]:
+        """(ModelDataUrl, the key pattern the model role may read); with a version, the stack parameter that
+        declares it (``.model_version_parameter``)."""
+        def fail(prop, value, allowed, fix):
+            raise ValidationError("MonitoredEndpoint", prop, value, allowed, fix)
+
+        if not bake_time.is_unresolved() and not 0 <= bake_time.to_seconds() <= 3600:
+            fail("rollout_bake_time", bake_time.to_human_string(), "0 to 60 minutes (SageMaker's wait interval)",
+                 "e.g. Duration.minutes(10)")
+        self.model_version_parameter: Optional[CfnParameter] = None
+        if version is None:
+            if VERSION_PLACEHOLDER in key:
+                fail("model_data_key", key, "a fixed key, or model_version set to fill its {version}",
+                     "pass model_version (e.g. 'initial'), or a key without {version}")
+            return f"s3://{bucket.bucket_name}/{key}", key
+        if key.count(VERSION_PLACEHOLDER) != 1:
+            fail("model_data_key", key, "one {version} where the declared model version goes",
+                 f"e.g. 'models/{self.endpoint_name}/{{version}}/model.tar.gz'")
+        if not VERSION.match(version):
+            fail("model_version", version, "1-64 letters, digits, '.', '_' or '-'", "e.g. 'initial' or a run id")
+        self.model_version_parameter = CfnParameter(
+            self, "ModelVersion", type="String", default=version, allowed_pattern=VERSION.pattern,
+            description=f"Model version served by {self.endpoint_name} ({key}); ./platform model promote changes it")
+        self.model_version_parameter.override_logical_id(model_version_parameter(self.endpoint_name))
+        before, after = key.split(VERSION_PLACEHOLDER)
+        return (f"s3://{bucket.bucket_name}/{before}{self.model_version_parameter.value_as_string}{after}",
+                f"{before}*{after}")
+
+    def _blue_green_rollout(self, instance_count: int, bake_time: Duration) -> None:
+        """Blue/green updates with automatic rollback on the endpoint's own latency and error alarms.
+        https://docs.aws.amazon.com/sagemaker/latest/dg/deployment-guardrails-blue-green.html"""
+        seconds = int(bake_time.to_seconds())
+        # A canary may be at most half the fleet: with one instance the traffic moves at once, then bakes.
+        routing = (sagemaker.CfnEndpoint.TrafficRoutingConfigProperty(
+            type="CANARY", wait_interval_in_seconds=seconds,
+            canary_size=sagemaker.CfnEndpoint.CapacitySizeProperty(type="INSTANCE_COUNT", value=1))
+            if instance_count >= 2 else
+            sagemaker.CfnEndpoint.TrafficRoutingConfigProperty(type="ALL_AT_ONCE", wait_interval_in_seconds=seconds))
+        rollback_alarms = [self.alarms["latency"], self.alarms["errors"]]
+        self.endpoint.deployment_config = sagemaker.CfnEndpoint.DeploymentConfigProperty(
+            blue_green_update_policy=sagemaker.CfnEndpoint.BlueGreenUpdatePolicyProperty(
+                traffic_routing_configuration=routing, termination_wait_in_seconds=seconds,
+                maximum_execution_timeout_in_seconds=max(600, min(14400, 4 * seconds + 1800))),
+            auto_rollback_configuration=sagemaker.CfnEndpoint.AutoRollbackConfigProperty(
+                alarms=[sagemaker.CfnEndpoint.AlarmProperty(alarm_name=a.alarm_name) for a in rollback_alarms]))
+        # SageMaker reads the rollback alarms with the endpoint's execution role:
+        # https://docs.aws.amazon.com/sagemaker/latest/dg/deployment-guardrails-configuration.html
+        self.role.add_to_principal_policy(iam.PolicyStatement(
+            actions=["cloudwatch:DescribeAlarms"], resources=[a.alarm_arn for a in rollback_alarms]))
+        self.rollback_alarms = rollback_alarms
+
     # --- permissions ------------------------------------------------------------------------------------------
     def _grant_model_role(self, model_data_bucket: s3.IBucket, model_data_key: str, image_uri: str) -> None:
         stack = Stack.of(self)
@@ -301,7 +369,8 @@ class MonitoredEndpoint(Construct):
         Validations.of(self.role).acknowledge(*[Acknowledgment(id=f"AwsSolutions-IAM5[{f}]", reason=reason)
                                                 for f in findings])
         policy = self.role.node.find_child("DefaultPolicy")
-        policy.node.add_validation(AcknowledgeWildcardResources(policy, [f"/{CAPTURE_PREFIX}*"], reason))
+        wildcards = [f"/{CAPTURE_PREFIX}*", *([f"/{model_data_key}"] if "*" in model_data_key else [])]
+        policy.node.add_validation(AcknowledgeWildcardResources(policy, wildcards, reason))
         vpc_reason = ("SageMaker creates the model's network interfaces in the VPC with this role; EC2 offers no ARN "
                       "to scope them to before they exist (the documented execution-role policy uses *)")
         suppress_checkov(policy, "CKV_AWS_111", vpc_reason)

@@ -26,6 +26,7 @@ from .governance import ACCOUNT_SCOPE, govern, validate_budget_scope
 from .gpu_alarms import gpu_alarms, gpu_memory_used_ratio, gpu_metric, validate_alarm_props, validate_gpu_types
 from .instance_bootstrap import (GPU_NAMESPACE, RUN_DIR, InstanceBootstrap, dataset_block_devices, gpu_agent_config,
                                  ubuntu_agent_install, validate_dataset_volumes)
+from .mlflow_tracking import MlflowTracking
 from .nag_support import nag_arn, stack_arn, suppress_checkov
 from .platform_key import allow_autoscaling_volumes
 from .runtime.budget_guard import FLEET_TAG
@@ -89,6 +90,8 @@ class SpotGpuFleet(Construct):
     :param removal_policy: of the scale-to-zero function's log group. Default: RETAIN.
     :param dataset_volumes: dataset snapshots (``DatasetSnapshotBuilder.volume(...)``) each instance gets as its own
         gp3 volume, mounted read-only at ``/data/<name>``. Default: none.
+    :param tracking: the environment's MlflowTracking: the instances may record runs in it
+        (``grant_log_runs``) and jobs find it as ``MLFLOW_TRACKING_URI``. Default: none.
     """
 
     def __init__(
@@ -121,9 +124,11 @@ class SpotGpuFleet(Construct):
         interruption_alerts: Optional["SpotInterruptionAlerts"] = None,
         dataset_volumes: Sequence[DatasetVolume] = (),
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+        tracking: Optional[MlflowTracking] = None,
     ) -> None:
         super().__init__(scope, id)
         self.fleet_name = fleet_name or id
+        self._tracking = tracking
         self.catalog_entries = self._validate_types(instance_types, machine_image, allow_low_diversity,
                                                     allow_mixed_gpu_memory)
         self._validate_sizes(max_capacity, on_demand_base_capacity, spot_max_price, idle_threshold_percent,
@@ -150,6 +155,8 @@ class SpotGpuFleet(Construct):
         self.role = iam.Role(self, "InstanceRole", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
                              description=f"GPU fleet {self.fleet_name} instances")
         self._grant_instance_permissions(datasets)
+        if tracking is not None:
+            tracking.grant_log_runs(self.role)
 
         hook_name = "checkpoint-before-termination"
         self.launch_template = ec2.LaunchTemplate(
@@ -315,6 +322,8 @@ class SpotGpuFleet(Construct):
         if datasets is not None:
             environment["ML_PLATFORM_DATASETS_URI"] = f"s3://{datasets.bucket_name}/{DATASETS_PREFIX}"
             environment["ML_PLATFORM_CHECKPOINT_URI"] = f"s3://{datasets.bucket_name}/{self.checkpoint_prefix}"
+        if self._tracking is not None:
+            environment["MLFLOW_TRACKING_URI"] = self._tracking.tracking_uri
         bootstrap = InstanceBootstrap(
             environment=environment, dataset_volumes=dataset_volumes,
             agent_config=gpu_agent_config(("AutoScalingGroupName", "${aws:AutoScalingGroupName}"), static=False),
