@@ -200,6 +200,8 @@ def train(job: Job, run: TrackedRun, rows: list, params: dict, *, on_epoch=None)
     if state is None:
         state = new_state(features, classes)
         run.log_holdout(accuracy=accuracy(state, holdout_rows), step=0)  # the untrained model: chance
+    else:
+        print(f"resuming from the checkpoint of epoch {state['epoch']}", flush=True)
     while state["epoch"] < params["epochs"]:
         if job.should_stop():
             job.save(state)

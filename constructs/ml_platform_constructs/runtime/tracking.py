@@ -61,7 +61,7 @@ RUNNING, STOPPED, FINISHED = "RUNNING", "STOPPED", "FINISHED"
 
 
 def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="seconds")
+    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _epoch(iso: str) -> float:

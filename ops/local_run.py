@@ -1,0 +1,127 @@
+"""Runs the example training job locally as a TrainingQueue would run it, and shows the run it recorded.
+
+  python -m ops.local_run [--store DIR]      (the end of ./platform up; needs no AWS account)
+
+moto on 127.0.0.1 stands in for S3: the dataset is uploaded under datasets/, checkpoints and the run record go to
+checkpoints/training/<job name>/. Attempt 1 gets a real SIGTERM after its first epochs (a simulated Spot reclaim)
+and must checkpoint and exit 143, which the queue's retry strategy retries; attempt 2 must resume from that
+checkpoint and exit 0. The run goes to the local MLflow store (SQLite under .ml-platform/, git-ignored), one run
+for both attempts, priced as the queue's g5.xlarge on Spot would be.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Optional
+
+import boto3
+
+from ml_platform_constructs.runtime.tracking import RECORD_NAME
+
+from .emulator import client_environment, moto_server
+from .runs import LOCAL_STORE, format_record, local_tracking_uri, run_record
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "train_with_checkpoints.py"
+ACCOUNT, REGION = "123456789012", "us-east-1"
+BUCKET = "ml-platform-local-datasets"
+QUEUE, INSTANCE_TYPE, LIFECYCLE = "training", "g5.xlarge", "spot"
+STOP_AFTER_EPOCH = 3
+STOPPED_EXIT_CODE = 143
+
+
+def example_module():
+    spec = importlib.util.spec_from_file_location("train_with_checkpoints", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_attempt(command: list[str], env: dict[str, str], *, sigterm_after_epoch: Optional[int] = None,
+                timeout: float = 300) -> tuple[int, list[str]]:
+    """Runs one attempt; with ``sigterm_after_epoch``, sends the process SIGTERM once it reports that epoch (what
+    the interruption watcher does on a Spot notice). Returns (exit code, output lines)."""
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    signalled = False
+    assert process.stdout is not None
+    for line in process.stdout:
+        lines.append(line.rstrip("\n"))
+        if (sigterm_after_epoch is not None and not signalled
+                and line.startswith(f"epoch {sigterm_after_epoch}/")):
+            process.send_signal(signal.SIGTERM)
+            signalled = True
+        if time.monotonic() > deadline:
+            process.kill()
+            break
+    return process.wait(), lines
+
+
+def job_environment(port: int, store: Path, work: Path, job_name: str) -> dict[str, str]:
+    """What a queue job's container gets (the job definition's and ./platform job submit's variables), pointed at
+    the emulator and the local store."""
+    return {**client_environment(port, REGION),
+            "ML_PLATFORM_DATASETS_URI": f"s3://{BUCKET}/datasets/",
+            "ML_PLATFORM_CHECKPOINT_URI": f"s3://{BUCKET}/checkpoints/{QUEUE}/{job_name}/",
+            "ML_PLATFORM_QUEUE_NAME": QUEUE, "ML_PLATFORM_JOB_NAME": job_name,
+            "ML_PLATFORM_STOP_FILE": str(work / "stop-requested"), "ML_PLATFORM_JOB_PID_FILE": str(work / "job.pid"),
+            "AWS_BATCH_JOB_ID": f"local-{uuid.uuid4().hex[:12]}",
+            # On AWS the platform's boot writes these where the container reads them; here they say what is simulated.
+            "ML_PLATFORM_INSTANCE_TYPE": INSTANCE_TYPE, "ML_PLATFORM_LIFECYCLE": LIFECYCLE,
+            "MLFLOW_TRACKING_URI": local_tracking_uri(store), "PYTHONUNBUFFERED": "1"}
+
+
+def simulate(port: int, store: Path, work: Path, *, job_name: Optional[str] = None, epochs: int = 30) -> str:
+    """Both attempts against the emulator; returns the run id. Raises SystemExit when an attempt misbehaves."""
+    job_name = job_name or f"example-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+    env = job_environment(port, store, work, job_name)
+    s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name=REGION, aws_access_key_id="testing",
+                      aws_secret_access_key="testing", aws_session_token="testing")
+    s3.create_bucket(Bucket=BUCKET)
+    s3.put_object(Bucket=BUCKET, Key="datasets/blobs/v1/data.csv", Body=example_module().make_dataset().encode())
+    command = [sys.executable, str(EXAMPLE), "--epochs", str(epochs)]
+    print(f"==> local run: {job_name}, checkpoints at {env['ML_PLATFORM_CHECKPOINT_URI']} (emulated S3)", flush=True)
+    code, lines = run_attempt(command, {**env, "AWS_BATCH_JOB_ATTEMPT": "1"}, sigterm_after_epoch=STOP_AFTER_EPOCH)
+    print(f"    attempt 1: SIGTERM after epoch {STOP_AFTER_EPOCH} (a simulated Spot reclaim) -> exit {code}: "
+          f"{lines[-1] if lines else ''}", flush=True)
+    if code != STOPPED_EXIT_CODE:
+        raise SystemExit("local run: attempt 1 should have checkpointed and exited 143 on SIGTERM:\n" + "\n".join(lines))
+    code, lines = run_attempt(command, {**env, "AWS_BATCH_JOB_ATTEMPT": "2"})
+    resumed = next((line for line in lines if line.startswith("resuming from")), "did not resume")
+    print(f"    attempt 2: {resumed} -> exit {code}: {lines[-1] if lines else ''}", flush=True)
+    if code != 0:
+        raise SystemExit("local run: attempt 2 should have resumed and finished with exit 0:\n" + "\n".join(lines))
+    record = json.loads(s3.get_object(Bucket=BUCKET, Key=f"checkpoints/{QUEUE}/{job_name}/{RECORD_NAME}")["Body"].read())
+    return record["run_id"]
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--store", type=Path, default=LOCAL_STORE, help="the local MLflow store's directory")
+    args = parser.parse_args(argv)
+    args.store.mkdir(parents=True, exist_ok=True)
+    work = args.store / "work"
+    work.mkdir(exist_ok=True)
+    with moto_server(ACCOUNT, str(args.store / "moto.log")) as port:
+        run_id = simulate(port, args.store, work)
+    from mlflow.tracking import MlflowClient
+
+    print("\nThe run it recorded (./platform runs show --local " + run_id + "):")
+    print(format_record(run_record(MlflowClient(local_tracking_uri(args.store)), run_id)))
+    print(f"(priced as a {INSTANCE_TYPE} {LIFECYCLE} instance, the queue's type this local run stands in for)")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,105 @@
+"""MonitoredEndpoint's declared model version (a stack parameter a promotion changes) and its blue/green updates that
+roll back on the endpoint's own latency and error alarms."""
+
+import json
+
+import pytest
+from aws_cdk import App, Duration, Stack
+from aws_cdk import aws_sns as sns
+
+from ml_platform_constructs import DatasetBucket, MonitoredEndpoint, ValidationError
+from ml_platform_constructs.runtime.promotion import model_version_parameter
+from tests.conftest import isolated_vpc
+
+IMAGE = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1"
+
+
+def endpoint(stack, **kwargs):
+    datasets = DatasetBucket(stack, "Datasets")
+    options = {"endpoint_name": "classifier-dev", "image_uri": IMAGE, "model_data_bucket": datasets.bucket,
+               "model_data_key": "models/classifier/{version}/model.tar.gz", "model_version": "initial",
+               "instance_type": "ml.m5.large", "alerts": sns.Topic(stack, "Alerts"), "baseline_bucket": datasets,
+               "vpc": isolated_vpc(stack), **kwargs}
+    return MonitoredEndpoint(stack, "Classifier", **options)
+
+
+@pytest.fixture(scope="module")
+def versioned(synth_stack):
+    parts = {}
+    template = synth_stack(lambda stack: parts.setdefault("endpoint", endpoint(stack)))
+    return template, parts["endpoint"]
+
+
+def props(template, resource_type):
+    return next(iter(template.find_resources(resource_type).values()))["Properties"]
+
+
+def test_the_model_version_is_a_stack_parameter_that_fills_the_artifact_key(versioned):
+    template, built = versioned
+    name = model_version_parameter("classifier-dev")
+    assert name == "ClassifierDevModelVersion"
+    assert template.to_json()["Parameters"][name]["Default"] == "initial"
+    assert Stack.of(built).resolve(built.model_version_parameter.logical_id) == name
+    url = props(template, "AWS::SageMaker::Model")["PrimaryContainer"]["ModelDataUrl"]["Fn::Join"][1]
+    assert url[-3:] == ["/models/classifier/", {"Ref": name}, "/model.tar.gz"]
+
+
+def test_the_model_role_reads_every_version_and_the_rollback_alarms(versioned):
+    template, _ = versioned
+    statements = [s for k, v in template.find_resources("AWS::IAM::Policy").items() if k.startswith("ClassifierModelRole")
+                  for s in v["Properties"]["PolicyDocument"]["Statement"]]
+    reads = json.dumps([s["Resource"] for s in statements if "s3:GetObject*" in s["Action"]])
+    assert "/models/classifier/*/model.tar.gz" in reads
+    describe = next(s for s in statements if s["Action"] == "cloudwatch:DescribeAlarms")
+    alarms = template.find_resources("AWS::CloudWatch::Alarm")
+    latency = next(k for k in alarms if k.startswith("ClassifierP99LatencyAlarm"))
+    errors = next(k for k in alarms if k.startswith("ClassifierErrorRateAlarm"))
+    assert sorted(r["Fn::GetAtt"][0] for r in describe["Resource"]) == sorted([latency, errors])
+
+
+def test_updates_are_blue_green_and_roll_back_on_latency_or_errors(versioned):
+    template, _ = versioned
+    config = props(template, "AWS::SageMaker::Endpoint")["DeploymentConfig"]
+    alarms = template.find_resources("AWS::CloudWatch::Alarm")
+    watched = [a["AlarmName"]["Ref"] for a in config["AutoRollbackConfiguration"]["Alarms"]]
+    assert [w.split("Alarm")[0] for w in watched] == ["ClassifierP99Latency", "ClassifierErrorRate"]
+    assert all(w in alarms for w in watched)
+    policy = config["BlueGreenUpdatePolicy"]
+    # One instance: no canary is possible (at most half the fleet), so the traffic moves at once and bakes.
+    assert policy["TrafficRoutingConfiguration"] == {"Type": "ALL_AT_ONCE", "WaitIntervalInSeconds": 600}
+    assert policy["TerminationWaitInSeconds"] == 600
+    assert 600 <= policy["MaximumExecutionTimeoutInSeconds"] <= 14400
+
+
+def test_two_or_more_instances_take_a_one_instance_canary_first(synth_stack):
+    template = synth_stack(lambda stack: endpoint(stack, initial_instance_count=2, rollout_bake_time=Duration.minutes(5)))
+    routing = props(template, "AWS::SageMaker::Endpoint")["DeploymentConfig"]["BlueGreenUpdatePolicy"][
+        "TrafficRoutingConfiguration"]
+    assert routing == {"Type": "CANARY", "WaitIntervalInSeconds": 300,
+                       "CanarySize": {"Type": "INSTANCE_COUNT", "Value": 1}}
+
+
+def test_a_fixed_key_has_no_parameter_and_keeps_its_exact_grant(synth_stack):
+    template = synth_stack(lambda stack: endpoint(stack, model_data_key="models/classifier/model.tar.gz",
+                                                  model_version=None))
+    assert "Parameters" not in template.to_json() or not any(
+        k.endswith("ModelVersion") for k in template.to_json()["Parameters"])
+    assert "DeploymentConfig" in props(template, "AWS::SageMaker::Endpoint")
+
+
+def test_the_dev_classifier_declares_its_version_in_the_serving_stack(templates):
+    parameters = templates["dev/Serving"].to_json()["Parameters"]
+    assert parameters["MlPlatformDevClassifierModelVersion"]["Default"] == "initial"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"model_version": None}, r"model_data_key='models/classifier/\{version\}/model.tar.gz' is invalid: a fixed key, "
+                              r"or model_version set"),
+    ({"model_data_key": "models/classifier/model.tar.gz"}, r"model_data_key=.* is invalid: one \{version\}"),
+    ({"model_version": "v 1"}, r"model_version='v 1' is invalid: 1-64 letters"),
+    ({"rollout_bake_time": Duration.hours(2)}, r"rollout_bake_time='2 hours' is invalid: 0 to 60 minutes"),
+])
+def test_bad_version_props_fail_at_synth_with_the_fix(kwargs, message):
+    stack = Stack(App(), "T", env={"account": "123456789012", "region": "us-east-1"})
+    with pytest.raises(ValidationError, match=message):
+        endpoint(stack, **kwargs)

@@ -1,0 +1,186 @@
+"""MlflowTracking: the managed MLflow resource, its artifact store in the dataset bucket (encrypted by the bucket's
+key, tiered), the narrow service role, the grants jobs and fleets use, the interface endpoints private subnets need;
+and how the platform app wires it in every environment."""
+
+import json
+
+import pytest
+from aws_cdk import Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+
+from ml_platform_constructs import (MLFLOW_INTERFACE_ENDPOINTS, DatasetBucket, MlflowTracking, ValidationError)
+from ml_platform_constructs.mlflow_tracking import LOG_RUN_ACTIONS
+from tests.conftest import isolated_vpc
+
+
+@pytest.fixture(scope="module")
+def built(synth_stack):
+    parts = {}
+
+    def body(stack):
+        key = kms.Key(stack, "PlatformKey")
+        datasets = DatasetBucket(stack, "Datasets", encryption_key=key)
+        vpc = isolated_vpc(stack)
+        for service in MLFLOW_INTERFACE_ENDPOINTS:
+            vpc.add_interface_endpoint(service.short_name.replace(".", "-"), service=service)
+        parts["tracking"] = MlflowTracking(stack, "Tracking", datasets=datasets, name="team-a-dev", vpc=vpc)
+        parts["job"] = iam.Role(stack, "JobRole", assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"))
+        parts["grant"] = parts["tracking"].grant_log_runs(parts["job"])
+        parts["reader"] = iam.Role(stack, "Reader", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+        parts["tracking"].grant_read_runs(parts["reader"])
+    return synth_stack(body), parts
+
+
+def resource(template, resource_type):
+    return next(iter(template.find_resources(resource_type).values()))["Properties"]
+
+
+def logical_id(template, resource_type, prefix=""):
+    return next(k for k in template.find_resources(resource_type) if k.startswith(prefix))
+
+
+def statements(template, role_prefix):
+    return [s for k, v in template.find_resources("AWS::IAM::Policy").items() if k.startswith(role_prefix)
+            for s in v["Properties"]["PolicyDocument"]["Statement"]]
+
+
+def test_serverless_app_is_the_default_with_its_artifact_store_under_mlflow(built):
+    template, parts = built
+    assert parts["tracking"].node.default_child is parts["tracking"].resource
+    app = resource(template, "AWS::SageMaker::MlflowApp")
+    assert app["Name"] == "team-a-dev" and app["ModelRegistrationMode"] == "AutoModelRegistrationDisabled"
+    bucket = logical_id(template, "AWS::S3::Bucket", "Datasets9")
+    assert app["ArtifactStoreUri"] == {"Fn::Join": ["", ["s3://", {"Ref": bucket}, "/mlflow/"]]}
+    assert template.find_resources("AWS::SageMaker::MlflowTrackingServer") == {}
+    assert parts["tracking"].serverless is True
+
+
+def test_artifacts_are_encrypted_by_the_buckets_key_and_tiered(built):
+    template, _ = built
+    bucket = next(v["Properties"] for k, v in template.find_resources("AWS::S3::Bucket").items()
+                  if k.startswith("Datasets") and "AccessLogs" not in k)
+    sse = bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]
+    key = {"Fn::GetAtt": [logical_id(template, "AWS::KMS::Key", "PlatformKey"), "Arn"]}
+    assert sse["ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "aws:kms", "KMSMasterKeyID": key}
+    rule = next(r for r in bucket["LifecycleConfiguration"]["Rules"] if r.get("Prefix") == "mlflow/")
+    assert rule["Transitions"] == [{"StorageClass": "INTELLIGENT_TIERING", "TransitionInDays": 7}]
+
+
+def test_the_service_role_reaches_only_the_artifact_prefix_and_the_key(built):
+    template, _ = built
+    role = next(v["Properties"] for k, v in template.find_resources("AWS::IAM::Role").items()
+                if k.startswith("TrackingServiceRole"))
+    assert role["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {"Service": "sagemaker.amazonaws.com"}
+    assert "ManagedPolicyArns" not in role  # not AmazonS3FullAccess
+    found = statements(template, "TrackingServiceRole")
+    object_resources = [r for s in found if any(a.startswith("s3:") for a in s["Action"]) for r in s["Resource"]
+                        if "Fn::Join" in r]
+    assert object_resources and all(r["Fn::Join"][1][-1] == "/mlflow/*" for r in object_resources)
+    keys = [s["Resource"] for s in found if any(a.startswith("kms:") for a in s["Action"])]
+    assert keys == [{"Fn::GetAtt": [logical_id(template, "AWS::KMS::Key", "PlatformKey"), "Arn"]}]
+    assert all(not a.startswith(("s3:*", "sagemaker")) for s in found for a in s["Action"])
+
+
+def test_a_job_may_log_runs_on_this_app_and_write_artifacts_but_delete_nothing(built):
+    template, parts = built
+    found = statements(template, "JobRole")
+    api = next(s for s in found if "sagemaker-mlflow:CreateRun" in s["Action"])
+    assert api["Resource"] == {"Fn::GetAtt": [logical_id(template, "AWS::SageMaker::MlflowApp"), "Arn"]}
+    assert set(api["Action"]) == {"sagemaker:CallMlflowAppApi", "sagemaker:DescribeMlflowApp",
+                                  *(f"sagemaker-mlflow:{a}" for a in LOG_RUN_ACTIONS)}
+    actions = {a for s in found for a in s["Action"]}
+    assert "s3:PutObject" in actions and not any("Delete" in a for a in actions)
+    assert parts["grant"].success
+
+
+def test_a_reader_reads_runs_and_writes_nothing(built):
+    template, _ = built
+    actions = {a for s in statements(template, "Reader") for a in s["Action"]}
+    assert "sagemaker-mlflow:GetRun" in actions and "sagemaker-mlflow:SearchRuns" in actions
+    assert not any(a.startswith(("s3:Put", "s3:Delete")) or a in ("sagemaker-mlflow:CreateRun",
+                                                                  "sagemaker-mlflow:LogBatch") for a in actions)
+
+
+def test_a_tracking_server_of_a_fixed_size_is_the_option(synth_stack):
+    def body(stack):
+        datasets = DatasetBucket(stack, "Datasets")
+        tracking = MlflowTracking(stack, "Tracking", datasets=datasets, name="team-a-prod",
+                                  tracking_server_size="Medium", mlflow_version="3.0",
+                                  weekly_maintenance_window_start="Tue:04:30")
+        tracking.grant_log_runs(iam.Role(stack, "Job", assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com")))
+    template = synth_stack(body)
+    server = resource(template, "AWS::SageMaker::MlflowTrackingServer")
+    assert (server["TrackingServerName"], server["TrackingServerSize"], server["MlflowVersion"],
+            server["WeeklyMaintenanceWindowStart"]) == ("team-a-prod", "Medium", "3.0", "Tue:04:30")
+    assert template.find_resources("AWS::SageMaker::MlflowApp") == {}
+    api = next(s for s in statements(template, "Job") if "sagemaker-mlflow:CreateRun" in s["Action"])
+    assert "sagemaker:DescribeMlflowTrackingServer" in api["Action"]
+    assert "sagemaker:CallMlflowAppApi" not in api["Action"]
+    assert api["Resource"] == {"Fn::GetAtt": [logical_id(template, "AWS::SageMaker::MlflowTrackingServer"),
+                                              "TrackingServerArn"]}
+
+
+def test_isolated_subnets_without_the_mlflow_endpoints_fail_at_synth_with_the_fix():
+    from aws_cdk import App
+
+    stack = Stack(App(), "T", env={"account": "123456789012", "region": "us-east-1"})
+    vpc = isolated_vpc(stack)
+    with pytest.raises(ValidationError, match=r"MlflowTracking: vpc=.* is invalid: isolated subnets with interface "
+                                              r"endpoints for \['experiments', 'sagemaker.api'\].*missing: "
+                                              r"\['experiments', 'sagemaker.api'\]\. Fix: PlatformNetwork\("):
+        MlflowTracking(stack, "Tracking", datasets=DatasetBucket(stack, "D"), name="x", vpc=vpc)
+
+
+def test_subnets_with_a_nat_gateway_need_no_endpoints():
+    from aws_cdk import App
+
+    stack = Stack(App(), "T", env={"account": "123456789012", "region": "us-east-1"})
+    vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-east-1a"], nat_gateways=1)
+    MlflowTracking(stack, "Tracking", datasets=DatasetBucket(stack, "D"), name="x", vpc=vpc)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"name": "bad_name"}, r"name='bad_name' is invalid: 1-256 letters, digits and hyphens"),
+    ({"tracking_server_size": "XL"}, r"tracking_server_size='XL' is invalid: one of \['Small', 'Medium', 'Large'\]"),
+    ({"mlflow_version": "3.0"}, r"mlflow_version='3.0' is invalid: only with a tracking server"),
+    ({"tracking_server_size": "Small", "mlflow_version": "latest"}, r"mlflow_version='latest' is invalid"),
+    ({"weekly_maintenance_window_start": "Sunday 3am"}, r"weekly_maintenance_window_start='Sunday 3am' is invalid"),
+    ({"artifact_prefix": "checkpoints/"}, r"artifact_prefix='checkpoints/' is invalid: an S3 prefix of its own"),
+])
+def test_bad_props_fail_before_anything_is_created(kwargs, message):
+    from aws_cdk import App
+
+    stack = Stack(App(), "T")
+    datasets = DatasetBucket(stack, "D")
+    with pytest.raises(ValidationError, match=message):
+        MlflowTracking(stack, "Tracking", datasets=datasets, **{"name": "ok", **kwargs})
+    assert stack.node.find_child("Tracking").node.children == []
+    assert "mlflow-warm-intelligent-tiering" not in datasets._rule_ids
+
+
+# --- in the platform app ------------------------------------------------------------------------------------------
+
+def test_every_environment_has_its_tracking_app_in_its_data_stack(templates):
+    for env in ("dev", "staging", "prod"):
+        app = resource(templates[f"{env}/Data"], "AWS::SageMaker::MlflowApp")
+        assert app["Name"] == f"ml-platform-{env}"
+        outputs = templates[f"{env}/Data"].find_outputs("MlflowTrackingUri")
+        assert outputs["MlflowTrackingUri"]["Value"] == {
+            "Fn::GetAtt": [logical_id(templates[f"{env}/Data"], "AWS::SageMaker::MlflowApp"), "Arn"]}
+
+
+def test_fleet_instances_may_log_runs_and_find_the_tracking_uri(templates):
+    compute = templates["dev/Compute"]
+    policy = next(v for k, v in compute.find_resources("AWS::IAM::Policy").items() if k.startswith("trainingInstanceRole"))
+    api = next(s for s in policy["Properties"]["PolicyDocument"]["Statement"]
+               if "sagemaker-mlflow:LogBatch" in s["Action"])
+    assert "Fn::ImportValue" in json.dumps(api["Resource"])
+    user_data = json.dumps(next(iter(compute.find_resources("AWS::EC2::LaunchTemplate").values())))
+    assert "MLFLOW_TRACKING_URI=" in user_data
+
+
+def test_devs_private_subnets_reach_mlflow_through_its_interface_endpoints(templates):
+    services = [v["Properties"]["ServiceName"] for v in templates["dev/Core"].find_resources("AWS::EC2::VPCEndpoint").values()]
+    assert "aws.sagemaker.us-east-1.experiments" in services and "com.amazonaws.us-east-1.sagemaker.api" in services
