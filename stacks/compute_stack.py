@@ -58,7 +58,7 @@ class ComputeStack(Stack):
                 multi_node_max_vcpus=queue.multi_node_max_vcpus, job_attempts=queue.job_attempts,
                 job_timeout=Duration.hours(queue.job_timeout_hours),
                 dataset_volumes=dataset_volumes(queue.dataset_volumes, snapshots),
-                removal_policy=config.removal_policy, budget_scope=config.name)
+                removal_policy=config.removal_policy, budget_scope=config.name, tracking=tracking)
             for queue in config.queues
         }
         for name, queue in self.queues.items():

@@ -22,6 +22,7 @@ from .dataset_bucket import DATASETS_PREFIX, DatasetBucket
 from .dataset_snapshots import DatasetVolume
 from .errors import ValidationError
 from .instance_bootstrap import RUN_DIR
+from .mlflow_tracking import MlflowTracking
 from .monitored_endpoint import ECR_IMAGE
 from .runtime.benchmark import BENCHMARK_NAMESPACE, BENCHMARK_PREFIX
 
@@ -100,9 +101,9 @@ def retry_strategies() -> list[batch.RetryStrategy]:
 
 
 def job_role(scope: Construct, queue_name: str, datasets: Optional[DatasetBucket],
-             checkpoint_prefix: str) -> iam.Role:
-    """The role a job's container runs with: its progress and benchmark metrics, and with a dataset bucket the
-    datasets, its own checkpoints and the benchmark records."""
+             checkpoint_prefix: str, tracking: Optional[MlflowTracking] = None) -> iam.Role:
+    """The role a job's container runs with: its progress and benchmark metrics, with a dataset bucket the
+    datasets, its own checkpoints and the benchmark records, and with MLflow tracking its runs."""
     role = iam.Role(scope, "JobRole", assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
                     description=f"Training queue {queue_name} jobs")
     # Progress (job_metrics) and measured throughput (examples/gpu_benchmark.py) metrics.
@@ -116,11 +117,13 @@ def job_role(scope: Construct, queue_name: str, datasets: Optional[DatasetBucket
     if datasets is not None:
         datasets.grant_training(role, checkpoint_prefix=checkpoint_prefix, write_prefixes=[BENCHMARK_PREFIX],
                                 owner="the queue's")
+    if tracking is not None:
+        tracking.grant_log_runs(role)
     return role
 
 
-def container_environment(queue_name: str, checkpoint_prefix: str,
-                          datasets: Optional[DatasetBucket]) -> dict[str, str]:
+def container_environment(queue_name: str, checkpoint_prefix: str, datasets: Optional[DatasetBucket],
+                          tracking: Optional[MlflowTracking] = None) -> dict[str, str]:
     """The job contract's variables every job of the queue gets (README, "The job contract")."""
     environment = {"ML_PLATFORM_QUEUE_NAME": queue_name, "ML_PLATFORM_STOP_FILE": f"{RUN_DIR}/stop-requested",
                    "ML_PLATFORM_JOB_NAMESPACE": JOB_NAMESPACE}
@@ -129,6 +132,8 @@ def container_environment(queue_name: str, checkpoint_prefix: str,
         environment["ML_PLATFORM_DATASET_BUCKET"] = datasets.bucket_name  # e.g. gpu_benchmark.py's records
         # ./platform job submit adds ML_PLATFORM_CHECKPOINT_URI=<root><job name>/ per job.
         environment["ML_PLATFORM_CHECKPOINT_ROOT"] = f"s3://{datasets.bucket_name}/{checkpoint_prefix}"
+    if tracking is not None:
+        environment["MLFLOW_TRACKING_URI"] = tracking.tracking_uri  # runtime.tracking records runs there
     return environment
 
 

@@ -36,6 +36,7 @@ from .errors import ValidationError
 from .governance import ACCOUNT_SCOPE, govern, validate_budget_scope
 from .gpu_alarms import gpu_alarms, gpu_memory_used_ratio, gpu_metric, validate_alarm_props, validate_gpu_types
 from .instance_bootstrap import validate_dataset_volumes
+from .mlflow_tracking import MlflowTracking
 from .queue_compute import (EFA_INSTALL, ROOT_DEVICE, STOP_TIMEOUT_SECONDS, ComputeSettings, attach_efa,
                             ecs_agent_config, multi_node_network, multi_node_subnet, omit_state,
                             require_endpoints_without_egress, require_x86, validate_capacity, validate_multi_node)
@@ -104,6 +105,8 @@ class TrainingQueue(Construct):
     :param removal_policy: of the log group. Default: RETAIN.
     :param budget_scope: the ``BudgetGuard`` scope that may stop this queue (tag ``ml-platform:budget-scope`` on
         its job queues, compute environments and instances). Default: ``"account"``, as the guard's.
+    :param tracking: the environment's MlflowTracking: jobs may record runs in it (``grant_log_runs``) and find it
+        as ``MLFLOW_TRACKING_URI``. Default: none.
     """
 
     def __init__(
@@ -138,6 +141,7 @@ class TrainingQueue(Construct):
         allow_mixed_gpu_memory: bool = False,
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
         budget_scope: str = ACCOUNT_SCOPE,
+        tracking: Optional[MlflowTracking] = None,
     ) -> None:
         super().__init__(scope, id)
         # --- every prop is checked before anything is created ---
@@ -175,7 +179,7 @@ class TrainingQueue(Construct):
                                                 description=f"Training queue {self.queue_name}: no inbound")
         self.log_group = logs.LogGroup(self, "JobLogs", encryption_key=key, retention=logs.RetentionDays.THREE_MONTHS,
                                        removal_policy=removal_policy)
-        self.job_role = job_role(self, self.queue_name, datasets, self.checkpoint_prefix)
+        self.job_role = job_role(self, self.queue_name, datasets, self.checkpoint_prefix, tracking)
         compute = ComputeSettings(
             queue_name=self.queue_name, budget_scope=budget_scope, stop_timeout_seconds=stop_timeout_seconds,
             environment={"AWS_REGION": Stack.of(self).region, "ML_PLATFORM_SIGNAL_CONTAINERS": "ecs",
@@ -200,7 +204,7 @@ class TrainingQueue(Construct):
 
         self._jobs = JobSettings(
             queue_name=self.queue_name, job_role=self.job_role, log_group=self.log_group,
-            environment=container_environment(self.queue_name, self.checkpoint_prefix, datasets),
+            environment=container_environment(self.queue_name, self.checkpoint_prefix, datasets, tracking),
             volumes=job_volumes(dataset_volumes), attempts=job_attempts, timeout=job_timeout)
         self.job_definition = self.add_job_definition("JobDefinition", image_uri=image_uri)
 

@@ -184,3 +184,13 @@ def test_fleet_instances_may_log_runs_and_find_the_tracking_uri(templates):
 def test_devs_private_subnets_reach_mlflow_through_its_interface_endpoints(templates):
     services = [v["Properties"]["ServiceName"] for v in templates["dev/Core"].find_resources("AWS::EC2::VPCEndpoint").values()]
     assert "aws.sagemaker.us-east-1.experiments" in services and "com.amazonaws.us-east-1.sagemaker.api" in services
+
+
+def test_queue_jobs_may_log_runs_and_find_the_tracking_uri(templates):
+    compute = templates["dev/Compute"]
+    policy = next(v for k, v in compute.find_resources("AWS::IAM::Policy").items() if k.startswith("trainingQueueJobRole"))
+    api = next(s for s in policy["Properties"]["PolicyDocument"]["Statement"] if "sagemaker-mlflow:CreateRun" in s["Action"])
+    assert "Fn::ImportValue" in json.dumps(api["Resource"])
+    for definition in compute.find_resources("AWS::Batch::JobDefinition").values():
+        environment = {e["Name"]: e["Value"] for e in definition["Properties"]["ContainerProperties"]["Environment"]}
+        assert "Fn::ImportValue" in json.dumps(environment["MLFLOW_TRACKING_URI"])
