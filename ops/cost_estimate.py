@@ -146,6 +146,24 @@ def bucket_monthly(props: dict, gb: float, shares: dict[str, float], prices: dic
     return cost
 
 
+# SageMaker's managed MLflow, us-east-1, from https://aws.amazon.com/sagemaker/pricing/ (MLflow) as read in 2025-12
+# (the page could not be re-read from this machine: check it before relying on these): a serverless MLflow app has no
+# charge of its own (its artifacts are in the dataset bucket, priced there); a tracking server is billed per hour by
+# size, plus metadata storage (about 0.10 USD per GB-month, not counted here).
+MLFLOW_TRACKING_SERVER_HOURLY = {"Small": 0.642, "Medium": 1.284, "Large": 2.568}
+
+
+def mlflow_lines(by_type: dict[str, list[tuple[str, dict]]]) -> list[tuple[str, str, float]]:
+    """The environment's run tracking: a serverless MLflow app, or a tracking server always on."""
+    lines = [("Tracking", f"{logical_id}: serverless MLflow app (no charge of its own; artifacts in the bucket)", 0.0)
+             for logical_id, _ in by_type.get("AWS::SageMaker::MlflowApp", [])]
+    for logical_id, server in by_type.get("AWS::SageMaker::MlflowTrackingServer", []):
+        size = server["Properties"].get("TrackingServerSize", "Small")
+        lines.append(("Tracking", f"{logical_id}: MLflow tracking server {size}, always on",
+                      MLFLOW_TRACKING_SERVER_HOURLY[size] * HOURS_PER_MONTH))
+    return lines
+
+
 def estimate_environment(name: str, region: str, templates: list[dict], prices: dict,
                          assumptions: Assumptions) -> EnvironmentEstimate:
     estimate = EnvironmentEstimate(name=name, region=region)
@@ -203,6 +221,8 @@ def estimate_environment(name: str, region: str, templates: list[dict], prices: 
             estimate.lines.append(("Endpoints", f"{logical_id}: {variant['InitialInstanceCount']} x "
                                    f"{variant['InstanceType']}, always on",
                                    hourly * variant["InitialInstanceCount"] * HOURS_PER_MONTH))
+
+    estimate.lines.extend(mlflow_lines(by_type))
 
     interface = [e for _, e in by_type.get("AWS::EC2::VPCEndpoint", [])
                  if e["Properties"].get("VpcEndpointType") == "Interface"]

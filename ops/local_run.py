@@ -108,12 +108,15 @@ def simulate(port: int, store: Path, work: Path, *, job_name: Optional[str] = No
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--store", type=Path, default=LOCAL_STORE, help="the local MLflow store's directory")
+    parser.add_argument("--epochs", type=int, default=30, help=f"more than {STOP_AFTER_EPOCH + 2}")
     args = parser.parse_args(argv)
+    if args.epochs <= STOP_AFTER_EPOCH + 2:
+        parser.error(f"--epochs {args.epochs}: more than {STOP_AFTER_EPOCH + 2}, so the SIGTERM comes mid-run")
     args.store.mkdir(parents=True, exist_ok=True)
     work = args.store / "work"
     work.mkdir(exist_ok=True)
     with moto_server(ACCOUNT, str(args.store / "moto.log")) as port:
-        run_id = simulate(port, args.store, work)
+        run_id = simulate(port, args.store, work, epochs=args.epochs)
     from mlflow.tracking import MlflowClient
 
     print("\nThe run it recorded (./platform runs show --local " + run_id + "):")

@@ -335,8 +335,10 @@ class MonitoredEndpoint(Construct):
                 alarms=[sagemaker.CfnEndpoint.AlarmProperty(alarm_name=a.alarm_name) for a in rollback_alarms]))
         # SageMaker reads the rollback alarms with the endpoint's execution role:
         # https://docs.aws.amazon.com/sagemaker/latest/dg/deployment-guardrails-configuration.html
+        # ARNs from the alarms' names: a GetAtt of an alarm's Arn fails on the local emulator, which creates no alarms.
+        alarm_arn = stack_arn(Stack.of(self), "arn:{partition}:cloudwatch:{region}:{account}:alarm:")
         self.role.add_to_principal_policy(iam.PolicyStatement(
-            actions=["cloudwatch:DescribeAlarms"], resources=[a.alarm_arn for a in rollback_alarms]))
+            actions=["cloudwatch:DescribeAlarms"], resources=[alarm_arn + a.alarm_name for a in rollback_alarms]))
         self.rollback_alarms = rollback_alarms
 
     # --- permissions ------------------------------------------------------------------------------------------

@@ -54,7 +54,8 @@ def test_the_model_role_reads_every_version_and_the_rollback_alarms(versioned):
     alarms = template.find_resources("AWS::CloudWatch::Alarm")
     latency = next(k for k in alarms if k.startswith("ClassifierP99LatencyAlarm"))
     errors = next(k for k in alarms if k.startswith("ClassifierErrorRateAlarm"))
-    assert sorted(r["Fn::GetAtt"][0] for r in describe["Resource"]) == sorted([latency, errors])
+    assert sorted(r["Fn::Join"][1][-1]["Ref"] for r in describe["Resource"]) == sorted([latency, errors])
+    assert all(":cloudwatch:us-east-1:123456789012:alarm:" in r["Fn::Join"][1][-2] for r in describe["Resource"])
 
 
 def test_updates_are_blue_green_and_roll_back_on_latency_or_errors(versioned):

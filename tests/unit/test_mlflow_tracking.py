@@ -194,3 +194,17 @@ def test_queue_jobs_may_log_runs_and_find_the_tracking_uri(templates):
     for definition in compute.find_resources("AWS::Batch::JobDefinition").values():
         environment = {e["Name"]: e["Value"] for e in definition["Properties"]["ContainerProperties"]["Environment"]}
         assert "Fn::ImportValue" in json.dumps(environment["MLFLOW_TRACKING_URI"])
+
+
+def test_the_cost_estimate_prices_the_tracking_service():
+    from ops import cost_estimate
+
+    prices = cost_estimate.load_prices("us-east-1")
+    app = cost_estimate.estimate_environment("dev", "us-east-1", [{"Resources": {
+        "Tracking": {"Type": "AWS::SageMaker::MlflowApp", "Properties": {"Name": "x"}}}}], prices,
+        cost_estimate.Assumptions())
+    assert [(group, amount) for group, _, amount in app.lines if group == "Tracking"] == [("Tracking", 0.0)]
+    server = cost_estimate.estimate_environment("dev", "us-east-1", [{"Resources": {
+        "Tracking": {"Type": "AWS::SageMaker::MlflowTrackingServer", "Properties": {"TrackingServerSize": "Medium"}}}}],
+        prices, cost_estimate.Assumptions())
+    assert [amount for group, _, amount in server.lines if group == "Tracking"] == [pytest.approx(1.284 * 730)]

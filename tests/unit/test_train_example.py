@@ -1,56 +1,74 @@
-"""The example training script follows the job contract: resume from the newest checkpoint, stop cleanly."""
+"""The example training job follows the job contract and trains a real classifier: resume from the newest checkpoint,
+stop cleanly (exit 143) and finish (exit 0), one recorded run across attempts; a real SIGTERM mid-run in a process
+of its own; a Spot reclaim judged by the queue's rendered retry strategy."""
 
 import importlib.util
+import json
+import os
+import signal
+import sys
 from pathlib import Path
 
 import boto3
 import pytest
 from moto import mock_aws
 
+from ml_platform_constructs.runtime.tracking import TrackedRun
+from ops.local_run import run_attempt
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_with_checkpoints.py"
 spec = importlib.util.spec_from_file_location("train_with_checkpoints", EXAMPLE)
 example = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(example)
+PARAMS = {"epochs": 6, "lr": 0.02, "momentum": 0.9, "batch_size": 32, "seed": 1234}
 
 
-@pytest.fixture
-def job(tmp_path, monkeypatch):
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    with mock_aws():
-        s3 = boto3.client("s3")
-        s3.create_bucket(Bucket="datasets")
-        yield example.Job({"ML_PLATFORM_CHECKPOINT_URI": "s3://datasets/checkpoints/training/",
-                           "ML_PLATFORM_STOP_FILE": str(tmp_path / "stop-requested"),
-                           "ML_PLATFORM_JOB_PID_FILE": str(tmp_path / "job.pid")}, s3=s3)
+def job_env(tmp_path, samples=600):
+    data = tmp_path / "datasets" / "blobs" / "v1"
+    if not data.exists():
+        data.mkdir(parents=True)
+        (data / "data.csv").write_text(example.make_dataset(samples=samples))
+    return {"ML_PLATFORM_CHECKPOINT_URI": str(tmp_path / "ckpt"), "ML_PLATFORM_DATASETS_URI": str(tmp_path / "datasets"),
+            "ML_PLATFORM_STOP_FILE": str(tmp_path / "stop-requested"), "ML_PLATFORM_JOB_PID_FILE": str(tmp_path / "pid"),
+            "ML_PLATFORM_INSTANCE_TYPE": "g5.xlarge", "ML_PLATFORM_LIFECYCLE": "spot", "AWS_REGION": "us-east-1"}
 
 
-def keys(job):
-    return sorted(o["Key"] for o in job.s3.list_objects_v2(Bucket="datasets").get("Contents", []))
+def record(tmp_path):
+    return json.loads((tmp_path / "ckpt" / "passport.json").read_text())
 
 
-def test_fresh_start_checkpoints_every_n_steps_under_the_fleet_prefix(job):
-    assert example.run(job, total_steps=250, checkpoint_every=100) == {"step": 250}
-    assert keys(job) == [f"checkpoints/training/step-{n:012d}.json" for n in (100, 200, 250)]
+def test_a_fresh_run_learns_checkpoints_every_epoch_and_records_a_finished_run(tmp_path):
+    env = job_env(tmp_path)
+    assert example.main(["--epochs", "6"], env=env) == 0
+    names = sorted(os.listdir(tmp_path / "ckpt"))
+    assert names == [*(f"ckpt-{n:06d}.json" for n in range(1, 7)), "model.tar.gz", "passport.json"]
+    run = record(tmp_path)
+    assert run["status"] == "FINISHED" and len(run["passport"]["attempts"]) == 1
+    # A real model: from the untrained model's score (one class for everything) to well above it, on data it never
+    # trained on.
+    assert run["metrics"]["holdout_accuracy"] > max(0.75, run["first_holdout"]["holdout_accuracy"] + 0.15)
+    assert run["passport"]["dataset"]["name"] == "blobs" and run["passport"]["holdout"]["fraction"] == 0.05
+    assert run["model_uri"].endswith("/model.tar.gz") and run["cost_usd"] >= 0
 
 
-def test_restart_resumes_from_the_newest_checkpoint(job):
-    job.save({"step": 300})
-    job.save({"step": 700})
-    assert job.resume() == {"step": 700}
-    assert example.run(job, total_steps=750, checkpoint_every=100) == {"step": 750}
+def test_a_stopped_run_resumes_to_exactly_the_model_an_uninterrupted_one_trains(tmp_path):
+    rows = example.load_rows(example.make_dataset(samples=600))
+    straight_env = job_env(tmp_path / "straight")
+    straight, _ = example.train(example.Job(straight_env), TrackedRun.start(env=straight_env), rows, PARAMS)
+
+    env = job_env(tmp_path / "stopped")
+    first = example.Job(env)
+    open(first.stop_file, "w").close()  # the watcher's stop file, before the first epoch ends
+    state, code = example.train(first, TrackedRun.start(env=env), rows, PARAMS)
+    assert (state["epoch"], code) == (0, 143)
+    os.remove(first.stop_file)
+    resumed, code = example.train(example.Job(env), TrackedRun.start(env=env), rows, PARAMS)
+    assert code == 0 and resumed["weights"] == straight["weights"] and resumed["bias"] == straight["bias"]
+    assert [a["outcome"] for a in record(tmp_path / "stopped")["passport"]["attempts"]] == ["stopped", "finished"]
 
 
-def test_stop_file_makes_the_job_checkpoint_and_return(job):
-    job.save({"step": 40})
-    open(job.stop_file, "w").close()
-    assert example.run(job, total_steps=1000, checkpoint_every=100) == {"step": 40}
-    assert keys(job)[-1] == "checkpoints/training/step-000000000040.json"
-
-
-def test_sigterm_sets_the_stop_flag_and_the_pid_file_names_the_job(job):
-    import os
-    import signal
-
+def test_sigterm_sets_the_stop_flag_and_the_pid_file_names_the_job(tmp_path):
+    job = example.Job(job_env(tmp_path))
     previous = signal.getsignal(signal.SIGTERM)
     try:
         job.install()
@@ -61,14 +79,25 @@ def test_sigterm_sets_the_stop_flag_and_the_pid_file_names_the_job(job):
         signal.signal(signal.SIGTERM, previous)
 
 
-def test_a_job_stopped_early_exits_143_and_a_finished_one_0():
-    assert example.exit_code({"step": 40}, 1000) == 143
-    assert example.exit_code({"step": 1000}, 1000) == 0
-
-
 def test_without_a_checkpoint_uri_the_job_says_how_to_get_one():
     with pytest.raises(SystemExit, match="ML_PLATFORM_CHECKPOINT_URI is not set: submit with ./platform job submit"):
         example.Job({}, s3=object())
+
+
+def test_a_real_sigterm_mid_run_exits_143_and_the_next_attempt_resumes_and_finishes(tmp_path):
+    env = {**os.environ, **job_env(tmp_path, samples=3000)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    command = [sys.executable, str(EXAMPLE), "--epochs", "30"]
+    code, lines = run_attempt(command, {**env, "AWS_BATCH_JOB_ATTEMPT": "1"}, sigterm_after_epoch=2)
+    assert code == 143, lines
+    stopped_at = record(tmp_path)["passport"]["attempts"][0]
+    assert stopped_at["outcome"] == "stopped"
+    code, lines = run_attempt(command, {**env, "AWS_BATCH_JOB_ATTEMPT": "2"})
+    assert code == 0, lines
+    assert any(line.startswith("resuming from the checkpoint of epoch") for line in lines)
+    run = record(tmp_path)
+    assert [a["outcome"] for a in run["passport"]["attempts"]] == ["stopped", "finished"]
+    assert run["status"] == "FINISHED" and run["spot_interruptions"] == 1
 
 
 # --- a Spot reclaim on a TrainingQueue, end to end: attempt 1 is stopped, Batch retries, attempt 2 finishes ------
@@ -116,27 +145,27 @@ def test_the_queue_retries_a_reclaim_and_the_stop_signal_but_not_a_crash(queue_r
 
 def test_simulated_reclaim_mid_run_resumes_from_the_checkpoint_and_finishes(tmp_path, monkeypatch, queue_retry_strategy):
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    env = {"ML_PLATFORM_CHECKPOINT_URI": "s3://datasets/checkpoints/training/resnet-run-1/",
-           "ML_PLATFORM_STOP_FILE": str(tmp_path / "stop-requested"), "ML_PLATFORM_JOB_PID_FILE": str(tmp_path / "pid")}
+    env = {**job_env(tmp_path), "ML_PLATFORM_CHECKPOINT_URI": "s3://datasets/checkpoints/training/resnet-run-1/"}
+    rows = example.load_rows(example.make_dataset(samples=600))
     with mock_aws():
         s3 = boto3.client("s3")
         s3.create_bucket(Bucket="datasets")
         first = example.Job({**env, "AWS_BATCH_JOB_ATTEMPT": "1"}, s3=s3)
+        run = TrackedRun.start(params=PARAMS, env={**env, "AWS_BATCH_JOB_ATTEMPT": "1"}, s3=s3)
 
-        def reclaimed_at_130(state):
-            # The interruption watcher's SIGTERM arrives at step 130 (the flag the signal handler sets).
-            if state["step"] == 130:
+        def reclaimed_at_epoch_2(state):
+            # The interruption watcher's SIGTERM arrives after epoch 2 (the flag the signal handler sets).
+            if state["epoch"] == 2:
                 first.stop_signalled = True
-            return example.train_step(state)
-        stopped = example.run(first, total_steps=500, checkpoint_every=100, step=reclaimed_at_130)
-        code = example.exit_code(stopped, 500)
-        assert (stopped, code) == ({"step": 131}, 143)
+        stopped, code = example.train(first, run, rows, PARAMS, on_epoch=reclaimed_at_epoch_2)
+        assert (stopped["epoch"], code) == (2, 143)
         assert batch_decision(queue_retry_strategy, {"exitCode": code, "reason": "",
                                                      "statusReason": "Essential container in task exited"}) == "RETRY"
 
         second = example.Job({**env, "AWS_BATCH_JOB_ATTEMPT": "2"}, s3=s3)
-        assert second.resume() == {"step": 131}
-        finished = example.run(second, total_steps=500, checkpoint_every=100)
-        assert (finished, example.exit_code(finished, 500)) == ({"step": 500}, 0)
-        steps = [k.rsplit("-", 1)[1] for k in (o["Key"] for o in s3.list_objects_v2(Bucket="datasets")["Contents"])]
-        assert steps == [f"{n:012d}.json" for n in (100, 131, 200, 300, 400, 500)]
+        assert second.resume()["epoch"] == 2
+        again = TrackedRun.start(env={**env, "AWS_BATCH_JOB_ATTEMPT": "2"}, s3=s3)
+        finished, code = example.train(second, again, rows, PARAMS)
+        assert (finished["epoch"], code, again.run_id) == (PARAMS["epochs"], 0, run.run_id)
+        keys = [o["Key"].rsplit("/", 1)[1] for o in s3.list_objects_v2(Bucket="datasets")["Contents"]]
+        assert keys == [*(f"ckpt-{n:06d}.json" for n in range(1, PARAMS["epochs"] + 1)), "model.tar.gz", "passport.json"]

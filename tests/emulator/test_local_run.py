@@ -1,0 +1,21 @@
+"""The end of ./platform up: the example job run as a queue runs it, against the emulator's S3 (moto server on
+127.0.0.1), a real SIGTERM mid-run, exit 143, a second attempt that resumes and finishes, one run in the local store."""
+
+from mlflow.tracking import MlflowClient
+
+from ops import local_run
+
+
+def test_up_ends_with_one_recorded_run_across_a_simulated_spot_reclaim(mlflow_store, tmp_path, capsys):
+    store = tmp_path / "store"
+    assert local_run.main(["--store", str(store), "--epochs", "12"]) == 0
+    out = capsys.readouterr().out
+    assert "attempt 1: SIGTERM after epoch 3 (a simulated Spot reclaim) -> exit 143" in out
+    assert "attempt 2: resuming from the checkpoint of epoch" in out and "-> exit 0: run " in out
+    client = MlflowClient(mlflow_store)
+    [run] = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert run.info.status == "FINISHED" and run.data.tags["ml_platform.attempts"] == "2"
+    assert run.data.metrics["spot_interruptions"] == 1 and run.data.metrics["holdout_accuracy"] > 0.75
+    # up shows the run: its passport, cost and cost per accuracy point.
+    assert f"Run {run.info.run_id} (example-" in out and "passport:" in out
+    assert "USD per accuracy point" in out and "1 Spot interruption(s)" in out
