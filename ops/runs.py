@@ -156,7 +156,8 @@ def format_record(record: dict) -> str:
             f" artifact {p['packages']['artifact']}); {frameworks}",
             f"    gpu: " + (f"{gpu['count']} x {gpu['model']} ({gpu['memory_mib']} MiB)" if gpu.get("count") else "none"),
             f"    instance {p.get('instance_type') or '-'} {p.get('lifecycle') or ''}; queue {p.get('queue') or '-'}; "
-            f"job {p.get('job_id') or '-'}" + (f"; triggered by {p['trigger']}" if p.get("trigger") else ""),
+            f"job {p.get('job_id') or '-'}" + (f"; retraining started by {p['trigger']['trigger']} "
+                                                f"({p['trigger'].get('alarm')})" if p.get("trigger") else ""),
             "    dataset " + (f"{dataset['name']}@{dataset['version']} {dataset['uri']} ({dataset['objects']} objects, "
                               f"{dataset['bytes']:,} bytes, list sha256 {dataset['list_sha256'][:16]}...)"
                               if dataset else "-"),

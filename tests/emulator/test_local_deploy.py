@@ -15,6 +15,7 @@ import pytest
 from ops.emulator import moto_server
 from ops.report import CREATED, MISSING, PARTIAL, format_reports, report_assembly, stack_templates
 from stacks.app_builder import build
+from stacks.config import interface_endpoint_service
 from tests.conftest import new_app
 
 
@@ -117,7 +118,7 @@ def test_vpc_subnets_and_endpoints_exist_as_declared(deployed, config):
     assert sorted(finding(s, "AZ").detail for s in subnets) == sorted(dev.availability_zones)
     services = sorted(finding(e, "service").detail.split(" ")[0].split(f".{dev.region}.", 1)[-1]
                       for e in deployed["dev-Core"].by_type("AWS::EC2::VPCEndpoint"))
-    assert services == sorted(["s3", *dev.network.interface_endpoints])
+    assert services == sorted(["s3", *(interface_endpoint_service(n).short_name for n in dev.network.interface_endpoints)])
 
 
 def test_alert_topic_exists_encrypted_with_the_platform_key(deployed):

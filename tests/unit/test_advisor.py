@@ -535,7 +535,7 @@ alert_emails = ["a@example.com"]
 mode = "create"
 cidr = "10.10.0.0/16"
 nat_gateways = 0
-interface_endpoints = []
+interface_endpoints = ["sagemaker.experiments", "sagemaker.api"]
 [environments.dev.datasets]
 noncurrent_version_days = 7
 access_logs_retention_days = 90

@@ -154,6 +154,14 @@ def test_an_attempt_lost_without_a_word_is_counted_until_its_last_checkpoint(tmp
     assert record["usd_per_accuracy_point"] is None  # no holdout_accuracy logged: no per-point figure
 
 
+def test_a_retraining_job_records_what_started_it(tmp_path):
+    run = start(tmp_path, Clock(), queue_env(tmp_path, ML_PLATFORM_RETRAIN_TRIGGER="drift",
+                                             ML_PLATFORM_RETRAIN_ALARM="ml-platform-dev-classifier-drift"))
+    assert run.record["passport"]["trigger"] == {"trigger": "drift", "alarm": "ml-platform-dev-classifier-drift"}
+    assert run._tags()["ml_platform.trigger"] == "drift"
+    assert start(tmp_path / "other", Clock(), queue_env(tmp_path / "other")).record["passport"]["trigger"] is None
+
+
 def test_a_finished_run_is_not_started_again_and_an_unpriced_instance_says_why(tmp_path):
     clock = Clock()
     run = start(tmp_path, clock, queue_env(tmp_path, ML_PLATFORM_INSTANCE_TYPE="m7i.large"))

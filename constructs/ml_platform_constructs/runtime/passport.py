@@ -238,7 +238,9 @@ def collect(*, env: Mapping[str, str], seed: Optional[int], params: Mapping[str,
         "fleet": env.get("ML_PLATFORM_FLEET_NAME"),
         "job_id": job_id,
         "job_name": env.get("ML_PLATFORM_JOB_NAME"),
-        "trigger": env.get("ML_PLATFORM_TRIGGER"),
+        # What started a retraining job (RetrainOnDrift tells the job in its environment); None for other jobs.
+        "trigger": ({"trigger": env["ML_PLATFORM_RETRAIN_TRIGGER"], "alarm": env.get("ML_PLATFORM_RETRAIN_ALARM")}
+                    if env.get("ML_PLATFORM_RETRAIN_TRIGGER") else None),
         "attempts": [],
         "dataset": dataset,
         "params": dict(params),

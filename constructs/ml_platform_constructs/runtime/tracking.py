@@ -371,7 +371,7 @@ class TrackedRun:
         tags = {"seed": p.get("seed"), "git_commit": (p.get("git_commit") or {}).get("commit"),
                 "image": (p.get("image") or {}).get("uri"), "image_digest": (p.get("image") or {}).get("digest"),
                 "instance_type": p.get("instance_type"), "lifecycle": p.get("lifecycle"), "queue": p.get("queue"),
-                "job_id": p.get("job_id"), "job_name": p.get("job_name"), "trigger": p.get("trigger"),
+                "job_id": p.get("job_id"), "job_name": p.get("job_name"), "trigger": (p.get("trigger") or {}).get("trigger"),
                 "dataset": f"{dataset['name']}@{dataset['version']}" if dataset else None,
                 "dataset_sha256": dataset.get("list_sha256"), "packages_sha256": p["packages"]["sha256"],
                 "attempts": len(p["attempts"]), "checkpoint_uri": self.location.uri}

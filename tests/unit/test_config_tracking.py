@@ -1,0 +1,75 @@
+"""Configuration of run tracking (the environment's MLflow), declared model versions and the promotion gate: every
+bad value fails before synth, naming the key, the value, what is allowed and the fix."""
+
+import copy
+import re
+import tomllib
+
+import pytest
+
+from stacks.config import DEFAULT_CONFIG, ConfigError, MlflowConfig, PromotionConfig, parse
+
+RAW = tomllib.loads(DEFAULT_CONFIG.read_text())
+
+
+def dev_with(**changes):
+    raw = copy.deepcopy(RAW)
+    dev = raw["environments"]["dev"]
+    for path, value in changes.items():
+        *parents, last = path.split("__")
+        node = dev
+        for part in parents:
+            node = node[int(part)] if part.isdigit() else node[part]
+        node[last] = value
+    return raw
+
+
+def test_the_shipped_config_declares_the_classifiers_version_and_serverless_mlflow():
+    dev = parse(RAW).environments["dev"]
+    assert dev.mlflow == MlflowConfig()
+    classifier = dev.endpoints[0]
+    assert (classifier.model_version, classifier.model_data_key) == ("initial", "models/classifier/{version}/model.tar.gz")
+    assert classifier.promotion == PromotionConfig(metric="holdout_accuracy", tolerance=0.0, higher_is_better=True)
+    assert parse(RAW).environments["staging"].mlflow.tracking_server_size is None
+
+
+def test_a_tracking_server_of_a_size_with_its_version():
+    config = parse(dev_with(mlflow={"tracking_server_size": "Small", "mlflow_version": "3.0"}))
+    assert config.environments["dev"].mlflow.tracking_server_size == "Small"
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"mlflow": {"tracking_server_size": "Huge"}},
+     "environments.dev.mlflow.tracking_server_size='Huge' is invalid: one of ['Small', 'Medium', 'Large']"),
+    ({"mlflow": {"mlflow_version": "3.0"}},
+     "environments.dev.mlflow.mlflow_version='3.0' is invalid: only with tracking_server_size"),
+    ({"mlflow": {"weekly_maintenance_window_start": "sunday"}},
+     "environments.dev.mlflow.weekly_maintenance_window_start='sunday' is invalid: Day:HH:MM in UTC"),
+    ({"mlflow": {"size": "Small"}}, "environments.dev.mlflow.size='Small' is invalid: not a known key"),
+    ({"endpoints__0__model_version": "v 2"}, "environments.dev.endpoints[0].model_version='v 2' is invalid: 1-64 letters"),
+    ({"endpoints__0__model_data_key": "models/classifier/model.tar.gz"},
+     "environments.dev.endpoints[0].model_data_key='models/classifier/model.tar.gz' is invalid: a key with one "
+     "{version} where model_version is set"),
+    ({"endpoints__0__promotion": {"metric": "val_accuracy"}},
+     "environments.dev.endpoints[0].promotion.metric='val_accuracy' is invalid: a held-out metric"),
+    ({"endpoints__0__promotion": {"tolerance": -0.01}},
+     "environments.dev.endpoints[0].promotion.tolerance=-0.01 is invalid: a number from 0"),
+    ({"network__interface_endpoints": ["ssm", "ssmmessages", "ec2messages", "monitoring", "logs", "ec2", "autoscaling",
+                                       "ecs", "ecs-agent", "ecs-telemetry", "ecr.api", "ecr.dkr"]},
+     "with no NAT gateway, jobs and fleet instances record their runs in SageMaker's MLflow through the interface "
+     "endpoints ['sagemaker.experiments', 'sagemaker.api']. Fix: add ['sagemaker.experiments', 'sagemaker.api']"),
+])
+def test_bad_tracking_and_promotion_values_fail_with_the_fix(changes, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse(dev_with(**changes))
+
+
+def test_a_versioned_key_without_a_version_is_refused():
+    raw = dev_with()
+    del raw["environments"]["dev"]["endpoints"][0]["model_version"]
+    with pytest.raises(ConfigError, match=re.escape("model_version=None is invalid: 1-64 letters")):
+        parse(raw)
+
+
+def test_with_a_nat_gateway_no_mlflow_endpoint_is_needed():
+    parse(dev_with(network__nat_gateways=1, network__interface_endpoints=["ssm"]))
