@@ -21,6 +21,7 @@ from constructs import Construct
 from .dataset_snapshots import DatasetVolume, filesystem_label
 from .errors import ValidationError
 from .runtime.benchmark import INSTANCE_TYPE_FILE
+from .runtime.passport import LIFECYCLE_FILE
 
 GPU_NAMESPACE = "MLPlatform/GPU"
 RUNTIME_DIR = "/opt/ml-platform"
@@ -132,10 +133,13 @@ class InstanceBootstrap:
             "Restart=on-failure\n[Install]\nWantedBy=multi-user.target\nEOF",
             # The checkpoint signal and the dataset mounts come first: a failed agent download must not cost them.
             "systemctl daemon-reload && systemctl enable --now ml-platform-interruption-watcher.service",
-            # The instance type, for jobs in containers that cannot reach the metadata service (hop limit 1).
+            # The instance type and Spot or On-Demand (a run's cost), for jobs in containers that cannot reach the
+            # metadata service (hop limit 1).
             "token=$(curl -sf -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' http://169.254.169.254/latest/api/token)"
             " && curl -sf -H \"X-aws-ec2-metadata-token: $token\" http://169.254.169.254/latest/meta-data/instance-type"
-            f" > {INSTANCE_TYPE_FILE} || echo 'instance type unknown' >&2",
+            f" > {INSTANCE_TYPE_FILE} && curl -sf -H \"X-aws-ec2-metadata-token: $token\""
+            f" http://169.254.169.254/latest/meta-data/instance-life-cycle > {LIFECYCLE_FILE}"
+            " || echo 'instance type unknown' >&2",
         ]
         for volume in self.dataset_volumes:
             # Nitro instances name EBS devices /dev/nvme*: mount by the label the snapshot builder gave the filesystem.

@@ -242,3 +242,17 @@ def test_a_failing_tracking_store_never_stops_training(tmp_path, capsys):
     run.finish()
     assert capsys.readouterr().err.count("MLflow call failed") == 1
     assert json.loads((tmp_path / "passport.json").read_text())["status"] == "FINISHED"
+
+
+def test_the_boot_writes_the_instance_type_and_lifecycle_where_a_job_container_reads_them(tmp_path, monkeypatch):
+    from ml_platform_constructs.instance_bootstrap import InstanceBootstrap
+
+    script = "\n".join(InstanceBootstrap(environment={}, dataset_volumes=(), agent_config={}, agent_install="true")
+                       .commands())
+    assert f"meta-data/instance-type > {passport.INSTANCE_TYPE_FILE}" in script
+    assert f"meta-data/instance-life-cycle > {passport.LIFECYCLE_FILE}" in script
+    (tmp_path / "instance-type").write_text("g6.xlarge\n")
+    (tmp_path / "instance-life-cycle").write_text("spot\n")
+    monkeypatch.setattr(passport, "INSTANCE_TYPE_FILE", str(tmp_path / "instance-type"))
+    monkeypatch.setattr(passport, "LIFECYCLE_FILE", str(tmp_path / "instance-life-cycle"))
+    assert passport.instance({}) == ("g6.xlarge", "spot")

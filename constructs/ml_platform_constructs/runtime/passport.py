@@ -28,11 +28,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-# Written by the platform's instance bootstrap; /run/ml-platform is mounted into queue jobs' containers.
-RUN_DIR = "/run/ml-platform"
-INSTANCE_TYPE_FILE = f"{RUN_DIR}/instance-type"
-LIFECYCLE_FILE = f"{RUN_DIR}/instance-life-cycle"
-IMDS = "http://169.254.169.254"
+from .benchmark import IMDS, INSTANCE_TYPE_FILE
+
+# Written by the platform's instance bootstrap (instance_bootstrap.py); /run/ml-platform is mounted into queue jobs'
+# containers.
+LIFECYCLE_FILE = "/run/ml-platform/instance-life-cycle"
 
 # Variables worth recording: the platform's, NCCL's and CUDA's, and seeds.
 RECORDED_PREFIXES = ("ML_PLATFORM_", "AWS_BATCH_", "NCCL_", "CUDA_", "CUDNN_", "CUBLAS_", "NVIDIA_", "TORCH_",
