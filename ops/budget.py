@@ -1,23 +1,24 @@
 """Operate an environment's budget guard.
 
-  python -m ops.budget status ENV          which fleets and queues the guard has stopped, and why; what a stopped
-                                           queue still runs, and the jobs that wait for resume
-  python -m ops.budget resume ENV          let stopped fleets launch again (their desired capacity stays 0), run
-                                           the queues again and submit the jobs that wait for resume
-  python -m ops.budget activate-tags ENV   activate the platform's tags for cost allocation (payer account)
-  python -m ops.budget what-if ENV [--actual USD] [--budget-age-hours H] [--running TYPE=COUNT[@HOURS]]...
-                                   [--on-demand TYPE=COUNT[@HOURS]]... [--now ISO-8601] [--json]
-                                           what the guard would decide for these figures (no AWS access)
+  ./platform budget status ENV          which fleets and queues the guard has stopped, and why; what a stopped
+                                        queue still runs, and the jobs that wait for resume
+  ./platform budget resume ENV          let stopped fleets launch again (their desired capacity stays 0), run
+                                        the queues again and submit the jobs that wait for resume
+  ./platform budget activate-tags ENV   activate the platform's tags for cost allocation, with the credentials
+                                        of the management (payer) account that pays for ENV's account
+  ./platform budget what-if ENV [--actual USD] [--budget-age-hours H] [--running TYPE=COUNT[@HOURS]]...
+                                [--on-demand TYPE=COUNT[@HOURS]]... [--now ISO-8601] [--json]
+                                        what the guard would decide for these figures (no AWS access)
 
 what-if runs the guard's own decision (runtime/budget_guard.py: decide) with the environment's budget and its
 Region's prices. --running counts Spot instances, --on-demand On-Demand ones; @HOURS is how long they have
 run (default 0: just launched). Defaults: nothing spent, Budgets' figure fresh, nothing running, now.
-The other commands need the environment's credentials (checked first: ops/aws_access.py).
+status and resume need the environment's credentials, activate-tags the payer account's (both checked first:
+ops/aws_access.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import getpass
 import json
 import re
@@ -29,7 +30,8 @@ from ml_platform_constructs.operations import budget_status
 from ml_platform_constructs.runtime import budget_guard
 from ml_platform_constructs.runtime.budget_guard import ON_DEMAND, SPOT, RunningCapacity
 
-from ops.aws_access import environment, session_for
+from ops.aws_access import environment, payer_session, session_for
+from ops.cli import Parser, aws_errors_in_one_line
 from stacks.config import EnvironmentConfig
 
 COST_TAGS = ("environment", "project", "cost-center", "component")
@@ -98,8 +100,9 @@ def format_what_if(result: dict) -> str:
     return "\n".join(lines)
 
 
+@aws_errors_in_one_line
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser("./platform budget", description=__doc__)
     parser.add_argument("command", choices=["status", "resume", "activate-tags", "what-if"])
     parser.add_argument("env")
     parser.add_argument("--actual", type=float, default=0.0, help="Budgets' actual spend this month (USD)")
@@ -117,8 +120,8 @@ def main(argv: list[str]) -> int:
                          on_demand=args.on_demand, now=now)
         print(json.dumps(result, indent=1) if args.json else format_what_if(result))
         return 0
-    if args.command == "activate-tags":  # run with the payer account's credentials, not the environment's
-        session = session_for(env, check_account=False)
+    if args.command == "activate-tags":  # the payer account's credentials, not the environment's
+        session = payer_session(env)
         print("\n".join(activate_tags(session.client("ce", region_name="us-east-1"))))
         return 0
     session = session_for(env)

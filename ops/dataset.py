@@ -1,7 +1,7 @@
 """Builds and lists an environment's dataset snapshots (phase 1 of dataset volumes) in its real AWS account.
 
-  python -m ops.dataset build ENV NAME VERSION --prefix datasets/NAME/ --size-gib N
-  python -m ops.dataset list ENV
+  ./platform dataset build ENV NAME VERSION --prefix datasets/NAME/ --size-gib N
+  ./platform dataset list ENV
 
 `build` starts the Data stack's snapshot runbook and prints how to follow it; when it succeeds the snapshot
 id is at /<project>/<env>/datasets/NAME/VERSION/snapshot-id and fleets can mount that version (phase 2:
@@ -10,20 +10,29 @@ add it to the fleet's dataset_volumes in config and deploy).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from ops.aws_access import environment, session_for
+from ops.cli import Parser, aws_errors_in_one_line
 from stacks.config import EnvironmentConfig
 
 
 def stack_output(cloudformation: Any, stack_name: str, prefix: str) -> str:
-    outputs = cloudformation.describe_stacks(StackName=stack_name)["Stacks"][0].get("Outputs", [])
+    try:
+        outputs = cloudformation.describe_stacks(StackName=stack_name)["Stacks"][0].get("Outputs", [])
+    except ClientError as error:
+        if "does not exist" not in str(error):
+            raise
+        raise SystemExit(f"error: stack {stack_name} does not exist in this account and Region: deploy it first "
+                         f"(./platform deploy {stack_name.split('-')[0]})") from None
     for output in outputs:
         if output["OutputKey"].startswith(prefix):
             return output["OutputValue"]
-    raise SystemExit(f"{stack_name} has no {prefix} output: deploy it first (./platform deploy ...)")
+    raise SystemExit(f"error: {stack_name} has no {prefix} output: deploy it first "
+                     f"(./platform deploy {stack_name.split('-')[0]})")
 
 
 def parameter_prefix(env: EnvironmentConfig) -> str:
@@ -33,12 +42,12 @@ def parameter_prefix(env: EnvironmentConfig) -> str:
 def build(ssm: Any, cloudformation: Any, env: EnvironmentConfig, name: str, version: str, prefix: str,
           size_gib: int) -> str:
     if not prefix.startswith("datasets/") or not prefix.endswith("/"):
-        raise SystemExit(f"--prefix {prefix!r}: a prefix under datasets/ ending in '/', e.g. datasets/{name}/")
+        raise SystemExit(f"error: --prefix {prefix!r}: a prefix under datasets/ ending in '/', e.g. datasets/{name}/")
     if not 1 <= size_gib <= 65536:
-        raise SystemExit(f"--size-gib {size_gib}: a gp3 size of 1-65536 GiB, at least the dataset's size")
+        raise SystemExit(f"error: --size-gib {size_gib}: a gp3 size of 1-65536 GiB, at least the dataset's size")
     parameter = f"{parameter_prefix(env)}{name}/{version}/snapshot-id"
     if ssm.get_parameters(Names=[parameter])["Parameters"]:
-        raise SystemExit(f"{name} {version} is already built ({parameter}): versions are built once; use a new version")
+        raise SystemExit(f"error: {name} {version} is already built ({parameter}): versions are built once; use a new version")
     bucket = stack_output(cloudformation, f"{env.name}-Data", "DatasetBucketName")
     runbook = stack_output(cloudformation, f"{env.name}-Data", "DatasetSnapshotRunbook")
     execution = ssm.start_automation_execution(DocumentName=runbook, Parameters={
@@ -71,15 +80,16 @@ def missing_volumes(ssm: Any, env: EnvironmentConfig) -> list[str]:
     return missing
 
 
+@aws_errors_in_one_line
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser("./platform dataset", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    build_parser = commands.add_parser("build")
+    build_parser = commands.add_parser("build", help="build an EBS snapshot of a datasets/ prefix")
     for name in ("env", "name", "version"):
         build_parser.add_argument(name)
     build_parser.add_argument("--prefix", required=True)
     build_parser.add_argument("--size-gib", type=int, required=True)
-    commands.add_parser("list").add_argument("env")
+    commands.add_parser("list", help="the dataset snapshot versions built").add_argument("env")
     args = parser.parse_args(argv)
     env = environment(args.env)
     session = session_for(env)

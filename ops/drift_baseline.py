@@ -1,17 +1,17 @@
 """Builds an endpoint's drift baseline from a sample of its training data and uploads it.
 
-  python -m ops.drift_baseline ENV ENDPOINT SAMPLE.csv|SAMPLE.jsonl [--exclude label] [--bins 10]
-                               [--max-categories 20] [--bucket NAME | --output FILE]
+  ./platform drift-baseline ENV ENDPOINT SAMPLE.csv|SAMPLE.jsonl [--exclude label] [--bins 10]
+                            [--max-categories 20] [--bucket NAME | --output FILE]
 
 The features are the sample's columns in order (a CSV's header; a JSON Lines file's first record's keys),
 which must match the order of the values in the endpoint's CSV requests. Without --bucket or --output the
 baseline goes to the environment's dataset bucket (read from the Data stack's DatasetBucketName output) at
-drift/baselines/<endpoint name>/baseline.json, where the drift check reads it.
+drift/baselines/<endpoint name>/baseline.json, where the drift check reads it. --output FILE writes it to a
+local file instead (no AWS call, no credentials): to look at it, or to upload it yourself.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -19,6 +19,8 @@ from pathlib import Path
 from ml_platform_constructs.operations import baseline_from_sample, baseline_key
 
 from ops.aws_access import environment, require_known, session_for
+from ops.cli import Parser, aws_errors_in_one_line
+from ops.dataset import stack_output
 from stacks import config as platform_config
 
 
@@ -27,8 +29,9 @@ def endpoint_name(env: platform_config.EnvironmentConfig, endpoint: str) -> str:
     return f"{env.project}-{env.name}-{endpoint}"
 
 
+@aws_errors_in_one_line
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser("./platform drift-baseline", description=__doc__)
     parser.add_argument("env")
     parser.add_argument("endpoint")
     parser.add_argument("sample", type=Path)
@@ -36,8 +39,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--bins", type=int, default=10)
     parser.add_argument("--max-categories", type=int, default=20)
     target = parser.add_mutually_exclusive_group()
-    target.add_argument("--bucket")
-    target.add_argument("--output", type=Path)
+    target.add_argument("--bucket", help="upload to this bucket (default: the environment's dataset bucket)")
+    target.add_argument("--output", type=Path, help="write to a local file instead of uploading (no AWS call)")
     args = parser.parse_args(argv)
     env = environment(args.env)
     name = endpoint_name(env, args.endpoint)
@@ -50,9 +53,7 @@ def main(argv: list[str]) -> int:
         print(f"baseline of {baseline['sample_size']} rows, {len(features)} features -> {args.output}")
         return 0
     session = session_for(env)
-    bucket = args.bucket or next(
-        o["OutputValue"] for o in session.client("cloudformation").describe_stacks(
-            StackName=f"{env.name}-Data")["Stacks"][0]["Outputs"] if o["OutputKey"].startswith("DatasetBucketName"))
+    bucket = args.bucket or stack_output(session.client("cloudformation"), f"{env.name}-Data", "DatasetBucketName")
     key = baseline_key(name)
     session.client("s3").put_object(Bucket=bucket, Key=key, Body=body.encode())
     print(f"baseline of {baseline['sample_size']} rows, {len(features)} features -> s3://{bucket}/{key}")

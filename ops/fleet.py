@@ -1,9 +1,9 @@
 """Operate an environment's GPU fleets in its real AWS account (credentials from the usual AWS chain).
 
-  python -m ops.fleet scale ENV FLEET N    set the fleet's desired capacity (0 stops it; a job needs N instances)
-  python -m ops.fleet status ENV           each fleet's desired, in-service and max instances
-  python -m ops.fleet preflight ENV        quotas, the Auto Scaling service-linked role, dataset snapshots, and
-                                           every instance type offered in every AZ it is meant to run in
+  ./platform fleet scale ENV FLEET N    set the fleet's desired capacity (0 stops it; a job needs N instances)
+  ./platform fleet status ENV           each fleet's desired, in-service and max instances
+  ./platform fleet preflight ENV        quotas, the Auto Scaling service-linked role, dataset snapshots, and
+                                        every instance type offered in every AZ it is meant to run in
 
 Every command checks first that the environment and fleet names are configured and that the credentials are
 those of the environment's account (ops/aws_access.py).
@@ -11,7 +11,6 @@ those of the environment's account (ops/aws_access.py).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -22,6 +21,7 @@ from ml_platform_constructs.dataset_snapshots import DEFAULT_BUILDER_INSTANCE_TY
 from ml_platform_constructs.spot_gpu_fleet import FLEET_TAG
 
 from ops.aws_access import environment, require_known, session_for
+from ops.cli import Parser, aws_errors_in_one_line
 from ops.dataset import missing_volumes
 from stacks.config import EnvironmentConfig, FleetConfig, QueueConfig
 
@@ -32,7 +32,7 @@ def find_group(autoscaling: Any, env: EnvironmentConfig, fleet: str) -> dict:
         {"Name": f"tag:{FLEET_TAG}", "Values": [fleet]}, {"Name": "tag:environment", "Values": [env.name]}])
     groups = [group for page in pages for group in page["AutoScalingGroups"]]
     if len(groups) != 1:
-        raise SystemExit(f"fleet {fleet!r} of {env.name}: expected one Auto Scaling group, found {len(groups)} "
+        raise SystemExit(f"error: fleet {fleet!r} of {env.name}: expected one Auto Scaling group, found {len(groups)} "
                          f"(deploy it with ./platform deploy {env.name})")
     return groups[0]
 
@@ -40,7 +40,7 @@ def find_group(autoscaling: Any, env: EnvironmentConfig, fleet: str) -> dict:
 def scale(autoscaling: Any, env: EnvironmentConfig, fleet: str, capacity: int) -> str:
     group = find_group(autoscaling, env, fleet)
     if not 0 <= capacity <= group["MaxSize"]:
-        raise SystemExit(f"capacity {capacity} is outside 0..{group['MaxSize']} (the fleet's max_capacity in config)")
+        raise SystemExit(f"error: capacity {capacity} is outside 0..{group['MaxSize']} (the fleet's max_capacity in config)")
     autoscaling.set_desired_capacity(AutoScalingGroupName=group["AutoScalingGroupName"], DesiredCapacity=capacity,
                                      HonorCooldown=False)
     return f"{fleet}: desired capacity {group['DesiredCapacity']} -> {capacity}"
@@ -156,15 +156,16 @@ def preflight(quotas: Any, iam: Any, env: EnvironmentConfig, ssm: Any, ec2: Any)
     return lines, ready
 
 
+@aws_errors_in_one_line
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser("./platform fleet", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    scale_parser = commands.add_parser("scale")
+    scale_parser = commands.add_parser("scale", help="set a fleet's desired capacity (0 stops it)")
     scale_parser.add_argument("env")
     scale_parser.add_argument("fleet")
     scale_parser.add_argument("capacity", type=int)
-    commands.add_parser("status").add_argument("env")
-    commands.add_parser("preflight").add_argument("env")
+    commands.add_parser("status", help="each fleet's desired, in-service and max instances").add_argument("env")
+    commands.add_parser("preflight", help="quotas, service-linked role, snapshots, offerings").add_argument("env")
     args = parser.parse_args(argv)
     env = environment(args.env)
     if args.command == "scale":

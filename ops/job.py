@@ -1,15 +1,16 @@
 """Training jobs on an environment's TrainingQueue (AWS Batch), in its real AWS account.
 
-  python -m ops.job submit ENV QUEUE --image IMAGE [--gpus N] [--nodes N] [--name NAME] -- COMMAND...
-  python -m ops.job list ENV [QUEUE]
-  python -m ops.job logs ENV JOB_ID
-  python -m ops.job cancel ENV JOB_ID
-  python -m ops.job cost ENV JOB_ID [--json]    what the job really cost (ops/job_cost.py)
+  ./platform job submit ENV QUEUE --image IMAGE --name NAME [--gpus N] [--nodes N] -- COMMAND...
+  ./platform job list ENV [QUEUE]
+  ./platform job logs ENV JOB_ID
+  ./platform job cancel ENV JOB_ID
+  ./platform job cost ENV JOB_ID [--json]    what the job really cost (ops/job_cost.py)
 
 `submit` checks everything it can before calling AWS (the queue exists in config, the job fits its instance
 types, the image is in ECR), registers a revision of the queue's job definition when the image differs, and
-submits with ML_PLATFORM_CHECKPOINT_URI=s3://BUCKET/checkpoints/<queue>/<job name>/: every attempt of the job
-(and a resubmission under the same name) resumes from there.
+submits with ML_PLATFORM_CHECKPOINT_URI=s3://BUCKET/checkpoints/<queue>/<NAME>/: every attempt of the job
+resumes from there, and so does a resubmission under the same --name. The name is required because it is the
+job's identity: a default could not tell a resubmission (resume) from a new run (start fresh).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -25,6 +25,7 @@ from ml_platform_constructs import gpu_catalog
 from ml_platform_constructs.training_queue import MULTI_NODE_NODES, QUEUE_TAG, is_tagged_ecr_image
 
 from ops.aws_access import environment, require_known, session_for
+from ops.cli import Parser, aws_errors_in_one_line
 from ops.dataset import stack_output
 from stacks.compute_stack import queue_output_key
 from stacks.config import EnvironmentConfig, QueueConfig
@@ -62,7 +63,7 @@ def find_queue(env: EnvironmentConfig, name: str) -> QueueConfig:
 
 
 def check_submission(env: EnvironmentConfig, queue_name: str, image: str, command: list[str], *,
-                     gpus: Optional[int], nodes: int, name: Optional[str], now: float) -> Submission:
+                     gpus: Optional[int], nodes: int, name: Optional[str]) -> Submission:
     """Every check that needs no AWS call: a job that fits no type would wait RUNNABLE for ever."""
     queue = find_queue(env, queue_name)
     if not is_tagged_ecr_image(image):
@@ -85,7 +86,9 @@ def check_submission(env: EnvironmentConfig, queue_name: str, image: str, comman
         raise JobError(f"--gpus {gpus}: the queue's {'multi-node ' if nodes > 1 else ''}types ({', '.join(types)}) have "
                        f"{per_instance} GPU(s) per instance; ask for 1-{per_instance} (more GPUs: --nodes, or a queue "
                        "of larger types)")
-    name = name or f"{queue.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(now))}"
+    if not name:
+        raise JobError(f"--name is required: it is the job's identity (checkpoints under checkpoints/{queue.name}/"
+                       "NAME/), so a resubmission under the same name resumes and a new name starts fresh")
     if not JOB_NAME.match(name):
         raise JobError(f"--name {name!r}: 1-128 letters, digits, '-' or '_', starting with a letter or digit")
     return Submission(queue=queue, image=image, command=command, name=name, gpus=gpus, nodes=nodes)
@@ -210,34 +213,48 @@ def cancel(batch: Any, cloudformation: Any, env: EnvironmentConfig, job_id: str)
     return f"{job['jobName']} is already {job['status']}: nothing to cancel"
 
 
+def parser() -> Parser:
+    jobs = Parser("./platform job", description=__doc__)
+    commands = jobs.add_subparsers(dest="command", required=True, metavar="{submit,list,logs,cancel,cost}")
+    submit_parser = commands.add_parser("submit", help="run a training job on a queue",
+                                        usage="%(prog)s ENV QUEUE --image IMAGE --name NAME [--gpus N] [--nodes N] "
+                                              "-- COMMAND...")
+    submit_parser.add_argument("env")
+    submit_parser.add_argument("queue")
+    submit_parser.add_argument("--image", required=True, help="the job's image in Amazon ECR")
+    submit_parser.add_argument("--name", help="the job's identity: a resubmission under the same name resumes")
+    submit_parser.add_argument("--gpus", type=int, help="GPUs per instance (default: all of the smallest type's)")
+    submit_parser.add_argument("--nodes", type=int, default=1, help="instances of a multi-node job (default 1)")
+    list_parser = commands.add_parser("list", help="the queues' jobs by state")
+    list_parser.add_argument("env")
+    list_parser.add_argument("queue", nargs="?")
+    for name, text in (("logs", "every attempt's log"), ("cancel", "stop a job (running: SIGTERM, it checkpoints)")):
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("env")
+        sub.add_argument("job_id")
+    commands.add_parser("cost", help="what a job really cost (./platform job cost --help)", add_help=False)
+    return jobs
+
+
+@aws_errors_in_one_line
 def main(argv: list[str], session_factory=None) -> int:
     if argv[:1] == ["cost"]:
         from ops import job_cost
         return job_cost.main(argv[1:])
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = parser.add_subparsers(dest="command", required=True)
-    submit_parser = commands.add_parser("submit")
-    submit_parser.add_argument("env")
-    submit_parser.add_argument("queue")
-    submit_parser.add_argument("--image", required=True)
-    submit_parser.add_argument("--gpus", type=int)
-    submit_parser.add_argument("--nodes", type=int, default=1)
-    submit_parser.add_argument("--name")
-    list_parser = commands.add_parser("list")
-    list_parser.add_argument("env")
-    list_parser.add_argument("queue", nargs="?")
-    for name in ("logs", "cancel"):
-        sub = commands.add_parser(name)
-        sub.add_argument("env")
-        sub.add_argument("job_id")
     # The job's command follows "--" and may carry options of its own.
-    command = argv[argv.index("--") + 1:] if "--" in argv else []
-    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    ours, command = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    jobs = parser()
+    args, extra = jobs.parse_known_args(ours)
+    if extra:
+        if args.command == "submit" and "--" not in argv:
+            raise JobError(f"{' '.join(extra)!r}: the job's command goes after --, e.g. ./platform job submit "
+                           f"{args.env} {args.queue} --image IMAGE --name NAME -- {' '.join(extra)}")
+        jobs.error(f"unrecognized arguments: {' '.join(extra)}")
     env = environment(args.env)
     submission = None
     if args.command == "submit":
         submission = check_submission(env, args.queue, args.image, command, gpus=args.gpus, nodes=args.nodes,
-                                      name=args.name, now=time.time())
+                                      name=args.name)
     elif args.command == "list" and args.queue:
         find_queue(env, args.queue)
     session = (session_factory or session_for)(env)  # credentials of env's own account, or a clear refusal

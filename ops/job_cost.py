@@ -1,6 +1,6 @@
 """What an AWS Batch training job really cost, per accuracy point gained and per million tokens.
 
-  python -m ops.job_cost ENV JOB_ID [--json] [--instance-type T --lifecycle spot|on-demand]
+  ./platform job cost ENV JOB_ID [--json] [--instance-type T --lifecycle spot|on-demand]
 
 The pure part, job_cost(), prices every attempt of the job (each Spot interruption or failure is an attempt,
 and each attempt paid for its instance while it ran) from Batch's attempt records; progress() reads the
@@ -23,7 +23,6 @@ a compute environment's scale-down delay, storage and data transfer.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import asdict, dataclass, field
@@ -39,6 +38,8 @@ from ml_platform_constructs.job_metrics import (
 )
 from ml_platform_constructs.runtime.budget_guard import load_prices
 from ml_platform_constructs.runtime.run_cost import LIFECYCLES, gpu_share, hourly_usd
+
+from ops.cli import Parser, aws_errors_in_one_line
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,7 @@ def gather(job_id: str, clients: Mapping[str, Any], now: datetime,
     batch = clients["batch"]
     jobs = batch.describe_jobs(jobs=[job_id])["jobs"]
     if not jobs:
-        raise SystemExit(f"no Batch job {job_id} in this Region (Batch keeps finished jobs for about 7 days)")
+        raise SystemExit(f"error: no Batch job {job_id} in {region} (Batch keeps finished jobs for about 7 days)")
     job = jobs[0]
     node_jobs: tuple = ()
     if "nodeProperties" in job:
@@ -226,10 +227,12 @@ def gather(job_id: str, clients: Mapping[str, Any], now: datetime,
             cluster = f"{region_account}:cluster/{cluster_name}"
             found = clients["ecs"].describe_container_instances(cluster=cluster, containerInstances=[arn])
             if not found["containerInstances"]:
-                raise SystemExit(f"ECS no longer describes {arn} (deregistered): pass --instance-type and --lifecycle")
+                raise SystemExit(f"error: ECS no longer describes {arn} (deregistered): pass --instance-type and "
+                                 "--lifecycle")
             attributes = {a["name"]: a.get("value") for a in found["containerInstances"][0].get("attributes", [])}
             if cluster not in clusters:
-                raise SystemExit(f"no compute environment owns cluster {cluster}: pass --lifecycle with --instance-type")
+                raise SystemExit(f"error: no compute environment owns cluster {cluster}: pass --lifecycle with "
+                                 "--instance-type")
             instances[arn] = (attributes["ecs.instance-type"], clusters[cluster])
     attempts = [a for r in records for a in job_attempts(r, now)]
     start = min((a["started"] for a in attempts), default=now)
@@ -261,8 +264,9 @@ def format_cost(cost: JobCost) -> str:
     return "\n".join(out)
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+@aws_errors_in_one_line
+def main(argv: list[str], session_factory=None) -> int:
+    parser = Parser("./platform job cost", description=__doc__)
     parser.add_argument("env")
     parser.add_argument("job_id")
     parser.add_argument("--json", action="store_true")
@@ -273,11 +277,10 @@ def main(argv: list[str]) -> int:
         parser.error("--instance-type and --lifecycle go together")
     if args.instance_type and args.instance_type not in load_prices("us-east-1")["on_demand_hourly"]:
         parser.error(f"--instance-type={args.instance_type}: not in the price table (a GPU type of the catalog)")
-    import boto3
+    from ops.aws_access import environment, session_for
 
-    from stacks import config as platform_config
-    env = platform_config.load().select(args.env)[0]
-    session = boto3.session.Session(region_name=env.region)
+    env = environment(args.env)
+    session = (session_factory or session_for)(env)  # credentials of env's own account, or a clear refusal
     clients = {name: session.client(name) for name in ("batch", "ecs", "cloudwatch")}
     override = (args.instance_type, args.lifecycle) if args.instance_type else None
     cost = gather(args.job_id, clients, datetime.now(timezone.utc), override, region=env.region)

@@ -1,0 +1,41 @@
+"""What every operator command shares on its command line: its real name in usage lines and one-line errors."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+from typing import Callable, NoReturn
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the platform's conventions. ``prog`` is the command as typed (``./platform job``; a
+    subcommand's usage reads ``./platform job submit``), and a bad argument is one line that names the command
+    and where its usage is, not argparse's usage block followed by the error."""
+
+    def __init__(self, prog: str, description: str | None = None, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(prog=prog, description=description, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message} (usage: {self.prog} --help)\n")
+
+
+def aws_errors_in_one_line(main: Callable[..., int]) -> Callable[..., int]:
+    """A command's entry point whose AWS errors (access denied, throttling, an expired token) end it with one line
+    naming the call and AWS's answer, not a botocore traceback."""
+
+    @functools.wraps(main)
+    def run(*args, **kwargs) -> int:
+        try:
+            return main(*args, **kwargs)
+        except ClientError as error:
+            details = error.response.get("Error", {})
+            hint = " (the credentials lack that permission)" if "AccessDenied" in details.get("Code", "") else ""
+            raise SystemExit(f"error: AWS refused {error.operation_name}: {details.get('Code', 'error')}: "
+                             f"{' '.join(str(details.get('Message', '')).split())}{hint}") from None
+        except BotoCoreError as error:
+            raise SystemExit(f"error: {' '.join(str(error).split())}") from None
+
+    return run
