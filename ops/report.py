@@ -21,8 +21,16 @@ CREATED, PARTIAL, NOT_READ, MISSING = "created", "PARTIAL", "not read back", "NO
 @dataclass
 class Finding:
     aspect: str
-    ok: bool
+    ok: Optional[bool]  # None: not checked (the report cannot compare it with the template, so it claims nothing)
     detail: str
+
+    def __post_init__(self) -> None:
+        if self.ok is not None:
+            self.ok = bool(self.ok)
+
+
+def not_checked(aspect: str, detail: str) -> Finding:
+    return Finding(aspect, None, detail)
 
 
 @dataclass
@@ -53,6 +61,8 @@ class Reader:
         self._endpoint_url = endpoint_url
         self._clients: dict[str, Any] = {}
         self.physical: dict[str, str] = {}
+        self.resources: dict[str, dict] = {}  # the stack's template resources, for readers that need their neighbours
+        self.logical_id = ""  # the resource being read
 
     def client(self, service: str) -> Any:
         if service not in self._clients:
@@ -60,6 +70,10 @@ class Reader:
             self._clients[service] = self._session.client(service, endpoint_url=self._endpoint_url,
                                                           config=Config(retries={"max_attempts": 1, "mode": "standard"}))
         return self._clients[service]
+
+    def neighbours(self, resource_type: str) -> list[dict]:
+        """The stack's template resources of a type (e.g. the subscriptions of the topic being read)."""
+        return [r for r in self.resources.values() if r["Type"] == resource_type]
 
     def literal(self, value: Any) -> Any:
         """A template value with Refs to this stack's resources replaced by their physical ids, else as is."""
@@ -79,7 +93,9 @@ def report_stack(session: boto3.session.Session, endpoint_url: str, stack_name: 
             if summary.get("LogicalResourceId"):
                 reader.physical[summary["LogicalResourceId"]] = summary.get("PhysicalResourceId", "")
     reports = []
+    reader.resources = template["Resources"]
     for logical_id, resource in template["Resources"].items():
+        reader.logical_id = logical_id
         if resource["Type"] == "AWS::CDK::Metadata":
             continue
         report = ResourceReport(logical_id, resource["Type"], reader.physical.get(logical_id))
@@ -90,8 +106,8 @@ def report_stack(session: boto3.session.Session, endpoint_url: str, stack_name: 
             try:
                 report.findings = READERS[resource["Type"]](reader, report.physical_id, resource.get("Properties", {}))
             except ClientError as error:
-                report.findings = [Finding("read back", False, error.response["Error"].get("Code", str(error)))]
-            report.status = CREATED if all(f.ok for f in report.findings) else PARTIAL
+                report.findings = [_unanswered("read back", error)]
+            report.status = CREATED if all(f.ok is not False for f in report.findings) else PARTIAL
         else:
             report.status = NOT_READ
             report.note = "listed by the stack; this report has no reader for the type"
@@ -124,21 +140,36 @@ def format_reports(reports: list[StackReport]) -> str:
         lines.append(f"\n{stack.stack_name}: {stack.status} as reported; of {len(stack.resources)} template resources: "
                      + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
         for resource in stack.resources:
-            detail = "; ".join(f"{f.aspect}: {f.detail}" + ("" if f.ok else " [NOT AS DECLARED]") for f in resource.findings)
+            detail = "; ".join(_shown(f) for f in resource.findings)
             lines.append(f"  {resource.status:<13} {resource.type:<38} {resource.logical_id}")
             if detail or resource.note:
                 lines.append(f"  {'':<13} {detail or resource.note}")
     return "\n".join(lines)
 
 
+def _shown(finding: Finding) -> str:
+    if finding.ok is None:
+        return f"{finding.aspect}: not checked, {finding.detail}"
+    return f"{finding.aspect}: {finding.detail}" + ("" if finding.ok else " [NOT AS DECLARED]")
+
+
 # --- readers: one per resource type, each comparing what the API returns with the template -------------------
 
 def _ask(aspect: str, question: Callable[[], Finding]) -> Finding:
-    """One aspect read back; an emulator error becomes a failed finding instead of hiding the others."""
+    """One aspect read back; an emulator error becomes a finding instead of hiding the others."""
     try:
         return question()
     except ClientError as error:
-        return Finding(aspect, False, f"the emulator could not answer ({error.response['Error'].get('Code', 'error')})")
+        return _unanswered(aspect, error)
+
+
+def _unanswered(aspect: str, error: ClientError) -> Finding:
+    """A refusal (not found, invalid) says the resource is not as declared; an emulator fault (HTTP 5xx) says
+    nothing about it, so the aspect is not checked."""
+    code = error.response["Error"].get("Code", "error")
+    if error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 400) >= 500 or code.startswith("5"):
+        return not_checked(aspect, f"the emulator failed to answer ({code})")
+    return Finding(aspect, False, f"the emulator refused the read ({code})")
 
 
 def _kms_key(reader: Reader, key_id: str, props: dict) -> list[Finding]:
@@ -179,7 +210,17 @@ def _sns_topic(reader: Reader, arn: str, props: dict) -> list[Finding]:
     findings = [Finding("encryption", encrypted == ("KmsMasterKeyId" in props),
                         f"KMS key {attributes['KmsMasterKeyId']}" if encrypted else "none")]
     subscriptions = sns.list_subscriptions_by_topic(TopicArn=arn)["Subscriptions"]
-    findings.append(Finding("subscriptions", True, f"{len(subscriptions)} in the emulator"))
+    declared = [*props.get("Subscription", []), *(
+        r["Properties"] for r in reader.neighbours("AWS::SNS::Subscription")
+        if r["Properties"].get("TopicArn") == {"Ref": reader.logical_id})]
+    wanted = sorted(f"{d['Protocol']} {reader.literal(d['Endpoint'])}" for d in declared
+                    if isinstance(reader.literal(d["Endpoint"]), str))
+    found = sorted(f"{s['Protocol']} {s['Endpoint']}" for s in subscriptions)
+    if len(wanted) == len(declared):
+        findings.append(Finding("subscriptions", found == wanted,
+                                f"{len(found)} of {len(declared)} declared" + (f" ({', '.join(wanted)})" if wanted else "")))
+    else:  # an endpoint the template computes (a function's ARN): the count is what can be compared
+        findings.append(Finding("subscriptions", len(found) == len(declared), f"{len(found)} of {len(declared)} declared"))
     findings.append(Finding("TLS-only policy", "aws:SecureTransport" in attributes.get("Policy", ""),
                             "present" if "aws:SecureTransport" in attributes.get("Policy", "") else "absent"))
     return findings
@@ -201,8 +242,22 @@ def _subnet(reader: Reader, subnet_id: str, props: dict) -> list[Finding]:
 
 
 def _route_table(reader: Reader, table_id: str, props: dict) -> list[Finding]:
+    """The table's route targets against the template's: the VPC's local route, each AWS::EC2::Route into the
+    table, and each gateway endpoint that names the table."""
     table = reader.client("ec2").describe_route_tables(RouteTableIds=[table_id])["RouteTables"][0]
-    return [Finding("routes", True, f"{len(table['Routes'])} ({', '.join(sorted(r.get('GatewayId', r.get('DestinationPrefixListId', '?')) for r in table['Routes']))})")]
+    this = {"Ref": reader.logical_id}
+    wanted = ["local"]
+    for route in reader.neighbours("AWS::EC2::Route"):
+        if route["Properties"].get("RouteTableId") == this:
+            target = next((v for k, v in route["Properties"].items() if k.endswith(("GatewayId", "InstanceId"))), "?")
+            wanted.append(reader.literal(target))
+    wanted += [reader.physical.get(logical_id, "?") for logical_id, endpoint in reader.resources.items()
+               if endpoint["Type"] == "AWS::EC2::VPCEndpoint" and this in endpoint["Properties"].get("RouteTableIds", [])]
+    if not all(isinstance(target, str) for target in wanted):
+        return [not_checked("routes", "a route target the template computes")]
+    found = sorted(r.get("GatewayId") or r.get("NatGatewayId") or r.get("InstanceId") or "?" for r in table["Routes"])
+    return [Finding("VPC", table["VpcId"] == reader.literal(props.get("VpcId")), table["VpcId"]),
+            Finding("routes", found == sorted(wanted), f"{len(found)} of {len(wanted)} declared ({', '.join(found)})")]
 
 
 def _vpc_endpoint(reader: Reader, endpoint_id: str, props: dict) -> list[Finding]:
@@ -220,8 +275,11 @@ def _security_group(reader: Reader, group_id: str, props: dict) -> list[Finding]
 
 def _flow_log(reader: Reader, flow_log_id: str, props: dict) -> list[Finding]:
     flow_log = reader.client("ec2").describe_flow_logs(FlowLogIds=[flow_log_id])["FlowLogs"][0]
+    destination = flow_log.get("LogGroupName") or flow_log.get("LogDestination", "?")
+    wanted = reader.literal(props.get("LogGroupName", props.get("LogDestination")))
     return [Finding("traffic type", flow_log["TrafficType"] == props.get("TrafficType"), flow_log["TrafficType"]),
-            Finding("destination", True, flow_log.get("LogGroupName") or flow_log.get("LogDestination", "?"))]
+            Finding("destination", destination == wanted, destination) if isinstance(wanted, str)
+            else not_checked("destination", f"{destination}; the template computes it")]
 
 
 def _log_group(reader: Reader, name: str, props: dict) -> list[Finding]:
@@ -234,8 +292,30 @@ def _log_group(reader: Reader, name: str, props: dict) -> list[Finding]:
 
 def _iam_role(reader: Reader, name: str, props: dict) -> list[Finding]:
     role = reader.client("iam").get_role(RoleName=name)["Role"]
-    principals = [s.get("Principal") for s in role["AssumeRolePolicyDocument"]["Statement"]]
-    return [Finding("trust", True, json.dumps(principals))]
+    document = role["AssumeRolePolicyDocument"]
+    statements = (json.loads(document) if isinstance(document, str) else document)["Statement"]
+    principals = ", ".join(sorted(str(v) for s in statements for v in s.get("Principal", {}).values()))
+    wanted = props.get("AssumeRolePolicyDocument", {}).get("Statement", [])
+    if _computed(wanted):
+        return [not_checked("trust", f"{principals}; the template computes a principal or condition")]
+    return [Finding("trust", _statements(statements) == _statements(wanted), principals)]
+
+
+def _computed(value: Any) -> bool:
+    """Whether a template value holds an intrinsic function (Ref, Fn::...) that only CloudFormation resolves."""
+    if isinstance(value, dict):
+        return any(k == "Ref" or k.startswith("Fn::") or _computed(v) for k, v in value.items())
+    return isinstance(value, list) and any(_computed(v) for v in value)
+
+
+def _statements(statements: list[dict]) -> list[str]:
+    """Policy statements in one canonical form: a single value and a one-item list are the same."""
+    def canonical(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: canonical(v) for k, v in value.items()}
+        return sorted(json.dumps(canonical(v) if isinstance(v, dict) else v, sort_keys=True)
+                      for v in (value if isinstance(value, list) else [value]))
+    return sorted(json.dumps(canonical(s), sort_keys=True) for s in statements)
 
 
 def _iam_policy(reader: Reader, physical: str, props: dict) -> list[Finding]:
@@ -345,7 +425,7 @@ def _events_rule(reader: Reader, name: str, props: dict) -> list[Finding]:
 
 
 def _sagemaker_model(reader: Reader, name: str, props: dict) -> list[Finding]:
-    model = reader.client("sagemaker").describe_model(ModelName=name)
+    model = reader.client("sagemaker").describe_model(ModelName=name.split("/")[-1])
     image = model.get("PrimaryContainer", {}).get("Image")
     return [Finding("image", image == props.get("PrimaryContainer", {}).get("Image"), image or "none")]
 
@@ -456,3 +536,43 @@ READERS: dict[str, Callable[[Reader, str, dict], list[Finding]]] = {
     "AWS::Batch::JobDefinition": _batch_job_definition,
     "AWS::Lambda::Function": _lambda_function,
 }
+
+
+def gaps(reports: list[StackReport]) -> set[tuple[str, str, str, str]]:
+    """What the emulator did not do, as (status, stack, resource type, aspect): each aspect of a PARTIAL resource
+    that is not as declared, and each type it did not create (aspect "")."""
+    found = set()
+    for stack in reports:
+        for resource in stack.resources:
+            if resource.status == MISSING:
+                found.add((MISSING, stack.stack_name, resource.type, ""))
+            elif resource.status == PARTIAL:
+                found.update((PARTIAL, stack.stack_name, resource.type, f.aspect) for f in resource.findings if f.ok is False)
+    return found
+
+
+def gap_lines(reports: list[StackReport], width: int = 110) -> list[str]:
+    """The PARTIAL and NOT CREATED resources in a few lines: PARTIAL per type with the aspects not applied, NOT
+    CREATED per type with its count."""
+    lines = []
+    partial: dict[str, list[ResourceReport]] = {}
+    missing: dict[str, int] = {}
+    for stack in reports:
+        for resource in stack.resources:
+            if resource.status == PARTIAL:
+                partial.setdefault(resource.type, []).append(resource)
+            elif resource.status == MISSING:
+                missing[resource.type] = missing.get(resource.type, 0) + 1
+    for resource_type, resources in sorted(partial.items()):
+        aspects = dict.fromkeys(f.aspect for r in resources for f in r.findings if f.ok is False)
+        lines.append(f"  {PARTIAL:<12} {len(resources):>2} x {resource_type}: {', '.join(aspects)} not as declared")
+    packed = ""
+    for resource_type, count in sorted(missing.items(), key=lambda item: (-item[1], item[0])):
+        entry = f"{count} x {resource_type}"
+        if packed and len(packed) + len(entry) + 2 > width - 15:
+            lines.append(f"  {MISSING:<12} {packed}")
+            packed = ""
+        packed = f"{packed}, {entry}" if packed else entry
+    if packed:
+        lines.append(f"  {MISSING:<12} {packed}")
+    return lines

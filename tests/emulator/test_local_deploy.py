@@ -1,26 +1,62 @@
-"""The dev environment deploys to the local emulator (moto server on 127.0.0.1), and the report says what exists.
+"""The dev environment deploys to the local emulator (moto server on 127.0.0.1) through the code `./platform up`
+runs (ops.local_deploy.deploy_and_report: the pinned CDK CLI bootstraps moto and deploys every stack, assets
+published as to a real account), and the report says what exists.
 
-The app is synthesized here for the local target with aws-cdk-lib's built-in template validation on: the
-suite's one fully validated synth.
+The app is synthesized here for the local target (what app.py builds with -c target=local) with aws-cdk-lib's
+built-in template validation on: the suite's one fully validated synth.
 """
 
-import io
 import json
-import zipfile
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor, wait
 
-import boto3
 import pytest
 
-from ops.emulator import moto_server
-from ops.report import CREATED, MISSING, PARTIAL, format_reports, report_assembly, stack_templates
+from ops import local_deploy
+from ops.report import CREATED, MISSING, PARTIAL, format_reports, gaps, stack_templates
 from stacks.app_builder import build
 from stacks.config import interface_endpoint_service
 from tests.conftest import new_app
 
+# What moto does not do, pinned: (status, stack, type, aspect not as declared). A new gap (a resource type moto
+# cannot create, a setting it drops) fails the test until it is understood and added here; a gap that closes
+# (a moto upgrade) fails it too, so the README's and the report's claims stay true.
+NOT_CREATED_TYPES = {  # moto has no CloudFormation support for these types (they exist only in a real account)
+    "dev-Core": ["AWS::SNS::Subscription", "AWS::SNS::TopicPolicy"],
+    "dev-Data": ["AWS::Rbin::Rule", "AWS::S3::BucketPolicy"],
+    "dev-Compute": ["AWS::AutoScaling::LifecycleHook", "AWS::CloudWatch::Alarm", "AWS::Lambda::Permission"],
+    "dev-Serving": ["AWS::CloudWatch::Alarm", "AWS::Lambda::Permission", "AWS::S3::BucketPolicy"],
+    "dev-Governance": ["AWS::Budgets::Budget", "AWS::CloudWatch::Alarm", "AWS::Lambda::EventInvokeConfig",
+                       "AWS::Lambda::Permission", "AWS::SNS::Subscription", "AWS::SNS::TopicPolicy",
+                       "AWS::SQS::QueuePolicy"],
+}
+BUCKET = ["S3 Bucket Key", "access logs", "lifecycle rules", "public access block", "versioning"]
+TOPIC = ["TLS-only policy", "subscriptions"]  # the topic policy and the subscriptions are not created
+NOT_APPLIED = {  # created, but these aspects read back not as declared
+    ("dev-Core", "AWS::Logs::LogGroup"): ["KMS key"], ("dev-Core", "AWS::SNS::Topic"): TOPIC,
+    ("dev-Data", "AWS::S3::Bucket"): BUCKET,
+    ("dev-Compute", "AWS::AutoScaling::AutoScalingGroup"): ["capacity rebalance"],
+    ("dev-Compute", "AWS::Logs::LogGroup"): ["KMS key"],
+    ("dev-Serving", "AWS::Logs::LogGroup"): ["KMS key"], ("dev-Serving", "AWS::S3::Bucket"): BUCKET,
+    ("dev-Serving", "AWS::SageMaker::Endpoint"): ["name"],
+    ("dev-Governance", "AWS::Logs::LogGroup"): ["KMS key"], ("dev-Governance", "AWS::SNS::Topic"): TOPIC,
+}
+EXPECTED_GAPS = {(MISSING, stack, type_, "") for stack, types in NOT_CREATED_TYPES.items() for type_ in types} | {
+    (PARTIAL, stack, type_, aspect) for (stack, type_), aspects in NOT_APPLIED.items() for aspect in aspects}
+
 
 @pytest.fixture(scope="module")
-def local_assembly(tmp_path_factory, config):
+def emulator(config, tmp_path_factory):
+    """moto as dev's account, started and bootstrapped in a thread while local_assembly synthesizes, as up does."""
+    emulator = local_deploy.LocalEmulator(config.environments["dev"], tmp_path_factory.mktemp("logs"))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        starting = pool.submit(emulator.start)
+        yield emulator, starting
+        wait([starting])
+        emulator.stop()
+
+
+@pytest.fixture(scope="module")
+def local_assembly(emulator, tmp_path_factory, config):
     outdir = tmp_path_factory.mktemp("cdk.out.local")
     app = new_app(outdir, validate_templates=True)
     build(app, config, target="local")
@@ -28,40 +64,16 @@ def local_assembly(tmp_path_factory, config):
     return outdir
 
 
-def publish_file_assets(s3, assembly: Path, account: str, region: str) -> None:
-    """What `cdk deploy` does before creating stacks: upload each file asset (e.g. Lambda code) to its bucket."""
-    for manifest in assembly.rglob("*.assets.json"):
-        for asset in json.loads(manifest.read_text()).get("files", {}).values():
-            source = manifest.parent / asset["source"]["path"]
-            if asset["source"].get("packaging") == "zip":
-                buffer = io.BytesIO()
-                with zipfile.ZipFile(buffer, "w") as archive:
-                    for path in sorted(source.rglob("*")):
-                        archive.write(path, path.relative_to(source))
-                body = buffer.getvalue()
-            else:
-                body = source.read_bytes()
-            for destination in asset["destinations"].values():
-                bucket = destination["bucketName"].replace("${AWS::AccountId}", account).replace("${AWS::Region}", region)
-                if bucket not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
-                    s3.create_bucket(Bucket=bucket)
-                s3.put_object(Bucket=bucket, Key=destination["objectKey"], Body=body)
+@pytest.fixture(scope="module")
+def deployment(emulator, local_assembly):
+    emulator, starting = emulator
+    starting.result()
+    return emulator.deploy_and_report(local_assembly)
 
 
 @pytest.fixture(scope="module")
-def deployed(local_assembly, config, tmp_path_factory):
-    dev = config.environments["dev"]
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    with moto_server(dev.account, str(log)) as port:
-        endpoint = f"http://127.0.0.1:{port}"
-        session = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
-                                        region_name=dev.region)
-        publish_file_assets(session.client("s3", endpoint_url=endpoint), local_assembly, dev.account, dev.region)
-        cloudformation = session.client("cloudformation", endpoint_url=endpoint)
-        for name, path in stack_templates(local_assembly):
-            cloudformation.create_stack(StackName=name, TemplateBody=json.dumps(json.loads(path.read_text())),
-                                        Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM"])
-        yield {r.stack_name: r for r in report_assembly(session, endpoint, local_assembly)}
+def deployed(deployment):
+    return {r.stack_name: r for r in deployment.reports}
 
 
 def resource(reports, stack, logical_prefix, resource_type):
@@ -84,6 +96,16 @@ def test_local_target_leaves_kms_keys_untagged(local_assembly):
     core = json.loads(stack_templates(local_assembly)[0][1].read_text())
     keys = [r for r in core["Resources"].values() if r["Type"] == "AWS::KMS::Key"]
     assert keys and all("Tags" not in k["Properties"] for k in keys)
+
+
+def test_the_emulator_gaps_are_exactly_the_known_ones(deployment):
+    assert gaps(deployment.reports) == EXPECTED_GAPS
+
+
+def test_the_cli_bootstrapped_the_emulator_and_deployed_every_stack(deployment):
+    assert deployment.seconds.keys() == {"bootstrap", "deploy", "read back"}
+    assert [stack.stack_name for stack in deployment.reports] == [
+        "dev-Core", "dev-Data", "dev-Compute", "dev-Serving", "dev-Governance"]
 
 
 def test_every_stack_reaches_create_complete(deployed):
@@ -199,3 +221,44 @@ def test_budget_exists_only_in_a_real_account_but_its_stop_function_deploys(depl
     function = resource(deployed, "dev-Governance", "BudgetStopFunction", "AWS::Lambda::Function")
     assert function.status == CREATED and finding(function, "runtime").detail == "python3.14 budget_guard.handler"
     assert {r.type for r in governance.resources if r.status != MISSING} >= {"AWS::SNS::Topic", "AWS::SQS::Queue"}
+
+
+def test_route_tables_hold_the_local_route_and_the_s3_gateway_route(deployed):
+    tables = deployed["dev-Core"].by_type("AWS::EC2::RouteTable")
+    gateway = resource(deployed, "dev-Core", "NetworkS3", "AWS::EC2::VPCEndpoint").physical_id
+    assert len(tables) == 2
+    for table in tables:
+        routes = finding(table, "routes")
+        assert (routes.ok, routes.detail) == (True, f"2 of 2 declared ({', '.join(sorted(['local', gateway]))})")
+        assert finding(table, "VPC").ok
+
+
+def test_every_role_trusts_exactly_the_declared_principals(deployed):
+    roles = [r for stack in deployed.values() for r in stack.by_type("AWS::IAM::Role")]
+    assert len(roles) >= 10
+    assert {r.logical_id: finding(r, "trust").ok for r in roles} == {r.logical_id: True for r in roles}
+
+
+def test_flow_log_delivers_to_the_declared_log_group(deployed):
+    flow_log = resource(deployed, "dev-Core", "NetworkFlowLog", "AWS::EC2::FlowLog")
+    group = resource(deployed, "dev-Core", "NetworkFlowLogs", "AWS::Logs::LogGroup")
+    assert (finding(flow_log, "destination").ok, finding(flow_log, "destination").detail) == (True, group.physical_id)
+
+
+def test_topic_subscriptions_are_compared_with_the_declared_ones(deployed, config):
+    topic = resource(deployed, "dev-Core", "Alerts", "AWS::SNS::Topic")
+    email = config.environments["dev"].alert_emails[0]
+    subscriptions = finding(topic, "subscriptions")
+    assert (subscriptions.ok, subscriptions.detail) == (False, f"0 of 1 declared (email {email})")
+
+
+def test_only_what_the_emulator_cannot_answer_is_left_not_checked(deployed):
+    unchecked = {(r.type, f.aspect) for stack in deployed.values() for r in stack.resources for f in r.findings
+                 if f.ok is None}
+    assert unchecked == {("AWS::KMS::Key", "state")}  # moto 5.2 fails DescribeKey on a template's key policy
+
+
+def test_the_whole_table_and_its_verdict(deployment):
+    table = deployment.table()
+    assert table.endswith("local deploy: 5 stacks complete; 13 resources partly applied, 30 not created by the emulator")
+    assert all(r.logical_id in table for stack in deployment.reports for r in stack.resources)

@@ -1,0 +1,103 @@
+"""./platform up after setup: synthesize every environment, validate it, estimate its cost, deploy dev to the local
+emulator, and end with a summary that fits on one screen. The long tables go to files it names.
+
+  ./platform up    (no options: it needs no AWS account; the tools' output goes to logs/, shown when one fails)
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from ops import cost_estimate, local_deploy
+from ops.aws_access import environment
+from ops.cdk_cli import LOGS, ROOT, synth
+from ops.cli import Parser
+from ops.lint import lint_assembly, nag_acknowledgements
+from ops.report import CREATED, MISSING, NOT_READ, PARTIAL, gap_lines
+from stacks import config as platform_config
+
+STEPS = 5  # setup (the platform script), synth, lint, cost, emulator
+
+
+def header(step: int, text: str) -> None:
+    print(f"==> {step}/{STEPS} {text}", flush=True)
+
+
+def shown(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def main(argv: list[str], *, assembly: Path = ROOT / "cdk.out", local_assembly: Path = ROOT / "cdk.out.local",
+         logs: Path = LOGS) -> int:
+    Parser("./platform up", description=__doc__).parse_args(argv)
+    try:
+        config = platform_config.load()
+    except platform_config.ConfigError as error:
+        raise SystemExit(f"error: {error}") from None
+    names, first = list(config.environments), next(iter(config.environments))
+    logs.mkdir(exist_ok=True)
+
+    header(2, f"synthesize {', '.join(names)} into {shown(assembly)} (cdk-nag and CDK's template checks run inside)")
+    started = time.monotonic()
+    templates = synth(assembly, log=logs / "cdk.log")
+    acknowledged = nag_acknowledgements(assembly)
+    print(f"    {len(templates)} templates, no unacknowledged cdk-nag finding ({time.monotonic() - started:.0f} s)")
+
+    header(3, "cfn-lint and checkov over every template")
+    started = time.monotonic()
+    lint = lint_assembly(templates)
+    print(f"    cfn-lint {len(lint.cfn_lint_errors)} errors; checkov {len(lint.checkov.failed)} failed, "
+          f"{lint.checkov.passed} passed ({time.monotonic() - started:.0f} s)")
+    if lint.failed:
+        print("\n".join(lint.cfn_lint_errors + lint.checkov.failed), file=sys.stderr)
+        raise SystemExit("error: cfn-lint or checkov found the problems above; fix them, then ./platform lint")
+
+    header(4, "monthly cost estimate from the templates")
+    assumptions = cost_estimate.Assumptions()
+    estimates = cost_estimate.estimates(assembly, assumptions)
+    cost_file = logs / "cost-estimate.txt"
+    cost_file.write_text(cost_estimate.format_report(assumptions, estimates) + "\n")
+    print(f"    {len(estimates)} environments; assumptions and every line in {shown(cost_file)}")
+
+    header(5, "deploy dev to the emulator (moto on 127.0.0.1) and read every resource back")
+    started = time.monotonic()
+    deployed = local_deploy.synthesize_and_deploy(local_assembly, environment("dev"), logs)
+    table_file = logs / "emulator-report.txt"
+    table_file.write_text(deployed.table() + "\n")
+    print(f"    {len(deployed.reports)} stacks on moto at {deployed.endpoint} ({time.monotonic() - started:.0f} s)")
+
+    resources = [r for stack in deployed.reports for r in stack.resources]
+    counts = {status: sum(1 for r in resources if r.status == status) for status in (CREATED, PARTIAL, MISSING, NOT_READ)}
+    rules = sorted({rule for _, rule in acknowledged})
+    lines = [
+        "",
+        "== Summary " + "=" * 60,
+        f"Synthesized and validated: {len(templates)} templates of {len(names)} environments in {shown(assembly)}",
+        "  cdk-nag    no unacknowledged finding; "
+        f"{len(acknowledged)} acknowledged, each with its reason on its resource ({len(rules)} rules)",
+        f"  cfn-lint   {len(lint.cfn_lint_errors)} errors",
+        f"  checkov    {len(lint.checkov.failed)} failed, {lint.checkov.passed} passed, "
+        f"{len(lint.checkov.skipped)} suppressed with a reason on the resource",
+        f"Monthly estimate at {assumptions.utilization:.0%} GPU utilization (./platform cost; lines: {shown(cost_file)}):",
+        *(f"  {e.name:<10} {e.total():>9,.0f} USD" + (f"  ({e.total() / e.budget:.0%} of its {e.budget:,.0f} USD budget)"
+                                                  if e.budget else "") for e in estimates),
+        f"Emulator: dev deployed to moto, {len(deployed.reports)} stacks "
+        f"{'CREATE_COMPLETE as reported' if deployed.complete else 'NOT complete'}; whole table: {shown(table_file)}",
+        f"  of {len(resources)} resources " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+        + "; what moto did not apply or create:",
+        *gap_lines(deployed.reports),
+        "Next:",
+        "  ./platform test                       the whole test suite (about a minute)",
+        "  config/environments.toml              your accounts, Regions, fleets, queues (README: Environments)",
+        f"  AWS_PROFILE={config.project}-{first} ./platform diff {first}   then ./platform deploy {first} "
+        "(README: Operator commands)",
+        "  CI/CD from GitHub with OIDC roles     README: Deploying from CI",
+    ]
+    print("\n".join(lines))
+    return 0 if deployed.complete else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
