@@ -1,5 +1,6 @@
 """Operator commands: credentials, the environment's account and configured names are checked before any AWS call."""
 
+import boto3
 import pytest
 from moto import mock_aws
 
@@ -32,8 +33,11 @@ def test_without_credentials_the_command_says_what_is_missing_and_how_to_provide
 def test_a_missing_profile_is_reported_with_the_same_advice(dev, monkeypatch):
     no_credentials(monkeypatch)
     monkeypatch.setenv("AWS_PROFILE", "nosuch")
-    with pytest.raises(SystemExit, match="the AWS credentials for dev do not work: .*nosuch.*\nProvide credentials"):
+    with pytest.raises(SystemExit) as error:
         aws_access.session_for(dev)
+    message = str(error.value)
+    assert message.startswith("error: the AWS credentials for dev (account 111111111111, us-east-1) do not work (")
+    assert "nosuch" in message and "aws sso login --profile ml-platform-dev" in message and "\n" not in message
 
 
 def test_another_accounts_credentials_are_refused_naming_both_accounts(config, monkeypatch):
@@ -63,7 +67,8 @@ def test_a_fleet_config_does_not_know_is_refused_before_any_aws_call(monkeypatch
 
 def test_an_unknown_environment_is_one_line_not_a_traceback(monkeypatch):
     monkeypatch.setattr(budget_ops, "session_for", lambda *a, **k: pytest.fail("AWS was called"))
-    with pytest.raises(SystemExit, match=r"error: config: context environments='qa' is invalid: one of"):
+    with pytest.raises(SystemExit, match=r"^error: unknown environment 'qa': config/environments.toml declares "
+                                         r"dev, staging, prod$"):
         budget_ops.main(["status", "qa"])
 
 
@@ -75,10 +80,13 @@ def test_dataset_commands_check_credentials_first(command, monkeypatch):
         dataset_ops.main(command)
 
 
-def test_tag_activation_runs_with_the_payer_accounts_credentials(dev, monkeypatch):
-    monkeypatch.setenv("MOTO_ACCOUNT_ID", "999999999999")  # the management account, not dev's
+def test_tag_activation_refuses_an_account_that_is_not_the_payer_of_the_environment(dev, monkeypatch):
+    monkeypatch.setenv("MOTO_ACCOUNT_ID", "999999999999")  # a management account, but dev's is not in its organization
     with mock_aws():
-        assert aws_access.session_for(dev, check_account=False).client("sts").get_caller_identity()["Account"] \
-            == "999999999999"
-        with pytest.raises(SystemExit, match="refusing"):
-            aws_access.session_for(dev)
+        with pytest.raises(SystemExit, match=r"^error: account 999999999999 is in no organization, so it pays only "
+                                             r"for itself, not for dev \(account 111111111111\)"):
+            aws_access.payer_session(dev)
+        boto3.client("organizations", region_name="us-east-1").create_organization(FeatureSet="ALL")
+        with pytest.raises(SystemExit, match=r"^error: dev's account 111111111111 is not in the organization of payer "
+                                             r"account 999999999999 \(AccountNotFoundException\)"):
+            aws_access.payer_session(dev)

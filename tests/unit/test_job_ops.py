@@ -21,7 +21,7 @@ def staging(config):
 
 
 def check(env, **kwargs):
-    options = {"gpus": None, "nodes": 1, "name": "resnet-1", "now": 0.0}
+    options = {"gpus": None, "nodes": 1, "name": "resnet-1"}
     options.update(kwargs)
     return job_ops.check_submission(env, options.pop("queue", "training"), options.pop("image", IMAGE),
                                     options.pop("command", ["python", "train.py"]), **options)
@@ -48,8 +48,10 @@ def test_multi_node_submissions_are_checked_against_the_multi_node_types(staging
         check(staging, nodes=2, gpus=2)
 
 
-def test_default_job_name_is_the_queue_and_utc_time(dev):
-    assert check(dev, name=None, now=0.0).name == "training-19700101-000000"
+def test_a_submission_without_a_name_is_refused_because_the_name_is_what_a_resubmission_resumes(dev):
+    with pytest.raises(SystemExit, match=r"^error: --name is required: it is the job's identity \(checkpoints under "
+                       r"checkpoints/training/NAME/\), so a resubmission under the same name resumes"):
+        check(dev, name=None)
 
 
 class CloudFormation:
