@@ -271,8 +271,9 @@ def format_estimate(estimate: EnvironmentEstimate) -> str:
     out = [f"\n== {estimate.name} ({estimate.region}): about {estimate.total():,.0f} USD per month"
            + (f", {estimate.total() / estimate.budget:.0%} of its {estimate.budget:,.0f} USD budget"
               if estimate.budget else "")]
+    width = max([70, *(len(item) for _, item, _ in estimate.lines)])  # amounts in one column
     for group, item, amount in estimate.lines:
-        out.append(f"  {group:<11} {item:<70} {amount:>10,.2f}")
+        out.append(f"  {group:<11} {item:<{width}} {amount:>10,.2f}")
     for fleet in estimate.fleets:
         out.append(f"  GPU-hour    {fleet.name}: {fleet.gpu_hour:.3f} USD per GPU-hour at max size "
                    f"({fleet.max_size} x {fleet.gpus_per_instance} GPU; On-Demand {fleet.hourly_on_demand / fleet.gpus_per_instance:.3f})")
