@@ -1,6 +1,7 @@
 """Every operator command: help before any work, usage lines with the command as typed, one-line errors, unknown
 environments named with the known ones, and no AWS call before the credential and account check."""
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -223,3 +224,18 @@ def test_tco_help_synthesizes_nothing():
     answer = platform("tco", "--help")
     assert answer.returncode == 0 and answer.stdout.startswith("usage: ")
     assert answer.stderr == ""  # no setup, synth or CDK CLI output
+
+
+# Where ops/ makes a boto3 client or session itself instead of taking it from ops.aws_access, and why.
+OWN_SESSIONS = {
+    "local_deploy.py": "the local emulator, with dummy credentials",
+    "refresh_prices.py": "public Price List and Spot data, no environment's account",
+    "advise.py": "--measured (to move behind the check)",
+}
+
+
+def test_every_aws_session_comes_from_the_credential_check():
+    """What docs/ARCHITECTURE.md ("Operator access") claims: a new exception must be argued here."""
+    direct = {path.name for path in (ROOT / "ops").glob("*.py")
+              if re.search(r"boto3\.(session\.Session|client|resource)\(", path.read_text())}
+    assert direct == set(OWN_SESSIONS)
