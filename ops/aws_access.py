@@ -11,6 +11,7 @@ a command never reaches AWS with a misspelled name or another environment's cred
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Callable, Sequence
 
@@ -127,11 +128,13 @@ def main(argv: list[str]) -> int:
     """``python -m ops.aws_access ENV``: the checks alone (what ./platform diff and deploy run before the CDK CLI)."""
     from ops.cli import Parser
 
-    parser = Parser("./platform check-credentials",
+    parser = Parser("python -m ops.aws_access",
                     description="Checks that ENV is configured and that the AWS credentials are its account's.")
     parser.add_argument("env")
-    env = environment(parser.parse_args(argv).env)
-    session_for(env)
+    parser.add_argument("--profile", help="a named profile, as the CDK CLI's --profile (default: the usual chain)")
+    args = parser.parse_args(argv)
+    session_for(environment(args.env), session_factory=functools.partial(boto3.session.Session,
+                                                                         profile_name=args.profile))
     return 0
 
 

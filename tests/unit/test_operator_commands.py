@@ -239,3 +239,12 @@ def test_every_aws_session_comes_from_the_credential_check():
     direct = {path.name for path in (ROOT / "ops").glob("*.py")
               if re.search(r"boto3\.(session\.Session|client|resource)\(", path.read_text())}
     assert direct == set(OWN_SESSIONS)
+
+
+def test_diff_and_deploy_check_the_credentials_of_the_profile_the_cdk_cli_would_use(monkeypatch):
+    no_credentials(monkeypatch)  # what ./platform diff|deploy ENV [--profile P] runs before the CDK CLI
+    with pytest.raises(SystemExit, match=r"^error: the AWS credentials for dev \(account 111111111111, us-east-1\) do "
+                                         r"not work \(The config profile \(nosuch\) could not be found\): sign in"):
+        aws_access.main(["dev", "--profile", "nosuch"])
+    with pytest.raises(SystemExit, match=UNKNOWN):
+        aws_access.main(["nosuch"])
