@@ -29,6 +29,22 @@ def shown(path: Path) -> str:
     return str(path.relative_to(ROOT))
 
 
+def estimate_lines(estimates: list[cost_estimate.EnvironmentEstimate]) -> list[str]:
+    return [f"  {e.name:<10} {e.total():>9,.0f} USD" + (f"  ({e.total() / e.budget:.0%} of its {e.budget:,.0f} USD "
+                                                         "budget)" if e.budget else "") for e in estimates]
+
+
+def emulator_lines(deployed: local_deploy.LocalDeploy, table: str) -> list[str]:
+    """What the emulator created, in a few lines: the counts, and the PARTIAL and NOT CREATED rows by type."""
+    resources = [r for stack in deployed.reports for r in stack.resources]
+    counts = {status: sum(1 for r in resources if r.status == status) for status in (CREATED, PARTIAL, MISSING, NOT_READ)}
+    return [f"Emulator: dev deployed to moto, {len(deployed.reports)} stacks "
+            f"{'CREATE_COMPLETE as reported' if deployed.complete else 'NOT complete'}; whole table: {table}",
+            f"  of {len(resources)} resources " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+            + "; what moto did not apply or create:",
+            *gap_lines(deployed.reports)]
+
+
 def main(argv: list[str], *, assembly: Path = ROOT / "cdk.out", local_assembly: Path = ROOT / "cdk.out.local",
          logs: Path = LOGS) -> int:
     Parser("./platform up", description=__doc__).parse_args(argv)
@@ -68,8 +84,6 @@ def main(argv: list[str], *, assembly: Path = ROOT / "cdk.out", local_assembly: 
     table_file.write_text(deployed.table() + "\n")
     print(f"    {len(deployed.reports)} stacks on moto at {deployed.endpoint} ({time.monotonic() - started:.0f} s)")
 
-    resources = [r for stack in deployed.reports for r in stack.resources]
-    counts = {status: sum(1 for r in resources if r.status == status) for status in (CREATED, PARTIAL, MISSING, NOT_READ)}
     rules = sorted({rule for _, rule in acknowledged})
     lines = [
         "",
@@ -81,13 +95,8 @@ def main(argv: list[str], *, assembly: Path = ROOT / "cdk.out", local_assembly: 
         f"  checkov    {len(lint.checkov.failed)} failed, {lint.checkov.passed} passed, "
         f"{len(lint.checkov.skipped)} suppressed with a reason on the resource",
         f"Monthly estimate at {assumptions.utilization:.0%} GPU utilization (./platform cost; lines: {shown(cost_file)}):",
-        *(f"  {e.name:<10} {e.total():>9,.0f} USD" + (f"  ({e.total() / e.budget:.0%} of its {e.budget:,.0f} USD budget)"
-                                                  if e.budget else "") for e in estimates),
-        f"Emulator: dev deployed to moto, {len(deployed.reports)} stacks "
-        f"{'CREATE_COMPLETE as reported' if deployed.complete else 'NOT complete'}; whole table: {shown(table_file)}",
-        f"  of {len(resources)} resources " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-        + "; what moto did not apply or create:",
-        *gap_lines(deployed.reports),
+        *estimate_lines(estimates),
+        *emulator_lines(deployed, shown(table_file)),
         "Next:",
         "  ./platform test                       the whole test suite (about a minute)",
         "  config/environments.toml              your accounts, Regions, fleets, queues (README: Environments)",

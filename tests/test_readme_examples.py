@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ops import budget, cost_estimate
+from ops import budget, cost_estimate, up
+from ops.lint import templates as assembly_templates
 
 ROOT = Path(__file__).resolve().parent.parent
 READMES = [ROOT / "README.md", ROOT / "constructs" / "README.md"]
@@ -23,6 +24,8 @@ RUNNERS = {
 # Examples not run here, and why.
 NOT_RUN = {
     "./platform advise": "the advisor's worked example (README, its own section) abridges lines without '...'",
+    "./platform up": "a deploy to the emulator (a minute): its figures are compared line by line instead, the "
+                     "estimates below and the emulator's lines in tests/emulator",
 }
 
 
@@ -37,7 +40,7 @@ def examples() -> list[tuple[str, str, str]]:
 
 
 def runner(command: str) -> str:
-    return next((prefix for prefix in [*RUNNERS, *NOT_RUN] if command.startswith(prefix + " ")), "")
+    return next((prefix for prefix in [*RUNNERS, *NOT_RUN] if f"{command} ".startswith(prefix + " ")), "")
 
 
 def shows(example: str, output: str) -> bool:
@@ -73,3 +76,18 @@ def test_the_example_prints_what_the_command_prints(readme, command, shown, plat
 ])
 def test_an_example_matches_figure_for_figure(example, output, shown):
     assert shows(example, output) is shown
+
+
+def readme_example(command: str) -> list[str]:
+    """The lines a README's `$ <command>` session shows."""
+    [shown] = [output for _, line, output in examples() if line == command]
+    return shown.splitlines()
+
+
+def test_the_up_example_shows_what_was_synthesized_and_each_environments_estimate(platform_app, config):
+    _, _, assembly = platform_app
+    shown = readme_example("./platform up")
+    assert (f"Synthesized and validated: {len(assembly_templates(assembly))} templates of {len(config.environments)} "
+            "environments in cdk.out") in shown
+    estimates = cost_estimate.estimates(assembly, cost_estimate.Assumptions())
+    assert [line for line in up.estimate_lines(estimates) if line not in shown] == []

@@ -11,11 +11,12 @@ from concurrent.futures import ThreadPoolExecutor, wait
 
 import pytest
 
-from ops import local_deploy
+from ops import local_deploy, up
 from ops.report import CREATED, MISSING, PARTIAL, format_reports, gaps, stack_templates
 from stacks.app_builder import build
 from stacks.config import interface_endpoint_service
 from tests.conftest import new_app
+from tests.test_readme_examples import readme_example
 
 # What moto does not do, pinned: (status, stack, type, aspect not as declared). A new gap (a resource type moto
 # cannot create, a setting it drops) fails the test until it is understood and added here; a gap that closes
@@ -262,3 +263,8 @@ def test_the_whole_table_and_its_verdict(deployment):
     table = deployment.table()
     assert table.endswith("local deploy: 5 stacks complete; 13 resources partly applied, 30 not created by the emulator")
     assert all(r.logical_id in table for stack in deployment.reports for r in stack.resources)
+
+
+def test_the_readme_up_example_shows_what_the_emulator_created(deployment):
+    lines = up.emulator_lines(deployment, "logs/emulator-report.txt")
+    assert [line for line in lines if line not in readme_example("./platform up")] == []
