@@ -22,7 +22,7 @@ from typing import Optional
 from ml_platform_constructs import GPU_CATALOG
 from ml_platform_constructs.runtime.budget_guard import FLEET_TAG, QUEUE_TAG, load_prices
 
-from ops.aws_access import environment
+from ops import aws_access
 from ops.cdk_cli import synth
 from ops.cli import Parser
 
@@ -313,7 +313,7 @@ def main(argv: list[str]) -> int:
         if getattr(args, name) < 0:
             costs.error(f"--{name.replace('_', '-')}={getattr(args, name)}: a size in GB, 0 or more")
     if args.env:
-        environment(args.env)  # an unknown name ends here, naming the known ones
+        aws_access.environment(args.env)  # an unknown name ends here, naming the known ones
     if args.synth:
         synth(args.assembly)  # every environment, like the estimate's budget lines
     elif not (args.assembly / "manifest.json").exists():

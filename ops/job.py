@@ -15,7 +15,6 @@ job's identity: a default could not tell a resubmission (resume) from a new run 
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from dataclasses import dataclass
