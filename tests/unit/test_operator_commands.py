@@ -230,7 +230,6 @@ def test_tco_help_synthesizes_nothing():
 OWN_SESSIONS = {
     "local_deploy.py": "the local emulator, with dummy credentials",
     "refresh_prices.py": "public Price List and Spot data, no environment's account",
-    "advise.py": "--measured (to move behind the check)",
 }
 
 
