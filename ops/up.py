@@ -14,7 +14,7 @@ from ops import cost_estimate, local_deploy
 from ops.aws_access import environment
 from ops.cdk_cli import LOGS, ROOT, synth
 from ops.cli import Parser
-from ops.lint import lint_assembly, nag_acknowledgements
+from ops.lint import LintResult, lint_assembly, nag_acknowledgements
 from ops.report import CREATED, MISSING, NOT_READ, PARTIAL, gap_lines
 from stacks import config as platform_config
 
@@ -27,6 +27,17 @@ def header(step: int, text: str) -> None:
 
 def shown(path: Path) -> str:
     return str(path.relative_to(ROOT))
+
+
+def validation_lines(templates: int, environments: int, assembly: str, acknowledged: list[tuple[str, str]],
+                     lint: LintResult) -> list[str]:
+    rules = {rule for _, rule in acknowledged}
+    return [f"Synthesized and validated: {templates} templates of {environments} environments in {assembly}",
+            f"  cdk-nag    no unacknowledged finding; {len(acknowledged)} acknowledged, each with its reason on its "
+            f"resource ({len(rules)} rules)",
+            f"  cfn-lint   {len(lint.cfn_lint_errors)} errors",
+            f"  checkov    {len(lint.checkov.failed)} failed, {lint.checkov.passed} passed, "
+            f"{len(lint.checkov.skipped)} suppressed with a reason on the resource"]
 
 
 def estimate_lines(estimates: list[cost_estimate.EnvironmentEstimate]) -> list[str]:
@@ -84,16 +95,10 @@ def main(argv: list[str], *, assembly: Path = ROOT / "cdk.out", local_assembly: 
     table_file.write_text(deployed.table() + "\n")
     print(f"    {len(deployed.reports)} stacks on moto at {deployed.endpoint} ({time.monotonic() - started:.0f} s)")
 
-    rules = sorted({rule for _, rule in acknowledged})
     lines = [
         "",
         "== Summary " + "=" * 60,
-        f"Synthesized and validated: {len(templates)} templates of {len(names)} environments in {shown(assembly)}",
-        "  cdk-nag    no unacknowledged finding; "
-        f"{len(acknowledged)} acknowledged, each with its reason on its resource ({len(rules)} rules)",
-        f"  cfn-lint   {len(lint.cfn_lint_errors)} errors",
-        f"  checkov    {len(lint.checkov.failed)} failed, {lint.checkov.passed} passed, "
-        f"{len(lint.checkov.skipped)} suppressed with a reason on the resource",
+        *validation_lines(len(templates), len(names), shown(assembly), acknowledged, lint),
         f"Monthly estimate at {assumptions.utilization:.0%} GPU utilization (./platform cost; lines: {shown(cost_file)}):",
         *estimate_lines(estimates),
         *emulator_lines(deployed, shown(table_file)),

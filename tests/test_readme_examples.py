@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ops import budget, cost_estimate, up
+from ops.lint import LintResult, nag_acknowledgements
 from ops.lint import templates as assembly_templates
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,10 +85,17 @@ def readme_example(command: str) -> list[str]:
     return shown.splitlines()
 
 
-def test_the_up_example_shows_what_was_synthesized_and_each_environments_estimate(platform_app, config):
+def test_the_up_example_shows_what_was_synthesized_and_validated(platform_app, config, cfn_lint_scan, checkov_scan):
+    _, _, assembly = platform_app
+    templates = assembly_templates(assembly)
+    lint = LintResult(len(templates), [line for lines in cfn_lint_scan.values() for line in lines], checkov_scan)
+    lines = up.validation_lines(len(templates), len(config.environments), "cdk.out", nag_acknowledgements(assembly),
+                                lint)
+    assert [line for line in lines if line not in readme_example("./platform up")] == []
+
+
+def test_the_up_example_shows_each_environments_estimate(platform_app):
     _, _, assembly = platform_app
     shown = readme_example("./platform up")
-    assert (f"Synthesized and validated: {len(assembly_templates(assembly))} templates of {len(config.environments)} "
-            "environments in cdk.out") in shown
     estimates = cost_estimate.estimates(assembly, cost_estimate.Assumptions())
     assert [line for line in up.estimate_lines(estimates) if line not in shown] == []
