@@ -54,7 +54,7 @@ print(json.dumps({"import": t1 - t0, "construct": out[False][0], "synth_nag": ou
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(prog="./platform bench", description=__doc__)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--skip-cold", action="store_true", help="skip the cold-setup measurement (several minutes)")
     args = parser.parse_args(argv)
