@@ -7,7 +7,6 @@ built-in template validation on: the suite's one fully validated synth.
 """
 
 import json
-from concurrent.futures import ThreadPoolExecutor, wait
 
 import pytest
 
@@ -16,6 +15,7 @@ from ops.report import CREATED, MISSING, PARTIAL, format_reports, gaps, stack_te
 from stacks.app_builder import build
 from stacks.config import interface_endpoint_service
 from tests.conftest import new_app
+from tests.emulator.conftest import stop
 from tests.test_readme_examples import readme_example
 
 # What moto does not do, pinned: (status, stack, type, aspect not as declared). A new gap (a resource type moto
@@ -46,18 +46,16 @@ EXPECTED_GAPS = {(MISSING, stack, type_, "") for stack, types in NOT_CREATED_TYP
 
 
 @pytest.fixture(scope="module")
-def emulator(config, tmp_path_factory):
-    """moto as dev's account, started and bootstrapped in a thread while local_assembly synthesizes, as up does."""
-    emulator = local_deploy.LocalEmulator(config.environments["dev"], tmp_path_factory.mktemp("logs"))
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        starting = pool.submit(emulator.start)
-        yield emulator, starting
-        wait([starting])
-        emulator.stop()
+def emulator(request):
+    """moto as dev's account, bootstrapped in a thread since the session started (conftest.py), as up bootstraps
+    it while the local target synthesizes."""
+    emulator, starting, _, _ = request.config.local_emulator
+    yield emulator, starting
+    stop(request.config)
 
 
 @pytest.fixture(scope="module")
-def local_assembly(emulator, tmp_path_factory, config):
+def local_assembly(tmp_path_factory, config):
     outdir = tmp_path_factory.mktemp("cdk.out.local")
     app = new_app(outdir, validate_templates=True)
     build(app, config, target="local")
