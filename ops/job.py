@@ -239,7 +239,7 @@ def parser() -> Parser:
 def main(argv: list[str], session_factory=None) -> int:
     if argv[:1] == ["cost"]:
         from ops import job_cost
-        return job_cost.main(argv[1:])
+        return job_cost.main(argv[1:], session_factory=session_factory)
     # The job's command follows "--" and may carry options of its own.
     ours, command = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     jobs = parser()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError
 
-from ops import aws_access, budget, cost_estimate, dataset, drift_baseline, fleet, job, job_cost
+from ops import aws_access, budget, cost_estimate, dataset, drift_baseline, fleet, job
 from tests.unit.test_aws_access import no_credentials
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,8 +43,8 @@ def no_aws(monkeypatch):
 
 
 def run(module, argv):
-    if module is job and argv[:1] == ["cost"]:
-        return job_cost.main(argv[1:], session_factory=lambda env: pytest.fail("AWS was called"))
+    if module is job:
+        return job.main(argv, session_factory=lambda env: pytest.fail("AWS was called"))
     return module.main(argv)
 
 
