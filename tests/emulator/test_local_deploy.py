@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from ops import local_deploy, up
+from ops import up
 from ops.report import CREATED, MISSING, PARTIAL, format_reports, gaps, stack_templates
 from stacks.app_builder import build
 from stacks.config import interface_endpoint_service
