@@ -1,24 +1,26 @@
 """./platform up after setup: synthesize every environment, validate it, estimate its cost, deploy dev to the local
-emulator, and end with a summary that fits on one screen. The long tables go to files it names.
+emulator, run the example job as a queue runs it, and end with a summary that fits on one screen. The long tables
+go to files it names.
 
   ./platform up    (no options: it needs no AWS account; the tools' output goes to logs/, shown when one fails)
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
 
 from ops import cost_estimate, local_deploy
 from ops.aws_access import environment
-from ops.cdk_cli import LOGS, ROOT, synth
+from ops.cdk_cli import LOGS, ROOT, run_logged, synth
 from ops.cli import Parser
 from ops.lint import LintResult, lint_assembly, nag_acknowledgements
 from ops.report import CREATED, MISSING, NOT_READ, PARTIAL, gap_lines
 from stacks import config as platform_config
 
-STEPS = 5  # setup (the platform script), synth, lint, cost, emulator
+STEPS = 6  # setup (the platform script), synth, lint, cost, emulator, the example job
 
 
 def header(step: int, text: str) -> None:
@@ -54,6 +56,14 @@ def emulator_lines(deployed: local_deploy.LocalDeploy, table: str) -> list[str]:
             f"  of {len(resources)} resources " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
             + "; what moto did not apply or create:",
             *gap_lines(deployed.reports)]
+
+
+def local_run_lines(output: str) -> list[str]:
+    """Each attempt's outcome and the command that shows the run, from ops.local_run's output."""
+    attempts = re.findall(r"^    (attempt \d+: .*? -> exit \d+)", output, re.M)
+    run = re.search(r"\(\./platform runs show --local (\w+)\)", output)
+    return [*(f"  {line}" for line in attempts),
+            f"  one run recorded: ./platform runs show --local {run[1] if run else '(not found)'}"]
 
 
 def main(argv: list[str], *, assembly: Path = ROOT / "cdk.out", local_assembly: Path = ROOT / "cdk.out.local",
@@ -95,6 +105,12 @@ def main(argv: list[str], *, assembly: Path = ROOT / "cdk.out", local_assembly: 
     table_file.write_text(deployed.table() + "\n")
     print(f"    {len(deployed.reports)} stacks on moto at {deployed.endpoint} ({time.monotonic() - started:.0f} s)")
 
+    header(6, "run the example job as a queue runs it: a real SIGTERM, a resumed attempt, one recorded run")
+    run_file = logs / "local-run.txt"
+    seconds = run_logged([sys.executable, "-m", "ops.local_run"], "the example job's local run", log=run_file)
+    run_lines = local_run_lines(run_file.read_text())
+    print(f"    {len(run_lines) - 1} attempts, one run in .ml-platform/ ({seconds:.0f} s)")
+
     lines = [
         "",
         "== Summary " + "=" * 60,
@@ -102,6 +118,8 @@ def main(argv: list[str], *, assembly: Path = ROOT / "cdk.out", local_assembly: 
         f"Monthly estimate at {assumptions.utilization:.0%} GPU utilization (./platform cost; lines: {shown(cost_file)}):",
         *estimate_lines(estimates),
         *emulator_lines(deployed, shown(table_file)),
+        f"Example job, as a queue runs it, on moto's S3 (the whole run record: {shown(run_file)}):",
+        *run_lines,
         "Next:",
         "  ./platform test                       the whole test suite (about a minute)",
         "  config/environments.toml              your accounts, Regions, fleets, queues (README: Environments)",

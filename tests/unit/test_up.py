@@ -12,6 +12,15 @@ from ops.lint import CheckovResult, LintResult
 from ops.report import MISSING, PARTIAL, Finding, ResourceReport, StackReport
 
 
+LOCAL_RUN = """==> local run: example-1, checkpoints at s3://b/checkpoints/training/example-1/ (emulated S3)
+    attempt 1: SIGTERM after epoch 3 (a simulated Spot reclaim) -> exit 143: attempt 1: stopped at epoch 3 of 30
+    attempt 2: resuming from the checkpoint of epoch 3 -> exit 0: run 169cfc6a finished: holdout accuracy 0.849
+
+The run it recorded (./platform runs show --local 169cfc6a):
+Run 169cfc6a (example-1, experiment training): FINISHED
+"""
+
+
 @pytest.fixture
 def steps(monkeypatch, tmp_path):
     """Every step of up replaced by its result, so the test sees what up makes of them."""
@@ -34,6 +43,13 @@ def steps(monkeypatch, tmp_path):
         called.append("deploy")
         return deployed["result"]
     monkeypatch.setattr(local_deploy, "synthesize_and_deploy", deploy)
+
+    def local_run(command, what, log):
+        called.append(command[-1])
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(LOCAL_RUN)
+        return 9.0
+    monkeypatch.setattr(up, "run_logged", local_run)
     return {"lint": lint, "deployed": deployed, "called": called, "logs": tmp_path / "logs",
             "run": lambda: up.main([], assembly=tmp_path / "cdk.out", local_assembly=tmp_path / "local",
                                    logs=tmp_path / "logs")}
@@ -42,7 +58,7 @@ def steps(monkeypatch, tmp_path):
 def test_up_shows_every_step_and_ends_with_a_summary_on_one_screen(steps, capsys):
     assert steps["run"]() == 0
     out = capsys.readouterr().out.splitlines()
-    assert [line.split(" ")[1] for line in out if line.startswith("==> ")] == ["2/5", "3/5", "4/5", "5/5"]
+    assert [line.split(" ")[1] for line in out if line.startswith("==> ")] == ["2/6", "3/6", "4/6", "5/6", "6/6"]
     summary = out[out.index("== Summary " + "=" * 60):]
     assert len(out) < 40
     assert summary[1:5] == [
@@ -55,6 +71,12 @@ def test_up_shows_every_step_and_ends_with_a_summary_on_one_screen(steps, capsys
     assert "  PARTIAL       1 x AWS::S3::Bucket: lifecycle rules not as declared" in summary
     assert "  NOT CREATED  1 x AWS::CloudWatch::Alarm" in summary
     assert any("whole table: emulator-report.txt" in line for line in summary)
+    assert summary[summary.index("Example job, as a queue runs it, on moto's S3 (the whole run record: "
+                                 "local-run.txt):") + 1:][:3] == [
+        "  attempt 1: SIGTERM after epoch 3 (a simulated Spot reclaim) -> exit 143",
+        "  attempt 2: resuming from the checkpoint of epoch 3 -> exit 0",
+        "  one run recorded: ./platform runs show --local 169cfc6a"]
+    assert steps["called"] == ["deploy", "ops.local_run"]
     assert summary[-4:][0].startswith("  ./platform test")
     assert (steps["logs"] / "emulator-report.txt").read_text().startswith("What was deployed to the emulator")
     assert (steps["logs"] / "cost-estimate.txt").read_text().startswith("Monthly cost estimate. Assumptions:")
