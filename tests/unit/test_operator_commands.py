@@ -229,6 +229,7 @@ def test_tco_help_synthesizes_nothing():
 # Where ops/ makes a boto3 client or session itself instead of taking it from ops.aws_access, and why.
 OWN_SESSIONS = {
     "local_deploy.py": "the local emulator, with dummy credentials",
+    "local_run.py": "the example job against the local emulator's S3, with dummy credentials",
     "refresh_prices.py": "public Price List and Spot data, no environment's account",
 }
 
