@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError
 
-from ops import aws_access, budget, cost_estimate, dataset, drift_baseline, fleet, job
+from ops import aws_access, budget, cost_estimate, dataset, drift_baseline, fleet, job, model, runs
 from tests.unit.test_aws_access import no_credentials
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,6 +26,8 @@ COMMANDS = {  # module, its usage line's start, the command's arguments with an 
     "budget": (budget, "usage: ./platform budget ", ["status", "nosuch"]),
     "budget activate-tags": (budget, "usage: ./platform budget ", ["activate-tags", "nosuch"]),
     "cost": (cost_estimate, "usage: ./platform cost ", ["nosuch"]),
+    "runs": (runs, "usage: ./platform runs ", ["list", "nosuch"]),
+    "model": (model, "usage: ./platform model ", ["status", "nosuch", "classifier"]),
 }
 
 
@@ -34,7 +36,7 @@ def no_aws(monkeypatch):
     """Any credential check or AWS session fails the test: the command had to end before it."""
     def called(*args, **kwargs):
         raise AssertionError("an AWS session was asked for")
-    for module in (fleet, job, dataset, drift_baseline, budget):
+    for module in (fleet, job, dataset, drift_baseline, budget, model):
         for name in ("session_for", "payer_session"):
             if hasattr(module, name):
                 monkeypatch.setattr(module, name, called)
