@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-from aws_cdk import Acknowledgment, Duration, Size, Stack, Validations
+from aws_cdk import Acknowledgment, Annotations, Duration, Size, Stack, Validations
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
@@ -89,18 +89,38 @@ def validate_multi_node(scope: Construct, instance_types: Sequence[ec2.InstanceT
     return entries
 
 
-def multi_node_subnet(vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection], entries) -> ec2.ISubnet:
-    """The first selected subnet (one AZ for the cluster placement group), which must reach the internet."""
+def multi_node_subnet(vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection], entries, *, efa: bool) -> ec2.ISubnet:
+    """The first selected subnet (one AZ for the cluster placement group); with EFA it must reach the internet."""
     # jsii structs keep their fields in _values; select_subnets takes them as keyword arguments.
     subnet = vpc.select_subnets(**(vpc_subnets._values if vpc_subnets else {})).subnets[0]
-    if subnet.subnet_id in {s.subnet_id for s in vpc.isolated_subnets}:
+    if efa and subnet.subnet_id in {s.subnet_id for s in vpc.isolated_subnets}:
         # The boot installs the EFA driver from the internet; without it the EFA device never appears and every
         # attempt fails to start its container.
-        raise ValidationError("TrainingQueue", "multi_node_instance_types", [e.name for e in entries],
-                              "multi-node instances in subnets with a route to the internet (a NAT gateway): their "
-                              "boot installs the EFA driver", "give the VPC a NAT gateway (private subnets with "
-                              "egress) and pass those as vpc_subnets, or drop multi_node_instance_types")
+        raise ValidationError("TrainingQueue", "multi_node_efa", True,
+                              "multi-node instances with EFA in subnets with a route to the internet (a NAT gateway): "
+                              "their boot installs the EFA driver", "give the VPC a NAT gateway (private subnets with "
+                              "egress) and pass those as vpc_subnets, or set multi_node_efa=False")
     return subnet
+
+
+def check_default_security_group(scope: Construct, vpc: ec2.IVpc) -> None:
+    """With EFA, the multi-node compute environment has no security groups (Batch refuses them next to a launch
+    template's network interfaces), so each job container's interface gets the VPC's default security group
+    (https://docs.aws.amazon.com/batch/latest/userguide/mnp-ce.html). A default group CDK emptied
+    (restrict_default_security_group) lets nothing through: fail. Anything else: say what it must allow."""
+    if isinstance(vpc, ec2.Vpc) and vpc.node.try_find_child("RestrictDefaultSecurityGroupCustomResource") is not None:
+        raise ValidationError("TrainingQueue", "multi_node_efa", True,
+                              "a VPC whose default security group lets the job's nodes reach each other and S3 (with "
+                              f"EFA, Batch puts each node's container interface in it); {vpc.node.path} removes its rules "
+                              "(restrict_default_security_group)",
+                              "set multi_node_efa=False (the nodes get the queue's own security group), or "
+                              "restrict_default_security_group=False on the VPC")
+    Annotations.of(scope).add_warning_v2(
+        "ml-platform:multi-node-default-security-group",
+        "multi_node_efa=True: each multi-node job container's network interface is in the VPC's default security "
+        "group (Batch refuses security groups on a compute environment whose launch template has network "
+        "interfaces), which must let the nodes reach each other and S3, and lets in whatever else is in it. "
+        "multi_node_efa=False puts them in the queue's own group.")
 
 
 def require_endpoints_without_egress(vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection]) -> None:
@@ -231,7 +251,14 @@ def multi_node_network(scope: Construct, vpc: ec2.IVpc, queue_name: str) -> tupl
     return security_group, placement_group
 
 
-def attach_efa(template: ec2.LaunchTemplate, security_group: ec2.ISecurityGroup) -> None:
-    """The L2 launch template has no network interfaces: one EFA as the primary interface."""
+def attach_efa(template: ec2.LaunchTemplate, environment: batch.ManagedEc2EcsComputeEnvironment,
+               security_group: ec2.ISecurityGroup) -> None:
+    """One EFA as the instances' primary interface, carrying ``security_group`` (the L2 launch template has no
+    network interfaces). Batch refuses a compute environment with security groups whose launch template has network
+    interfaces ("Either compute environment Security Groups or Network Interfaces in Launch template are exclusively
+    allowed": https://github.com/aws/aws-cdk/issues/21577, the reason for aws-cdk's fix in
+    https://github.com/aws/aws-cdk/pull/21579), and an EFA can be attached only at launch or to a stopped instance
+    (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/create-efa.html): the environment's groups go."""
     template.node.default_child.add_property_override("LaunchTemplateData.NetworkInterfaces", [{
         "DeviceIndex": 0, "InterfaceType": "efa", "Groups": [security_group.security_group_id]}])
+    environment.node.default_child.add_property_deletion_override("ComputeResources.SecurityGroupIds")

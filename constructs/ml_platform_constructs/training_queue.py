@@ -38,8 +38,9 @@ from .gpu_alarms import gpu_alarms, gpu_memory_used_ratio, gpu_metric, validate_
 from .instance_bootstrap import validate_dataset_volumes
 from .mlflow_tracking import MlflowTracking
 from .queue_compute import (EFA_INSTALL, ROOT_DEVICE, STOP_TIMEOUT_SECONDS, ComputeSettings, attach_efa,
-                            ecs_agent_config, multi_node_network, multi_node_subnet, omit_state,
-                            require_endpoints_without_egress, require_x86, validate_capacity, validate_multi_node)
+                            check_default_security_group, ecs_agent_config, multi_node_network, multi_node_subnet,
+                            omit_state, require_endpoints_without_egress, require_x86, validate_capacity,
+                            validate_multi_node)
 from .queue_jobs import (ATTEMPTS, EFA_DEVICE, JOB_NAMESPACE, MEMORY_HEADROOM, MULTI_NODE_NODES, JobSettings,
                          container_environment, is_tagged_ecr_image, job_role, job_size, job_volumes,
                          smallest_fit, validate_job_props)
@@ -91,6 +92,10 @@ class TrainingQueue(Construct):
     :param multi_node_instance_types: EFA-capable types for multi-node parallel jobs (On-Demand only, one AZ,
         cluster placement group), in a job queue of their own. Default: none.
     :param multi_node_max_vcpus: vCPUs of the multi-node environment, room for at least 2 nodes. Default: 0.
+    :param multi_node_efa: attach an EFA to each multi-node instance. Batch then refuses the environment's security
+        groups, so each node's container interface is in the VPC's default security group (a warning; a synth error
+        where CDK emptied that group); the boot installs the EFA driver (needs a NAT gateway). Default: False: the
+        nodes talk over the VPC network in the queue's own multi-node security group.
     :param job_attempts: attempts per job (1-10), Spot reclaims included. Default: 3.
     :param job_timeout: an attempt running longer is stopped (and not retried). Default: 24 hours.
     :param job_vcpus: vCPUs per job. Default: the smallest type's.
@@ -126,6 +131,7 @@ class TrainingQueue(Construct):
         on_demand_max_vcpus: int = 0,
         multi_node_instance_types: Sequence[ec2.InstanceType] = (),
         multi_node_max_vcpus: int = 0,
+        multi_node_efa: bool = False,
         job_attempts: int = 3,
         job_timeout: Duration = Duration.hours(24),
         job_vcpus: Optional[int] = None,
@@ -158,7 +164,14 @@ class TrainingQueue(Construct):
                                                   allow_mixed_gpu_memory=allow_mixed_gpu_memory)
         require_x86("instance_types", self.catalog_entries)
         self.multi_node_entries = validate_multi_node(self, multi_node_instance_types, multi_node_max_vcpus)
-        one_az = multi_node_subnet(vpc, vpc_subnets, self.multi_node_entries) if self.multi_node_entries else None
+        if multi_node_efa and not self.multi_node_entries:
+            raise ValidationError("TrainingQueue", "multi_node_efa", True, "False without multi_node_instance_types",
+                                  "add EFA types or leave multi_node_efa unset")
+        one_az = None
+        if self.multi_node_entries:
+            one_az = multi_node_subnet(vpc, vpc_subnets, self.multi_node_entries, efa=multi_node_efa)
+            if multi_node_efa:
+                check_default_security_group(self, vpc)
         require_endpoints_without_egress(vpc, vpc_subnets)
         validate_alarm_props("TrainingQueue", idle_threshold_percent=idle_threshold_percent,
                              idle_evaluation_periods=idle_evaluation_periods, alarm_period=alarm_period,
@@ -211,7 +224,8 @@ class TrainingQueue(Construct):
         self.multi_node_environment = self.multi_node_job_queue = self.multi_node_job_definition = None
         self.multi_node_job_queue_arn = None
         if self.multi_node_entries:
-            self._multi_node(compute, vpc, one_az, multi_node_instance_types, multi_node_max_vcpus, image_uri)
+            self._multi_node(compute, vpc, one_az, multi_node_instance_types, multi_node_max_vcpus, image_uri,
+                             efa=multi_node_efa)
 
         # --- events, alarms and the dashboard (queue_monitoring.py, gpu_alarms.py) ---
         self.failed_jobs_rule, self.spot_retries_rule = job_event_rules(
@@ -246,24 +260,24 @@ class TrainingQueue(Construct):
                                   "pass a kms.Key or PlatformKey.key of this app (the queue adds the statement itself)")
 
     def _multi_node(self, compute: ComputeSettings, vpc: ec2.IVpc, subnet: ec2.ISubnet,
-                    instance_types: Sequence[ec2.InstanceType], max_vcpus: int, image_uri: str) -> None:
+                    instance_types: Sequence[ec2.InstanceType], max_vcpus: int, image_uri: str, *, efa: bool) -> None:
         # Multi-node parallel jobs: On-Demand only, one AZ, a cluster placement group, and a security group that
         # lets the nodes talk to each other only: https://docs.aws.amazon.com/batch/latest/userguide/mnp-ce.html
         self.multi_node_security_group, self.placement_group = multi_node_network(self, vpc, self.queue_name)
-        template = compute.launch_template(self, "MultiNodeLaunchTemplate", extra_commands=[EFA_INSTALL])
-        attach_efa(template, self.multi_node_security_group)
+        template = compute.launch_template(self, "MultiNodeLaunchTemplate", extra_commands=[EFA_INSTALL] if efa else [])
+        # The jobs run in awsvpc mode: each node's container gets an interface of its own with the environment's
+        # security groups, or the VPC's default group where it has none (the page above).
         self.multi_node_environment = compute.compute_environment(
             self, "MultiNodeEnvironment", vpc, ec2.SubnetSelection(subnets=[subnet]), instance_types, max_vcpus,
             spot=False, launch_template=template, security_group=self.multi_node_security_group,
             placement_group=self.placement_group)
-        # Security groups go either on the compute environment or on the launch template's network interfaces,
-        # never both (Batch rejects the environment); the EFA interface carries them here.
-        self.multi_node_environment.node.default_child.add_property_deletion_override("ComputeResources.SecurityGroupIds")
+        if efa:
+            attach_efa(template, self.multi_node_environment, self.multi_node_security_group)
         self.multi_node_job_queue = batch.JobQueue(self, "MultiNodeJobQueue", compute_environments=[
             batch.OrderedComputeEnvironment(compute_environment=self.multi_node_environment, order=1)])
         omit_state(self.multi_node_job_queue)
         self.multi_node_job_queue_arn = self.multi_node_job_queue.node.default_child.ref
-        container = self._jobs.container(self, "MultiNodeContainer", image_uri, self.multi_node_job_size, efa=True)
+        container = self._jobs.container(self, "MultiNodeContainer", image_uri, self.multi_node_job_size, efa=efa)
         self.multi_node_job_definition = self._jobs.multi_node(self, "MultiNodeJobDefinition", container)
 
     def _job_queue_arns(self) -> list[str]:

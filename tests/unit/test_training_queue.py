@@ -244,14 +244,6 @@ def test_multi_node_is_on_demand_in_one_az_with_a_cluster_placement_group(built)
     template.has_resource_properties("AWS::EC2::PlacementGroup", {"Strategy": "cluster"})
 
 
-def test_multi_node_launch_template_attaches_an_efa_and_installs_its_driver(built):
-    template, _ = built
-    data = next(v for k, v in template.find_resources("AWS::EC2::LaunchTemplate").items()
-                if "MultiNode" in k)["Properties"]["LaunchTemplateData"]
-    assert data["NetworkInterfaces"][0]["InterfaceType"] == "efa"
-    assert "efa_installer.sh" in boot_script(template, multi_node=True)
-
-
 def test_multi_node_security_group_admits_its_own_nodes_only(built):
     template, _ = built
     ingress = list(template.find_resources("AWS::EC2::SecurityGroupIngress").values())
@@ -260,14 +252,13 @@ def test_multi_node_security_group_admits_its_own_nodes_only(built):
     assert rule["IpProtocol"] == "-1" and rule["SourceSecurityGroupId"] == rule["GroupId"]
 
 
-def test_multi_node_definition_has_an_open_node_range_and_the_efa_device(built):
+def test_multi_node_definition_has_an_open_node_range(built):
     template, _ = built
     definition = next(p["Properties"] for p in template.find_resources("AWS::Batch::JobDefinition").values()
                       if p["Properties"]["Type"] == "multinode")
     nodes = definition["NodeProperties"]
     assert (nodes["NumNodes"], nodes["MainNode"], nodes["NodeRangeProperties"][0]["TargetNodes"]) == (2, 0, "0:")
     container = nodes["NodeRangeProperties"][0]["Container"]
-    assert container["LinuxParameters"]["Devices"][0]["HostPath"] == "/dev/infiniband/uverbs0"
     requirements = {r["Type"]: r["Value"] for r in container["ResourceRequirements"]}
     assert requirements["GPU"] == "4" and requirements["VCPU"] == "48"
 
@@ -332,14 +323,6 @@ def test_ecr_pattern_accepts_tags_and_digests_only_from_ecr():
     assert not is_tagged_ecr_image("123456789012.dkr.ecr.eu-west-1.amazonaws.com/train")  # never "latest" by accident
 
 
-def test_multi_node_environment_leaves_security_groups_to_the_efa_interface(built):
-    template, _ = built
-    multi = next(p for p in environments(template).values() if "PlacementGroup" in p["ComputeResources"])
-    assert "SecurityGroupIds" not in multi["ComputeResources"]
-    spot_env = spot(template)
-    assert spot_env["ComputeResources"]["SecurityGroupIds"]
-
-
 def test_every_compute_environment_follows_its_launch_templates_latest_version(built):
     for props in environments(built[0]).values():
         template = props["ComputeResources"]["LaunchTemplate"]
@@ -357,13 +340,6 @@ def test_events_go_to_the_log_group_arn_without_the_wildcard_and_only_from_the_q
     policy = json.loads(json.dumps(next(iter(template.find_resources("AWS::Logs::ResourcePolicy").values()))))
     text = json.dumps(policy)
     assert "aws:SourceArn" in text and all(rule_id in text for rule_id in rules)
-
-
-def test_multi_node_in_isolated_subnets_fails_at_synth_with_the_fix(synth_stack):
-    with pytest.raises(ValidationError, match=r"multi_node_instance_types=\['g6.12xlarge'\] is invalid: multi-node "
-                                              r"instances in subnets with a route to the internet.*Fix: give the VPC a NAT"):
-        synth_stack(lambda stack: queue_stack(stack, multi_node_instance_types=[ec2.InstanceType("g6.12xlarge")],
-                                              multi_node_max_vcpus=96))
 
 
 def test_grant_submit_jobs_covers_every_revision_of_the_queues_definitions(synth_stack):
@@ -395,3 +371,94 @@ def test_the_module_keeps_offering_the_names_it_always_had():
                    "metric_spot_retries", "metric_failed_jobs", "retry_strategies", "checkpoint_root"):
         assert hasattr(module.TrainingQueue, method), method
     assert len(TrainingQueue.retry_strategies()) == 5
+
+
+# --- multi-node networking: the nodes' container interfaces (awsvpc) get the environment's security groups, or the
+# VPC's default group where it has none: https://docs.aws.amazon.com/batch/latest/userguide/mnp-ce.html
+
+def multi_node_environment(template):
+    return next(p for p in environments(template).values() if "PlacementGroup" in p["ComputeResources"])
+
+
+def multi_node_template_data(template):
+    return next(v for k, v in template.find_resources("AWS::EC2::LaunchTemplate").items()
+                if "MultiNode" in k)["Properties"]["LaunchTemplateData"]
+
+
+def multi_node_container(template):
+    definition = next(p["Properties"] for p in template.find_resources("AWS::Batch::JobDefinition").values()
+                      if p["Properties"]["Type"] == "multinode")
+    return definition["NodeProperties"]["NodeRangeProperties"][0]["Container"]
+
+
+def test_multi_node_environment_puts_the_nodes_in_the_queues_node_group_not_the_vpc_default(built):
+    template, _ = built
+    groups = multi_node_environment(template)["ComputeResources"]["SecurityGroupIds"]
+    node_group = next(k for k in template.find_resources("AWS::EC2::SecurityGroup") if "MultiNodeSecurityGroup" in k)
+    assert groups == [{"Fn::GetAtt": [node_group, "GroupId"]}]
+    # Without EFA the launch template has no network interfaces (Batch refuses them next to the groups) and the job
+    # asks for no EFA device.
+    assert "NetworkInterfaces" not in multi_node_template_data(template)
+    assert "efa_installer.sh" not in boot_script(template, multi_node=True)
+    assert "Devices" not in multi_node_container(template).get("LinuxParameters", {})
+
+
+@pytest.fixture(scope="module")
+def built_efa(synth_stack):
+    stacks = []
+
+    def body(stack):
+        egress = ec2.Vpc(stack, "EgressVpc", availability_zones=["us-east-1a", "us-east-1b"], nat_gateways=1,
+                         restrict_default_security_group=False)
+        queue_stack(stack, vpc=egress, vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+                    multi_node_instance_types=[ec2.InstanceType("g6.12xlarge")], multi_node_max_vcpus=96,
+                    multi_node_efa=True)
+        stacks.append(stack)
+    return synth_stack(body), stacks[0]
+
+
+def test_multi_node_efa_attaches_an_efa_with_the_node_group_and_installs_its_driver(built_efa):
+    template, _ = built_efa
+    interface = multi_node_template_data(template)["NetworkInterfaces"][0]
+    assert interface["InterfaceType"] == "efa" and interface["DeviceIndex"] == 0
+    assert "MultiNodeSecurityGroup" in json.dumps(interface["Groups"])
+    assert "efa_installer.sh" in boot_script(template, multi_node=True)
+    assert multi_node_container(template)["LinuxParameters"]["Devices"][0]["HostPath"] == "/dev/infiniband/uverbs0"
+    # Batch refuses security groups on an environment whose launch template has network interfaces.
+    assert "SecurityGroupIds" not in multi_node_environment(template)["ComputeResources"]
+    assert spot(template)["ComputeResources"]["SecurityGroupIds"]
+
+
+def test_multi_node_efa_warns_that_the_nodes_are_in_the_vpc_default_group(built_efa):
+    Annotations.from_stack(built_efa[1]).has_warning("*", Match.string_like_regexp(
+        "multi_node_efa=True: each multi-node job container's network interface is in the VPC's default security group"))
+
+
+def test_multi_node_efa_in_a_vpc_whose_default_group_cdk_emptied_fails_at_synth_with_the_fix(synth_stack):
+    def body(stack):
+        vpc = ec2.Vpc(stack, "Locked", availability_zones=["us-east-1a", "us-east-1b"], nat_gateways=1,
+                      restrict_default_security_group=True)
+        queue_stack(stack, vpc=vpc, vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+                    multi_node_instance_types=[ec2.InstanceType("g6.12xlarge")], multi_node_max_vcpus=96,
+                    multi_node_efa=True)
+    with pytest.raises(ValidationError, match=r"multi_node_efa=True is invalid: a VPC whose default security group "
+                                              r"lets the job's nodes reach each other.*Fix: set multi_node_efa=False"):
+        synth_stack(body)
+
+
+def test_multi_node_efa_in_isolated_subnets_fails_at_synth_with_the_fix(synth_stack):
+    with pytest.raises(ValidationError, match=r"multi_node_efa=True is invalid: multi-node instances with EFA in subnets "
+                                              r"with a route to the internet.*Fix: give the VPC a NAT"):
+        synth_stack(lambda stack: queue_stack(stack, multi_node_instance_types=[ec2.InstanceType("g6.12xlarge")],
+                                              multi_node_max_vcpus=96, multi_node_efa=True))
+
+
+def test_multi_node_without_efa_runs_in_isolated_subnets_with_the_queue_endpoints(synth_stack):
+    template = synth_stack(lambda stack: queue_stack(stack, multi_node_instance_types=[ec2.InstanceType("g6.12xlarge")],
+                                                     multi_node_max_vcpus=96))
+    assert multi_node_environment(template)["ComputeResources"]["SecurityGroupIds"]
+
+
+def test_multi_node_efa_without_multi_node_types_fails(synth_stack):
+    with pytest.raises(ValidationError, match=r"multi_node_efa=True is invalid: False without multi_node_instance_types"):
+        synth_stack(lambda stack: queue_stack(stack, multi_node_efa=True))
