@@ -33,6 +33,9 @@ ROOT_DEVICE = "/dev/xvda"  # Amazon Linux 2023 (the ECS GPU AMI)
 # ECS container stop timeout: the agent sends SIGTERM, then SIGKILL after this (default 30 s on EC2):
 # https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs-agent-config.html (ECS_CONTAINER_STOP_TIMEOUT)
 STOP_TIMEOUT_SECONDS = (30, 115)
+# An infrastructure update waits at most this long for running jobs before it replaces their instances:
+# https://docs.aws.amazon.com/batch/latest/APIReference/API_UpdatePolicy.html
+UPDATE_TIMEOUT_MINUTES_MAX = 7200
 # The EFA installer needs internet (a NAT gateway): https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-start.html
 EFA_INSTALL = ("cd /tmp && curl -fsSLO https://efa-installer.amazonaws.com/aws-efa-installer-latest.tar.gz && "
                "tar -xf aws-efa-installer-latest.tar.gz && cd aws-efa-installer && ./efa_installer.sh -y --minimal")
@@ -147,6 +150,11 @@ def require_endpoints_without_egress(vpc: ec2.IVpc, vpc_subnets: Optional[ec2.Su
 
 
 # --- resources ----------------------------------------------------------------------------------------------------
+def update_timeout_for(job_timeout: Duration) -> int:
+    """The job timeout in whole minutes, rounded up, at most UPDATE_TIMEOUT_MINUTES_MAX."""
+    return min(UPDATE_TIMEOUT_MINUTES_MAX, -(-int(job_timeout.to_seconds()) // 60))
+
+
 def ecs_agent_config(stop_timeout_seconds: int) -> list[str]:
     """ECS agent settings for a GPU training instance: Spot draining on, and the SIGTERM-to-SIGKILL time raised from
     30 s so the job can write its checkpoint
@@ -172,6 +180,7 @@ class ComputeSettings:
     :param stop_timeout_seconds: the ECS agent's SIGTERM-to-SIGKILL time.
     :param root_volume_size: of each instance.
     :param dataset_volumes: mounted read-only on each instance.
+    :param update_timeout_minutes: how long an infrastructure update lets running jobs go on (``update_timeout``).
     """
     queue_name: str
     budget_scope: str
@@ -179,6 +188,7 @@ class ComputeSettings:
     stop_timeout_seconds: int
     root_volume_size: Size
     dataset_volumes: Sequence[DatasetVolume]
+    update_timeout_minutes: int
 
     def launch_template(self, scope: Construct, id: str, extra_commands: Sequence[str] = ()) -> ec2.LaunchTemplate:
         """IMDSv2, an encrypted gp3 root, the dataset volumes, and the boot: ECS agent settings, the platform
@@ -214,7 +224,12 @@ class ComputeSettings:
             # https://docs.aws.amazon.com/batch/latest/APIReference/API_Ec2Configuration.html
             images=[batch.EcsMachineImage(image_type=batch.EcsMachineImageType.ECS_AL2023_NVIDIA)],
             launch_template=launch_template, security_groups=[security_group], placement_group=placement_group,
-            update_to_latest_image_version=True)
+            update_to_latest_image_version=True,
+            # Every launch-template change is an infrastructure update: Batch launches new instances for new jobs and
+            # lets running ones go on for update_timeout (30 minutes unless set) before it replaces their instances.
+            # A job's own timeout comes first, so a deploy ends no job that stays within it (up to 5 days):
+            # https://docs.aws.amazon.com/batch/latest/userguide/updating-compute-environments.html
+            update_timeout=Duration.minutes(self.update_timeout_minutes), terminate_on_update=False)
         resource = environment.node.default_child
         # Batch reads a launch template version only at an infrastructure update of the compute environment: naming
         # the template's latest version makes every change of it (user data, volumes) such an update:

@@ -85,18 +85,23 @@ def job_size(scope: Construct, entries, job_vcpus: Optional[int], job_memory: Op
 
 
 def retry_strategies() -> list[batch.RetryStrategy]:
-    """At most 5 entries (Batch's limit); the first that matches decides, and EXIT ends the list."""
+    """At most 5 entries (Batch's limit); the first that matches decides, and none matching means RETRY
+    (https://docs.aws.amazon.com/batch/latest/userguide/job_retries.html)."""
     return [
-        # Spot reclaim: "Host EC2 (instance i-...) terminated."
+        # The host went away under the attempt: "Host EC2 (instance i-...) terminated." A Spot reclaim, and an
+        # infrastructure update (a deploy that changed the launch template) that replaces an instance whose job ran
+        # past the update policy's timeout. The Batch guide names no other reason for jobs an update ends:
+        # https://docs.aws.amazon.com/batch/latest/userguide/updating-compute-environments.html
         batch.RetryStrategy.of(batch.Action.RETRY, batch.Reason.SPOT_INSTANCE_RECLAIMED),
-        # The job exited on the watcher's SIGTERM (128 + 15) before its host went away; nothing else on the
-        # platform sends SIGTERM to a running job that Batch would retry (TerminateJob and timeouts are final).
+        # The job checkpointed and exited on SIGTERM (128 + 15): the watcher's Spot signal, or ECS stopping the task
+        # when Batch ends it for an update. Jobs stopped by TerminateJob or their own timeout are never retried.
         batch.RetryStrategy.of(batch.Action.RETRY, batch.Reason.custom(on_exit_code="143")),
         # Start-up failures on the instance (ECR throttling, agent or Docker trouble).
         batch.RetryStrategy.of(batch.Action.RETRY, batch.Reason.CANNOT_PULL_CONTAINER),
         batch.RetryStrategy.of(batch.Action.RETRY, batch.Reason.custom(on_reason="CannotStartContainerError*")),
-        # Everything else, the job's own non-zero exit included, is final.
-        batch.RetryStrategy.of(batch.Action.EXIT, batch.Reason.custom(on_reason="*")),
+        # Any other exit code of the job's own is final. An attempt that Batch ended without one (a reason no page
+        # names) matches nothing here and is retried.
+        batch.RetryStrategy.of(batch.Action.EXIT, batch.Reason.custom(on_exit_code="*")),
     ]
 
 

@@ -40,7 +40,7 @@ from .mlflow_tracking import MlflowTracking
 from .queue_compute import (EFA_INSTALL, ROOT_DEVICE, STOP_TIMEOUT_SECONDS, ComputeSettings, attach_efa,
                             check_default_security_group, ecs_agent_config, multi_node_network, multi_node_subnet,
                             omit_state, require_endpoints_without_egress, require_x86, validate_capacity,
-                            validate_multi_node)
+                            update_timeout_for, validate_multi_node)
 from .queue_jobs import (ATTEMPTS, EFA_DEVICE, JOB_NAMESPACE, MEMORY_HEADROOM, MULTI_NODE_NODES, JobSettings,
                          container_environment, is_tagged_ecr_image, job_role, job_size, job_volumes,
                          smallest_fit, validate_job_props)
@@ -72,6 +72,8 @@ class TrainingQueue(Construct):
       own non-zero exit is not;
     - a job definition sized to the smallest type (all its GPUs, its vCPUs, 90% of its memory), logs in a log
       group encrypted with ``key``, a timeout;
+    - a deploy that changes the instances (an infrastructure update) lets running jobs go on for their own timeout
+      (at most 5 days) and terminates none; new jobs get the new instances;
     - failed jobs reach ``alerts`` with their status reason and attempts; Spot retries are counted; GPU idle and
       memory alarms per queue notify ``alerts``; a dashboard.
 
@@ -197,7 +199,8 @@ class TrainingQueue(Construct):
             queue_name=self.queue_name, budget_scope=budget_scope, stop_timeout_seconds=stop_timeout_seconds,
             environment={"AWS_REGION": Stack.of(self).region, "ML_PLATFORM_SIGNAL_CONTAINERS": "ecs",
                          "ML_PLATFORM_QUEUE_NAME": self.queue_name},
-            root_volume_size=root_volume_size, dataset_volumes=tuple(dataset_volumes))
+            root_volume_size=root_volume_size, dataset_volumes=tuple(dataset_volumes),
+            update_timeout_minutes=update_timeout_for(job_timeout))
         self.launch_template = compute.launch_template(self, "LaunchTemplate")
 
         self.spot_environment = compute.compute_environment(

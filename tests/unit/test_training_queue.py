@@ -159,7 +159,7 @@ def test_retry_strategy_retries_reclaims_and_start_up_failures_but_not_the_jobs_
         {"Action": "RETRY", "OnExitCode": "143"},
         {"Action": "RETRY", "OnReason": "CannotPullContainerError:*"},
         {"Action": "RETRY", "OnReason": "CannotStartContainerError*"},
-        {"Action": "EXIT", "OnReason": "*"},
+        {"Action": "EXIT", "OnExitCode": "*"},
     ]
 
 

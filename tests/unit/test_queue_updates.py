@@ -1,0 +1,79 @@
+"""What a deploy does to a TrainingQueue's running jobs: every launch-template change is an infrastructure update of
+its compute environments (https://docs.aws.amazon.com/batch/latest/userguide/updating-compute-environments.html)."""
+
+import boto3
+import pytest
+from aws_cdk import Duration
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+from moto import mock_aws
+
+from ml_platform_constructs import TrainingQueue
+from tests.conftest import queue_vpc
+from tests.unit.test_train_example import batch_decision, example
+
+TYPES = ("g5.xlarge", "g5.2xlarge", "g6.xlarge", "g6.2xlarge")
+
+
+def queue_template(synth_stack, **props):
+    def body(stack):
+        TrainingQueue(stack, "Queue", vpc=queue_vpc(stack), alerts=sns.Topic(stack, "Alerts"), key=kms.Key(stack, "Key"),
+                      image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1", on_demand_max_vcpus=8,
+                      instance_types=[ec2.InstanceType(t) for t in TYPES], **props)
+    return synth_stack(body)
+
+
+def update_policies(template):
+    return [v["Properties"].get("UpdatePolicy") for v in template.find_resources("AWS::Batch::ComputeEnvironment").values()]
+
+
+@pytest.fixture(scope="module")
+def default_queue(synth_stack):
+    return queue_template(synth_stack)
+
+
+def test_an_update_lets_running_jobs_finish_within_their_own_timeout_and_never_terminates_them(default_queue):
+    # Batch's default is 30 minutes, after which it replaces the instances under the running jobs.
+    assert update_policies(default_queue) == [{"JobExecutionTimeoutMinutes": 24 * 60, "TerminateJobsOnUpdate": False}] * 2
+
+
+@pytest.mark.parametrize("timeout,minutes", [(Duration.seconds(90), 2), (Duration.days(10), 7200)])
+def test_the_update_timeout_rounds_the_job_timeout_up_and_stops_at_batchs_maximum(synth_stack, timeout, minutes):
+    policies = update_policies(queue_template(synth_stack, job_timeout=timeout))
+    assert {p["JobExecutionTimeoutMinutes"] for p in policies} == {minutes}
+
+
+@pytest.fixture(scope="module")
+def retry_strategy(default_queue):
+    return next(iter(default_queue.find_resources("AWS::Batch::JobDefinition").values()))["Properties"]["RetryStrategy"]
+
+
+def test_a_job_an_update_ends_is_retried_however_batch_ends_it(retry_strategy):
+    # Its instance replaced under it, or its task stopped (SIGTERM, the job checkpoints and exits 143).
+    assert batch_decision(retry_strategy, {"statusReason": "Host EC2 (instance i-0abc) terminated."}) == "RETRY"
+    assert batch_decision(retry_strategy, {"exitCode": 143, "statusReason": "Essential container in task exited"}) == "RETRY"
+    # The job's own failures stay final, whatever reason the container reports.
+    assert batch_decision(retry_strategy, {"exitCode": 1, "statusReason": "Essential container in task exited"}) == "EXIT"
+    assert batch_decision(retry_strategy, {"exitCode": 2, "reason": "", "statusReason": ""}) == "EXIT"
+
+
+def test_a_job_ended_by_an_update_resumes_from_its_checkpoint(tmp_path, monkeypatch, retry_strategy):
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    env = {"ML_PLATFORM_CHECKPOINT_URI": "s3://datasets/checkpoints/training/run-1/",
+           "ML_PLATFORM_STOP_FILE": str(tmp_path / "stop-requested"), "ML_PLATFORM_JOB_PID_FILE": str(tmp_path / "pid")}
+    with mock_aws():
+        s3 = boto3.client("s3")
+        s3.create_bucket(Bucket="datasets")
+        first = example.Job({**env, "AWS_BATCH_JOB_ATTEMPT": "1"}, s3=s3)
+
+        def stopped_by_the_update_at_250(state):
+            if state["step"] == 250:  # ECS stops the task: SIGTERM
+                first.stop_signalled = True
+            return example.train_step(state)
+        stopped = example.run(first, total_steps=400, checkpoint_every=100, step=stopped_by_the_update_at_250)
+        assert batch_decision(retry_strategy, {"exitCode": example.exit_code(stopped, 400),
+                                               "statusReason": "Essential container in task exited"}) == "RETRY"
+        second = example.Job({**env, "AWS_BATCH_JOB_ATTEMPT": "2"}, s3=s3)
+        assert second.resume() == {"step": 251}
+        assert example.run(second, total_steps=400, checkpoint_every=100) == {"step": 400}
