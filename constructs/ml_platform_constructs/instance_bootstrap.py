@@ -133,8 +133,8 @@ class InstanceBootstrap:
             "Restart=on-failure\n[Install]\nWantedBy=multi-user.target\nEOF",
             # The checkpoint signal and the dataset mounts come first: a failed agent download must not cost them.
             "systemctl daemon-reload && systemctl enable --now ml-platform-interruption-watcher.service",
-            # The instance type and Spot or On-Demand (a run's cost), for jobs in containers that cannot reach the
-            # metadata service (hop limit 1).
+            # The instance type and Spot or On-Demand (a run's cost), in the run directory every job mounts: a
+            # job reads them without a metadata call.
             "token=$(curl -sf -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' http://169.254.169.254/latest/api/token)"
             " && curl -sf -H \"X-aws-ec2-metadata-token: $token\" http://169.254.169.254/latest/meta-data/instance-type"
             f" > {INSTANCE_TYPE_FILE} && curl -sf -H \"X-aws-ec2-metadata-token: $token\""

@@ -156,12 +156,23 @@ def update_timeout_for(job_timeout: Duration) -> int:
 
 
 def ecs_agent_config(stop_timeout_seconds: int) -> list[str]:
-    """ECS agent settings for a GPU training instance: Spot draining on, and the SIGTERM-to-SIGKILL time raised from
+    """ECS agent settings for a GPU training instance: Spot draining on, the SIGTERM-to-SIGKILL time raised from
     30 s so the job can write its checkpoint
-    (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/spot-instance-draining-linux-container.html)."""
+    (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/spot-instance-draining-linux-container.html), and
+    job roles for host-network containers.
+
+    Batch runs single-node jobs in host network mode
+    (https://docs.aws.amazon.com/batch/latest/userguide/networking-modes-jobs.html): the container reaches the
+    instance metadata service, whatever the hop limit. Its SDK takes the job role from the agent instead
+    (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI) only where ECS_ENABLE_TASK_IAM_ROLE_NETWORK_HOST is on
+    (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs-agent-config.html, default false). The ECS AMI's
+    ecs-init turns it on unless ecs.config says otherwise (amazon-ecs-agent ecs-init/docker/docker.go); it is set
+    here so the job role never depends on that default. The instance role stays what the ECS and CloudWatch agents
+    need, because a job can still read it from the metadata service."""
     return ["mkdir -p /etc/ecs",
             "echo ECS_ENABLE_SPOT_INSTANCE_DRAINING=true >> /etc/ecs/ecs.config",
-            f"echo ECS_CONTAINER_STOP_TIMEOUT={stop_timeout_seconds}s >> /etc/ecs/ecs.config"]
+            f"echo ECS_CONTAINER_STOP_TIMEOUT={stop_timeout_seconds}s >> /etc/ecs/ecs.config",
+            "echo ECS_ENABLE_TASK_IAM_ROLE_NETWORK_HOST=true >> /etc/ecs/ecs.config"]
 
 
 def omit_state(resource: Construct) -> None:
@@ -240,6 +251,8 @@ class ComputeSettings:
         resource.add_property_override("ComputeResources.Tags", {QUEUE_TAG: self.queue_name,
                                                                  BUDGET_SCOPE_TAG: self.budget_scope})
         omit_state(environment)
+        # Only what the ECS agent (the managed policy aws-cdk-lib attaches) and the CloudWatch agent need: a job in
+        # host network mode can read this role from the metadata service (ecs_agent_config).
         role = environment.instance_role
         role.add_to_principal_policy(iam.PolicyStatement(
             sid="PublishGpuMetrics", actions=["cloudwatch:PutMetricData"], resources=["*"],

@@ -462,3 +462,34 @@ def test_multi_node_without_efa_runs_in_isolated_subnets_with_the_queue_endpoint
 def test_multi_node_efa_without_multi_node_types_fails(synth_stack):
     with pytest.raises(ValidationError, match=r"multi_node_efa=True is invalid: False without multi_node_instance_types"):
         synth_stack(lambda stack: queue_stack(stack, multi_node_efa=True))
+
+
+# --- credentials: single-node jobs run in host network mode and reach the instance metadata service
+# (https://docs.aws.amazon.com/batch/latest/userguide/networking-modes-jobs.html)
+
+def test_jobs_in_host_network_mode_get_the_job_role_from_the_ecs_agent(built):
+    for script in (boot_script(built[0]), boot_script(built[0], multi_node=True)):
+        assert "echo ECS_ENABLE_TASK_IAM_ROLE_NETWORK_HOST=true >> /etc/ecs/ecs.config" in script
+
+
+ECS_INSTANCE_POLICY = "service-role/AmazonEC2ContainerServiceforEC2Role"
+
+
+def test_the_instance_role_a_job_can_read_holds_only_what_the_ecs_and_cloudwatch_agents_need(built):
+    template, _ = built
+    profiles = template.find_resources("AWS::IAM::InstanceProfile")
+    roles = template.find_resources("AWS::IAM::Role")
+    policies = template.find_resources("AWS::IAM::Policy").values()
+    instance_roles = set()
+    for environment in environments(template).values():
+        profile = environment["ComputeResources"]["InstanceRole"]["Fn::GetAtt"][0]
+        instance_roles |= {r["Ref"] for r in profiles[profile]["Properties"]["Roles"]}
+    assert len(instance_roles) == 3  # Spot, On-Demand, multi-node
+    for role in instance_roles:
+        managed = json.dumps(roles[role]["Properties"]["ManagedPolicyArns"])
+        assert managed.count("arn:") == 1 and ECS_INSTANCE_POLICY in managed
+        statements = [s for p in policies if {"Ref": role} in p["Properties"]["Roles"]
+                      for s in p["Properties"]["PolicyDocument"]["Statement"]]
+        assert statements == [{"Action": "cloudwatch:PutMetricData", "Condition": {
+            "StringEquals": {"cloudwatch:namespace": "MLPlatform/GPU"}}, "Effect": "Allow", "Resource": "*",
+            "Sid": "PublishGpuMetrics"}], role

@@ -104,8 +104,8 @@ def publish(record: dict, *, s3: Any, cloudwatch: Any, bucket: str) -> str:
 
 
 def local_instance_type(path: str = INSTANCE_TYPE_FILE, base_url: str = IMDS) -> Optional[str]:
-    """The instance type the platform's boot wrote to ``path`` (visible in a queue job's container, which cannot
-    reach the metadata service), else the metadata service's answer, else None."""
+    """The instance type the platform's boot wrote to ``path`` (mounted into a queue job's container, whatever its
+    network mode), else the metadata service's answer, else None."""
     try:
         with open(path) as handle:
             return handle.read().strip() or None
