@@ -158,3 +158,46 @@ def test_batch_instances_sigterm_every_ecs_task_container_without_stopping_it():
 def test_queue_instances_need_no_fleet_or_hook_settings():
     settings = watcher.Settings.from_env({"AWS_REGION": "us-east-1", "ML_PLATFORM_SIGNAL_CONTAINERS": "ecs"})
     assert settings.signal_containers and settings.fleet_name is None and settings.lifecycle_hook is None
+
+
+def test_on_a_queue_a_spot_notice_signals_the_task_containers_and_never_a_pid_a_container_wrote(imds, tmp_path):
+    metadata, paths = imds
+    paths["spot/instance-action"] = json.dumps({"action": "terminate", "time": "2026-11-30T10:00:00Z"})
+    pid_file = tmp_path / "run" / "job.pid"
+    pid_file.parent.mkdir()
+    pid_file.write_text("7\n")  # the job's PID in its container's namespace: another process on the host
+    killed, commands = [], []
+
+    def run(args, **kwargs):
+        commands.append(args)
+        return subprocess.CompletedProcess(args, 0, stdout="c1\n" if args[1] == "ps" else "")
+    env = {"AWS_REGION": "us-east-1", "ML_PLATFORM_SIGNAL_CONTAINERS": "ecs",
+           "ML_PLATFORM_STOP_FILE": str(tmp_path / "run" / "stop-requested"), "ML_PLATFORM_JOB_PID_FILE": str(pid_file)}
+    assert watcher.main(env, metadata, kill=lambda pid, sig: killed.append(pid), run=run) == 0
+    assert killed == []
+    assert commands[-1] == ["docker", "kill", "--signal", "SIGTERM", "c1"]
+    assert json.loads((tmp_path / "run" / "stop-requested").read_text())["reason"] == "spot-interruption"
+
+
+def test_on_a_fleet_a_spot_notice_signals_the_process_in_the_pid_file(imds, tmp_path):
+    metadata, paths = imds
+    paths["spot/instance-action"] = json.dumps({"action": "terminate", "time": "2026-11-30T10:00:00Z"})
+    (tmp_path / "job.pid").write_text("4242\n")
+    killed, commands = [], []
+    env = {"AWS_REGION": "us-east-1", "ML_PLATFORM_STOP_FILE": str(tmp_path / "stop-requested"),
+           "ML_PLATFORM_JOB_PID_FILE": str(tmp_path / "job.pid")}
+    assert watcher.main(env, metadata, kill=lambda pid, sig: killed.append((pid, sig)),
+                        run=lambda args, **kwargs: commands.append(args)) == 0
+    assert killed == [(4242, signal.SIGTERM)] and not any(c[0] == "docker" for c in commands)
+
+
+def test_a_queue_stop_never_kills_the_number_in_the_pid_file(settings, monkeypatch):
+    queue = watcher.Settings(**{**settings.__dict__, "signal_containers": True, "fleet_name": None,
+                                "lifecycle_hook": None})
+    with open(queue.pid_file, "w") as handle:
+        handle.write("7\n")
+    signalled, killed = [], []
+    monkeypatch.setattr(watcher, "signal_task_containers", lambda *args, **kwargs: signalled.append(True) or ["c1"])
+    assert watcher.request_stop(queue, {"reason": "spot-interruption", "deadline": 0},
+                                kill=lambda pid, sig: killed.append(pid)) is None
+    assert killed == [] and signalled == [True]

@@ -9,9 +9,10 @@ instance metadata service (IMDSv2) for:
   lifecycle hook (https://docs.aws.amazon.com/autoscaling/ec2/userguide/retrieving-target-lifecycle-state-through-imds.html);
 - events/recommendations/rebalance: logged only; capacity rebalancing replaces the instance through scale-in.
 
-On a notice it writes the stop file (reason and deadline) and sends SIGTERM to the job's PID file, and on an
-AWS Batch instance (ML_PLATFORM_SIGNAL_CONTAINERS=ecs) to every ECS task container, whose stop timeout the
-queue raises so the job can checkpoint. When the stop came from scale-in it waits for the job to exit (up to the hook's timeout) and then completes the
+On a notice it writes the stop file (reason and deadline) and sends SIGTERM to the job: on a fleet to the process
+in the job's PID file; on an AWS Batch instance (ML_PLATFORM_SIGNAL_CONTAINERS=ecs) to every ECS task container
+(whose stop timeout the queue raises so the job can checkpoint) and never to a PID file, which a container writes
+from its own PID namespace: on the host that number names another process. When the stop came from scale-in it waits for the job to exit (up to the hook's timeout) and then completes the
 lifecycle action so the instance terminates without waiting out the hook.
 
 Every call it makes is bounded by a timeout: a hung metric publish must not cost the 2 minutes' notice.
@@ -52,7 +53,7 @@ class Settings:
     hook_timeout_seconds: int
     region: str
     fleet_name: Optional[str]  # fleets: publishes JobRunning; none on a queue's instances
-    signal_containers: bool  # AWS Batch: also SIGTERM the ECS task containers
+    signal_containers: bool  # AWS Batch: SIGTERM the ECS task containers, never a PID file
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> "Settings":
@@ -105,11 +106,15 @@ def check(metadata: Metadata) -> Optional[dict]:
     return None
 
 
-def request_stop(settings: Settings, stop: dict, kill: Callable[[int, int], None] = os.kill) -> Optional[int]:
-    """Writes the stop file and sends SIGTERM to the job; returns the job's PID if one was running."""
+def request_stop(settings: Settings, stop: dict, kill: Callable[[int, int], None] = os.kill,
+                 run=subprocess.run) -> Optional[int]:
+    """Writes the stop file and sends SIGTERM to the job; returns a fleet job's PID if one was running."""
     os.makedirs(os.path.dirname(settings.stop_file), exist_ok=True)
     with open(settings.stop_file, "w") as handle:
         json.dump(stop, handle)
+    if settings.signal_containers:
+        print(f"SIGTERM sent to task containers: {signal_task_containers(run)}", flush=True)
+        return None
     pid = job_pid(settings.pid_file)
     if pid is None:
         return None
@@ -193,13 +198,14 @@ def complete_lifecycle_action(settings: Settings, metadata: Metadata, run=subpro
          "--instance-id", instance_id, "--lifecycle-action-result", "CONTINUE"], check=True, timeout=CALL_TIMEOUT_SECONDS)
 
 
-def main() -> int:
-    settings = Settings.from_env(dict(os.environ))
-    metadata = Metadata()
+def main(env: Optional[dict[str, str]] = None, metadata: Optional[Metadata] = None,
+         kill: Callable[[int, int], None] = os.kill, run=subprocess.run) -> int:
+    settings = Settings.from_env(dict(os.environ) if env is None else env)
+    metadata = metadata or Metadata()
     last_published = 0.0
     while True:
         if settings.fleet_name and time.monotonic() - last_published >= PUBLISH_SECONDS:
-            publish_job_running(settings, job_running(settings.pid_file, _alive))
+            publish_job_running(settings, job_running(settings.pid_file, _alive), run=run)
             last_published = time.monotonic()
         try:
             stop = check(metadata)
@@ -210,13 +216,11 @@ def main() -> int:
             stop = None
         if stop:
             print(f"stop requested: {stop}", flush=True)
-            pid = request_stop(settings, stop)
-            if settings.signal_containers:
-                print(f"SIGTERM sent to task containers: {signal_task_containers()}", flush=True)
+            pid = request_stop(settings, stop, kill=kill, run=run)
             if stop["reason"] == "scale-in" and settings.lifecycle_hook:
                 exited = wait_for_exit(pid, settings.hook_timeout_seconds - 30, _alive)
                 print("job exited" if exited else "job still running at the hook timeout", flush=True)
-                complete_lifecycle_action(settings, metadata)
+                complete_lifecycle_action(settings, metadata, run=run)
             return 0
         time.sleep(POLL_SECONDS)
 
