@@ -64,7 +64,7 @@ def dataset_block_devices(scope: Construct, volumes: Sequence[DatasetVolume]) ->
     return devices
 
 
-def gpu_agent_config(group_dimension: tuple[str, str], *, static: bool) -> dict:
+def gpu_agent_config(group_dimension: tuple[str, str], *, static: bool, per_instance_in_group: bool = False) -> dict:
     """The CloudWatch agent's configuration: GPU metrics per group (fleet or queue) and per instance.
 
     ``static`` dimensions (a queue's name) go into the plugin's own ``append_dimensions``, which takes any
@@ -72,6 +72,10 @@ def gpu_agent_config(group_dimension: tuple[str, str], *, static: bool) -> dict:
     (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch-Agent-Configuration-File-Details.html);
     the agent's nvidia_gpu section goes through the same common handling that turns a plugin's append_dimensions
     into tags (translator/translate/metrics/util/commonconfigutil.go, ProcessLinuxCommonConfig).
+
+    The raw metrics also carry each GPU's index, name and host (https://github.com/aws/amazon-cloudwatch-agent/issues/981),
+    so a dashboard or alarm can only read the aggregations published here: the group alone, and the instance alone
+    or, with ``per_instance_in_group``, the group and the instance together (what a queue's dashboard charts).
     """
     key, value = group_dimension
     gpu: dict = {"measurement": GPU_MEASUREMENTS}
@@ -80,10 +84,11 @@ def gpu_agent_config(group_dimension: tuple[str, str], *, static: bool) -> dict:
         gpu["append_dimensions"] = {key: value}
     else:
         global_dimensions = {key: value, **global_dimensions}
+    per_instance = [key, "InstanceId"] if per_instance_in_group else ["InstanceId"]
     return {
         "agent": {"metrics_collection_interval": 60},
         "metrics": {"namespace": GPU_NAMESPACE, "append_dimensions": global_dimensions,
-                    "aggregation_dimensions": [[key], ["InstanceId"]], "metrics_collected": {"nvidia_gpu": gpu}},
+                    "aggregation_dimensions": [[key], per_instance], "metrics_collected": {"nvidia_gpu": gpu}},
     }
 
 

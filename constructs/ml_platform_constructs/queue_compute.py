@@ -206,7 +206,7 @@ class ComputeSettings:
         bootstrap with the queue as the GPU metrics' dimension, then ``extra_commands``."""
         bootstrap = InstanceBootstrap(
             environment=self.environment, dataset_volumes=self.dataset_volumes, agent_install=AL2023_AGENT_INSTALL,
-            agent_config=gpu_agent_config(("QueueName", self.queue_name), static=True))
+            agent_config=gpu_agent_config(("QueueName", self.queue_name), static=True, per_instance_in_group=True))
         script = ec2.UserData.for_linux()
         script.add_commands(*ecs_agent_config(self.stop_timeout_seconds), *bootstrap.commands(), *extra_commands)
         # Batch merges this template into the one it manages; its user data must be MIME multi-part:

@@ -99,6 +99,7 @@ def queue_dashboard(scope: Construct, *, queue_name: str, log_group: logs.ILogGr
         cloudwatch.GraphWidget(title="GPU utilization (%)", left=[gpu_utilization], width=12,
                                left_annotations=[cloudwatch.HorizontalAnnotation(value=idle_threshold,
                                                                                  label="idle threshold")]),
+        # The {QueueName, InstanceId} aggregation the queue's CloudWatch agent publishes (gpu_agent_config).
         cloudwatch.GraphWidget(title="Instances (GPU utilization per instance)", width=12, left=[
             cloudwatch.MathExpression(
                 label="", period=period,

@@ -136,7 +136,7 @@ def test_user_data_is_the_shared_bootstrap_with_the_queue_as_gpu_dimension(built
     agent = json.loads(script.split("cloudwatch-agent.json <<'EOF'\n", 1)[1].split("\nEOF", 1)[0])
     gpu = agent["metrics"]["metrics_collected"]["nvidia_gpu"]
     assert gpu["append_dimensions"] == {"QueueName": "training"}
-    assert agent["metrics"]["aggregation_dimensions"] == [["QueueName"], ["InstanceId"]]
+    assert agent["metrics"]["aggregation_dimensions"] == [["QueueName"], ["QueueName", "InstanceId"]]
 
 
 def test_boot_script_is_valid_bash_with_terminated_here_documents(built, tmp_path):
@@ -227,6 +227,17 @@ def test_idle_gpu_alarm_per_queue_under_40_percent_for_3_periods(built):
         "MetricName": "nvidia_smi_utilization_gpu", "Namespace": "MLPlatform/GPU", "Threshold": 40,
         "EvaluationPeriods": 3, "ComparisonOperator": "LessThanThreshold",
         "Dimensions": [{"Name": "QueueName", "Value": "training"}]})
+
+
+def test_the_per_instance_widget_reads_a_dimension_set_the_agent_publishes(built):
+    # The raw GPU metrics also carry index, name and host: only the agent's aggregations have exactly these sets.
+    import re
+    body = json.dumps(next(iter(built[0].find_resources("AWS::CloudWatch::Dashboard").values()))["Properties"])
+    schema = re.search(r'SCHEMA\(\\+"MLPlatform/GPU\\+", ([A-Za-z, ]+)\)', body)
+    script = boot_script(built[0])
+    agent = json.loads(script.split("cloudwatch-agent.json <<'EOF'\n", 1)[1].split("\nEOF", 1)[0])
+    published = [set(d) for d in agent["metrics"]["aggregation_dimensions"]]
+    assert schema and {d.strip() for d in schema.group(1).split(",")} in published
 
 
 def test_dashboard_charts_jobs_retries_gpus_and_instances(built):
