@@ -35,22 +35,34 @@ def flatten_reference(node: Any) -> str:
     return json.dumps(node, separators=(",", ":"))
 
 
+def _environment(stack: Stack) -> tuple[str, str, str, bool, bool, bool]:
+    """The stack's partition, Region and account, and whether each is a token: read once per stack, since each
+    read is a round trip to the jsii kernel (synth time, docs/BENCHMARKS.md). Kept on the stack's proxy object, so
+    a proxy that jsii recreates only reads them again."""
+    cached = getattr(stack, "_ml_platform_environment", None)
+    if cached is None:
+        values = (stack.partition, stack.region, stack.account)
+        cached = (*values, *(Token.is_unresolved(v) for v in values))
+        setattr(stack, "_ml_platform_environment", cached)
+    return cached
+
+
 def stack_arn(stack: Stack, arn_template: str) -> str:
     """An ARN of the stack's partition, Region and account: ``{partition}``, ``{region}``, ``{account}`` filled in.
 
     Use the same template with ``nag_arn`` for the finding id, so a resource and its acknowledgement cannot drift.
     """
-    return arn_template.format(partition=stack.partition, region=stack.region, account=stack.account)
+    partition, region, account, *_ = _environment(stack)
+    return arn_template.format(partition=partition, region=region, account=account)
 
 
 def nag_arn(stack: Stack, arn_template: str) -> str:
     """An ARN as cdk-nag names it in a finding: {partition}, {region} and {account} as literals when the stack
     is bound to an environment, else as <AWS::Partition>, <AWS::Region>, <AWS::AccountId>."""
-    def rendered(pseudo: str, value: str) -> str:
-        return f"<AWS::{pseudo}>" if Token.is_unresolved(value) else value
-
-    return arn_template.format(partition=rendered("Partition", stack.partition), region=rendered("Region", stack.region),
-                               account=rendered("AccountId", stack.account))
+    partition, region, account, *tokens = _environment(stack)
+    rendered = [f"<AWS::{pseudo}>" if token else value
+                for pseudo, value, token in zip(("Partition", "Region", "AccountId"), (partition, region, account), tokens)]
+    return arn_template.format(partition=rendered[0], region=rendered[1], account=rendered[2])
 
 
 @jsii.implements(IValidation)

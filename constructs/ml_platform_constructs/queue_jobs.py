@@ -7,6 +7,7 @@ after a Spot reclaim. AWS Batch facts used here: ../../../shared/BATCH.md and th
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
@@ -87,7 +88,13 @@ def job_size(scope: Construct, entries, job_vcpus: Optional[int], job_memory: Op
 def retry_strategies() -> list[batch.RetryStrategy]:
     """At most 5 entries (Batch's limit); the first that matches decides, and none matching means RETRY
     (https://docs.aws.amazon.com/batch/latest/userguide/job_retries.html)."""
-    return [
+    return list(_retry_strategies())
+
+
+@functools.lru_cache(maxsize=None)
+def _retry_strategies() -> tuple[batch.RetryStrategy, ...]:
+    # Immutable values, made once per process: each is a round trip to the jsii kernel (docs/BENCHMARKS.md).
+    return (
         # The host went away under the attempt: "Host EC2 (instance i-...) terminated." A Spot reclaim, and an
         # infrastructure update (a deploy that changed the launch template) that replaces an instance whose job ran
         # past the update policy's timeout. The Batch guide names no other reason for jobs an update ends:
@@ -102,7 +109,7 @@ def retry_strategies() -> list[batch.RetryStrategy]:
         # Any other exit code of the job's own is final. An attempt that Batch ended without one (a reason no page
         # names) matches nothing here and is retried.
         batch.RetryStrategy.of(batch.Action.EXIT, batch.Reason.custom(on_exit_code="*")),
-    ]
+    )
 
 
 def job_role(scope: Construct, queue_name: str, datasets: Optional[DatasetBucket],
