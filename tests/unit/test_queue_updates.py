@@ -1,17 +1,16 @@
 """What a deploy does to a TrainingQueue's running jobs: every launch-template change is an infrastructure update of
 its compute environments (https://docs.aws.amazon.com/batch/latest/userguide/updating-compute-environments.html)."""
 
-import boto3
 import pytest
 from aws_cdk import Duration
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
-from moto import mock_aws
 
 from ml_platform_constructs import TrainingQueue
+from ml_platform_constructs.runtime.tracking import TrackedRun
 from tests.conftest import queue_vpc
-from tests.unit.test_train_example import batch_decision, example
+from tests.unit.test_train_example import PARAMS, batch_decision, example, job_env
 
 TYPES = ("g5.xlarge", "g5.2xlarge", "g6.xlarge", "g6.2xlarge")
 
@@ -58,22 +57,19 @@ def test_a_job_an_update_ends_is_retried_however_batch_ends_it(retry_strategy):
     assert batch_decision(retry_strategy, {"exitCode": 2, "reason": "", "statusReason": ""}) == "EXIT"
 
 
-def test_a_job_ended_by_an_update_resumes_from_its_checkpoint(tmp_path, monkeypatch, retry_strategy):
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    env = {"ML_PLATFORM_CHECKPOINT_URI": "s3://datasets/checkpoints/training/run-1/",
-           "ML_PLATFORM_STOP_FILE": str(tmp_path / "stop-requested"), "ML_PLATFORM_JOB_PID_FILE": str(tmp_path / "pid")}
-    with mock_aws():
-        s3 = boto3.client("s3")
-        s3.create_bucket(Bucket="datasets")
-        first = example.Job({**env, "AWS_BATCH_JOB_ATTEMPT": "1"}, s3=s3)
+def test_a_job_ended_by_an_update_resumes_from_its_checkpoint(tmp_path, retry_strategy):
+    env = job_env(tmp_path)
+    rows = example.load_rows(example.make_dataset(samples=600))
+    first = example.Job({**env, "AWS_BATCH_JOB_ATTEMPT": "1"})
+    run = TrackedRun.start(params=PARAMS, env={**env, "AWS_BATCH_JOB_ATTEMPT": "1"})
 
-        def stopped_by_the_update_at_250(state):
-            if state["step"] == 250:  # ECS stops the task: SIGTERM
-                first.stop_signalled = True
-            return example.train_step(state)
-        stopped = example.run(first, total_steps=400, checkpoint_every=100, step=stopped_by_the_update_at_250)
-        assert batch_decision(retry_strategy, {"exitCode": example.exit_code(stopped, 400),
-                                               "statusReason": "Essential container in task exited"}) == "RETRY"
-        second = example.Job({**env, "AWS_BATCH_JOB_ATTEMPT": "2"}, s3=s3)
-        assert second.resume() == {"step": 251}
-        assert example.run(second, total_steps=400, checkpoint_every=100) == {"step": 400}
+    def stopped_by_the_update_after_epoch_3(state):
+        if state["epoch"] == 3:  # past the update's timeout, ECS stops the task: SIGTERM
+            first.stop_signalled = True
+    stopped, code = example.train(first, run, rows, PARAMS, on_epoch=stopped_by_the_update_after_epoch_3)
+    assert (stopped["epoch"], code) == (3, 143)
+    assert batch_decision(retry_strategy, {"exitCode": code, "statusReason": "Essential container in task exited"}) == "RETRY"
+    second = example.Job({**env, "AWS_BATCH_JOB_ATTEMPT": "2"})
+    assert second.resume()["epoch"] == 3
+    finished, code = example.train(second, TrackedRun.start(env={**env, "AWS_BATCH_JOB_ATTEMPT": "2"}), rows, PARAMS)
+    assert (finished["epoch"], code) == (PARAMS["epochs"], 0)
