@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A multi-node training job on a TrainingQueue's multi-node queue (AWS Batch multi-node parallel, EFA):
+# A multi-node training job on a TrainingQueue's multi-node queue (AWS Batch multi-node parallel):
 #   ./platform job submit ENV QUEUE --nodes 2 --image IMAGE -- bash /opt/ml/code/multinode_torchrun.sh train.py ARGS...
 # Batch starts the main node first, then the others, and gives each node (from 0):
 #   AWS_BATCH_JOB_NODE_INDEX, AWS_BATCH_JOB_NUM_NODES, AWS_BATCH_JOB_MAIN_NODE_INDEX, and on the other nodes only
@@ -9,7 +9,10 @@ set -euo pipefail
 : "${AWS_BATCH_JOB_NODE_INDEX:?not a multi-node parallel job}" "${AWS_BATCH_JOB_NUM_NODES:?}"
 main_address="${AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS:-$(hostname -i | awk '{print $1}')}"
 gpus_per_node="${GPUS_PER_NODE:-$(nvidia-smi --list-gpus | wc -l)}"
-# NCCL over EFA (libfabric's provider); the device is passed in at /dev/infiniband/uverbs0.
-export FI_PROVIDER="${FI_PROVIDER:-efa}" FI_EFA_USE_DEVICE_RDMA="${FI_EFA_USE_DEVICE_RDMA:-1}"
+# NCCL over EFA (libfabric's provider) where the queue attaches one (multi_node_efa=True passes the device in at
+# /dev/infiniband/uverbs0); otherwise over the VPC network.
+if [ -e /dev/infiniband/uverbs0 ]; then
+  export FI_PROVIDER="${FI_PROVIDER:-efa}" FI_EFA_USE_DEVICE_RDMA="${FI_EFA_USE_DEVICE_RDMA:-1}"
+fi
 exec "${TORCHRUN:-torchrun}" --nnodes="$AWS_BATCH_JOB_NUM_NODES" --node_rank="$AWS_BATCH_JOB_NODE_INDEX" \
   --nproc_per_node="$gpus_per_node" --master_addr="$main_address" --master_port="${MASTER_PORT:-29500}" "$@"
