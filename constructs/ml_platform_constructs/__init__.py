@@ -29,11 +29,15 @@ _EXPORTS = {
     "GPU_CATALOG": "gpu_catalog",
     "GpuInstanceType": "gpu_catalog",
     "DRIFT_NAMESPACE": "monitored_endpoint",
-    "EndpointAutoScaling": "monitored_endpoint",
+    "EndpointAutoScaling": "endpoint_scaling",
+    "EndpointQuality": "endpoint_quality",
+    "FeatureWatch": "feature_watch",
+    "ModelQuality": "endpoint_quality",
     "MonitoredEndpoint": "monitored_endpoint",
     "MLFLOW_INTERFACE_ENDPOINTS": "mlflow_tracking",
     "MLFLOW_PREFIX": "mlflow_tracking",
     "MlflowTracking": "mlflow_tracking",
+    "QUALITY_NAMESPACE": "endpoint_quality",
     "DEFAULT_INTERFACE_ENDPOINTS": "network",
     "QUEUE_INTERFACE_ENDPOINTS": "network",
     "ImportedNetwork": "network",
@@ -74,8 +78,11 @@ if TYPE_CHECKING:  # type checkers and IDEs see the names eagerly
     from .errors import ValidationError
     from .governance import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, govern
     from .gpu_catalog import GPU_CATALOG, GpuInstanceType
+    from .endpoint_quality import QUALITY_NAMESPACE, EndpointQuality, ModelQuality
+    from .endpoint_scaling import EndpointAutoScaling
+    from .feature_watch import FeatureWatch
     from .mlflow_tracking import MLFLOW_INTERFACE_ENDPOINTS, MLFLOW_PREFIX, MlflowTracking
-    from .monitored_endpoint import DRIFT_NAMESPACE, EndpointAutoScaling, MonitoredEndpoint
+    from .monitored_endpoint import DRIFT_NAMESPACE, MonitoredEndpoint
     from .network import DEFAULT_INTERFACE_ENDPOINTS, QUEUE_INTERFACE_ENDPOINTS, ImportedNetwork, PlatformNetwork
     from .platform_key import SNS_PUBLISHING_SERVICES, PlatformKey, allow_autoscaling_volumes
     from .retrain_on_drift import RetrainOnDrift

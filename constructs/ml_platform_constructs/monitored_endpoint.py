@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from aws_cdk import Acknowledgment, Annotations, CfnParameter, Duration, RemovalPolicy, Stack, Token, Validations
-from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_ec2 as ec2
@@ -23,7 +21,10 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from .dataset_bucket import DatasetBucket
+from .endpoint_quality import GROUND_TRUTH_PREFIX, EndpointQuality, ModelQuality
+from .endpoint_scaling import EndpointAutoScaling, scale_endpoint
 from .errors import ValidationError
+from .feature_watch import FeatureWatch, feature_watch_alarms, feature_watch_widgets
 from .nag_support import AcknowledgeWildcardResources, nag_arn, stack_arn, suppress_checkov
 from .runtime.promotion import VERSION, VERSION_PLACEHOLDER, model_version_parameter
 from .runtime_function import runtime_function
@@ -38,14 +39,6 @@ INSTANCE_STORAGE_FAMILIES = frozenset({
     "m5d", "c5d", "r5d", "m6id", "c6id", "r6id", "g4dn", "g5", "g6", "g6e", "p3dn", "p4d", "p4de", "p5", "p5e",
     "trn1", "trn1n",
 })
-
-
-@dataclass(frozen=True)
-class EndpointAutoScaling:
-    """Target tracking on SageMakerVariantInvocationsPerInstance for the endpoint's variant."""
-    max_capacity: int
-    invocations_per_instance: float
-    min_capacity: int = 1
 
 
 class MonitoredEndpoint(Construct):
@@ -98,7 +91,12 @@ class MonitoredEndpoint(Construct):
         blue/green deployment: the new fleet takes the traffic (a canary of one instance first when the endpoint has
         2 or more), the endpoint's latency and error alarms are watched this long at each step, and SageMaker rolls
         back to the old fleet if one goes to ALARM. 0-60 minutes. Default: 10 minutes.
-    :param auto_scaling: Default: none (fixed instance count).
+    :param auto_scaling: target tracking, and scale-out on the p99 latency alarm (``EndpointAutoScaling``).
+        Default: none (fixed instance count).
+    :param quality: production quality against ground-truth labels, and its alarm (``ModelQuality``, see
+        ``EndpointQuality``). Default: none.
+    :param feature_watch: when the drift check's feature watch (spread and explained variance) alarms.
+        Default: ``FeatureWatch()``.
     :param removal_policy: for the capture bucket. Default: RETAIN.
     :param logs_key: encrypts the drift check's log group; must allow CloudWatch Logs (``PlatformKey`` does).
         Default: none (CloudWatch Logs' own encryption at rest).
@@ -138,6 +136,8 @@ class MonitoredEndpoint(Construct):
         p99_latency_threshold: Duration = Duration.millis(500),
         error_rate_threshold: float = 0.01,
         auto_scaling: Optional[EndpointAutoScaling] = None,
+        quality: Optional[ModelQuality] = None,
+        feature_watch: FeatureWatch = FeatureWatch(),
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
         network_isolation: bool = True,
         logs_key: Optional[kms.IKey] = None,
@@ -149,6 +149,9 @@ class MonitoredEndpoint(Construct):
         self._validate(endpoint_name, instance_type, volume_key, initial_instance_count, sampling_percentage,
                        csv_content_types, json_content_types, drift_schedule, drift_window, max_records_per_run,
                        psi_threshold, kl_threshold, p99_latency_threshold, error_rate_threshold, auto_scaling)
+        for settings in (auto_scaling, quality, feature_watch):
+            if settings is not None:
+                settings.validate()
         self.endpoint_name = endpoint_name
         self.variant_name = variant_name
         self._removal_policy = removal_policy
@@ -160,6 +163,8 @@ class MonitoredEndpoint(Construct):
         self.capture_bucket = DatasetBucket(
             self, "CaptureBucket", encryption_key=capture_key, direct_read_prefixes=(CAPTURE_PREFIX,),
             lifecycle_rules=[s3.LifecycleRule(id="expire-captured-requests", prefix=CAPTURE_PREFIX,
+                                              expiration=capture_retention),
+                             s3.LifecycleRule(id="expire-ground-truth", prefix=GROUND_TRUTH_PREFIX,
                                               expiration=capture_retention)],
             # Versioned: expiry only adds a delete marker, so the expired version must go promptly too.
             noncurrent_version_expiration=Duration.days(1),
@@ -215,9 +220,22 @@ class MonitoredEndpoint(Construct):
         self.drift_function = self._drift_check(baseline_bucket, drift_schedule, drift_window, max_records_per_run)
         self.alarms = self._alarms(alerts, psi_threshold, kl_threshold, p99_latency_threshold, error_rate_threshold,
                                    drift_schedule)
-        if auto_scaling is not None:
-            self._auto_scaling(auto_scaling)
+        self.alarms.update(feature_watch_alarms(self, namespace=DRIFT_NAMESPACE, endpoint_name=endpoint_name,
+                                                settings=feature_watch, period=drift_schedule, alerts=alerts))
+        self.scalable_target = scale_endpoint(
+            self, endpoint=self.endpoint, variant_name=variant_name, config=auto_scaling,
+            latency_alarm=self.alarms["latency"]) if auto_scaling is not None else None
+        self.quality = EndpointQuality(
+            self, "Quality", endpoint_name=endpoint_name, variant_name=variant_name, capture_bucket=self.capture_bucket,
+            capture_prefix=CAPTURE_PREFIX, results_bucket=baseline_bucket, settings=quality, alerts=alerts,
+            logs_key=logs_key, removal_policy=removal_policy) if quality is not None else None
+        if self.quality is not None:
+            self.alarms["quality"] = self.quality.alarm
+            self.alarms["quality_check"] = self.quality.check_failing_alarm
         self.dashboard = self._dashboard(drift_schedule)
+        self.dashboard.add_widgets(*feature_watch_widgets(DRIFT_NAMESPACE, endpoint_name, drift_schedule))
+        if self.quality is not None:
+            self.dashboard.add_widgets(*self.quality.widgets())
         self._blue_green_rollout(initial_instance_count, rollout_bake_time)
 
     @staticmethod
@@ -281,9 +299,8 @@ class MonitoredEndpoint(Construct):
         if p99_latency_threshold.to_milliseconds() <= 0:
             fail("p99_latency_threshold", p99_latency_threshold.to_human_string(), "a positive duration",
                  "e.g. Duration.millis(500)")
-        if auto_scaling is not None and not (1 <= auto_scaling.min_capacity <= auto_scaling.max_capacity
-                                             and auto_scaling.invocations_per_instance > 0):
-            fail("auto_scaling", auto_scaling, "1 <= min_capacity <= max_capacity and invocations_per_instance > 0",
+        if auto_scaling is not None and not 1 <= auto_scaling.min_capacity <= auto_scaling.max_capacity:
+            fail("auto_scaling", auto_scaling, "1 <= min_capacity <= max_capacity",
                  "e.g. EndpointAutoScaling(max_capacity=4, invocations_per_instance=100)")
 
     # --- the declared model version and its rollout ------------------------------------------------------------
@@ -387,7 +404,7 @@ class MonitoredEndpoint(Construct):
             suppress_checkov(log_group, "CKV_AWS_158", "No logs_key was given: CloudWatch Logs encrypts the drift "
                              "check's logs (feature statistics, no raw requests) with its own keys")
         function = runtime_function(
-            self, "DriftCheck", handler="drift_handler.handler", files=["drift.py", "drift_handler.py"],
+            self, "DriftCheck", handler="drift_handler.handler", files=["capture.py", "drift.py", "drift_handler.py"],
             description=f"Drift of {self.endpoint_name}'s captured inputs against its training baseline (PSI, KL)",
             timeout=Duration.minutes(5), memory_size=1024, log_group=log_group,
             environment={
@@ -493,17 +510,6 @@ class MonitoredEndpoint(Construct):
             alarm_description=f"{self.endpoint_name}: input drift (PSI or KL above its threshold), one state change "
                               "per episode (RetrainOnDrift listens to it)")
         return alarms
-
-    def _auto_scaling(self, config: EndpointAutoScaling) -> None:
-        target = appscaling.ScalableTarget(
-            self, "ScalableTarget", service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
-            resource_id=f"endpoint/{self.endpoint_name}/variant/{self.variant_name}",
-            scalable_dimension="sagemaker:variant:DesiredInstanceCount",
-            min_capacity=config.min_capacity, max_capacity=config.max_capacity)
-        target.node.add_dependency(self.endpoint)
-        target.scale_to_track_metric(
-            "InvocationsPerInstance", target_value=config.invocations_per_instance,
-            predefined_metric=appscaling.PredefinedMetric.SAGEMAKER_VARIANT_INVOCATIONS_PER_INSTANCE)
 
     def _dashboard(self, schedule: Duration) -> cloudwatch.Dashboard:
         search = (f"SEARCH('{{{DRIFT_NAMESPACE},EndpointName,Feature}} MetricName=\"PSI\" "

@@ -58,7 +58,8 @@ def test_no_shift_scores_near_zero():
 def test_baseline_uses_quantile_bins_for_numbers_and_top_categories_plus_other():
     rows = [{"age": str(a), "color": c} for a, c in zip(range(100), ["red"] * 60 + ["blue"] * 30 + ["green"] * 10)]
     baseline = drift.build_baseline(rows, ["age", "color"], bins=4, max_categories=2)
-    assert baseline["features"]["age"] == {"type": "numeric", "edges": [25.0, 50.0, 75.0], "counts": [26, 25, 25, 24]}
+    assert baseline["features"]["age"] == {"type": "numeric", "edges": [25.0, 50.0, 75.0], "counts": [26, 25, 25, 24],
+                                           "mean": 49.5, "std": pytest.approx(29.0115, abs=1e-4)}
     assert baseline["features"]["color"] == {"type": "categorical", "categories": ["red", "blue"], "counts": [60, 30, 10]}
     assert (baseline["sample_size"], baseline["feature_order"]) == (100, ["age", "color"])
 

@@ -145,10 +145,10 @@ def test_a_failing_drift_check_alarms_with_the_baseline_command_with_and_without
 
 def test_every_alarm_notifies_the_alert_topic(built):
     alarms = built[0].find_resources("AWS::CloudWatch::Alarm")
-    assert len(alarms) == 5
+    assert len(alarms) == 7  # drift (2), latency, errors, drift check failing, feature watch (2)
     for alarm in alarms.values():
         actions = alarm["Properties"]["AlarmActions"]
-        assert len(actions) == 1 and actions[0]["Ref"].startswith("Alerts")
+        assert [a for a in actions if "Ref" in a and a["Ref"].startswith("Alerts")]
 
 
 def test_target_tracking_on_invocations_per_instance(built):
