@@ -130,6 +130,27 @@ class RetrainConfig:
     cooldown_hours: int
 
 
+# --- production quality, latency scaling and the feature watch of an endpoint (issue 19) ---------------------------
+@dataclass(frozen=True)
+class QualityConfig:
+    """Production quality against ground-truth labels (ModelQuality): the alarm and its retraining trigger."""
+    problem_type: str  # binary | multiclass | regression
+    baseline: float  # the live model's held-out accuracy (a share) or MAE
+    prediction_path: str = ""
+    probability_threshold: Optional[float] = None
+    min_labelled: int = 200
+    max_drop_points: float = 1.5
+    schedule_hours: int = 1
+    label_lateness_hours: int = 24
+
+
+@dataclass(frozen=True)
+class FeatureWatchConfig:
+    std_ratio_low: float = 0.5
+    std_ratio_high: float = 2.0
+    explained_variance_drop_points: float = 5.0
+
+
 @dataclass(frozen=True)
 class PromotionConfig:
     """What ./platform model promote compares: the candidate's held-out score against the live model's."""
@@ -150,6 +171,13 @@ class EndpointConfig:
     retrain: Optional[RetrainConfig] = None
     model_version: Optional[str] = None  # the initial declared version; ./platform model promote changes it
     promotion: PromotionConfig = PromotionConfig()
+    # Issue 19: one latency setting for the p99 alarm and the scale-out policy, quality, feature watch.
+    p99_latency_ms: int = 500
+    scale_out_on_latency: bool = True
+    latency_scale_out_cooldown_minutes: int = 10
+    concurrent_requests_per_model: Optional[int] = None  # high-resolution target tracking beside invocations
+    quality: Optional[QualityConfig] = None
+    feature_watch: FeatureWatchConfig = FeatureWatchConfig()
 
 
 @dataclass(frozen=True)
@@ -466,7 +494,7 @@ def _endpoints(at: str, raw: Any) -> tuple[EndpointConfig, ...]:
         where = f"{at}[{index}]"
         _keys(where, endpoint, required={"name", "image_uri", "model_data_key", "instance_type"},
               optional={"sampling_percentage", "max_instances", "invocations_per_instance", "retrain", "model_version",
-                        "promotion"})
+                        "promotion", *SERVING_QUALITY_KEYS})
         versioned = _declared_version(where, endpoint)
         endpoints.append(EndpointConfig(
             name=_string(f"{where}.name", endpoint["name"], r"^[a-z][a-z0-9-]{0,39}$",
@@ -486,6 +514,7 @@ def _endpoints(at: str, raw: Any) -> tuple[EndpointConfig, ...]:
             retrain=_retrain(f"{where}.retrain", endpoint["retrain"]) if "retrain" in endpoint else None,
             model_version=versioned,
             promotion=_promotion(f"{where}.promotion", endpoint.get("promotion", {})),
+            **_serving_quality(where, endpoint),
         ))
     names = [e.name for e in endpoints]
     if len(set(names)) != len(names):
@@ -544,6 +573,82 @@ def _mlflow(at: str, raw: Any) -> MlflowConfig:
         weekly_maintenance_window_start=_string(
             f"{at}.weekly_maintenance_window_start", raw.get("weekly_maintenance_window_start", "Sun:03:00"),
             r"^(Mon|Tue|Wed|Thu|Fri|Sat|Sun):([01]\d|2[0-3]):([0-5]\d)$", "Day:HH:MM in UTC", 'e.g. "Sun:03:00"'))
+
+
+SERVING_QUALITY_KEYS = frozenset({"p99_latency_ms", "scale_out_on_latency", "latency_scale_out_cooldown_minutes",
+                                   "concurrent_requests_per_model", "quality", "feature_watch"})
+
+
+def _serving_quality(where: str, endpoint: Mapping[str, Any]) -> dict[str, Any]:
+    """An endpoint's latency scaling, quality and feature-watch settings (EndpointConfig fields)."""
+    settings: dict[str, Any] = {
+        "p99_latency_ms": _integer(f"{where}.p99_latency_ms", endpoint.get("p99_latency_ms", 500), 1, 60_000),
+        "scale_out_on_latency": _boolean(f"{where}.scale_out_on_latency", endpoint.get("scale_out_on_latency", True)),
+        "latency_scale_out_cooldown_minutes": _integer(f"{where}.latency_scale_out_cooldown_minutes",
+                                                       endpoint.get("latency_scale_out_cooldown_minutes", 10), 1, 1440),
+    }
+    if "concurrent_requests_per_model" in endpoint:
+        settings["concurrent_requests_per_model"] = _integer(
+            f"{where}.concurrent_requests_per_model", endpoint["concurrent_requests_per_model"], 1, 10_000)
+    if "quality" in endpoint:
+        settings["quality"] = _quality(f"{where}.quality", endpoint["quality"])
+    if "feature_watch" in endpoint:
+        settings["feature_watch"] = _feature_watch(f"{where}.feature_watch", endpoint["feature_watch"])
+    return settings
+
+
+def _quality(at: str, raw: Any) -> QualityConfig:
+    _keys(at, raw, required={"problem_type", "baseline"},
+          optional={"prediction_path", "probability_threshold", "min_labelled", "max_drop_points", "schedule_hours",
+                    "label_lateness_hours"})
+    problem = raw["problem_type"]
+    if problem not in ("binary", "multiclass", "regression"):
+        raise ConfigError(f"{at}.problem_type", problem, "binary, multiclass or regression",
+                          "binary or multiclass are judged by accuracy, regression by MAE")
+    baseline = _number(f"{at}.baseline", raw["baseline"], 0, 1 if problem != "regression" else 1e12,
+                       "the live model's held-out accuracy as a share (e.g. 0.92)" if problem != "regression"
+                       else "the live model's held-out MAE, above 0")
+    threshold = raw.get("probability_threshold")
+    if threshold is not None:
+        if problem != "binary":
+            raise ConfigError(f"{at}.probability_threshold", threshold, "a threshold for problem_type binary only",
+                              "remove it")
+        threshold = _number(f"{at}.probability_threshold", threshold, 0, 0.999999, "a share between 0 and 1")
+    path = raw.get("prediction_path", "")
+    if not isinstance(path, str) or not re.match(r"^$|^\d+$|^[A-Za-z0-9_*-]+(\.[A-Za-z0-9_*-]+)*$", path):
+        raise ConfigError(f"{at}.prediction_path", path, "a CSV column index or a dotted JSON path of keys, list "
+                          "indexes and '*'", 'e.g. prediction_path = "predictions.*.score", or "" for the whole response')
+    return QualityConfig(
+        problem_type=problem, baseline=baseline, prediction_path=path, probability_threshold=threshold,
+        min_labelled=_integer(f"{at}.min_labelled", raw.get("min_labelled", 200), 1, 1_000_000),
+        max_drop_points=_number(f"{at}.max_drop_points", raw.get("max_drop_points", 1.5), 0, 100,
+                                "percentage points of accuracy (MAE: percent) above 0"),
+        schedule_hours=_integer(f"{at}.schedule_hours", raw.get("schedule_hours", 1), 1, 24),
+        label_lateness_hours=_integer(f"{at}.label_lateness_hours", raw.get("label_lateness_hours", 24), 0, 168))
+
+
+def _feature_watch(at: str, raw: Any) -> FeatureWatchConfig:
+    _keys(at, raw, required=set(), optional={"std_ratio_low", "std_ratio_high", "explained_variance_drop_points"})
+    low = _number(f"{at}.std_ratio_low", raw.get("std_ratio_low", 0.5), 0, 0.999999, "a share under 1, e.g. 0.5")
+    high = raw.get("std_ratio_high", 2.0)
+    if isinstance(high, bool) or not isinstance(high, (int, float)) or not 1 < high <= 1000:
+        raise ConfigError(f"{at}.std_ratio_high", high, "a multiple above 1", "e.g. std_ratio_high = 2.0")
+    return FeatureWatchConfig(std_ratio_low=low, std_ratio_high=float(high), explained_variance_drop_points=_number(
+        f"{at}.explained_variance_drop_points", raw.get("explained_variance_drop_points", 5.0), 0, 99.999,
+        "percentage points between 0 and 100"))
+
+
+def _number(key: str, value: Any, low: float, high: float, allowed: str) -> float:
+    """A number in (low, high]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value <= high:
+        raise ConfigError(key, value, allowed, f"set a number above {low:g} and at most {high:g}")
+    return float(value)
+
+
+def _boolean(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(key, value, "true or false", f"write {key.rsplit('.', 1)[-1]} = true or false (no quotes)")
+    return value
 
 
 def _budget(at: str, raw: Any) -> BudgetConfig:

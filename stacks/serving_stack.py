@@ -9,9 +9,31 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from constructs import Construct
-from ml_platform_constructs import DatasetBucket, EndpointAutoScaling, MonitoredEndpoint, RetrainOnDrift, TrainingQueue
+from ml_platform_constructs import (DatasetBucket, EndpointAutoScaling, FeatureWatch, ModelQuality, MonitoredEndpoint,
+                                    RetrainOnDrift, TrainingQueue)
 
-from .config import EnvironmentConfig
+from .config import EndpointConfig, EnvironmentConfig
+
+
+def serving_quality(endpoint: EndpointConfig) -> dict[str, Any]:
+    """MonitoredEndpoint's scaling (target tracking, scale-out on its p99 alarm), quality and feature-watch props."""
+    quality, watch = endpoint.quality, endpoint.feature_watch
+    return {
+        "p99_latency_threshold": Duration.millis(endpoint.p99_latency_ms),
+        "auto_scaling": EndpointAutoScaling(
+            max_capacity=endpoint.max_instances, invocations_per_instance=endpoint.invocations_per_instance,
+            concurrent_requests_per_model=endpoint.concurrent_requests_per_model,
+            scale_out_on_latency=endpoint.scale_out_on_latency,
+            latency_scale_out_cooldown=Duration.minutes(endpoint.latency_scale_out_cooldown_minutes))
+        if endpoint.max_instances > 1 else None,
+        "quality": ModelQuality(
+            problem_type=quality.problem_type, baseline=quality.baseline, prediction_path=quality.prediction_path,
+            probability_threshold=quality.probability_threshold, min_labelled=quality.min_labelled,
+            max_drop=quality.max_drop_points, schedule=Duration.hours(quality.schedule_hours),
+            label_lateness=Duration.hours(quality.label_lateness_hours)) if quality else None,
+        "feature_watch": FeatureWatch(std_ratio_low=watch.std_ratio_low, std_ratio_high=watch.std_ratio_high,
+                                      explained_variance_drop=watch.explained_variance_drop_points),
+    }
 
 
 class ServingStack(Stack):
@@ -27,10 +49,7 @@ class ServingStack(Stack):
                 instance_type=endpoint.instance_type, alerts=alerts, baseline_bucket=datasets,
                 vpc=vpc, vpc_subnets=subnets, capture_key=key, logs_key=key,
                 volume_key=key if MonitoredEndpoint.accepts_volume_key(endpoint.instance_type) else None,
-                sampling_percentage=endpoint.sampling_percentage,
-                auto_scaling=EndpointAutoScaling(max_capacity=endpoint.max_instances,
-                                                 invocations_per_instance=endpoint.invocations_per_instance)
-                if endpoint.max_instances > 1 else None,
+                sampling_percentage=endpoint.sampling_percentage, **serving_quality(endpoint),
                 model_version=endpoint.model_version, removal_policy=config.removal_policy)
             for endpoint in config.endpoints
         }

@@ -89,10 +89,10 @@ def test_no_custom_resources_anywhere(templates):
 
 
 def test_the_only_lambda_functions_are_the_platforms_own(templates):
-    # Drift checks, retraining on drift, budget guards, fleet scale-to-zero: no custom-resource providers.
+    # Drift and quality checks, retraining on drift, budget guards, fleet scale-to-zero: no custom-resource providers.
     for key, template in templates.items():
         for logical_id in template.find_resources("AWS::Lambda::Function"):
-            assert (key.endswith("/Serving") and ("DriftCheck" in logical_id or "Retrain" in logical_id)) or (
+            assert (key.endswith("/Serving") and any(n in logical_id for n in ("DriftCheck", "Retrain", "Quality"))) or (
                 key.endswith("/Governance") and "StopFunction" in logical_id) or (
                 key.endswith("/Compute") and "ScaleToZeroFunction" in logical_id), (key, logical_id)
 

@@ -125,8 +125,43 @@ def test_bad_endpoint_values_name_the_key(endpoint, message):
 
 
 def test_endpoints_default_to_full_capture_and_one_instance():
-    endpoint = parse(RAW).environments["dev"].endpoints[0]
+    minimal = {"name": "c", "image_uri": ECR, "model_data_key": "models/c.tar.gz", "instance_type": "ml.m5.large"}
+    endpoint = parse(with_change("environments.dev.endpoints", [minimal])).environments["dev"].endpoints[0]
     assert (endpoint.sampling_percentage, endpoint.max_instances) == (100, 1)
+    assert (endpoint.p99_latency_ms, endpoint.scale_out_on_latency, endpoint.quality) == (500, True, None)
+    assert (endpoint.feature_watch.std_ratio_low, endpoint.feature_watch.std_ratio_high,
+            endpoint.feature_watch.explained_variance_drop_points) == (0.5, 2.0, 5.0)
+
+
+def test_shipped_dev_endpoint_judges_quality_and_scales_on_latency():
+    endpoint = parse(RAW).environments["dev"].endpoints[0]
+    assert (endpoint.max_instances, endpoint.p99_latency_ms) == (2, 500)
+    assert (endpoint.quality.problem_type, endpoint.quality.baseline, endpoint.quality.min_labelled,
+            endpoint.quality.max_drop_points, endpoint.quality.label_lateness_hours) == ("binary", 0.92, 200, 1.5, 24)
+
+
+QUALITY = {"problem_type": "binary", "baseline": 0.92}
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"p99_latency_ms": 0}, "p99_latency_ms=0 is invalid: a whole number from 1 to 60000"),
+    ({"scale_out_on_latency": "yes"}, "scale_out_on_latency='yes' is invalid: true or false"),
+    ({"concurrent_requests_per_model": 0}, "concurrent_requests_per_model=0 is invalid"),
+    ({"quality": {"problem_type": "ranking", "baseline": 0.9}}, "quality.problem_type='ranking' is invalid"),
+    ({"quality": {"problem_type": "binary", "baseline": 92}}, "quality.baseline=92 is invalid: the live model's held-out accuracy"),
+    ({"quality": {**QUALITY, "probability_threshold": 1.5}}, "quality.probability_threshold=1.5 is invalid"),
+    ({"quality": {"problem_type": "multiclass", "baseline": 0.9, "probability_threshold": 0.5}},
+     "quality.probability_threshold=0.5 is invalid: a threshold for problem_type binary only"),
+    ({"quality": {**QUALITY, "prediction_path": "a[0]"}}, "quality.prediction_path='a[0]' is invalid"),
+    ({"quality": {**QUALITY, "max_drop": 2}}, "quality.max_drop=2 is invalid: not a known key"),
+    ({"quality": {**QUALITY, "label_lateness_hours": 200}}, "quality.label_lateness_hours=200 is invalid"),
+    ({"feature_watch": {"std_ratio_low": 1.5}}, "feature_watch.std_ratio_low=1.5 is invalid"),
+    ({"feature_watch": {"std_ratio_high": 0.9}}, "feature_watch.std_ratio_high=0.9 is invalid: a multiple above 1"),
+])
+def test_bad_quality_and_scaling_values_name_the_key(change, message):
+    endpoint = {**RAW["environments"]["dev"]["endpoints"][0], **change}
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse(with_change("environments.dev.endpoints", [endpoint]))
 
 
 
