@@ -267,3 +267,24 @@ def test_the_whole_table_and_its_verdict(deployment):
 def test_the_readme_up_example_shows_what_the_emulator_created(deployment):
     lines = up.emulator_lines(deployment, "logs/emulator-report.txt")
     assert [line for line in lines if line not in readme_example("./platform up")] == []
+
+
+def test_quality_check_function_and_its_schedule_deploy(deployed):
+    function = resource(deployed, "dev-Serving", "classifierQuality", "AWS::Lambda::Function")
+    assert function.status == CREATED and finding(function, "runtime").detail == "python3.14 quality_handler.handler"
+    assert finding(function, "environment").ok
+    schedule = resource(deployed, "dev-Serving", "classifierQualitySchedule", "AWS::Events::Rule")
+    assert finding(schedule, "schedule").detail == "rate(1 hour)"
+    logs = resource(deployed, "dev-Serving", "classifierQualityLogs", "AWS::Logs::LogGroup")
+    assert finding(logs, "retention").detail == "90 days", logs.findings
+
+
+def test_quality_alarm_and_latency_scaling_exist_only_in_a_real_account(deployed):
+    """moto has no CloudFormation support for alarms or Application Auto Scaling: the report says so per resource."""
+    serving = deployed["dev-Serving"]
+    missing = {r.logical_id for r in serving.resources if r.status == MISSING}
+    for prefix in ("classifierQualityAlarm", "classifierFeatureSpreadAlarm", "classifierExplainedVarianceAlarm",
+                   "classifierScalableTarget", "classifierP99LatencyAlarm"):
+        assert any(logical_id.startswith(prefix) for logical_id in missing), prefix
+    policies = serving.by_type("AWS::ApplicationAutoScaling::ScalingPolicy")
+    assert len(policies) == 2 and all(p.status == MISSING for p in policies)  # target tracking and the P99 step
