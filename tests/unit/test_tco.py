@@ -46,8 +46,9 @@ def test_storage_by_month_ages_each_cohort_through_the_rules():
 
 def test_scheduled_functions_from_the_templates(dev_templates):
     functions = sorted(tco.scheduled_functions(dev_templates))
-    # budget guard every 15 minutes at 256 MB, the classifier's drift check hourly at 1024 MB
-    assert functions == [("BudgetStopFunction857E4264", 730 * 4, 0.25), ("classifierDriftCheckA1938BE8", 730, 1.0)]
+    # budget guard every 15 minutes at 256 MB, the classifier's drift and quality checks hourly at 1024 MB
+    assert [(name.rstrip("0123456789ABCDEF"), runs, memory) for name, runs, memory in functions] == [
+        ("BudgetStopFunction", 730 * 4, 0.25), ("classifierDriftCheck", 730, 1.0), ("classifierQuality", 730, 1.0)]
 
 
 def test_dev_tco_hand_checked(dev_templates):
@@ -58,8 +59,8 @@ def test_dev_tco_hand_checked(dev_templates):
     assert first.groups["training"] == 300.0
     assert first.groups["inference"] == pytest.approx(0.115 * 730)  # one ml.m5.large, always on
     assert first.groups["network"] == pytest.approx(28 * 0.01 * 730)  # 14 interface endpoints (2 for MLflow) x 2 AZs
-    runs = 2920 * 0.25 + 730 * 1.0  # GB per second of run time
-    functions = (2920 + 730) * 0.20 / 1e6 + runs * 30 * 0.0000166667
+    runs = 2920 * 0.25 + 2 * 730 * 1.0  # GB per second of run time
+    functions = (2920 + 2 * 730) * 0.20 / 1e6 + runs * 30 * 0.0000166667
     alarms = sum(1 for t in dev_templates for r in t["Resources"].values() if r["Type"] == "AWS::CloudWatch::Alarm")
     dashboards = sum(1 for t in dev_templates for r in t["Resources"].values()
                      if r["Type"] == "AWS::CloudWatch::Dashboard")
