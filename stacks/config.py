@@ -142,6 +142,7 @@ class QualityConfig:
     max_drop_points: float = 1.5
     schedule_hours: int = 1
     label_lateness_hours: int = 24
+    retrain_cooldown_hours: int = 24  # with the endpoint's retrain: the quality trigger's own cooldown
 
 
 @dataclass(frozen=True)
@@ -600,7 +601,7 @@ def _serving_quality(where: str, endpoint: Mapping[str, Any]) -> dict[str, Any]:
 def _quality(at: str, raw: Any) -> QualityConfig:
     _keys(at, raw, required={"problem_type", "baseline"},
           optional={"prediction_path", "probability_threshold", "min_labelled", "max_drop_points", "schedule_hours",
-                    "label_lateness_hours"})
+                    "label_lateness_hours", "retrain_cooldown_hours"})
     problem = raw["problem_type"]
     if problem not in ("binary", "multiclass", "regression"):
         raise ConfigError(f"{at}.problem_type", problem, "binary, multiclass or regression",
@@ -624,7 +625,9 @@ def _quality(at: str, raw: Any) -> QualityConfig:
         max_drop_points=_number(f"{at}.max_drop_points", raw.get("max_drop_points", 1.5), 0, 100,
                                 "percentage points of accuracy (MAE: percent) above 0"),
         schedule_hours=_integer(f"{at}.schedule_hours", raw.get("schedule_hours", 1), 1, 24),
-        label_lateness_hours=_integer(f"{at}.label_lateness_hours", raw.get("label_lateness_hours", 24), 0, 168))
+        label_lateness_hours=_integer(f"{at}.label_lateness_hours", raw.get("label_lateness_hours", 24), 0, 168),
+        retrain_cooldown_hours=_integer(f"{at}.retrain_cooldown_hours", raw.get("retrain_cooldown_hours", 24),
+                                        *COOLDOWN_HOURS))
 
 
 def _feature_watch(at: str, raw: Any) -> FeatureWatchConfig:

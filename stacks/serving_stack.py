@@ -59,8 +59,11 @@ class ServingStack(Stack):
             retrain = endpoint.retrain
             # The retraining job definition lives here, with what submits it: nothing this stack imports from
             # Compute changes when the retraining image does.
-            RetrainOnDrift(
+            retraining = RetrainOnDrift(
                 self, f"{endpoint.name}Retrain", alarm=self.endpoints[endpoint.name].alarms["drift"],
                 queue=queues[retrain.queue], image_uri=retrain.image, command=retrain.command,
                 job_name_prefix=f"retrain-{endpoint.name}", alerts=alerts,
                 cooldown=Duration.hours(retrain.cooldown_hours), removal_policy=config.removal_policy)
+            if endpoint.quality is not None:  # the same single-flight retraining, with the quality trigger's cooldown
+                retraining.add_trigger("quality", self.endpoints[endpoint.name].alarms["quality"],
+                                       cooldown=Duration.hours(endpoint.quality.retrain_cooldown_hours))
