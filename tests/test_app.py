@@ -187,7 +187,7 @@ def test_dev_classifier_retrains_on_its_composite_drift_alarm_through_its_queue(
         "detail-type": ["CloudWatch Alarm State Change"],
         "detail": {"alarmName": [{"Ref": drift}], "state": {"value": ["ALARM"]}}})})
     serving.has_resource_properties("AWS::Lambda::Function", {"Environment": {"Variables": Match.object_like({
-        "JOB_NAME_PREFIX": "retrain-classifier", "TRIGGERS": '{"drift": 86400}'})}})
+        "JOB_NAME_PREFIX": "retrain-classifier", "TRIGGERS": '{"drift": 86400, "quality": 86400}'})}})
     serving.resource_count_is("AWS::Batch::JobDefinition", 1)  # the retraining's own, beside what submits it
 
 
