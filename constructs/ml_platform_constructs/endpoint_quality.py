@@ -32,6 +32,8 @@ from .runtime_function import runtime_function
 
 QUALITY_NAMESPACE = "MLPlatform/Quality"
 GROUND_TRUTH_PREFIX = "ground-truth/"
+# The quality check's code: the handler and what it imports (in Lambda, each sits at the top of the package).
+FUNCTION_FILES = ("capture.py", "quality.py", "quality_handler.py")
 # A dotted path of keys, list indexes and '*', or a CSV column index (Model Monitor's InferenceAttribute).
 _PREDICTION_PATH = re.compile(r"^$|^\d+$|^[A-Za-z0-9_*-]+(\.[A-Za-z0-9_*-]+)*$")
 
@@ -140,7 +142,7 @@ class EndpointQuality(Construct):
         if settings.probability_threshold is not None:
             environment["PROBABILITY_THRESHOLD"] = repr(float(settings.probability_threshold))
         self.function = runtime_function(
-            self, "Resource", handler="quality_handler.handler", files=["capture.py", "quality.py", "quality_handler.py"],
+            self, "Resource", handler="quality_handler.handler", files=FUNCTION_FILES,
             description=f"Quality of {endpoint_name}'s predictions against ground-truth labels",
             timeout=Duration.minutes(5), memory_size=1024, log_group=log_group, environment=environment)
         suppress_checkov(self.function, "CKV_AWS_116", "A scheduled check: the next run judges the next window, and "

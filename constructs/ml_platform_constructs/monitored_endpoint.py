@@ -30,6 +30,7 @@ from .runtime.promotion import VERSION, VERSION_PLACEHOLDER, model_version_param
 from .runtime_function import runtime_function
 
 DRIFT_NAMESPACE = "MLPlatform/Drift"
+DRIFT_FUNCTION_FILES = ("capture.py", "drift.py", "drift_handler.py")  # the drift check's handler and its imports
 CAPTURE_PREFIX = "capture/"
 # An ECR image URI: account, Region, repository (then :tag or @digest).
 ECR_IMAGE = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/([a-z0-9][a-z0-9._/-]*)([:@]\S+)?$")
@@ -404,7 +405,7 @@ class MonitoredEndpoint(Construct):
             suppress_checkov(log_group, "CKV_AWS_158", "No logs_key was given: CloudWatch Logs encrypts the drift "
                              "check's logs (feature statistics, no raw requests) with its own keys")
         function = runtime_function(
-            self, "DriftCheck", handler="drift_handler.handler", files=["capture.py", "drift.py", "drift_handler.py"],
+            self, "DriftCheck", handler="drift_handler.handler", files=DRIFT_FUNCTION_FILES,
             description=f"Drift of {self.endpoint_name}'s captured inputs against its training baseline (PSI, KL)",
             timeout=Duration.minutes(5), memory_size=1024, log_group=log_group,
             environment={

@@ -2,6 +2,10 @@
 place next to the captured requests."""
 
 import json
+import shutil
+import subprocess
+import sys
+from importlib import resources
 
 import pytest
 from aws_cdk import App, Duration, Stack
@@ -10,6 +14,8 @@ from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Match
 
 from ml_platform_constructs import DatasetBucket, ModelQuality, MonitoredEndpoint, ValidationError
+from ml_platform_constructs.endpoint_quality import FUNCTION_FILES as QUALITY_FILES
+from ml_platform_constructs.monitored_endpoint import DRIFT_FUNCTION_FILES as DRIFT_FILES
 from tests.conftest import isolated_vpc
 
 IMAGE = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1"
@@ -131,3 +137,10 @@ def test_invalid_quality_settings_are_refused_with_the_fix(quality, message):
     with pytest.raises(ValidationError) as error:
         make(**quality)
     assert message in str(error.value) and "Fix: " in str(error.value)
+
+
+@pytest.mark.parametrize("files,module", [(QUALITY_FILES, "quality_handler"), (DRIFT_FILES, "drift_handler")])
+def test_the_functions_code_imports_as_lambda_packages_it(tmp_path, files, module):
+    for name in files:
+        shutil.copy(resources.files("ml_platform_constructs.runtime") / name, tmp_path / name)
+    subprocess.run([sys.executable, "-c", f"import {module}; {module}.handler; {module}.run"], cwd=tmp_path, check=True)
