@@ -345,18 +345,20 @@ class MonitoredEndpoint(Construct):
             if instance_count >= 2 else
             sagemaker.CfnEndpoint.TrafficRoutingConfigProperty(type="ALL_AT_ONCE", wait_interval_in_seconds=seconds))
         rollback_alarms = [self.alarms["latency"], self.alarms["errors"]]
+        # By name, not by Ref: the p99 alarm's scale-out action depends on the endpoint through its scalable target.
+        # So on the stack's first creation the endpoint comes before its alarms; rollback only watches updates.
+        names = [self._rollback_alarm_names[kind] for kind in ("latency", "errors")]
         self.endpoint.deployment_config = sagemaker.CfnEndpoint.DeploymentConfigProperty(
             blue_green_update_policy=sagemaker.CfnEndpoint.BlueGreenUpdatePolicyProperty(
                 traffic_routing_configuration=routing, termination_wait_in_seconds=seconds,
                 maximum_execution_timeout_in_seconds=max(600, min(14400, 4 * seconds + 1800))),
             auto_rollback_configuration=sagemaker.CfnEndpoint.AutoRollbackConfigProperty(
-                alarms=[sagemaker.CfnEndpoint.AlarmProperty(alarm_name=a.alarm_name) for a in rollback_alarms]))
+                alarms=[sagemaker.CfnEndpoint.AlarmProperty(alarm_name=name) for name in names]))
         # SageMaker reads the rollback alarms with the endpoint's execution role:
         # https://docs.aws.amazon.com/sagemaker/latest/dg/deployment-guardrails-configuration.html
-        # ARNs from the alarms' names: a GetAtt of an alarm's Arn fails on the local emulator, which creates no alarms.
         alarm_arn = stack_arn(Stack.of(self), "arn:{partition}:cloudwatch:{region}:{account}:alarm:")
         self.role.add_to_principal_policy(iam.PolicyStatement(
-            actions=["cloudwatch:DescribeAlarms"], resources=[alarm_arn + a.alarm_name for a in rollback_alarms]))
+            actions=["cloudwatch:DescribeAlarms"], resources=[alarm_arn + name for name in names]))
         self.rollback_alarms = rollback_alarms
 
     # --- permissions ------------------------------------------------------------------------------------------
@@ -464,6 +466,12 @@ class MonitoredEndpoint(Construct):
         return cloudwatch.Metric(namespace=DRIFT_NAMESPACE, metric_name=name, statistic="Maximum", period=period,
                                  dimensions_map={"EndpointName": self.endpoint_name})
 
+    @property
+    def _rollback_alarm_names(self) -> dict[str, str]:
+        """The rollback alarms' names, fixed so that the endpoint names them without a Ref: the p99 alarm also
+        scales the endpoint out, and its scaling policy's target depends on the endpoint (a Ref would be a cycle)."""
+        return {"latency": f"{self.endpoint_name}-p99-latency", "errors": f"{self.endpoint_name}-5xx-error-rate"}
+
     def _alarms(self, alerts, psi_threshold, kl_threshold, latency, error_rate, schedule) -> dict[str, cloudwatch.IAlarm]:
         notify = cw_actions.SnsAction(alerts)
         alarms = {
@@ -481,14 +489,14 @@ class MonitoredEndpoint(Construct):
                                   f"{kl_threshold:g}"),
             # A p99 over a handful of requests is noise: below 10/(1-0.99) = 1000 samples a period is ignored.
             "latency": self.metric_model_latency().create_alarm(
-                self, "P99LatencyAlarm", threshold=latency.to_milliseconds() * 1000, evaluation_periods=3,
+                self, "P99LatencyAlarm", alarm_name=self._rollback_alarm_names["latency"], threshold=latency.to_milliseconds() * 1000, evaluation_periods=3,
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
                 evaluate_low_sample_count_percentile="ignore",
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
                 alarm_description=f"{self.endpoint_name}: p99 model latency above {latency.to_milliseconds():g} ms "
                                   "for 15 minutes (periods with under 1000 requests are ignored)"),
             "errors": self.metric_5xx_error_rate().create_alarm(
-                self, "ErrorRateAlarm", threshold=error_rate, evaluation_periods=3,
+                self, "ErrorRateAlarm", alarm_name=self._rollback_alarm_names["errors"], threshold=error_rate, evaluation_periods=3,
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
                 alarm_description=f"{self.endpoint_name}: more than {error_rate:.1%} of requests end in a 5xx error"),

@@ -52,19 +52,21 @@ def test_the_model_role_reads_every_version_and_the_rollback_alarms(versioned):
     assert "/models/classifier/*/model.tar.gz" in reads
     describe = next(s for s in statements if s["Action"] == "cloudwatch:DescribeAlarms")
     alarms = template.find_resources("AWS::CloudWatch::Alarm")
-    latency = next(k for k in alarms if k.startswith("ClassifierP99LatencyAlarm"))
-    errors = next(k for k in alarms if k.startswith("ClassifierErrorRateAlarm"))
-    assert sorted(r["Fn::Join"][1][-1]["Ref"] for r in describe["Resource"]) == sorted([latency, errors])
-    assert all(":cloudwatch:us-east-1:123456789012:alarm:" in r["Fn::Join"][1][-2] for r in describe["Resource"])
+    latency = next(v for k, v in alarms.items() if k.startswith("ClassifierP99LatencyAlarm"))
+    errors = next(v for k, v in alarms.items() if k.startswith("ClassifierErrorRateAlarm"))
+    assert sorted(describe["Resource"]) == sorted(
+        ["arn:aws:cloudwatch:us-east-1:123456789012:alarm:" + a["Properties"]["AlarmName"] for a in (latency, errors)])
 
 
 def test_updates_are_blue_green_and_roll_back_on_latency_or_errors(versioned):
     template, _ = versioned
     config = props(template, "AWS::SageMaker::Endpoint")["DeploymentConfig"]
     alarms = template.find_resources("AWS::CloudWatch::Alarm")
-    watched = [a["AlarmName"]["Ref"] for a in config["AutoRollbackConfiguration"]["Alarms"]]
-    assert [w.split("Alarm")[0] for w in watched] == ["ClassifierP99Latency", "ClassifierErrorRate"]
-    assert all(w in alarms for w in watched)
+    watched = [a["AlarmName"] for a in config["AutoRollbackConfiguration"]["Alarms"]]
+    # Named, not referenced: the p99 alarm also scales the endpoint out (see test_endpoint_scaling).
+    assert watched == ["classifier-dev-p99-latency", "classifier-dev-5xx-error-rate"]
+    assert [next(k for k, v in alarms.items() if v["Properties"].get("AlarmName") == w).split("Alarm")[0]
+            for w in watched] == ["ClassifierP99Latency", "ClassifierErrorRate"]
     policy = config["BlueGreenUpdatePolicy"]
     # One instance: no canary is possible (at most half the fleet), so the traffic moves at once and bakes.
     assert policy["TrafficRoutingConfiguration"] == {"Type": "ALL_AT_ONCE", "WaitIntervalInSeconds": 600}

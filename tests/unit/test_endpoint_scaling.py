@@ -67,6 +67,18 @@ def test_the_p99_alarm_drives_the_step_policy_at_its_one_threshold(built):
     assert step_id in actions and "Alerts" in actions  # one alarm: it notifies and it scales out
 
 
+def test_one_p99_alarm_scales_out_and_rolls_back_updates_without_a_dependency_cycle(built):
+    template, parts = built
+    [(_, alarm)] = template.find_resources("AWS::CloudWatch::Alarm", {"Properties": {"MetricName": "ModelLatency"}}).items()
+    rollback = next(iter(template.find_resources("AWS::SageMaker::Endpoint").values()))["Properties"][
+        "DeploymentConfig"]["AutoRollbackConfiguration"]["Alarms"]
+    # The endpoint names its rollback alarms (no Ref): the p99 alarm's scale-out reaches back to the endpoint, and a
+    # Ref would be a dependency cycle (Template.from_stack, in the fixture, refuses one as undeployable).
+    assert alarm["Properties"]["AlarmName"] == "classifier-dev-p99-latency"
+    assert {"AlarmName": "classifier-dev-p99-latency"} in rollback
+    assert parts["endpoint"].rollback_alarms[0] is parts["endpoint"].alarms["latency"]
+
+
 def test_scalable_target_keeps_its_id_and_waits_for_the_endpoint(built):
     template, parts = built
     [(logical_id, target)] = template.find_resources("AWS::ApplicationAutoScaling::ScalableTarget").items()
