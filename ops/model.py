@@ -13,7 +13,9 @@ live model's, and then through a blue/green rollout that takes itself back on th
    endpoint's tolerance (config ``promotion``, default 0); records the decision in the candidate run either way
    (tag ``ml_platform.promotion.<env>.<endpoint>.<time>``);
 3. copies the run's model.tar.gz to the endpoint's model key for that version (``models/<name>/<run id>/...``);
-4. updates the Serving stack with its deployed template and only that parameter changed: CloudFormation replaces
+4. updates the Serving stack with its deployed template and only that parameter changed (and, for an endpoint with a
+   quality check, its quality baseline parameter set to the run's held-out score, ``runtime.promotion.
+   quality_baseline_parameter``, which the check then judges production against): CloudFormation replaces
    the model and endpoint configuration and SageMaker shifts the traffic blue/green, rolling back if the latency or
    error alarm fires while it bakes; a failed rollout rolls the stack back to the live version. The parameter is
    what CloudFormation declares, so the next ``cdk deploy`` (which keeps a parameter's previous value) serves the
@@ -31,7 +33,8 @@ import sys
 from datetime import datetime, timezone
 from typing import Any, Callable, Optional
 
-from ml_platform_constructs.runtime.promotion import judge, model_key, model_version_parameter
+from ml_platform_constructs.runtime.promotion import (baseline_value, judge, model_key, model_version_parameter,
+                                                      quality_baseline_parameter)
 from ml_platform_constructs.runtime.tracking import PROMOTION_TAG_PREFIX
 
 from ops.aws_access import environment, require_known, session_for
@@ -73,6 +76,19 @@ def serving_stack(cloudformation: Any, env: EnvironmentConfig, endpoint: Endpoin
     return stack, parameter, values[parameter]
 
 
+def baseline_parameter(stack: dict, env: EnvironmentConfig, endpoint: EndpointConfig) -> Optional[tuple[str, str]]:
+    """(the quality baseline parameter's name, its deployed value: empty before any promotion), for an endpoint with
+    a quality check; None without one."""
+    if endpoint.quality is None:
+        return None
+    parameter = quality_baseline_parameter(f"{env.project}-{env.name}-{endpoint.name}")
+    values = {p["ParameterKey"]: p.get("ParameterValue", "") for p in stack.get("Parameters", [])}
+    if parameter not in values:
+        raise PromotionError(f"{stack['StackName']} has no parameter {parameter}: deploy {env.name} with this "
+                             f"endpoint's quality check first (./platform deploy {env.name})")
+    return parameter, values[parameter]
+
+
 def live_score(client: Any, version: str, metric: str) -> tuple[Optional[float], bool]:
     """(the live run's score, whether the live version is a recorded run)."""
     try:
@@ -88,11 +104,11 @@ def record_decision(client: Any, run_id: str, env: EnvironmentConfig, endpoint: 
     client.set_tag(run_id, f"{PROMOTION_TAG_PREFIX}{env.name}.{endpoint.name}.{stamp}Z", json.dumps(decision))
 
 
-def update_parameter(cloudformation: Any, stack: dict, parameter: str, version: str) -> None:
-    """UpdateStack with the deployed template, every other parameter as it is, this one set to ``version``."""
+def update_parameters(cloudformation: Any, stack: dict, values: dict[str, str]) -> None:
+    """UpdateStack with the deployed template, every other parameter as it is, these set to their values."""
     parameters = [{"ParameterKey": p["ParameterKey"], "UsePreviousValue": True}
-                  for p in stack.get("Parameters", []) if p["ParameterKey"] != parameter]
-    parameters.append({"ParameterKey": parameter, "ParameterValue": version})
+                  for p in stack.get("Parameters", []) if p["ParameterKey"] not in values]
+    parameters.extend({"ParameterKey": key, "ParameterValue": value} for key, value in values.items())
     request = {"StackName": stack["StackName"], "UsePreviousTemplate": True, "Parameters": parameters,
                "Capabilities": CAPABILITIES}
     if stack.get("RoleARN"):
@@ -111,6 +127,7 @@ def promote(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, cl
         raise PromotionError(f"run {run_id} recorded no model in S3 (TrackedRun.record_model with the model.tar.gz "
                              "next to its checkpoints)")
     stack, parameter, live = serving_stack(cloudformation, env, endpoint)
+    baseline = baseline_parameter(stack, env, endpoint)
     if live == run_id:
         out(f"{endpoint.name} in {env.name} already serves run {run_id}: nothing to do")
         return 0
@@ -122,6 +139,11 @@ def promote(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, cl
     entry = {**decision.to_json(), "environment": env.name, "endpoint": endpoint.name, "candidate_run": run_id,
              "live_version": live, "live_run": live if live_is_run else None, "at": at, "by": caller,
              "outcome": "promoting" if decision.promote else "refused"}
+    # The gate judged the quality check's own held-out metric (config checks it): the promoted score is its baseline.
+    updates = {parameter: run_id}
+    if baseline is not None and decision.promote:
+        updates[baseline[0]] = baseline_value(decision.candidate)
+        entry["quality_baseline"] = {"parameter": baseline[0], "from": baseline[1] or None, "to": updates[baseline[0]]}
     record_decision(client, run_id, env, endpoint, entry, at)
     if not decision.promote:
         raise PromotionError(f"refusing to promote run {run_id} to {endpoint.name} in {env.name}: {decision.reason}; "
@@ -132,9 +154,12 @@ def promote(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, cl
     key = model_key(endpoint.model_data_key, run_id)
     s3.copy({"Bucket": source_bucket, "Key": source_key}, bucket, key)
     out(f"  model: {model_uri} -> s3://{bucket}/{key}")
-    update_parameter(cloudformation, stack, parameter, run_id)
+    update_parameters(cloudformation, stack, updates)
     out(f"  {stack['StackName']}: {parameter} {live} -> {run_id}; CloudFormation replaces the model and endpoint "
         "configuration, SageMaker shifts the traffic blue/green and rolls back if the latency or error alarm fires")
+    if baseline is not None:
+        out(f"  {baseline[0]} {baseline[1] or '(configured ' + format(endpoint.quality.baseline, 'g') + ')'} -> "
+            f"{updates[baseline[0]]}: the quality check's baseline, {promotion.metric} of run {run_id}")
     if not wait:
         out(f"  not waiting: follow it with ./platform model status {env.name} {endpoint.name}")
         return 0
@@ -164,9 +189,12 @@ def status(env: EnvironmentConfig, endpoint: EndpointConfig, *, client: Any, clo
     name = f"{env.project}-{env.name}-{endpoint.name}"
     described = sagemaker.describe_endpoint(EndpointName=name)
     value, is_run = live_score(client, live, endpoint.promotion.metric)
+    baseline = baseline_parameter(stack, env, endpoint)
     return (f"{name}: {described['EndpointStatus']}; declared version {live} ({stack['StackName']} parameter "
             f"{parameter}, stack {stack['StackStatus']})"
-            + (f"; run {live}: {endpoint.promotion.metric} {value}" if is_run else "; not a recorded run"))
+            + (f"; run {live}: {endpoint.promotion.metric} {value}" if is_run else "; not a recorded run")
+            + ("" if baseline is None else f"; quality baseline {baseline[1]} (promoted)" if baseline[1] else
+               f"; quality baseline {endpoint.quality.baseline:g} (configured: no promotion yet)"))
 
 
 def main(argv: list[str]) -> int:

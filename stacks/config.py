@@ -20,6 +20,7 @@ from ml_platform_constructs.gpu_catalog import GPU_CATALOG
 from ml_platform_constructs.mlflow_tracking import TRACKING_SERVER_SIZES
 from ml_platform_constructs.monitored_endpoint import ECR_IMAGE
 from ml_platform_constructs.network import QUEUE_INTERFACE_ENDPOINTS
+from ml_platform_constructs.runtime.quality import holdout_metric
 from ml_platform_constructs.runtime.retrain import COOLDOWN_HOURS
 from ml_platform_constructs.training_queue import is_tagged_ecr_image
 
@@ -517,6 +518,7 @@ def _endpoints(at: str, raw: Any) -> tuple[EndpointConfig, ...]:
             promotion=_promotion(f"{where}.promotion", endpoint.get("promotion", {})),
             **_serving_quality(where, endpoint),
         ))
+        _check_promoted_baseline(where, endpoints[-1])
     names = [e.name for e in endpoints]
     if len(set(names)) != len(names):
         raise ConfigError(at, names, "each endpoint name once", "rename the duplicate endpoint")
@@ -596,6 +598,22 @@ def _serving_quality(where: str, endpoint: Mapping[str, Any]) -> dict[str, Any]:
     if "feature_watch" in endpoint:
         settings["feature_watch"] = _feature_watch(f"{where}.feature_watch", endpoint["feature_watch"])
     return settings
+
+
+def _check_promoted_baseline(at: str, endpoint: EndpointConfig) -> None:
+    """With a declared model version, a promotion makes the promoted run's held-out score the quality baseline: the
+    gate must judge that score (accuracy, or MAE with lower better), so the one number means the same in both."""
+    if endpoint.quality is None or endpoint.model_version is None:
+        return
+    metric = holdout_metric(endpoint.quality.problem_type)
+    higher = endpoint.quality.problem_type != "regression"
+    if (endpoint.promotion.metric, endpoint.promotion.higher_is_better) != (metric, higher):
+        raise ConfigError(
+            f"{at}.promotion", {"metric": endpoint.promotion.metric, "higher_is_better": endpoint.promotion.higher_is_better},
+            f"metric {metric!r} with higher_is_better = {str(higher).lower()}: a promotion makes the run's "
+            f"{metric} the baseline of the {endpoint.quality.problem_type} quality check",
+            f'set promotion = {{ metric = "{metric}", higher_is_better = {str(higher).lower()} }}, or remove '
+            "model_version (the configured quality baseline then stays)")
 
 
 def _quality(at: str, raw: Any) -> QualityConfig:

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
+from aws_cdk import Acknowledgment, CfnParameter, Duration, RemovalPolicy, Validations
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_events as events
@@ -27,7 +27,8 @@ from constructs import Construct
 from .dataset_bucket import DatasetBucket
 from .errors import ValidationError
 from .nag_support import AcknowledgeWildcardResources, suppress_checkov
-from .runtime.quality import PROBLEM_TYPES
+from .runtime.promotion import BASELINE, quality_baseline_parameter
+from .runtime.quality import PROBLEM_TYPES, holdout_metric
 from .runtime_function import runtime_function
 
 QUALITY_NAMESPACE = "MLPlatform/Quality"
@@ -43,7 +44,9 @@ class ModelQuality:
     """What a MonitoredEndpoint's quality check compares, and when it alarms.
 
     :param problem_type: ``binary`` or ``multiclass`` (metric: accuracy) or ``regression`` (metric: MAE).
-    :param baseline: the live model's score on held-out data: an accuracy share (0.92) or an MAE.
+    :param baseline: the live model's score on held-out data: an accuracy share (0.92) or an MAE. With a declared
+        model version (``MonitoredEndpoint(model_version=...)``), the score of the last promoted run replaces it
+        (``EndpointQuality``'s ``promoted_baseline``); until the first promotion, this value applies.
     :param prediction_path: where the prediction sits in a response: a column index for CSV responses, a dotted path
         of keys, list indexes and ``*`` for JSON ones (``predictions.*.score``). Default: the whole response.
     :param probability_threshold: binary only: a numeric prediction at or above it is class 1. Default: 0.5.
@@ -106,14 +109,20 @@ class EndpointQuality(Construct):
     the captured requests they label, expiring with them): ``grant_label_upload(grantee)`` lets a labelling job
     write them. Each run's result goes to ``results_bucket`` under ``quality/results/<endpoint>/``.
 
+    The baseline is ``settings.baseline``, or, with ``promoted_baseline=True``, the live model's held-out score: a
+    stack parameter (``runtime.promotion.quality_baseline_parameter(endpoint_name)``, ``.baseline_parameter``),
+    empty by default, that a promotion sets to the promoted run's ``holdout_accuracy`` (``holdout_mae`` for
+    regression) in the same stack update as the model version (``./platform model promote``); ``cdk deploy`` keeps
+    its value. While it is empty (before the first promotion) ``settings.baseline`` applies.
+
     Attributes: ``.function`` (main child ``Resource``), ``.rule``, ``.alarm`` (quality under the baseline),
-    ``.check_failing_alarm``, ``.labels_prefix``, ``.results_prefix``.
+    ``.check_failing_alarm``, ``.labels_prefix``, ``.results_prefix``, ``.baseline_parameter`` (or None).
     """
 
     def __init__(self, scope: Construct, id: str, *, endpoint_name: str, variant_name: str,
                  capture_bucket: DatasetBucket, capture_prefix: str, results_bucket: DatasetBucket,
                  settings: ModelQuality, alerts: sns.ITopic, logs_key: Optional[kms.IKey] = None,
-                 removal_policy: RemovalPolicy = RemovalPolicy.RETAIN) -> None:
+                 removal_policy: RemovalPolicy = RemovalPolicy.RETAIN, promoted_baseline: bool = False) -> None:
         super().__init__(scope, id)
         settings.validate()
         self.settings = settings
@@ -141,6 +150,15 @@ class EndpointQuality(Construct):
         }
         if settings.probability_threshold is not None:
             environment["PROBABILITY_THRESHOLD"] = repr(float(settings.probability_threshold))
+        self.baseline_parameter: Optional[CfnParameter] = None
+        if promoted_baseline:
+            self.baseline_parameter = CfnParameter(
+                self, "PromotedBaseline", type="String", default="", allowed_pattern=BASELINE.pattern,
+                description=f"{endpoint_name}: the promoted model's {holdout_metric(settings.problem_type)}, the "
+                            f"quality check's baseline; empty: {settings.baseline:g} (configured). Set by ./platform "
+                            "model promote")
+            self.baseline_parameter.override_logical_id(quality_baseline_parameter(endpoint_name))
+            environment["PROMOTED_BASELINE"] = self.baseline_parameter.value_as_string
         self.function = runtime_function(
             self, "Resource", handler="quality_handler.handler", files=FUNCTION_FILES,
             description=f"Quality of {endpoint_name}'s predictions against ground-truth labels",
@@ -169,13 +187,15 @@ class EndpointQuality(Construct):
         notify = cw_actions.SnsAction(alerts)
         below = (f"{settings.max_drop:g} percentage points under" if settings.problem_type != "regression"
                  else f"{settings.max_drop:g}% over")
+        baseline = (f"the promoted model's {holdout_metric(settings.problem_type)} (configured {settings.baseline:g} "
+                    "before any promotion)" if promoted_baseline else f"the baseline {settings.baseline:g}")
         # Judged runs only publish QualityShortfall: a window with too few labels leaves the alarm where it was.
         self.alarm = self.metric_shortfall().create_alarm(
             self, "Alarm", threshold=settings.max_drop, evaluation_periods=1,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.IGNORE,
             alarm_description=f"{endpoint_name}: {'MAE' if settings.problem_type == 'regression' else 'accuracy'} "
-                              f"{below} the baseline {settings.baseline:g}, from at least {settings.min_labelled} "
+                              f"{below} {baseline}, from at least {settings.min_labelled} "
                               f"labelled predictions (results under {self.results_prefix})")
         self.check_failing_alarm = self.function.metric_errors(period=Duration.hours(1)).create_alarm(
             self, "CheckFailingAlarm", threshold=1, evaluation_periods=1,

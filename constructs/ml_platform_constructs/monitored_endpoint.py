@@ -95,7 +95,9 @@ class MonitoredEndpoint(Construct):
     :param auto_scaling: target tracking, and scale-out on the p99 latency alarm (``EndpointAutoScaling``).
         Default: none (fixed instance count).
     :param quality: production quality against ground-truth labels, and its alarm (``ModelQuality``, see
-        ``EndpointQuality``). Default: none.
+        ``EndpointQuality``). With ``model_version``, a promotion also sets the quality baseline to the promoted
+        run's held-out score (a second stack parameter, ``runtime.promotion.quality_baseline_parameter``); until
+        then ``quality.baseline`` applies. Default: none.
     :param feature_watch: when the drift check's feature watch (spread and explained variance) alarms.
         Default: ``FeatureWatch()``.
     :param removal_policy: for the capture bucket. Default: RETAIN.
@@ -229,7 +231,8 @@ class MonitoredEndpoint(Construct):
         self.quality = EndpointQuality(
             self, "Quality", endpoint_name=endpoint_name, variant_name=variant_name, capture_bucket=self.capture_bucket,
             capture_prefix=CAPTURE_PREFIX, results_bucket=baseline_bucket, settings=quality, alerts=alerts,
-            logs_key=logs_key, removal_policy=removal_policy) if quality is not None else None
+            logs_key=logs_key, removal_policy=removal_policy,
+            promoted_baseline=self.model_version_parameter is not None) if quality is not None else None
         if self.quality is not None:
             self.alarms["quality"] = self.quality.alarm
             self.alarms["quality_check"] = self.quality.check_failing_alarm

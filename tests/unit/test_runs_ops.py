@@ -105,11 +105,12 @@ def test_model_versions_have_one_parameter_and_key_per_endpoint():
 # --- ./platform model promote -------------------------------------------------------------------------------------
 
 PARAMETER = "MlPlatformDevClassifierModelVersion"
+BASELINE = "MlPlatformDevClassifierQualityBaseline"  # dev's classifier has a quality check
 
 
 class CloudFormation:
-    def __init__(self, live, rollout_fails=False):
-        self.live, self.rollout_fails, self.updates = live, rollout_fails, []
+    def __init__(self, live, rollout_fails=False, baseline=""):
+        self.live, self.rollout_fails, self.updates, self.baseline = live, rollout_fails, [], baseline
 
     def describe_stacks(self, StackName):
         if StackName == "dev-Data":
@@ -119,6 +120,7 @@ class CloudFormation:
         return {"Stacks": [{"StackName": StackName, "StackStatus": status,
                             "RoleARN": "arn:aws:iam::111111111111:role/cdk-cfn-exec-role",
                             "Parameters": [{"ParameterKey": PARAMETER, "ParameterValue": self.live},
+                                           {"ParameterKey": BASELINE, "ParameterValue": self.baseline},
                                            {"ParameterKey": "BootstrapVersion", "ParameterValue": "/cdk-bootstrap/v"}]}]}
 
     def update_stack(self, **request):
@@ -181,7 +183,8 @@ def test_a_better_candidate_is_copied_and_rolled_out_through_the_declared_parame
     [update] = cloudformation.updates
     assert update["UsePreviousTemplate"] is True and update["StackName"] == "dev-Serving"
     assert update["Parameters"] == [{"ParameterKey": "BootstrapVersion", "UsePreviousValue": True},
-                                    {"ParameterKey": PARAMETER, "ParameterValue": better}]
+                                    {"ParameterKey": PARAMETER, "ParameterValue": better},
+                                    {"ParameterKey": BASELINE, "ParameterValue": "0.9"}]
     assert update["RoleARN"].endswith("cdk-cfn-exec-role")
     assert [d["outcome"] for d in decisions(gate, better)] == ["promoting", "rolled out"] or \
         {d["outcome"] for d in decisions(gate, better)} == {"rolled out"}

@@ -4,7 +4,9 @@ A model version reaches an endpoint only when its run's held-out score is no wor
 tolerance). The version is declared by CloudFormation: a ``MonitoredEndpoint`` with a declared ``model_version``
 gets a stack parameter (``model_version_parameter(endpoint name)``), its artifact is at
 ``model_key(model_data_key, version)``, and a promotion updates that parameter (the template stays as deployed), so
-the next ``cdk deploy`` (which keeps a parameter's previous value) never undoes it.
+the next ``cdk deploy`` (which keeps a parameter's previous value) never undoes it. An endpoint with a quality check
+also gets ``quality_baseline_parameter(endpoint name)``, empty until a promotion sets it to the promoted run's
+held-out score (``baseline_value``): the live model's score is what its production quality is held to.
 """
 
 from __future__ import annotations
@@ -15,12 +17,31 @@ from typing import Optional
 
 VERSION_PLACEHOLDER = "{version}"
 VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# The quality baseline parameter: empty (no promotion yet: the configured baseline applies) or a decimal number.
+BASELINE = re.compile(r"^$|^[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$")
+
+
+def _pascal(endpoint_name: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in re.split(r"[^A-Za-z0-9]+", endpoint_name) if part)
 
 
 def model_version_parameter(endpoint_name: str) -> str:
     """The stack parameter that declares an endpoint's model version: ``classifier-prod`` -> ClassifierProdModelVersion."""
-    return "".join(part[:1].upper() + part[1:] for part in re.split(r"[^A-Za-z0-9]+", endpoint_name) if part) + \
-        "ModelVersion"
+    return _pascal(endpoint_name) + "ModelVersion"
+
+
+def quality_baseline_parameter(endpoint_name: str) -> str:
+    """The stack parameter that holds the promoted model's held-out score, the baseline of the endpoint's quality
+    check: ``classifier-prod`` -> ClassifierProdQualityBaseline."""
+    return _pascal(endpoint_name) + "QualityBaseline"
+
+
+def baseline_value(score: float) -> str:
+    """A held-out score as the quality baseline parameter holds it (``BASELINE``): ``0.9`` -> "0.9"."""
+    text = repr(float(score))
+    if not BASELINE.match(text):
+        raise ValueError(f"score={score!r}: a finite number of at least 0")
+    return text
 
 
 def model_key(model_data_key: str, version: str) -> str:

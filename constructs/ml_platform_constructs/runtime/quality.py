@@ -17,6 +17,9 @@
 - Decision: ``too_few_labels`` under ``min_labelled`` labelled predictions; otherwise ``alarm`` when the shortfall
   (accuracy: baseline - value, in percentage points; MAE: (value - baseline) / baseline, in percent) is at least
   ``max_drop``, else ``ok``.
+- Baseline: the live model's held-out score. An endpoint with a declared model version gets it from its promotion
+  (``PROMOTED_BASELINE``, the promoted run's ``holdout_accuracy`` or ``holdout_mae``: ``holdout_metric``); before any
+  promotion, and for an endpoint without one, it is the configured value (``BASELINE``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,13 @@ except ImportError:  # in Lambda the module sits at the top of the package
 
 PROBLEM_TYPES = ("binary", "multiclass", "regression")
 DECISIONS = ("ok", "alarm", "too_few_labels")
+BASELINE_SOURCES = ("config", "promotion")
+
+
+def holdout_metric(problem_type: str) -> str:
+    """The held-out score a run logs (``TrackedRun.log_holdout``) that this problem type's quality is judged
+    against: ``holdout_accuracy`` (a share) or ``holdout_mae``."""
+    return "holdout_mae" if problem_type == "regression" else "holdout_accuracy"
 
 
 @dataclass(frozen=True)
@@ -45,10 +55,13 @@ class Settings:
     probability_threshold: Optional[float] = None  # binary only: 0.5 when None
     min_labelled: int = 200
     max_drop: float = 1.5
+    baseline_source: str = "config"  # or "promotion": the promoted run's held-out score
 
     def __post_init__(self) -> None:
         if self.problem_type not in PROBLEM_TYPES:
             raise ValueError(f"problem_type={self.problem_type!r}: one of {', '.join(PROBLEM_TYPES)}")
+        if self.baseline_source not in BASELINE_SOURCES:
+            raise ValueError(f"baseline_source={self.baseline_source!r}: one of {', '.join(BASELINE_SOURCES)}")
         if self.probability_threshold is not None and self.problem_type != "binary":
             raise ValueError("probability_threshold applies to the binary problem type only")
         if self.problem_type == "regression" and not self.baseline > 0:
@@ -64,8 +77,11 @@ class Settings:
 
     @classmethod
     def from_environment(cls, env: dict) -> "Settings":
-        threshold = env.get("PROBABILITY_THRESHOLD")
-        return cls(problem_type=env["PROBLEM_TYPE"], baseline=float(env["BASELINE"]),
+        """The function's settings; the promoted baseline when a promotion has set one (an empty
+        ``PROMOTED_BASELINE`` is the stack parameter's default), else the configured ``BASELINE``."""
+        threshold, promoted = env.get("PROBABILITY_THRESHOLD"), env.get("PROMOTED_BASELINE", "").strip()
+        return cls(problem_type=env["PROBLEM_TYPE"], baseline=float(promoted or env["BASELINE"]),
+                   baseline_source="promotion" if promoted else "config",
                    prediction_path=env.get("PREDICTION_PATH", ""),
                    probability_threshold=float(threshold) if threshold else None,
                    min_labelled=int(env["MIN_LABELLED"]), max_drop=float(env["MAX_DROP"]))
@@ -183,7 +199,8 @@ class Join:
                 "unmatched_predictions": sum(1 for key in self.predictions if key not in self.labels),
                 "unusable_pairs": unusable, "malformed_records": self.malformed_records,
                 "malformed_labels": self.malformed_labels, "duplicate_predictions": self.duplicate_predictions,
-                "duplicate_labels": self.duplicate_labels, "baseline": settings.baseline, "shortfall": shortfall,
+                "duplicate_labels": self.duplicate_labels, "baseline": settings.baseline,
+                "baseline_source": settings.baseline_source, "shortfall": shortfall,
                 "max_drop": settings.max_drop, "min_labelled": settings.min_labelled, "decision": decision}
 
 

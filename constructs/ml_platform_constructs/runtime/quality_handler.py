@@ -8,7 +8,8 @@ and, when the labelled sample is big enough, the shortfall against the baseline,
 Environment: CAPTURE_BUCKET, CAPTURE_PREFIX (up to the endpoint, e.g. "capture/classifier/"), VARIANT_NAME,
 LABELS_PREFIX (e.g. "ground-truth/classifier/", in the capture bucket), RESULTS_BUCKET, RESULTS_PREFIX,
 ENDPOINT_NAME, METRIC_NAMESPACE, WINDOW_HOURS, LATENESS_HOURS, MAX_RECORDS, and the settings: PROBLEM_TYPE,
-BASELINE, PREDICTION_PATH, PROBABILITY_THRESHOLD (binary, optional), MIN_LABELLED, MAX_DROP.
+BASELINE, PROMOTED_BASELINE (optional: the promoted run's held-out score, which wins when set), PREDICTION_PATH,
+PROBABILITY_THRESHOLD (binary, optional), MIN_LABELLED, MAX_DROP.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def run(env: dict[str, str], s3: Any, cloudwatch: Any, now: datetime) -> dict:
     _publish(cloudwatch, env["METRIC_NAMESPACE"], endpoint, summary, now)
     s3_key = f"{env['RESULTS_PREFIX']}{now:%Y/%m/%d/%H%M%S}.json"
     s3.put_object(Bucket=env["RESULTS_BUCKET"], Key=s3_key, Body=json.dumps(summary, indent=1).encode())
-    print(json.dumps({k: summary[k] for k in ("metric", "value", "labelled", "matched", "decision", "shortfall")}))
+    print(json.dumps({k: summary[k] for k in ("metric", "value", "labelled", "matched", "decision", "shortfall",
+                                              "baseline", "baseline_source")}))
     return summary
 
 
