@@ -25,7 +25,8 @@ NOT_CREATED_TYPES = {  # moto has no CloudFormation support for these types (the
     "dev-Core": ["AWS::SNS::Subscription", "AWS::SNS::TopicPolicy"],
     "dev-Data": ["AWS::Rbin::Rule", "AWS::S3::BucketPolicy"],
     "dev-Compute": ["AWS::AutoScaling::LifecycleHook", "AWS::CloudWatch::Alarm", "AWS::Lambda::Permission"],
-    "dev-Serving": ["AWS::CloudWatch::Alarm", "AWS::CloudWatch::CompositeAlarm", "AWS::Lambda::Permission",
+    "dev-Serving": ["AWS::ApplicationAutoScaling::ScalableTarget", "AWS::ApplicationAutoScaling::ScalingPolicy",
+                    "AWS::CloudWatch::Alarm", "AWS::CloudWatch::CompositeAlarm", "AWS::Lambda::Permission",
                     "AWS::S3::BucketPolicy"],
     "dev-Governance": ["AWS::Budgets::Budget", "AWS::CloudWatch::Alarm", "AWS::Lambda::EventInvokeConfig",
                        "AWS::Lambda::Permission", "AWS::SNS::Subscription", "AWS::SNS::TopicPolicy",
@@ -260,7 +261,7 @@ def test_only_what_the_emulator_cannot_answer_is_left_not_checked(deployed):
 
 def test_the_whole_table_and_its_verdict(deployment):
     table = deployment.table()
-    assert table.endswith("local deploy: 5 stacks complete; 13 resources partly applied, 32 not created by the emulator")
+    assert table.endswith("local deploy: 5 stacks complete; 14 resources partly applied, 41 not created by the emulator")
     assert all(r.logical_id in table for stack in deployment.reports for r in stack.resources)
 
 
