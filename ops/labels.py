@@ -12,17 +12,16 @@ where the quality check reads labels until its window's lateness has passed.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-from botocore.exceptions import BotoCoreError, ClientError
 from ml_platform_constructs.endpoint_quality import GROUND_TRUTH_PREFIX
 from ml_platform_constructs.runtime.quality import validate_labels
 
 from ops.aws_access import environment, require_known, session_for
+from ops.cli import Parser, aws_errors_in_one_line
 from stacks import config as platform_config
 
 MAX_PROBLEMS_SHOWN = 5
@@ -61,9 +60,9 @@ def upload(session: Any, endpoint_name: str, path: Path, body: bytes, now: datet
     return f"s3://{bucket}/{key}"
 
 
+@aws_errors_in_one_line
 def main(argv: list[str], now: Optional[datetime] = None) -> int:
-    parser = argparse.ArgumentParser(prog="./platform labels", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser("./platform labels", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     up = commands.add_parser("upload", help="check a label file and put it where the quality check reads it")
     up.add_argument("env")
@@ -85,14 +84,7 @@ def main(argv: list[str], now: Optional[datetime] = None) -> int:
                          'JSON object a line, {"inferenceId": ..., "label": ...}, each inferenceId once')
     name = f"{env.project}-{env.name}-{args.endpoint}"
     session = session_for(env)
-    try:
-        where = upload(session, name, args.file, text.encode("utf-8"), now or datetime.now(timezone.utc))
-    except ClientError as error:
-        details = error.response.get("Error", {})
-        raise SystemExit(f"error: AWS refused {error.operation_name}: {details.get('Code', 'error')}: "
-                         f"{' '.join(str(details.get('Message', '')).split())}") from None
-    except BotoCoreError as error:
-        raise SystemExit(f"error: {' '.join(str(error).split())}") from None
+    where = upload(session, name, args.file, text.encode("utf-8"), now or datetime.now(timezone.utc))
     print(f"{records} labels -> {where}")
     return 0
 

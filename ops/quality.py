@@ -11,7 +11,6 @@ baseline and decision (ok, alarm or too_few_labels), with the other counts the f
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 from ml_platform_constructs.runtime.quality import Settings, check_files
 
 from ops.aws_access import environment
+from ops.cli import Parser
 from ops.labels import quality_endpoint
 from stacks import config as platform_config
 
@@ -43,8 +43,7 @@ def describe(name: str, result: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="./platform quality", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser("./platform quality", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check", help="join local capture files with a label file and judge the quality")
     check.add_argument("env")

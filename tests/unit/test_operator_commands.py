@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError
 
-from ops import aws_access, budget, cost_estimate, dataset, drift_baseline, fleet, job, model, runs
+from ops import aws_access, budget, cost_estimate, dataset, drift_baseline, fleet, job, labels, model, quality, runs
 from tests.unit.test_aws_access import no_credentials
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,6 +28,9 @@ COMMANDS = {  # module, its usage line's start, the command's arguments with an 
     "cost": (cost_estimate, "usage: ./platform cost ", ["nosuch"]),
     "runs": (runs, "usage: ./platform runs ", ["list", "nosuch"]),
     "model": (model, "usage: ./platform model ", ["status", "nosuch", "classifier"]),
+    "labels": (labels, "usage: ./platform labels ", ["upload", "nosuch", "classifier", "labels.jsonl"]),
+    "quality": (quality, "usage: ./platform quality ",
+                ["check", "nosuch", "classifier", "--capture", "capture", "--labels", "labels.jsonl"]),
 }
 
 
@@ -36,7 +39,7 @@ def no_aws(monkeypatch):
     """Any credential check or AWS session fails the test: the command had to end before it."""
     def called(*args, **kwargs):
         raise AssertionError("an AWS session was asked for")
-    for module in (fleet, job, dataset, drift_baseline, budget, model):
+    for module in (fleet, job, dataset, drift_baseline, budget, model, labels):
         for name in ("session_for", "payer_session"):
             if hasattr(module, name):
                 monkeypatch.setattr(module, name, called)
@@ -80,6 +83,11 @@ def test_an_unknown_environment_is_one_line_naming_the_known_ones_before_any_aws
                                             "e.g. 0.25 (usage: ./platform cost --help)"),
     (cost_estimate, ["dev", "--storage-gb", "-5"], "error: ./platform cost: --storage-gb=-5.0: a size in GB, 0 or "
                                                    "more (usage: ./platform cost --help)"),
+    (labels, ["upload", "dev"], "error: ./platform labels upload: the following arguments are required: endpoint, "
+                                "file (usage: ./platform labels upload --help)"),
+    (quality, ["check", "dev", "classifier", "--capture", "c"], "error: ./platform quality check: the following "
+                                                               "arguments are required: --labels (usage: ./platform "
+                                                               "quality check --help)"),
 ])
 def test_a_bad_argument_is_one_line_naming_the_command_and_its_help(module, argv, message, capsys, no_aws):
     with pytest.raises(SystemExit) as done:
