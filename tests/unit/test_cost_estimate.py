@@ -1,13 +1,8 @@
-"""The cost model on hand-checked examples, its flags, and the price-table refresh (stubbed AWS)."""
+"""The cost model on hand-checked examples and its flags."""
 
-import json
-from datetime import date, datetime, timezone
-
-import boto3
 import pytest
-from botocore.stub import Stubber
 
-from ops import cost_estimate, refresh_prices
+from ops import cost_estimate
 
 PRICES = {"region": "us-east-1", "on_demand_hourly": {"g5.xlarge": 1.0, "g5.2xlarge": 1.2, "g6.xlarge": 0.8},
           "spot_discount": {"g5": 0.5, "g6": 0.5}, "sagemaker_hourly": {"ml.m5.large": 0.1},
@@ -98,10 +93,10 @@ def test_endpoints_network_and_other_by_hand():
 
 
 def test_a_region_the_table_lacks_is_flagged():
-    result = cost_estimate.estimate_environment("prod", "eu-west-1", [{"Resources": {}}],
-                                                cost_estimate.load_prices("eu-west-1"), cost_estimate.Assumptions())
-    assert result.flags == ["the price table has no eu-west-1 rates: priced at the dearest Region it has "
-                            "(python -m ops.refresh_prices --region eu-west-1)"]
+    result = cost_estimate.estimate_environment("prod", "mx-central-1", [{"Resources": {}}],
+                                                cost_estimate.load_prices("mx-central-1"), cost_estimate.Assumptions())
+    assert result.flags == ["the price table has no mx-central-1 rates: priced at the dearest Region it has "
+                            "(python -m ops.refresh_prices --region mx-central-1)"]
 
 
 def test_estimate_of_the_synthesized_app_covers_every_environment(platform_app, config):
@@ -114,29 +109,6 @@ def test_estimate_of_the_synthesized_app_covers_every_environment(platform_app, 
         assert not any("price table has no" in f for f in result.flags)  # every configured Region is priced
         assert result.fleets and result.total() > 0 and result.budget == config.environments[name].budget.monthly_limit_usd
         assert not [f for f in result.flags if "no idle-GPU alarm" in f or "On-Demand only" in f or "no tiering" in f]
-
-
-def price_item(price):
-    return json.dumps({"terms": {"OnDemand": {"T1": {"priceDimensions": {"D1": {"pricePerUnit": {"USD": str(price)}}}}}}})
-
-
-def test_refresh_reads_on_demand_prices_and_spot_discounts(monkeypatch):
-    monkeypatch.setattr(refresh_prices, "GPU_CATALOG", {"g5.xlarge": None, "g5.2xlarge": None})
-    pricing = boto3.client("pricing", region_name="us-east-1", aws_access_key_id="t", aws_secret_access_key="t")
-    ec2 = boto3.client("ec2", region_name="us-east-1", aws_access_key_id="t", aws_secret_access_key="t")
-    with Stubber(pricing) as pricing_stub, Stubber(ec2) as ec2_stub:
-        for price in (1.212, 1.006):  # sorted names: g5.2xlarge, then g5.xlarge
-            pricing_stub.add_response("get_products", {"PriceList": [price_item(price)]})
-        ec2_stub.add_response("describe_spot_price_history", {"SpotPriceHistory": [
-            {"InstanceType": "g5.xlarge", "SpotPrice": "0.503"}, {"InstanceType": "g5.2xlarge", "SpotPrice": "0.9696"}]})
-        old = {"on_demand_hourly": {}, "spot_discount": {"p5": 0.0}}
-        table = refresh_prices.refresh({"regions": {"us-east-1": old}}, pricing, ec2, "us-west-2",
-                                       date(2026, 11, 29), datetime(2026, 11, 29, tzinfo=timezone.utc))
-    assert table["regions"]["us-east-1"] is old  # another Region's entry is left as it was
-    entry = table["regions"]["us-west-2"]
-    assert entry["on_demand_hourly"] == {"g5.2xlarge": 1.212, "g5.xlarge": 1.006}
-    assert entry["spot_discount"] == {"p5": 0.0, "g5": 0.2}  # the lowest discount of the family: 1 - 0.9696/1.212
-    assert entry["retrieved"] == "2026-11-29" and "us-west-2" in entry["source"]
 
 
 def test_a_training_queue_is_priced_at_its_max_vcpus_per_vcpu_of_its_median_type():
