@@ -18,6 +18,22 @@ MIN_INSTANCE_TYPES = 4
 MAX_GPU_MEMORY_RATIO = 2.0
 
 
+def as_instance_types(construct: str, prop: str, values: Sequence) -> list[ec2.InstanceType]:
+    """``values`` as ``ec2.InstanceType``s: names such as ``"g5.xlarge"`` are accepted too."""
+    if isinstance(values, (str, ec2.InstanceType)):
+        raise ValidationError(construct, prop, values if isinstance(values, str) else values.to_string(),
+                              "a list of instance types", f"pass a list, e.g. {prop}=['g5.xlarge', 'g5.2xlarge', ...]")
+    types = []
+    for value in values:
+        if isinstance(value, str):
+            value = ec2.InstanceType(value)
+        elif not isinstance(value, ec2.InstanceType):
+            raise ValidationError(construct, prop, value, "ec2.InstanceType objects or instance type names",
+                                  "pass e.g. ec2.InstanceType('g5.xlarge') or 'g5.xlarge'")
+        types.append(value)
+    return types
+
+
 def validate_gpu_types(scope: Construct, construct: str, instance_types: Sequence[ec2.InstanceType], *,
                        allow_low_diversity: bool, allow_mixed_gpu_memory: bool, prop: str = "instance_types",
                        min_types: int = MIN_INSTANCE_TYPES) -> list[gpu_catalog.GpuInstanceType]:

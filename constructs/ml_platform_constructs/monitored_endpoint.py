@@ -26,6 +26,7 @@ from .endpoint_scaling import EndpointAutoScaling, scale_endpoint
 from .errors import ValidationError
 from .feature_watch import FeatureWatch, feature_watch_alarms, feature_watch_widgets
 from .nag_support import AcknowledgeWildcardResources, nag_arn, stack_arn, suppress_checkov
+from .network import require_private_subnets
 from .runtime.promotion import VERSION, VERSION_PLACEHOLDER, model_version_parameter
 from .runtime_function import runtime_function
 
@@ -72,6 +73,8 @@ class MonitoredEndpoint(Construct):
     :param alerts: the alert topic.
     :param baseline_bucket: the environment's DatasetBucket (drift baselines and results).
     :param vpc: the model runs in its private subnets (``vpc_subnets``), with a security group without inbound rules.
+        Public subnets (or subnets of this app that map public IPs or route to an internet gateway) fail synth.
+    :param allow_public_subnets: accept such subnets, with a warning. Default: False.
     :param capture_key: encrypts captured data. Default: the capture bucket's own new key.
     :param volume_key: encrypts the endpoint's storage volume; must be None for instance types with local NVMe
         storage (hardware-encrypted). Default: none (SageMaker's AWS managed key).
@@ -122,6 +125,7 @@ class MonitoredEndpoint(Construct):
         baseline_bucket: DatasetBucket,
         vpc: ec2.IVpc,
         vpc_subnets: Optional[ec2.SubnetSelection] = None,
+        allow_public_subnets: bool = False,
         capture_key: Optional[kms.IKey] = None,
         volume_key: Optional[kms.IKey] = None,
         initial_instance_count: int = 1,
@@ -155,6 +159,7 @@ class MonitoredEndpoint(Construct):
         for settings in (auto_scaling, quality, feature_watch):
             if settings is not None:
                 settings.validate()
+        require_private_subnets(self, "MonitoredEndpoint", vpc, vpc_subnets, allow_public_subnets)
         self.endpoint_name = endpoint_name
         self.variant_name = variant_name
         self._removal_policy = removal_policy

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Sequence
+from typing import Optional, Sequence
 
 from aws_cdk import Acknowledgment, Annotations, RemovalPolicy, Stack, Token, Validations
 from aws_cdk import aws_ec2 as ec2
@@ -77,6 +77,57 @@ def _require_no_az_lookup(stack: Stack, azs: Sequence[str]) -> None:
         "credentials) at synth",
         "pin them in the app: App(context=PlatformNetwork.availability_zone_context(account=..., region=..., "
         f"availability_zones={list(azs)!r})), or override the availability_zones property of your Stack to return them")
+
+
+PUBLIC_SUBNETS_WARNING = "ml-platform:public-subnets"
+
+
+def selected_subnets(vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection]) -> list[ec2.ISubnet]:
+    """The subnets ``vpc_subnets`` selects, as aws-cdk-lib's constructs select them (default: private ones first,
+    then isolated, then public)."""
+    # jsii structs keep their fields in _values; select_subnets takes them as keyword arguments.
+    return list(vpc.select_subnets(**(vpc_subnets._values if vpc_subnets else {})).subnets)
+
+
+def _why_public(subnet: ec2.ISubnet, public_ids: set[str], internet_gateways: set[str]) -> Optional[str]:
+    if subnet.subnet_id in public_ids:
+        return "a public subnet of the VPC (routed to its internet gateway)"
+    resource = subnet.node.default_child
+    if isinstance(resource, ec2.CfnSubnet) and resource.map_public_ip_on_launch is True:
+        return "maps public IPv4 addresses on launch"
+    for child in subnet.node.children:
+        if isinstance(child, ec2.CfnRoute) and child.gateway_id is not None and child.gateway_id in internet_gateways:
+            return "routes to an internet gateway"
+    return None
+
+
+def require_private_subnets(scope: Construct, construct: str, vpc: ec2.IVpc,
+                            vpc_subnets: Optional[ec2.SubnetSelection], allow_public_subnets: bool) -> None:
+    """Refuses selected subnets whose instances would get public addresses: public subnets (imported ones included,
+    as the VPC lists them), and subnets of this app that map public IPs on launch or route to an internet gateway.
+    ``allow_public_subnets`` turns the refusal into a warning. Imported subnets are checked only by the VPC's list."""
+    public_ids = {subnet.subnet_id for subnet in vpc.public_subnets}
+    internet_gateways = {gateway.ref for gateway in Stack.of(vpc).node.find_all()
+                         if isinstance(gateway, ec2.CfnInternetGateway)}
+    found = [(subnet, why) for subnet in selected_subnets(vpc, vpc_subnets)
+             if (why := _why_public(subnet, public_ids, internet_gateways))]
+    if not found:
+        return
+    names = [subnet.node.path if Token.is_unresolved(subnet.subnet_id) else subnet.subnet_id
+             for subnet, _ in found]
+    reasons = "; ".join(f"{name}: {why}" for name, (_, why) in zip(names, found))
+    if allow_public_subnets:
+        Annotations.of(scope).add_warning_v2(PUBLIC_SUBNETS_WARNING, (
+            f"{construct}: allow_public_subnets=True: its instances may get public addresses in {reasons}. Without "
+            "inbound rules they accept no connection, but private subnets keep them off the internet."))
+        return
+    raise ValidationError(
+        construct, "vpc_subnets", names,
+        f"private subnets: {reasons}, so the instances would get public addresses, and the platform keeps compute "
+        "private",
+        "select private subnets (e.g. PlatformNetwork.compute_subnets, or ec2.SubnetSelection(subnet_type="
+        "ec2.SubnetType.PRIVATE_WITH_EGRESS or PRIVATE_ISOLATED)), or pass allow_public_subnets=True to accept "
+        "public addresses (a warning)")
 
 
 class PlatformNetwork(Construct):

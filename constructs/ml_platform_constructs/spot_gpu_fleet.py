@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 from aws_cdk import Acknowledgment, Annotations, Duration, RemovalPolicy, Size, Stack, Tags, Validations
 from aws_cdk import aws_autoscaling as autoscaling
@@ -23,11 +23,13 @@ from .dataset_bucket import DATASETS_PREFIX, DatasetBucket
 from .dataset_snapshots import DatasetVolume
 from .errors import ValidationError
 from .governance import ACCOUNT_SCOPE, govern, validate_budget_scope
-from .gpu_alarms import gpu_alarms, gpu_memory_used_ratio, gpu_metric, validate_alarm_props, validate_gpu_types
+from .gpu_alarms import (as_instance_types, gpu_alarms, gpu_memory_used_ratio, gpu_metric, validate_alarm_props,
+                         validate_gpu_types)
 from .instance_bootstrap import (GPU_NAMESPACE, RUN_DIR, InstanceBootstrap, dataset_block_devices, gpu_agent_config,
                                  ubuntu_agent_install, validate_dataset_volumes)
 from .mlflow_tracking import MlflowTracking
 from .nag_support import nag_arn, stack_arn, suppress_checkov
+from .network import require_private_subnets
 from .platform_key import allow_autoscaling_volumes
 from .runtime.budget_guard import FLEET_TAG
 from .runtime_function import runtime_function
@@ -56,10 +58,13 @@ class SpotGpuFleet(Construct):
       alarm (used/total above 0.7) notify ``alerts``; scale-to-zero on idle is opt-in.
 
     :param vpc: where the instances run.
-    :param instance_types: GPU instance types from ``gpu_catalog.GPU_CATALOG``, all of one architecture and
-        GPU count, GPU memory within a factor of 2.
+    :param instance_types: GPU instance types from ``gpu_catalog.GPU_CATALOG`` (``ec2.InstanceType`` or names such
+        as ``"g5.xlarge"``), all of one architecture and GPU count, GPU memory within a factor of 2.
     :param alerts: the environment's alert topic.
-    :param vpc_subnets: Default: the VPC's private subnets, every AZ.
+    :param vpc_subnets: Default: the VPC's private subnets, every AZ. Subnets whose instances would get public
+        addresses (public subnets, or subnets of this app that map public IPs or route to an internet gateway) fail
+        synth unless ``allow_public_subnets``.
+    :param allow_public_subnets: accept such subnets, with a warning. Default: False.
     :param datasets: the environment's DatasetBucket: read ``datasets/``, read and write
         ``checkpoints/<fleet_name>/``. Default: no bucket access.
     :param fleet_name: names the checkpoint prefix, the fleet tag and the JobRunning dimension. Default: the construct id.
@@ -100,9 +105,10 @@ class SpotGpuFleet(Construct):
         id: str,
         *,
         vpc: ec2.IVpc,
-        instance_types: Sequence[ec2.InstanceType],
+        instance_types: Sequence[Union[ec2.InstanceType, str]],
         alerts: sns.ITopic,
         vpc_subnets: Optional[ec2.SubnetSelection] = None,
+        allow_public_subnets: bool = False,
         datasets: Optional[DatasetBucket] = None,
         fleet_name: Optional[str] = None,
         max_capacity: int = 1,
@@ -129,6 +135,7 @@ class SpotGpuFleet(Construct):
         super().__init__(scope, id)
         self.fleet_name = fleet_name or id
         self._tracking = tracking
+        instance_types = as_instance_types("SpotGpuFleet", "instance_types", instance_types)
         self.catalog_entries = self._validate_types(instance_types, machine_image, allow_low_diversity,
                                                     allow_mixed_gpu_memory)
         self._validate_sizes(max_capacity, on_demand_base_capacity, spot_max_price, idle_threshold_percent,
@@ -136,6 +143,7 @@ class SpotGpuFleet(Construct):
                              checkpoint_timeout)
         validate_dataset_volumes(self, "SpotGpuFleet", dataset_volumes)
         validate_budget_scope("SpotGpuFleet", budget_scope)
+        require_private_subnets(self, "SpotGpuFleet", vpc, vpc_subnets, allow_public_subnets)
         if volume_key is not None and not volume_key_allows_autoscaling and not allow_autoscaling_volumes(volume_key):
             raise ValidationError(
                 "SpotGpuFleet", "volume_key", volume_key.key_arn,
