@@ -11,15 +11,17 @@ Both sides default to ``ACCOUNT_SCOPE`` ("account"): a guard governs every gover
 and Region that did not choose another scope, with no tag from the app. Several guards in one account (one
 per environment) pass the same ``budget_scope`` (e.g. the environment name) to the guard and to the
 constructs it governs. A guard warns at synth (``ml-platform:budget-guard-governs-nothing``) when nothing in
-its app carries its scope.
+its app carries its scope; and where an app has a guard, a governed construct that no guard of the app governs
+(another scope, account or Region) warns (``ml-platform:ungoverned-compute``), naming the guards' scopes.
 """
 
 from __future__ import annotations
 
 import re
 
-from aws_cdk import Tags, Token
-from constructs import IConstruct
+from aws_cdk import Annotations, Stack, Tags, Token
+import jsii
+from constructs import IConstruct, IValidation
 
 from .errors import ValidationError
 from .runtime.budget_guard import BUDGET_SCOPE_TAG
@@ -39,9 +41,12 @@ def validate_budget_scope(construct: str, budget_scope: str) -> None:
                               f"use '{ACCOUNT_SCOPE}' (the default) or an environment name such as 'dev'")
 
 
-# The scopes govern() tagged are kept on the app's root construct (jsii gives every construct one Python object),
-# so a guard asks there whether anything carries its scope instead of reading every resource's tags through jsii.
+# The scopes govern() tagged, and what it tagged, are kept on the app's root construct (jsii gives every construct
+# one Python object), so a guard asks there whether anything carries its scope instead of reading every resource's
+# tags through jsii.
 _GOVERNED_ATTRIBUTE = "_ml_platform_governed_scopes"
+_GOVERNED_RESOURCES = "_ml_platform_governed_resources"
+UNGOVERNED_WARNING = "ml-platform:ungoverned-compute"
 
 
 def govern(resource: IConstruct, budget_scope: str = ACCOUNT_SCOPE) -> None:
@@ -50,9 +55,55 @@ def govern(resource: IConstruct, budget_scope: str = ACCOUNT_SCOPE) -> None:
     root = resource.node.root
     if not hasattr(root, _GOVERNED_ATTRIBUTE):
         setattr(root, _GOVERNED_ATTRIBUTE, set())
+        setattr(root, _GOVERNED_RESOURCES, [])
+        root.node.add_validation(_EveryGovernedResourceHasAGuard(root))
     getattr(root, _GOVERNED_ATTRIBUTE).add(budget_scope)
+    getattr(root, _GOVERNED_RESOURCES).append((resource, budget_scope))
 
 
 def governs_something(scope: IConstruct, budget_scope: str) -> bool:
     """Whether anything in ``scope``'s app was marked with ``govern(..., budget_scope)``."""
     return budget_scope in getattr(scope.node.root, _GOVERNED_ATTRIBUTE, set())
+
+
+def _same(a: str, b: str) -> bool:
+    return a == b or Token.is_unresolved(a) or Token.is_unresolved(b)
+
+
+def _region(stack: Stack) -> str:
+    return "any Region" if Token.is_unresolved(stack.region) else stack.region
+
+
+def _display(construct: IConstruct) -> str:
+    path = construct.node.path
+    return path[:-len("/Resource")] if path.endswith("/Resource") else path
+
+
+@jsii.implements(IValidation)
+class _EveryGovernedResourceHasAGuard:
+    """Where an app has a BudgetGuard that stops spend, warns on each governed resource that none of the app's guards
+    governs: the same scope, account and Region (a guard acts only in its own). Runs once per app, at validation
+    time, when every construct exists."""
+
+    def __init__(self, root: IConstruct) -> None:
+        self._root = root
+
+    def validate(self) -> list[str]:
+        from .budget_guard import BudgetGuard  # imported here: budget_guard imports this module
+
+        guards = [c for c in self._root.node.find_all()
+                  if isinstance(c, BudgetGuard) and getattr(c, "stop_function", None) is not None]
+        if not guards:
+            return []
+        where = {guard: Stack.of(guard) for guard in guards}
+        for resource, scope in getattr(self._root, _GOVERNED_RESOURCES, []):
+            stack = Stack.of(resource)
+            if any(guard.budget_scope == scope and _same(stack.account, where[guard].account)
+                   and _same(stack.region, where[guard].region) for guard in guards):
+                continue
+            guarded = ", ".join(f"{guard.budget_scope!r} ({guard.node.path}, {_region(where[guard])})" for guard in guards)
+            Annotations.of(resource).add_warning_v2(UNGOVERNED_WARNING, (
+                f"{_display(resource)} has budget_scope {scope!r} ({_region(stack)}), which no BudgetGuard of this app "
+                f"governs: the guards here govern {guarded}, so a budget stop would leave it running. Pass the guard's "
+                "budget_scope to it, or acknowledge this warning if a guard in another app governs its scope."))
+        return []
