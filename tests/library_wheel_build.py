@@ -53,6 +53,8 @@ def main(work: Path) -> int:
         "PYTHONPATH": os.pathsep.join([str(site), sysconfig.get_paths()["purelib"]]),
         "PYTHONNOUSERSITE": "1",
         "CDK_OUTDIR": str(work / "cdk.out"),
+        # The context of the example's cdk.json (cdk init's feature flags), handed over as the CDK CLI does.
+        "CDK_CONTEXT_JSON": json.dumps(json.loads((EXAMPLE / "cdk.json").read_text())["context"]),
         # aws-cdk-lib's built-in template validation off, as in the other tests' synths (conftest.new_app): then
         # the validation report is written only because the example registered a plugin, cdk-nag.
         "CDK_VALIDATION": "false",

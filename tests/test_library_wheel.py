@@ -68,10 +68,22 @@ def test_the_example_synthesizes_from_the_wheel_cdk_nag_and_cfn_lint_clean(team_
             "AWS::SSM::Document", "AWS::EC2::VPC"} <= types
     report = outdir / "validation-report.json"
     assert report.exists()  # only written when a plugin is registered: cdk-nag ran, as the README tells consumers
-    assert json.loads(report.read_text())["pluginReports"] == []  # and found nothing
+    violations = [v for plugin in json.loads(report.read_text())["pluginReports"] for v in plugin["violations"]]
+    assert [v["ruleName"] for v in violations if v["ruleName"].startswith("AwsSolutions")] == []  # and found nothing
     manifest = json.loads((outdir / "manifest.json").read_text())
     assert manifest.get("missing", []) == []  # no context lookup
     assert lint_template(outdir / "TeamA.template.json", ["us-east-1"]) == []
+
+
+def test_the_examples_check_fails_on_cdk_nag_errors_only_under_cdk_inits_flags(team_app):
+    """cdk init's cdk.json puts every construct annotation in the validation report: the example's check must not
+    take a warning for a cdk-nag finding (the app exited 0, see the fixture, with warnings in the report)."""
+    _, outdir, _ = team_app
+    context = json.loads((ROOT / "examples" / "team_stack" / "cdk.json").read_text())["context"]
+    assert context["@aws-cdk/core:annotationsInValidationReport"] is True
+    plugins = json.loads((outdir / "validation-report.json").read_text())["pluginReports"]
+    warnings = [v for p in plugins if p["pluginName"] == "Construct Annotations" for v in p["violations"]]
+    assert warnings and {v["severity"] for v in warnings} == {"warning"}
 
 
 def test_the_example_gets_the_safety_the_platform_app_gets(team_app):
