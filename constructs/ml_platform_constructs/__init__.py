@@ -41,6 +41,7 @@ _EXPORTS = {
     "DEFAULT_INTERFACE_ENDPOINTS": "network",
     "QUEUE_INTERFACE_ENDPOINTS": "network",
     "ImportedNetwork": "network",
+    "availability_zone_context": "network",
     "PlatformNetwork": "network",
     "SNS_PUBLISHING_SERVICES": "platform_key",
     "PlatformKey": "platform_key",
@@ -83,7 +84,8 @@ if TYPE_CHECKING:  # type checkers and IDEs see the names eagerly
     from .feature_watch import FeatureWatch
     from .mlflow_tracking import MLFLOW_INTERFACE_ENDPOINTS, MLFLOW_PREFIX, MlflowTracking
     from .monitored_endpoint import DRIFT_NAMESPACE, MonitoredEndpoint
-    from .network import DEFAULT_INTERFACE_ENDPOINTS, QUEUE_INTERFACE_ENDPOINTS, ImportedNetwork, PlatformNetwork
+    from .network import (DEFAULT_INTERFACE_ENDPOINTS, QUEUE_INTERFACE_ENDPOINTS, ImportedNetwork, PlatformNetwork,
+                          availability_zone_context)
     from .platform_key import SNS_PUBLISHING_SERVICES, PlatformKey, allow_autoscaling_volumes
     from .retrain_on_drift import RetrainOnDrift
     from .spot_gpu_fleet import GPU_NAMESPACE, JOB_NAMESPACE, SpotGpuFleet, SpotInterruptionAlerts

@@ -58,6 +58,16 @@ def _validate_azs(construct: str, azs: Sequence[str], region: str) -> None:
                                   f"use AZs named {region}a, {region}b, ...")
 
 
+def availability_zone_context(*, account: str, region: str, availability_zones: Sequence[str]) -> dict:
+    """The context that pins a Region's AZs for an account-bound app: ``App(context=availability_zone_context(...))``.
+
+    Any ``ec2.Vpc`` in a stack bound to an account and Region (a team's own as well as ``PlatformNetwork``'s) reads
+    the stack's AZs, which CDK otherwise looks up with AWS credentials at synth; with this context (CDK's AZ provider
+    key) it never does: https://docs.aws.amazon.com/cdk/v2/guide/context.html
+    """
+    return {f"availability-zones:account={account}:region={region}": list(availability_zones)}
+
+
 def _require_no_az_lookup(stack: Stack, azs: Sequence[str]) -> None:
     """ec2.Vpc reads ``stack.availability_zones``; in an account-bound stack that is a context lookup unless the
     stack overrides the property (CDK's documented way to choose AZs:
@@ -75,7 +85,7 @@ def _require_no_az_lookup(stack: Stack, azs: Sequence[str]) -> None:
         f"AZs that CDK can know without a lookup: stack {stack.stack_name} is bound to account {stack.account} "
         f"and Region {stack.region}, and CDK's ec2.Vpc reads the stack's AZs, which would be looked up (with AWS "
         "credentials) at synth",
-        "pin them in the app: App(context=PlatformNetwork.availability_zone_context(account=..., region=..., "
+        "pin them in the app: App(context=ml_platform_constructs.availability_zone_context(account=..., region=..., "
         f"availability_zones={list(azs)!r})), or override the availability_zones property of your Stack to return them")
 
 
@@ -145,7 +155,7 @@ class PlatformNetwork(Construct):
     So in such a stack the construct requires the stack's AZs to be known without a lookup, and fails at synth
     with the fix otherwise: either the stack overrides ``availability_zones`` (CDK's documented way), or the
     ``availability-zones:account=<account>:region=<region>`` context is pinned above the stack
-    (``App(context=PlatformNetwork.availability_zone_context(...))``; the platform's stages pin it).
+    (``App(context=availability_zone_context(...))``, a function of this module; the platform's stages pin it).
 
     :param availability_zones: AZ names in the stack's Region, e.g. ``['us-east-1a', 'us-east-1b']``.
     :param flow_logs_key: KMS key for the flow-log group; its policy must allow CloudWatch Logs (``PlatformKey``).
@@ -224,9 +234,8 @@ class PlatformNetwork(Construct):
 
     @staticmethod
     def availability_zone_context(*, account: str, region: str, availability_zones: Sequence[str]) -> dict:
-        """The context that pins a Region's AZs for an account-bound app, e.g. ``App(context=...)``: CDK then
-        never looks them up (the context key is CDK's AZ provider key)."""
-        return {f"availability-zones:account={account}:region={region}": list(availability_zones)}
+        """``ml_platform_constructs.availability_zone_context``: the context that pins a Region's AZs."""
+        return availability_zone_context(account=account, region=region, availability_zones=availability_zones)
 
 
 class ImportedNetwork(Construct):

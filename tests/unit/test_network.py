@@ -1,5 +1,8 @@
 """PlatformNetwork and ImportedNetwork."""
 
+import json
+from pathlib import Path
+
 import pytest
 from aws_cdk import App, Stack
 from aws_cdk import aws_ec2 as ec2
@@ -7,6 +10,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk.assertions import Match
 
 from ml_platform_constructs import ImportedNetwork, PlatformNetwork, ValidationError
+from tests.conftest import new_app
 
 AZS = ["us-east-1a", "us-east-1b"]
 
@@ -107,3 +111,19 @@ def test_invalid_imported_network_is_rejected(kwargs, match):
              "private_subnet_ids": ["subnet-0123456789abcdef1", "subnet-0123456789abcdef2"], **kwargs}
     with pytest.raises(ValidationError, match=match):
         ImportedNetwork(Stack(App(), "S", env={"account": "123456789012", "region": "us-east-1"}), "Net", **props)
+
+
+def test_the_az_context_from_the_package_pins_a_teams_own_vpc_too(tmp_path):
+    """A plain ec2.Vpc in an account-bound stack reads the stack's AZs as PlatformNetwork does: pinned, no lookup."""
+    from ml_platform_constructs import availability_zone_context
+
+    app = new_app(tmp_path, **availability_zone_context(
+        account="111122223333", region="eu-west-1", availability_zones=["eu-west-1a", "eu-west-1b"]))
+    stack = Stack(app, "Team", env={"account": "111122223333", "region": "eu-west-1"})
+    ec2.Vpc(stack, "Vpc", max_azs=2, nat_gateways=0,
+            subnet_configuration=[ec2.SubnetConfiguration(name="c", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)])
+    assembly = app.synth()
+    assert json.loads((Path(assembly.directory) / "manifest.json").read_text()).get("missing", []) == []  # no lookup
+    template = json.loads((Path(assembly.directory) / "Team.template.json").read_text())
+    azs = {s["Properties"]["AvailabilityZone"] for s in template["Resources"].values() if s["Type"] == "AWS::EC2::Subnet"}
+    assert azs == {"eu-west-1a", "eu-west-1b"}
