@@ -43,9 +43,14 @@ _EXPORTS = {
     "ImportedNetwork": "network",
     "availability_zone_context": "network",
     "PlatformNetwork": "network",
+    "LOGS_SERVICE": "platform_key",
     "SNS_PUBLISHING_SERVICES": "platform_key",
     "PlatformKey": "platform_key",
     "allow_autoscaling_volumes": "platform_key",
+    "allow_log_groups": "platform_key",
+    "allow_publishing": "platform_key",
+    "key_policy_has": "platform_key",
+    "PriceTable": "price_table",
     "RetrainOnDrift": "retrain_on_drift",
     "GPU_NAMESPACE": "spot_gpu_fleet",
     "JOB_NAMESPACE": "spot_gpu_fleet",
@@ -86,7 +91,9 @@ if TYPE_CHECKING:  # type checkers and IDEs see the names eagerly
     from .monitored_endpoint import DRIFT_NAMESPACE, MonitoredEndpoint
     from .network import (DEFAULT_INTERFACE_ENDPOINTS, QUEUE_INTERFACE_ENDPOINTS, ImportedNetwork, PlatformNetwork,
                           availability_zone_context)
-    from .platform_key import SNS_PUBLISHING_SERVICES, PlatformKey, allow_autoscaling_volumes
+    from .platform_key import (LOGS_SERVICE, SNS_PUBLISHING_SERVICES, PlatformKey, allow_autoscaling_volumes,
+                               allow_log_groups, allow_publishing, key_policy_has)
+    from .price_table import PriceTable
     from .retrain_on_drift import RetrainOnDrift
     from .spot_gpu_fleet import GPU_NAMESPACE, JOB_NAMESPACE, SpotGpuFleet, SpotInterruptionAlerts
     from .training_queue import QUEUE_TAG, TrainingQueue

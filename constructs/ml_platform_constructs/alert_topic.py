@@ -14,6 +14,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
 from .errors import ValidationError
+from .platform_key import SNS_PUBLISHING_SERVICES, allow_publishing
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
@@ -32,9 +33,10 @@ def allow_budgets_to_publish(topic: sns.Topic) -> None:
 class AlertTopic(Construct):
     """An SNS topic encrypted with a customer-managed key, publish over TLS only, with e-mail subscribers.
 
-    :param master_key: the key that encrypts messages at rest. It must be customer-managed and allow the
-        publishing services (see ``PlatformKey``): CloudWatch alarms cannot publish to a topic encrypted with the
-        AWS managed ``alias/aws/sns`` key.
+    :param master_key: the key that encrypts messages at rest, customer-managed: CloudWatch alarms cannot publish
+        to a topic encrypted with the AWS managed ``alias/aws/sns`` key. A key of this app gets the statements that
+        let CloudWatch, EventBridge and Budgets publish (``SNS_PUBLISHING_SERVICES``, once per key); an imported key
+        fails at synth unless ``key_policy_has`` declares them (without them the topic silently receives nothing).
     :param email_addresses: subscribers. Each receives a confirmation e-mail and gets nothing until it confirms.
         Default: none.
     :param display_name: Default: none.
@@ -53,6 +55,7 @@ class AlertTopic(Construct):
         if len(set(email_addresses)) != len(email_addresses):
             raise ValidationError("AlertTopic", "email_addresses", list(email_addresses), "each address once",
                                   "remove the duplicate address")
+        allow_publishing(master_key, SNS_PUBLISHING_SERVICES, construct="AlertTopic", prop="master_key")
         self.topic = sns.Topic(self, "Resource", master_key=master_key, enforce_ssl=True, display_name=display_name)
         allow_budgets_to_publish(self.topic)
         for address in email_addresses:

@@ -28,6 +28,7 @@ from .alert_topic import allow_budgets_to_publish
 from .errors import ValidationError
 from .governance import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, governs_something, validate_budget_scope
 from .nag_support import nag_arn, stack_arn, suppress_checkov
+from .platform_key import allow_log_groups, allow_publishing
 from .runtime.budget_guard import DEFAULT_BUDGET_AGE_HOURS, DEFAULT_GRACE_MINUTES, QUEUE_TAG, load_table
 from .runtime.pending_jobs import PENDING_PATH
 from .runtime_function import runtime_function
@@ -81,7 +82,9 @@ class BudgetGuard(Construct):
         replace a custom-named resource): adds a warning.
     :param alerts: the alert topic; it must allow Budgets to publish (``AlertTopic`` does).
     :param key: encrypts the stop topic, the failure queue, the audit log group and the records of the jobs a stop
-        ends (must allow Budgets and CloudWatch Logs, like ``PlatformKey``).
+        ends. A key of this app gets the statements that let Budgets publish to the stop topic and CloudWatch Logs
+        encrypt the audit log (once per key, as ``PlatformKey`` has them); an imported key fails at synth unless
+        ``key_policy_has`` declares them.
     :param environment: names the environment in descriptions and messages; the SageMaker endpoints tagged
         ``environment=<environment>`` are listed as what the stop cannot stop.
     :param budget_scope: governs every resource tagged ``ml-platform:budget-scope=<budget_scope>``, which each
@@ -116,6 +119,9 @@ class BudgetGuard(Construct):
         self._removal_policy = removal_policy
         self._budget_data_age = budget_data_age
         self._stopped_instance_grace = stopped_instance_grace
+        if stop_at_percent is not None:  # the stop topic (Budgets publishes) and the audit log (CloudWatch Logs)
+            allow_publishing(key, ["budgets.amazonaws.com"], construct="BudgetGuard", prop="key")
+            allow_log_groups(key, construct="BudgetGuard", prop="key")
         stack = Stack.of(self)
         if budget_name is not None:
             Annotations.of(self).add_warning_v2("ml-platform:budget-name", (

@@ -13,6 +13,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from .errors import ValidationError
+from .platform_key import allow_log_groups
 
 # What instances in private subnets must reach without a NAT gateway:
 # Session Manager (ssm, ssmmessages; ec2messages for SSM Agent before 3.3.40.0):
@@ -158,7 +159,8 @@ class PlatformNetwork(Construct):
     (``App(context=availability_zone_context(...))``, a function of this module; the platform's stages pin it).
 
     :param availability_zones: AZ names in the stack's Region, e.g. ``['us-east-1a', 'us-east-1b']``.
-    :param flow_logs_key: KMS key for the flow-log group; its policy must allow CloudWatch Logs (``PlatformKey``).
+    :param flow_logs_key: KMS key for the flow-log group. A key of this app gets the CloudWatch Logs statement
+        (once per key, as ``PlatformKey`` has it); an imported key fails at synth unless ``key_policy_has`` declares it.
     :param cidr: IPv4 block, /16 to /24. Default: ``10.0.0.0/16``.
     :param nat_gateways: 0 (default, cheapest: no internet from the subnets) up to one per AZ.
     :param interface_endpoints: Default: ``DEFAULT_INTERFACE_ENDPOINTS`` (SSM, SSM messages, EC2 messages,
@@ -198,6 +200,7 @@ class PlatformNetwork(Construct):
         if len(set(names)) != len(names):
             raise ValidationError("PlatformNetwork", "interface_endpoints", names, "each service once", "remove the duplicate")
         _require_no_az_lookup(Stack.of(self), availability_zones)
+        allow_log_groups(flow_logs_key, construct="PlatformNetwork", prop="flow_logs_key")
 
         compute_type = ec2.SubnetType.PRIVATE_WITH_EGRESS if nat_gateways else ec2.SubnetType.PRIVATE_ISOLATED
         subnets = [ec2.SubnetConfiguration(name="compute", subnet_type=compute_type)]

@@ -34,7 +34,9 @@ class PlatformKey(Construct):
       principal, limited by the ``kms:EncryptionContext:aws:logs:arn`` condition):
       https://docs.aws.amazon.com/AmazonCloudWatch/latest/logs/encrypt-log-data-kms.html
 
-    A team that brings its own key instead must add the same statements to that key's policy.
+    The constructs that encrypt with a key add what they need of these to a key of the app themselves (each
+    service once, whoever adds it first); a team that brings an imported key adds them to its policy and declares
+    them with ``key_policy_has``.
 
     :param alias: alias name without the ``alias/`` prefix, e.g. ``ml-platform/dev``. Default: no alias.
     :param allow_autoscaling_service_linked_role: let EC2 Auto Scaling's service-linked role use the key for
@@ -63,21 +65,8 @@ class PlatformKey(Construct):
             alias=f"alias/{alias}" if alias else None,
             removal_policy=removal_policy,
         )
-        self.key.add_to_resource_policy(iam.PolicyStatement(
-            sid="AllowAwsServicesToPublishToEncryptedTopics",
-            principals=[iam.ServicePrincipal(service) for service in SNS_PUBLISHING_SERVICES],
-            actions=["kms:GenerateDataKey*", "kms:Decrypt"],
-            resources=["*"],
-        ))
-        self.key.add_to_resource_policy(iam.PolicyStatement(
-            sid="AllowCloudWatchLogsToEncryptLogGroups",
-            principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
-            actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
-            resources=["*"],
-            conditions={"ArnLike": {
-                "kms:EncryptionContext:aws:logs:arn": f"arn:{stack.partition}:logs:{stack.region}:{stack.account}:*",
-            }},
-        ))
+        allow_publishing(self.key, SNS_PUBLISHING_SERVICES)
+        allow_log_groups(self.key)
 
         if allow_autoscaling_service_linked_role:
             allow_autoscaling_volumes(self.key)
@@ -119,3 +108,90 @@ def allow_autoscaling_volumes(key: kms.IKey) -> bool:
         conditions={"Bool": {"kms:GrantIsForAWSResource": True}}))
     Construct(key, _AUTOSCALING_MARKER)
     return True
+
+
+# What the key policies of this module let each service do. Each is added to a key once (recorded per key path on the
+# app's root construct: an imported key is a jsii proxy that takes no children), so constructs sharing a key, and a
+# PlatformKey that has them all, never add a service twice.
+LOGS_SERVICE = "logs"  # CloudWatch Logs of the key's Region: logs.<region>.amazonaws.com
+_PUBLISH_ACTIONS = ["kms:GenerateDataKey*", "kms:Decrypt"]
+_SERVICE_NAMES = {"cloudwatch.amazonaws.com": "CloudWatch", "events.amazonaws.com": "EventBridge",
+                  "budgets.amazonaws.com": "Budgets"}
+_README_STATEMENTS = "README, 'PlatformKey'"
+
+
+_KEY_SERVICES = "_ml_platform_key_services"
+
+
+def _allowed(key: kms.IKey) -> set[str]:
+    root = key.node.root
+    if not hasattr(root, _KEY_SERVICES):
+        setattr(root, _KEY_SERVICES, {})
+    return getattr(root, _KEY_SERVICES).setdefault(key.node.path, set())
+
+
+def key_policy_has(key: kms.IKey, *services: str) -> None:
+    """Declares that ``key``'s policy already lets ``services`` use it as this module's statements do: for an
+    imported key, whose policy the app cannot change, after adding them there. ``services``: any of
+    ``SNS_PUBLISHING_SERVICES`` and ``LOGS_SERVICE``."""
+    for service in services:
+        if service not in (*SNS_PUBLISHING_SERVICES, LOGS_SERVICE):
+            raise ValidationError("key_policy_has", "services", service,
+                                  f"one of {[*SNS_PUBLISHING_SERVICES, LOGS_SERVICE]}", "name the service as listed")
+    _allowed(key).update(services)
+
+
+def _missing(key: kms.IKey, services) -> list[str]:
+    return [service for service in services if service not in _allowed(key)]
+
+
+def _imported(construct: str, prop: str, key: kms.IKey, services: list[str], consequence: str) -> ValidationError:
+    return ValidationError(
+        construct, prop, key.key_arn,
+        f"a key whose policy lets {', '.join(services)} use it: this imported key's policy cannot be changed from this "
+        f"app, and without those statements {consequence}",
+        f"add the statements ({_README_STATEMENTS}) to the key's policy, then declare them: "
+        f"ml_platform_constructs.key_policy_has(key, {', '.join(repr(s) for s in services)}); or pass a key created "
+        "in this app (the construct adds them itself)")
+
+
+def allow_publishing(key: kms.IKey, services=SNS_PUBLISHING_SERVICES, *, construct: str = "PlatformKey",
+                     prop: str = "key") -> None:
+    """Lets ``services`` publish to SNS topics encrypted with ``key`` (``kms:GenerateDataKey*``, ``kms:Decrypt``):
+    without it an encrypted topic silently receives nothing from them
+    (https://docs.aws.amazon.com/sns/latest/dg/sns-key-management.html#compatibility-with-aws-services). Adds the
+    services the key's policy does not have yet, in one statement; an imported key raises ``ValidationError``
+    naming ``construct`` and ``prop``, unless ``key_policy_has`` declared them."""
+    missing = _missing(key, services)
+    if not missing:
+        return
+    names = [_SERVICE_NAMES.get(service, service.split(".")[0].title()) for service in missing]
+    sid = ("AllowAwsServicesToPublishToEncryptedTopics" if set(missing) == set(SNS_PUBLISHING_SERVICES)
+           else f"Allow{''.join(names)}ToPublishToEncryptedTopics")
+    added = key.add_to_resource_policy(iam.PolicyStatement(
+        sid=sid, principals=[iam.ServicePrincipal(service) for service in missing], actions=_PUBLISH_ACTIONS,
+        resources=["*"]), allow_no_op=True).statement_added
+    if not added:
+        raise _imported(construct, prop, key, missing, "the encrypted topic silently receives nothing from them")
+    key_policy_has(key, *missing)
+
+
+def allow_log_groups(key: kms.IKey, *, construct: str = "PlatformKey", prop: str = "key") -> None:
+    """Lets CloudWatch Logs of the key's account and Region encrypt log groups with ``key`` (condition on
+    ``kms:EncryptionContext:aws:logs:arn``): https://docs.aws.amazon.com/AmazonCloudWatch/latest/logs/encrypt-log-data-kms.html
+    Once per key; an imported key raises ``ValidationError`` unless ``key_policy_has(key, LOGS_SERVICE)``."""
+    if not _missing(key, [LOGS_SERVICE]):
+        return
+    stack = Stack.of(key)
+    added = key.add_to_resource_policy(iam.PolicyStatement(
+        sid="AllowCloudWatchLogsToEncryptLogGroups",
+        principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
+        actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+        resources=["*"],
+        conditions={"ArnLike": {
+            "kms:EncryptionContext:aws:logs:arn": f"arn:{stack.partition}:logs:{stack.region}:{stack.account}:*"}},
+    ), allow_no_op=True).statement_added
+    if not added:
+        raise _imported(construct, prop, key, [f"logs.{stack.region}.amazonaws.com"],
+                        "CloudWatch Logs cannot create the encrypted log group (the deploy fails)")
+    key_policy_has(key, LOGS_SERVICE)
