@@ -29,7 +29,8 @@ from .errors import ValidationError
 from .governance import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, governs_something, validate_budget_scope
 from .nag_support import nag_arn, stack_arn, suppress_checkov
 from .platform_key import allow_log_groups, allow_publishing
-from .runtime.budget_guard import DEFAULT_BUDGET_AGE_HOURS, DEFAULT_GRACE_MINUTES, QUEUE_TAG, load_table
+from .price_table import TABLE_FILE, PriceTable
+from .runtime.budget_guard import DEFAULT_BUDGET_AGE_HOURS, DEFAULT_GRACE_MINUTES, QUEUE_TAG
 from .runtime.pending_jobs import PENDING_PATH
 from .runtime_function import runtime_function
 from .spot_gpu_fleet import AUTO_SCALING_GROUPS_ARN
@@ -100,6 +101,9 @@ class BudgetGuard(Construct):
         guard ends them (5 minutes to 2 hours). Default: 10 minutes.
     :param cost_filters: AWS::Budgets CostFilters, e.g. {"TagKeyValue": ["user:environment$dev"]}. Default: the account.
     :param removal_policy: for the audit log group. Default: RETAIN.
+    :param price_table: the GPU prices the spend check uses, e.g. a team's own refresh
+        (``PriceTable.from_file("prices.json")``). Default: the table the library ships, every Region that offers
+        catalog types. A Region the table lacks is priced at the dearest rate it has, with a warning.
     """
 
     def __init__(self, scope: Construct, id: str, *, monthly_limit: float, alerts: sns.ITopic,
@@ -110,8 +114,13 @@ class BudgetGuard(Construct):
                  budget_data_age: Duration = Duration.hours(DEFAULT_BUDGET_AGE_HOURS),
                  stopped_instance_grace: Duration = Duration.minutes(DEFAULT_GRACE_MINUTES),
                  cost_filters: Optional[dict[str, Sequence[str]]] = None,
-                 removal_policy: RemovalPolicy = RemovalPolicy.RETAIN) -> None:
+                 removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+                 price_table: Optional[PriceTable] = None) -> None:
         super().__init__(scope, id)
+        if price_table is not None and not isinstance(price_table, PriceTable):
+            raise ValidationError("BudgetGuard", "price_table", type(price_table).__name__, "a PriceTable",
+                                  "pass ml_platform_constructs.PriceTable.from_file('prices.json')")
+        self._price_table = price_table
         self._validate(budget_name, monthly_limit, emails, notify_at_percent, stop_at_percent, spend_check_every,
                        stopped_instance_grace)
         validate_budget_scope("BudgetGuard", budget_scope)
@@ -127,10 +136,12 @@ class BudgetGuard(Construct):
             Annotations.of(self).add_warning_v2("ml-platform:budget-name", (
                 "A fixed budget_name makes changes to notifications and subscribers undeployable: they replace "
                 "the budget, and CloudFormation cannot replace a custom-named resource. Leave it unset."))
-        if not Token.is_unresolved(stack.region) and stack.region not in load_table()["regions"]:
+        if not Token.is_unresolved(stack.region) and stack.region not in (price_table or PriceTable.shipped()).regions:
             Annotations.of(self).add_warning_v2("ml-platform:budget-unpriced-region", (
-                f"The price table has no {stack.region} rates: the guard prices GPU capacity at the dearest Region "
-                f"it has. Add them with: python -m ops.refresh_prices --region {stack.region}"))
+                f"The price table has no {stack.region} rates: the guard prices GPU capacity at the dearest rate of "
+                f"any Region it has, so it stops early. For {stack.region}'s own rates (with AWS credentials): python "
+                f"-m ml_platform_constructs prices refresh --region {stack.region} --output prices.json, then pass "
+                "price_table=PriceTable.from_file('prices.json')"))
 
         self.stop_function: Optional[lambda_.Function] = None
         if stop_at_percent is not None:
@@ -225,6 +236,7 @@ class BudgetGuard(Construct):
             id="AwsSolutions-SQS3", reason="This queue is itself the failure destination of the stop function."))
         function = runtime_function(
             self, "StopFunction", handler="budget_guard.handler", files=STOP_FUNCTION_FILES,
+            replace={TABLE_FILE: self._price_table.to_json()} if self._price_table else None,
             description=f"Stops the {environment} GPU fleets when the environment's budget runs out",
             timeout=Duration.minutes(2), memory_size=256,
             log_group=logs.LogGroup(self, "AuditLog", retention=logs.RetentionDays.ONE_YEAR, encryption_key=key,

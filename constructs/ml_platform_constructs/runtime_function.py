@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from importlib import resources
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
 
 from aws_cdk import Acknowledgment, Validations
 from aws_cdk import aws_lambda as lambda_
@@ -12,9 +15,19 @@ from constructs import Construct
 from .nag_support import suppress_checkov
 
 
-def runtime_function(scope: Construct, id: str, *, handler: str, files: Sequence[str], **options: Any) -> lambda_.Function:
-    """A Python 3.14 arm64 function whose asset holds only ``files`` of ``ml_platform_constructs/runtime``."""
+def runtime_function(scope: Construct, id: str, *, handler: str, files: Sequence[str],
+                     replace: Optional[Mapping[str, str]] = None, **options: Any) -> lambda_.Function:
+    """A Python 3.14 arm64 function whose asset holds only ``files`` of ``ml_platform_constructs/runtime``, those named
+    in ``replace`` with the text given there instead (e.g. a team's own price table)."""
     code = str(resources.files("ml_platform_constructs.runtime"))
+    if replace:
+        staged = Path(tempfile.mkdtemp(prefix="ml-platform-runtime-"))  # the asset is copied from it at synth
+        for name in files:
+            if name in replace:
+                (staged / name).write_text(replace[name])
+            else:
+                shutil.copy(Path(code) / name, staged / name)
+        code = str(staged)
     function = lambda_.Function(
         scope, id, runtime=lambda_.Runtime.PYTHON_3_14, architecture=lambda_.Architecture.ARM_64, handler=handler,
         code=lambda_.Code.from_asset(code, exclude=["*", *[f"!{name}" for name in files]]), **options)

@@ -133,3 +133,58 @@ def test_a_region_new_to_the_table_prices_what_it_lacks_at_the_dearest_rate_and_
     assert entry["not_offered"] == ["p5.48xlarge"]
     assert entry["spot_discount"] == {"g5": 0.5, "p5": 0.0}  # no Spot history for p5 there: priced as On-Demand
     assert entry["sagemaker_hourly"] == {"ml.m5.large": 0.128}
+
+
+# --- the budget guard's table ----------------------------------------------------------------------------------------
+
+def guard_stack(tmp_path, region, **props):
+    from aws_cdk import Stack
+    from aws_cdk import aws_kms as kms
+    from aws_cdk import aws_sns as sns
+
+    from ml_platform_constructs import BudgetGuard
+    from tests.conftest import ACCOUNT, new_app
+
+    app = new_app(tmp_path, **{"aws:cdk:enable-asset-metadata": True})
+    stack = Stack(app, "Team", env={"account": ACCOUNT, "region": region})
+    BudgetGuard(stack, "Guard", monthly_limit=10, alerts=sns.Topic(stack, "T"), key=kms.Key(stack, "Key"),
+                environment="dev", **props)
+    return app, stack
+
+
+def unpriced_warnings(stack):
+    from aws_cdk.assertions import Annotations, Match
+
+    return Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp("price table has no"))
+
+
+def test_a_guard_in_eu_west_1_is_priced_without_a_warning(tmp_path):
+    _, stack = guard_stack(tmp_path, "eu-west-1")
+    assert unpriced_warnings(stack) == []
+
+
+def test_a_guard_in_a_region_the_table_lacks_warns_with_a_command_the_wheel_has(tmp_path):
+    _, stack = guard_stack(tmp_path, "mx-central-1")
+    [warning] = unpriced_warnings(stack)
+    assert ("python -m ml_platform_constructs prices refresh --region mx-central-1 --output prices.json, then pass "
+            "price_table=PriceTable.from_file('prices.json')") in warning.entry.data
+
+
+def test_a_guard_given_a_teams_table_packages_it_for_its_function(tmp_path):
+    from pathlib import Path
+
+    own = {"regions": {"mx-central-1": {"on_demand_hourly": {"g5.xlarge": 1.31}, "spot_discount": {"g5": 0.4}}}}
+    app, stack = guard_stack(tmp_path, "mx-central-1", price_table=PriceTable(own, "team"))
+    assert unpriced_warnings(stack) == []
+    assembly = app.synth()
+    template = json.loads((Path(assembly.directory) / "Team.template.json").read_text())
+    [function] = [r for name, r in template["Resources"].items()
+                  if r["Type"] == "AWS::Lambda::Function" and name.startswith("GuardStopFunction")]
+    packaged = Path(assembly.directory) / function["Metadata"]["aws:asset:path"]
+    assert json.loads((packaged / "prices.json").read_text()) == own
+    assert {p.name for p in packaged.iterdir()} == {"budget_guard.py", "pending_jobs.py", "prices.json"}
+
+
+def test_a_guard_refuses_a_price_table_that_is_not_one(tmp_path):
+    with pytest.raises(ValidationError, match=r"BudgetGuard: price_table='dict' is invalid: a PriceTable"):
+        guard_stack(tmp_path, "us-east-1", price_table={"regions": {}})
