@@ -6,24 +6,29 @@
                                    [--exclude COLUMN] [--bins 10] [--max-categories 20]
   python -m ml_platform_constructs budget resume --function NAME
   python -m ml_platform_constructs budget status [--scope account]
+  python -m ml_platform_constructs prices refresh --region REGION... --output FILE [--table FILE]
+                                   [--no-spot-advisor]
 
-Each takes --region (default: the AWS CLI's). The names come from the constructs' attributes, which a team
-exports with CfnOutputs: DatasetSnapshotBuilder.runbook_name, DatasetBucket.bucket_name,
-MonitoredEndpoint.endpoint_name, BudgetGuard.stop_function.function_name. Credentials come from the usual
-AWS chain; boto3 must be installed (the library itself does not need it).
+Each takes --region, before or after the command (default: AWS_REGION, AWS_DEFAULT_REGION or the AWS CLI's
+profile). The names come from the constructs' attributes, which a team exports with CfnOutputs:
+DatasetSnapshotBuilder.runbook_name, DatasetBucket.bucket_name, MonitoredEndpoint.endpoint_name,
+BudgetGuard.stop_function.function_name, BudgetGuard.budget_scope. Credentials come from the usual AWS chain.
+Needs boto3 and nothing of the CDK: no aws-cdk-lib import, no Node.js. Every error is one line that says what to do.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import getpass
 import json
+from datetime import date, datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, NoReturn, Optional
 
-from .governance import ACCOUNT_SCOPE
 from .runtime import budget_guard
+from .runtime.budget_guard import ACCOUNT_SCOPE
 from .runtime.pending_jobs import PendingJobs
 from .runtime.drift import build_baseline
 
@@ -54,9 +59,9 @@ def start_dataset_build(ssm: Any, *, runbook: str, bucket: str, name: str, versi
                         size_gib: int) -> str:
     """Starts DatasetSnapshotBuilder's runbook; the snapshot id appears at <parameter_prefix>NAME/VERSION/snapshot-id."""
     if not prefix.startswith("datasets/") or not prefix.endswith("/"):
-        raise SystemExit(f"--prefix {prefix!r}: a prefix under datasets/ ending in '/', e.g. datasets/{name}/")
+        raise SystemExit(f"error: --prefix {prefix!r}: a prefix under datasets/ ending in '/', e.g. datasets/{name}/")
     if not 1 <= size_gib <= 65536:
-        raise SystemExit(f"--size-gib {size_gib}: a gp3 size of 1-65536 GiB, at least the dataset's size")
+        raise SystemExit(f"error: --size-gib {size_gib}: a gp3 size of 1-65536 GiB, at least the dataset's size")
     execution = ssm.start_automation_execution(DocumentName=runbook, Parameters={
         "DatasetName": [name], "Version": [version], "SourceBucket": [bucket], "SourcePrefix": [prefix],
         "SizeGiB": [str(size_gib)]})["AutomationExecutionId"]
@@ -70,7 +75,7 @@ def resume_budget_stop(lambda_client: Any, function_name: str, operator: str) ->
         {"action": "resume", "operator": operator}).encode())
     payload = json.loads(response["Payload"].read() or b"null")
     if response.get("FunctionError"):
-        raise SystemExit(f"{function_name} failed: {payload}")
+        raise SystemExit(f"error: {function_name} failed: {' '.join(json.dumps(payload).split())}")
     return payload
 
 
@@ -104,37 +109,152 @@ def budget_status(autoscaling: Any, scope: str, batch: Any = None, ec2: Any = No
     return lines or [f"no fleets or queues governed by budget scope {scope!r}"]
 
 
-def _session(region: Optional[str]) -> Any:
-    try:
-        import boto3
-    except ImportError:
-        raise SystemExit("these commands call AWS: pip install boto3") from None
-    return boto3.session.Session(region_name=region)
+PROG = "python -m ml_platform_constructs"
+HOW_TO_SIGN_IN = ("sign in (aws sso login --profile NAME, after aws configure sso --profile NAME once) and run with "
+                  "AWS_PROFILE=NAME, or export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ml_platform_constructs", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--region")
-    commands = parser.add_subparsers(dest="command", required=True)
-    dataset = commands.add_parser("dataset").add_subparsers(dest="action", required=True).add_parser("build")
-    for option in ("--runbook", "--bucket", "--name", "--version", "--prefix"):
-        dataset.add_argument(option, required=True)
-    dataset.add_argument("--size-gib", type=int, required=True)
-    drift = commands.add_parser("drift-baseline")
-    drift.add_argument("sample", type=Path)
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line naming the command and where its usage is."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message} (usage: {self.prog} --help)\n")
+
+
+class Session:
+    """A boto3 session for a command that calls AWS, checked before the first call: the Region and credentials
+    are there, or the command ends with one line saying how to provide them."""
+
+    def __init__(self, region: Optional[str], factory: Optional[Callable[..., Any]] = None) -> None:
+        if factory is None:
+            try:
+                import boto3
+            except ImportError:
+                raise SystemExit("error: these commands call AWS and need boto3: pip install boto3") from None
+            factory = boto3.session.Session
+        self.session = factory(region_name=region)
+        if not self.session.region_name:
+            raise SystemExit(f"error: no AWS Region: pass --region REGION (before or after the command, e.g. {PROG} "
+                             "--region eu-west-1 budget status) or set AWS_REGION")
+        if self.session.get_credentials() is None:
+            raise SystemExit(f"error: no AWS credentials for {self.session.region_name}: {HOW_TO_SIGN_IN}")
+        self.region = self.session.region_name
+
+    def client(self, name: str, region: Optional[str] = None) -> Any:
+        return self.session.client(name, region_name=region or self.region)
+
+    def operator(self) -> str:
+        return self.client("sts").get_caller_identity()["Arn"]
+
+
+def one_line_errors(main: Callable[..., int]) -> Callable[..., int]:
+    """An entry point whose AWS and file errors end it with one line (what failed, what to do), not a traceback."""
+
+    @functools.wraps(main)
+    def run(*args: Any, **kwargs: Any) -> int:
+        try:
+            from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
+        except ImportError:  # without boto3 only the commands that call no AWS run; Session says so
+            return main(*args, **kwargs)
+        try:
+            return main(*args, **kwargs)
+        except NoRegionError:
+            raise SystemExit("error: no AWS Region: pass --region REGION or set AWS_REGION") from None
+        except NoCredentialsError:
+            raise SystemExit(f"error: no AWS credentials: {HOW_TO_SIGN_IN}") from None
+        except ClientError as error:
+            details = error.response.get("Error", {})
+            hint = " (the credentials lack that permission)" if "AccessDenied" in details.get("Code", "") else ""
+            raise SystemExit(f"error: AWS refused {error.operation_name}: {details.get('Code', 'error')}: "
+                             f"{_one_line(details.get('Message', ''))}{hint}") from None
+        except BotoCoreError as error:  # an expired SSO token, a missing profile, no network
+            raise SystemExit(f"error: {_one_line(error)}") from None
+        except (FileNotFoundError, IsADirectoryError, PermissionError) as error:
+            raise SystemExit(f"error: {error.filename}: {error.strerror}") from None
+
+    return run
+
+
+def parser() -> Parser:
+    # --region goes before or after the command: on the main parser and, without a default of its own (SUPPRESS),
+    # on every command, so a value after the command is not reset by the main parser's default.
+    region = argparse.ArgumentParser(add_help=False)
+    region.add_argument("--region", action="append", default=argparse.SUPPRESS, metavar="REGION",
+                        help="the AWS Region (prices refresh: each Region to refresh, repeatable)")
+    main_parser = Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                         parents=[region])
+    commands = main_parser.add_subparsers(dest="command", required=True, metavar="{dataset,drift-baseline,budget,prices}",
+                                          parser_class=Parser)
+
+    def command(group: Any, name: str, help: str) -> Parser:
+        return group.add_parser(name, help=help, parents=[region], description=help)
+
+    dataset = commands.add_parser("dataset", help="dataset snapshots", parents=[region]).add_subparsers(
+        dest="action", required=True, parser_class=Parser)
+    build = command(dataset, "build", "build a dataset snapshot with DatasetSnapshotBuilder's runbook")
+    for option, text in (("--runbook", "DatasetSnapshotBuilder.runbook_name"), ("--bucket", "DatasetBucket.bucket_name"),
+                         ("--name", "the dataset's name"), ("--version", "its version, e.g. v3"),
+                         ("--prefix", "its prefix, e.g. datasets/imagenet/")):
+        build.add_argument(option, required=True, help=text)
+    build.add_argument("--size-gib", type=int, required=True, help="the volume's size, at least the dataset's")
+    drift = command(commands, "drift-baseline", "build an endpoint's drift baseline from a training sample")
+    drift.add_argument("sample", type=Path, help="a CSV with a header, or JSON Lines (.jsonl)")
     drift.add_argument("--endpoint", required=True, help="the endpoint's name (MonitoredEndpoint.endpoint_name)")
     drift.add_argument("--exclude", action="append", default=[], help="a column that is not a model input")
     drift.add_argument("--bins", type=int, default=10)
     drift.add_argument("--max-categories", type=int, default=20)
     target = drift.add_mutually_exclusive_group(required=True)
-    target.add_argument("--bucket")
-    target.add_argument("--output", type=Path)
-    budget = commands.add_parser("budget").add_subparsers(dest="action", required=True)
-    budget.add_parser("resume").add_argument("--function", required=True,
-                                             help="BudgetGuard.stop_function.function_name")
-    budget.add_parser("status").add_argument("--scope", default=ACCOUNT_SCOPE, help="the guard's budget_scope")
-    args = parser.parse_args(argv)
+    target.add_argument("--bucket", help="the endpoint's baseline_bucket: upload there")
+    target.add_argument("--output", type=Path, help="write the baseline to this file instead")
+    budget = commands.add_parser("budget", help="a BudgetGuard's stop", parents=[region]).add_subparsers(
+        dest="action", required=True, parser_class=Parser)
+    command(budget, "resume", "resume what the guard stopped").add_argument(
+        "--function", required=True, help="BudgetGuard.stop_function.function_name")
+    command(budget, "status", "the governed fleets and queues, running or stopped").add_argument(
+        "--scope", default=ACCOUNT_SCOPE, help="the guard's budget_scope (default: account)")
+    prices = commands.add_parser("prices", help="the GPU price table", parents=[region]).add_subparsers(
+        dest="action", required=True, parser_class=Parser)
+    refresh = command(prices, "refresh", "refresh a price table from AWS for BudgetGuard(price_table=...)")
+    refresh.add_argument("--output", type=Path, required=True, help="where to write the table")
+    refresh.add_argument("--table", type=Path, help="a table to refresh (default: the one the library ships)")
+    refresh.add_argument("--no-spot-advisor", action="store_true", help="keep each Region's spot_by_type as it is")
+    return main_parser
+
+
+def refresh_prices(session_for: Callable[[str], Session], regions: list[str], *, output: Path,
+                   table: Optional[Path] = None, spot_advisor: bool = True, advisor: Optional[dict] = None,
+                   today: Optional[date] = None, now: Optional[datetime] = None) -> list[str]:
+    """Refreshes ``regions`` of a price table (``table``, or the shipped one) from AWS and writes it to ``output``."""
+    from .price_table import PriceTable, fetch_spot_advisor, refresh
+
+    current = (PriceTable.from_file(table) if table else PriceTable.shipped()).table
+    pricing = session_for("us-east-1").client("pricing", "us-east-1")  # the Price List API answers there
+    if spot_advisor and advisor is None:
+        advisor = fetch_spot_advisor()
+    now = now or datetime.now(timezone.utc)
+    lines = []
+    for region in regions:
+        current = refresh(current, pricing, session_for(region).client("ec2", region), region, today or now.date(),
+                          now, advisor if spot_advisor else None)
+        entry = current["regions"][region]
+        lines.append(f"{region}: {len(entry['on_demand_hourly']) - len(entry['not_offered'])} types offered, not "
+                     f"offered (priced at the dearest Region's rate): {', '.join(entry['not_offered']) or 'none'}")
+    output.write_text(PriceTable(current, str(output)).to_json())
+    lines.append(f"-> {output}: pass it as BudgetGuard(price_table=PriceTable.from_file({str(output)!r}))")
+    return lines
+
+
+@one_line_errors
+def main(argv: list[str], session_factory: Optional[Callable[..., Any]] = None) -> int:
+    args = parser().parse_args(argv)
+    regions = getattr(args, "region", None) or []
+
+    def session(region: Optional[str] = None) -> Session:
+        return Session(region or (regions[-1] if regions else None), session_factory)
 
     if args.command == "drift-baseline":
         baseline, features = baseline_from_sample(args.sample, args.exclude, args.bins, args.max_categories)
@@ -144,18 +264,23 @@ def main(argv: list[str]) -> int:
             where = str(args.output)
         else:
             key = baseline_key(args.endpoint)
-            _session(args.region).client("s3").put_object(Bucket=args.bucket, Key=key, Body=body.encode())
+            session().client("s3").put_object(Bucket=args.bucket, Key=key, Body=body.encode())
             where = f"s3://{args.bucket}/{key}"
         print(f"baseline of {baseline['sample_size']} rows, {len(features)} features -> {where}")
     elif args.command == "dataset":
-        print(start_dataset_build(_session(args.region).client("ssm"), runbook=args.runbook, bucket=args.bucket,
+        print(start_dataset_build(session().client("ssm"), runbook=args.runbook, bucket=args.bucket,
                                   name=args.name, version=args.version, prefix=args.prefix, size_gib=args.size_gib))
+    elif args.command == "prices":
+        if not regions:
+            raise SystemExit(f"error: {PROG} prices refresh: name each Region to refresh with --region REGION")
+        print("\n".join(refresh_prices(session, regions, output=args.output, table=args.table,
+                                       spot_advisor=not args.no_spot_advisor)))
     elif args.action == "resume":
-        session = _session(args.region)
-        operator = session.client("sts").get_caller_identity()["Arn"] if session.get_credentials() else getpass.getuser()
-        print(json.dumps(resume_budget_stop(session.client("lambda"), args.function, operator), indent=1))
+        aws = session()
+        print(json.dumps(resume_budget_stop(aws.client("lambda"), args.function, aws.operator() or getpass.getuser()),
+                         indent=1))
     else:
-        session = _session(args.region)
-        print("\n".join(budget_status(session.client("autoscaling"), args.scope, session.client("batch"),
-                                       session.client("ec2"), PendingJobs(session.client("ssm")))))
+        aws = session()
+        print("\n".join(budget_status(aws.client("autoscaling"), args.scope, aws.client("batch"), aws.client("ec2"),
+                                      PendingJobs(aws.client("ssm")))))
     return 0

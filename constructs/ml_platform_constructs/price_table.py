@@ -95,10 +95,11 @@ def dearest_rates(table: Mapping, rates: str = "on_demand_hourly") -> dict[str, 
 
 
 def refresh(table: Mapping, pricing: Any, ec2: Any, region: str, today: date, now: datetime,
-            advisor: Optional[Mapping] = None, catalog: Mapping = ACCELERATOR_CATALOG) -> dict:
+            advisor: Optional[Mapping] = None, catalog: Optional[Mapping] = None) -> dict:
     """The table with ``region``'s entry refreshed, or added: a Region new to the table gets the dearest known rate
     for the types it does not offer and for SageMaker (which the refresh does not read), and no Spot discount for
     the families without Spot history there."""
+    catalog = ACCELERATOR_CATALOG if catalog is None else catalog
     regions = table["regions"]
     known = regions.get(region)
     prices = {name: on_demand_price(pricing, name, region) for name in sorted(catalog)}

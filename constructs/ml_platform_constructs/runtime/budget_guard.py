@@ -55,6 +55,7 @@ STOP_TIME = "%Y-%m-%dT%H:%MZ"  # starts the stop tag's value and the ended jobs'
 # BUDGET_SCOPE. Called without it (an operator's local command), the scope is the environment's name, which
 # the platform app passes as the scope of every environment.
 BUDGET_SCOPE_TAG = "ml-platform:budget-scope"
+ACCOUNT_SCOPE = "account"  # both sides' default: a guard governs what chose no other scope
 
 
 def governed_scope(environment: str) -> str:
