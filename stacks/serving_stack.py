@@ -50,7 +50,8 @@ class ServingStack(Stack):
                 vpc=vpc, vpc_subnets=subnets, capture_key=key, logs_key=key,
                 volume_key=key if MonitoredEndpoint.accepts_volume_key(endpoint.instance_type) else None,
                 sampling_percentage=endpoint.sampling_percentage, **serving_quality(endpoint),
-                model_version=endpoint.model_version, removal_policy=config.removal_policy)
+                model_version=endpoint.model_version, removal_policy=config.removal_policy,
+                budget_scope=config.name)
             for endpoint in config.endpoints
         }
         for endpoint in config.endpoints:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from typing import Optional, Sequence
 
-from aws_cdk import Acknowledgment, Annotations, CfnParameter, Duration, RemovalPolicy, Stack, Token, Validations
+from aws_cdk import (Acknowledgment, Annotations, CfnParameter, Duration, RemovalPolicy, Stack, Tags, Token,
+                     Validations)
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_ec2 as ec2
@@ -25,6 +26,7 @@ from .endpoint_quality import GROUND_TRUTH_PREFIX, EndpointQuality, ModelQuality
 from .endpoint_scaling import EndpointAutoScaling, scale_endpoint
 from .errors import ValidationError
 from .feature_watch import FeatureWatch, feature_watch_alarms, feature_watch_widgets
+from .governance import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, validate_budget_scope
 from .nag_support import AcknowledgeWildcardResources, nag_arn, stack_arn, suppress_checkov
 from .network import require_private_subnets
 from .runtime.promotion import VERSION, VERSION_PLACEHOLDER, model_version_parameter
@@ -75,6 +77,8 @@ class MonitoredEndpoint(Construct):
     :param vpc: the model runs in its private subnets (``vpc_subnets``), with a security group without inbound rules.
         Public subnets (or subnets of this app that map public IPs or route to an internet gateway) fail synth.
     :param allow_public_subnets: accept such subnets, with a warning. Default: False.
+    :param budget_scope: the ``BudgetGuard`` scope whose stop lists this endpoint as left running (a guard never
+        stops an endpoint: it serves users); tag ``ml-platform:budget-scope`` on the endpoint. Default: ``"account"``.
     :param capture_key: encrypts captured data. Default: the capture bucket's own new key.
     :param volume_key: encrypts the endpoint's storage volume; must be None for instance types with local NVMe
         storage (hardware-encrypted). Default: none (SageMaker's AWS managed key).
@@ -126,6 +130,7 @@ class MonitoredEndpoint(Construct):
         vpc: ec2.IVpc,
         vpc_subnets: Optional[ec2.SubnetSelection] = None,
         allow_public_subnets: bool = False,
+        budget_scope: str = ACCOUNT_SCOPE,
         capture_key: Optional[kms.IKey] = None,
         volume_key: Optional[kms.IKey] = None,
         initial_instance_count: int = 1,
@@ -160,6 +165,8 @@ class MonitoredEndpoint(Construct):
             if settings is not None:
                 settings.validate()
         require_private_subnets(self, "MonitoredEndpoint", vpc, vpc_subnets, allow_public_subnets)
+        validate_budget_scope("MonitoredEndpoint", budget_scope)
+        Tags.of(self).add(BUDGET_SCOPE_TAG, budget_scope, include_resource_types=["AWS::SageMaker::Endpoint"])
         self.endpoint_name = endpoint_name
         self.variant_name = variant_name
         self._removal_policy = removal_policy

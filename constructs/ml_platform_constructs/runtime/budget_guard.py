@@ -240,12 +240,14 @@ def stop_fleets(autoscaling: Any, environment: str, reason: str, now: datetime) 
 
 
 def unstoppable(sagemaker: Any, environment: str) -> list[str]:
-    """What the stop leaves running: the environment's SageMaker endpoints (they serve users)."""
+    """What the stop leaves running: the SageMaker endpoints of the guard's budget scope (they serve users), found by
+    the tag MonitoredEndpoint sets on itself; an endpoint deployed before it did (0.2), by its ``environment`` tag."""
+    scope = {"Key": BUDGET_SCOPE_TAG, "Value": governed_scope(environment)}
     found = []
     for page in sagemaker.get_paginator("list_endpoints").paginate():
         for endpoint in page["Endpoints"]:
             tags = sagemaker.list_tags(ResourceArn=endpoint["EndpointArn"]).get("Tags", [])
-            if {"Key": "environment", "Value": environment} in tags:
+            if scope in tags or {"Key": "environment", "Value": environment} in tags:
                 found.append(f"SageMaker endpoint {endpoint['EndpointName']} ({endpoint['EndpointStatus']}): "
                              "delete it or scale it down by hand if it must stop too")
     return found
