@@ -29,6 +29,7 @@ from .feature_watch import FeatureWatch, feature_watch_alarms, feature_watch_wid
 from .governance import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, validate_budget_scope
 from .nag_support import AcknowledgeWildcardResources, nag_arn, stack_arn, suppress_checkov
 from .network import require_private_subnets
+from .platform_key import allow_log_groups
 from .runtime.promotion import VERSION, VERSION_PLACEHOLDER, model_version_parameter
 from .runtime_function import runtime_function
 
@@ -108,7 +109,8 @@ class MonitoredEndpoint(Construct):
     :param feature_watch: when the drift check's feature watch (spread and explained variance) alarms.
         Default: ``FeatureWatch()``.
     :param removal_policy: for the capture bucket. Default: RETAIN.
-    :param logs_key: encrypts the drift check's log group; must allow CloudWatch Logs (``PlatformKey`` does).
+    :param logs_key: encrypts the drift check's log group. A key of this app gets the CloudWatch Logs statement (once
+        per key); an imported key fails at synth unless ``key_policy_has`` declares it.
         Default: none (CloudWatch Logs' own encryption at rest).
     :param network_isolation: no network calls to or from the model container (SageMaker still loads the model
         artifact and captures data itself). Default: True; set False only for a container that must call out
@@ -167,6 +169,8 @@ class MonitoredEndpoint(Construct):
         require_private_subnets(self, "MonitoredEndpoint", vpc, vpc_subnets, allow_public_subnets)
         validate_budget_scope("MonitoredEndpoint", budget_scope)
         Tags.of(self).add(BUDGET_SCOPE_TAG, budget_scope, include_resource_types=["AWS::SageMaker::Endpoint"])
+        if logs_key is not None:  # the drift check's log group
+            allow_log_groups(logs_key, construct="MonitoredEndpoint", prop="logs_key")
         self.endpoint_name = endpoint_name
         self.variant_name = variant_name
         self._removal_policy = removal_policy

@@ -104,3 +104,21 @@ def test_an_imported_key_declared_to_have_the_statements_is_used_as_it_is(scope)
 def test_an_unknown_service_cannot_be_declared(scope):
     with pytest.raises(ValidationError, match=r"key_policy_has: services='s3.amazonaws.com' is invalid"):
         key_policy_has(kms.Key(scope, "TeamKey"), "s3.amazonaws.com")
+
+
+def test_an_endpoints_logs_key_gets_the_logs_statement(scope):
+    from aws_cdk import aws_ec2 as ec2
+
+    from ml_platform_constructs import DatasetBucket, MonitoredEndpoint
+
+    data = DatasetBucket(scope, "Data")
+    vpc = ec2.Vpc(scope, "Vpc", max_azs=1, nat_gateways=0, restrict_default_security_group=False,
+                  subnet_configuration=[ec2.SubnetConfiguration(name="c", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)])
+    MonitoredEndpoint(scope, "Endpoint", endpoint_name="team-clf", model_data_bucket=data.bucket,
+                      image_uri="683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1",
+                      model_data_key="m.tar.gz", instance_type="ml.m5.large", alerts=sns.Topic(scope, "Alerts"),
+                      baseline_bucket=data, vpc=vpc, logs_key=kms.Key(scope, "TeamKey", enable_key_rotation=True))
+    keys = Template.from_stack(scope).find_resources("AWS::KMS::Key")
+    team = next(v for k, v in keys.items() if k.startswith("TeamKey"))
+    assert [s.get("Sid") for s in team["Properties"]["KeyPolicy"]["Statement"]] == [
+        None, "AllowCloudWatchLogsToEncryptLogGroups"]
