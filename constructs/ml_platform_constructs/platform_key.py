@@ -114,9 +114,7 @@ def allow_autoscaling_volumes(key: kms.IKey) -> bool:
 # app's root construct: an imported key is a jsii proxy that takes no children), so constructs sharing a key, and a
 # PlatformKey that has them all, never add a service twice.
 LOGS_SERVICE = "logs"  # CloudWatch Logs of the key's Region: logs.<region>.amazonaws.com
-_PUBLISH_ACTIONS = ["kms:GenerateDataKey*", "kms:Decrypt"]
-_SERVICE_NAMES = {"cloudwatch.amazonaws.com": "CloudWatch", "events.amazonaws.com": "EventBridge",
-                  "budgets.amazonaws.com": "Budgets"}
+_PUBLISH_ACTIONS = ["kms:Decrypt", "kms:GenerateDataKey*"]  # as aws-cdk-lib's Topic.grant_publish grants them
 _README_STATEMENTS = "README, 'PlatformKey'"
 
 
@@ -159,20 +157,18 @@ def allow_publishing(key: kms.IKey, services=SNS_PUBLISHING_SERVICES, *, constru
                      prop: str = "key") -> None:
     """Lets ``services`` publish to SNS topics encrypted with ``key`` (``kms:GenerateDataKey*``, ``kms:Decrypt``):
     without it an encrypted topic silently receives nothing from them
-    (https://docs.aws.amazon.com/sns/latest/dg/sns-key-management.html#compatibility-with-aws-services). Adds the
-    services the key's policy does not have yet, in one statement; an imported key raises ``ValidationError``
-    naming ``construct`` and ``prop``, unless ``key_policy_has`` declared them."""
+    (https://docs.aws.amazon.com/sns/latest/dg/sns-key-management.html#compatibility-with-aws-services). Adds, for
+    each service the key's policy does not have yet, the statement aws-cdk-lib's own ``topic.grant_publish`` adds
+    for a service principal (an EventBridge rule's SNS target adds it for EventBridge), so the two are one statement
+    in the template. An imported key raises ``ValidationError`` naming ``construct`` and ``prop``, unless
+    ``key_policy_has`` declared them."""
     missing = _missing(key, services)
-    if not missing:
-        return
-    names = [_SERVICE_NAMES.get(service, service.split(".")[0].title()) for service in missing]
-    sid = ("AllowAwsServicesToPublishToEncryptedTopics" if set(missing) == set(SNS_PUBLISHING_SERVICES)
-           else f"Allow{''.join(names)}ToPublishToEncryptedTopics")
-    added = key.add_to_resource_policy(iam.PolicyStatement(
-        sid=sid, principals=[iam.ServicePrincipal(service) for service in missing], actions=_PUBLISH_ACTIONS,
-        resources=["*"]), allow_no_op=True).statement_added
-    if not added:
-        raise _imported(construct, prop, key, missing, "the encrypted topic silently receives nothing from them")
+    for service in missing:
+        added = key.add_to_resource_policy(iam.PolicyStatement(
+            principals=[iam.ServicePrincipal(service)], actions=_PUBLISH_ACTIONS, resources=["*"]),
+            allow_no_op=True).statement_added
+        if not added:
+            raise _imported(construct, prop, key, missing, "the encrypted topic silently receives nothing from them")
     key_policy_has(key, *missing)
 
 

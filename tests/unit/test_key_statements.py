@@ -51,8 +51,6 @@ def test_a_team_key_gets_what_the_alert_topic_and_the_guard_need_each_service_on
     for build in order:
         build(scope, key)
     assert sorted(services(scope)) == sorted([*SNS_PUBLISHING_SERVICES, LOGS])
-    sids = [s["Sid"] for s in statements(scope) if "Sid" in s]
-    assert len(sids) == len(set(sids))
     publish = [s for s in statements(scope) if s.get("Action") == ["kms:Decrypt", "kms:GenerateDataKey*"]]
     assert publish and all(s["Effect"] == "Allow" and s["Resource"] == "*" for s in publish)
 
@@ -60,8 +58,18 @@ def test_a_team_key_gets_what_the_alert_topic_and_the_guard_need_each_service_on
 def test_the_guard_alone_adds_budgets_and_logs_only(scope):
     guard(scope, kms.Key(scope, "TeamKey", enable_key_rotation=True))
     assert sorted(services(scope)) == ["budgets.amazonaws.com", LOGS]
-    assert {s.get("Sid") for s in statements(scope)} >= {"AllowBudgetsToPublishToEncryptedTopics",
-                                                         "AllowCloudWatchLogsToEncryptLogGroups"}
+
+
+def test_an_eventbridge_target_on_the_topic_shares_the_statement_for_eventbridge(scope):
+    """aws-cdk-lib's SNS target grants EventBridge the key itself: the same statement, so one in the template."""
+    from aws_cdk import aws_events as events
+    from aws_cdk import aws_events_targets as targets
+
+    key = kms.Key(scope, "TeamKey", enable_key_rotation=True)
+    topic = alert_topic(scope, key)
+    events.Rule(scope, "Rule", event_pattern=events.EventPattern(source=["aws.batch"]),
+                targets=[targets.SnsTopic(topic.topic)])
+    assert sorted(services(scope)) == sorted(SNS_PUBLISHING_SERVICES)
 
 
 def test_a_platform_key_has_them_all_so_nothing_is_added(scope):
@@ -69,9 +77,7 @@ def test_a_platform_key_has_them_all_so_nothing_is_added(scope):
     alert_topic(scope, key.key)
     guard(scope, key.key)
     PlatformNetwork(scope, "Network", availability_zones=["us-east-1a"], flow_logs_key=key.key, interface_endpoints=[])
-    assert [s.get("Sid") for s in statements(scope)] == [  # PlatformKey's own, nothing more
-        None, "AllowAwsServicesToPublishToEncryptedTopics", "AllowCloudWatchLogsToEncryptLogGroups"]
-    assert sorted(services(scope)) == sorted([*SNS_PUBLISHING_SERVICES, LOGS])
+    assert sorted(services(scope)) == sorted([*SNS_PUBLISHING_SERVICES, LOGS])  # PlatformKey's own, nothing more
 
 
 def test_a_team_key_for_flow_logs_gets_the_logs_statement(scope):
