@@ -1,6 +1,7 @@
 """Builds the construct library's wheel, installs it where the platform app is not, and synthesizes
-examples/team_stack with it; run by tests/test_library_wheel.py (in the background from the start of the session,
-see conftest.pytest_collection_finish, since it is a separate process).
+examples/team_stack with it; then runs the operations CLI in a virtual environment that has only the wheel and
+boto3, without Node.js on PATH. Run by tests/test_library_wheel.py (in the background from the start of the
+session, see conftest.pytest_collection_finish, since it is a separate process).
 
   python tests/library_wheel_build.py WORKDIR    -> WORKDIR/result.json, WORKDIR/cdk.out
 
@@ -12,6 +13,7 @@ constructs and cdk-nag through PYTHONPATH, where .pth files (the editable instal
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -46,8 +48,8 @@ def main(work: Path) -> int:
         archive.extractall(site)
     app = work / "app"
     app.mkdir()
-    for name in ("app.py", "team_stack.py", "cdk.json"):
-        shutil.copy(EXAMPLE / name, app / name)
+    for path in [*EXAMPLE.glob("*.py"), EXAMPLE / "cdk.json"]:
+        shutil.copy(path, app / path.name)
     env = {
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",  # node for jsii
         "PYTHONPATH": os.pathsep.join([str(site), sysconfig.get_paths()["purelib"]]),
@@ -66,8 +68,52 @@ def main(work: Path) -> int:
     probe = re.search(r"^PROBE (.*)$", result.stdout, re.M)
     (work / "result.json").write_text(json.dumps({
         "returncode": result.returncode, "stderr": result.stderr[-3000:], "wheel": str(wheel), "site": str(site),
-        "probe": json.loads(probe.group(1)) if probe else None}))
+        "probe": json.loads(probe.group(1)) if probe else None, "cli": operations_cli(work, wheel)}))
     return 0
+
+
+def requirements_closure(name: str) -> set[str]:
+    """``name`` and every distribution it requires (environment markers of optional extras skipped)."""
+    found, todo = set(), [name]
+    while todo:
+        dist = importlib.metadata.distribution(todo.pop())
+        if dist.metadata["Name"].lower() in found:
+            continue
+        found.add(dist.metadata["Name"].lower())
+        for requirement in dist.requires or []:
+            if "extra ==" not in requirement:
+                todo.append(re.split(r"[ ;<>=!~\[(]", requirement, 1)[0])
+    return found
+
+
+def operations_cli(work: Path, wheel: Path) -> dict:
+    """``python -m ml_platform_constructs`` in a venv with the wheel and boto3 (and boto3's requirements) only, on a
+    PATH without Node.js: --help, an import check, and an error that must be one line."""
+    venv = work / "cli-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(site)
+    for name in requirements_closure("boto3"):  # linked from this environment: nothing is downloaded
+        dist = importlib.metadata.distribution(name)
+        for top in {Path(str(f)).parts[0] for f in dist.files or [] if not str(f).startswith("..")}:
+            if not (site / top).exists() and (Path(dist.locate_file(top))).exists():
+                (site / top).symlink_to(Path(dist.locate_file(top)))
+    env = {"PATH": str(venv / "bin"), "HOME": str(work), "AWS_CONFIG_FILE": "/nonexistent",
+           "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent", "AWS_EC2_METADATA_DISABLED": "true", "PYTHONNOUSERSITE": "1"}
+
+    def run(*args: str) -> dict:
+        done = subprocess.run([str(python), *args], capture_output=True, text=True, env=env, timeout=120, cwd=work)
+        return {"returncode": done.returncode, "stdout": done.stdout[-2000:], "stderr": done.stderr[-2000:]}
+
+    return {"node_on_path": shutil.which("node", path=env["PATH"]) is not None,
+            "help": run("-m", "ml_platform_constructs", "--help"),
+            "cdk": run("-c", "import aws_cdk"),
+            "modules": run("-c", "import sys, ml_platform_constructs.operations, ml_platform_constructs.price_table; "
+                                 "print(sorted({m.split('.')[0] for m in sys.modules} & {'aws_cdk', 'jsii'}))"),
+            "no_region": run("-m", "ml_platform_constructs", "budget", "status")}
 
 
 if __name__ == "__main__":

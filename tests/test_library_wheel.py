@@ -60,40 +60,82 @@ def test_the_wheel_is_what_the_example_imports_not_the_source_tree(team_app):
     assert probe["app_modules"] == {"stacks": False, "ops": False, "tests": False}
 
 
+STACKS = ("TeamBData", "TeamBTraining")
+
+
+def template(outdir: Path, stack: str) -> dict:
+    return json.loads((outdir / f"{stack}.template.json").read_text())
+
+
 def test_the_example_synthesizes_from_the_wheel_cdk_nag_and_cfn_lint_clean(team_app):
     _, outdir, _ = team_app
-    template = json.loads((outdir / "TeamA.template.json").read_text())
-    types = {r["Type"] for r in template["Resources"].values()}
+    types = {r["Type"] for stack in STACKS for r in template(outdir, stack)["Resources"].values()}
     assert {"AWS::AutoScaling::AutoScalingGroup", "AWS::SageMaker::Endpoint", "AWS::Budgets::Budget",
-            "AWS::SSM::Document", "AWS::EC2::VPC"} <= types
+            "AWS::SSM::Document", "AWS::EC2::VPC", "AWS::Batch::JobQueue"} <= types
     report = outdir / "validation-report.json"
     assert report.exists()  # only written when a plugin is registered: cdk-nag ran, as the README tells consumers
     violations = [v for plugin in json.loads(report.read_text())["pluginReports"] for v in plugin["violations"]]
     assert [v["ruleName"] for v in violations if v["ruleName"].startswith("AwsSolutions")] == []  # and found nothing
     manifest = json.loads((outdir / "manifest.json").read_text())
-    assert manifest.get("missing", []) == []  # no context lookup
-    assert lint_template(outdir / "TeamA.template.json", ["us-east-1"]) == []
+    assert manifest.get("missing", []) == []  # no context lookup, though both stacks are bound to an account
+    for stack in STACKS:
+        assert lint_template(outdir / f"{stack}.template.json", ["eu-west-1"]) == []
 
 
-def test_the_examples_check_fails_on_cdk_nag_errors_only_under_cdk_inits_flags(team_app):
-    """cdk init's cdk.json puts every construct annotation in the validation report: the example's check must not
-    take a warning for a cdk-nag finding (the app exited 0, see the fixture, with warnings in the report)."""
+def test_the_example_is_a_team_key_its_own_vpc_and_two_stacks_in_eu_west_1(team_app):
     _, outdir, _ = team_app
-    context = json.loads((ROOT / "examples" / "team_stack" / "cdk.json").read_text())["context"]
-    assert context["@aws-cdk/core:annotationsInValidationReport"] is True
-    plugins = json.loads((outdir / "validation-report.json").read_text())["pluginReports"]
-    warnings = [v for p in plugins if p["pluginName"] == "Construct Annotations" for v in p["violations"]]
-    assert warnings and {v["severity"] for v in warnings} == {"warning"}
+    manifest = json.loads((outdir / "manifest.json").read_text())
+    environments = {a["environment"] for a in manifest["artifacts"].values() if a["type"] == "aws:cloudformation:stack"}
+    assert environments == {"aws://111122223333/eu-west-1"}
+    data, training = (template(outdir, stack)["Resources"] for stack in STACKS)
+    assert not any(r["Type"] in ("AWS::KMS::Key", "AWS::EC2::VPC") for r in training.values())
+    aliases = [r["Properties"]["AliasName"] for r in data.values() if r["Type"] == "AWS::KMS::Alias"]
+    assert aliases == ["alias/team-b/prod"]
+    # the public subnets of the team's VPC exist, and no compute landed in them
+    public = {name for name, r in data.items()
+              if r["Type"] == "AWS::EC2::Subnet" and r["Properties"]["MapPublicIpOnLaunch"]}
+    assert public and not any(name in json.dumps(training) for name in public)
 
 
-def test_the_example_gets_the_safety_the_platform_app_gets(team_app):
+def test_the_team_key_gets_what_every_construct_needs_once(team_app):
+    """The team's plain kms.Key: AlertTopic, BudgetGuard, the flow logs, TrainingQueue and SpotGpuFleet added their
+    statements, each service once."""
     _, outdir, _ = team_app
-    template = json.loads((outdir / "TeamA.template.json").read_text())
-    key = next(r for r in template["Resources"].values() if r["Type"] == "AWS::KMS::Key")
-    sids = {s.get("Sid") for s in key["Properties"]["KeyPolicy"]["Statement"]}
-    assert "AllowAutoScalingToUseKeyForInstanceVolumes" in sids
-    group = next(r for r in template["Resources"].values() if r["Type"] == "AWS::AutoScaling::AutoScalingGroup")
-    assert {"Key": "ml-platform:budget-scope", "Value": "account", "PropagateAtLaunch": True} in group["Properties"]["Tags"]
+    key = next(r for r in template(outdir, "TeamBData")["Resources"].values() if r["Type"] == "AWS::KMS::Key")
+    principals = []
+    for statement in key["Properties"]["KeyPolicy"]["Statement"]:
+        service = statement["Principal"].get("Service", [])
+        principals += [service] if isinstance(service, str) else service
+        if "autoscaling.amazonaws.com" in json.dumps(statement["Principal"]):
+            principals.append(statement.get("Sid"))
+    assert sorted(principals) == sorted(["cloudwatch.amazonaws.com", "events.amazonaws.com", "budgets.amazonaws.com",
+                                         "logs.eu-west-1.amazonaws.com", "AllowAutoScalingToUseKeyForInstanceVolumes",
+                                         "AllowAutoScalingToAttachEncryptedVolumes"])
+
+
+def test_the_guard_governs_the_fleet_and_the_queue_at_eu_west_1s_prices(team_app):
+    _, outdir, _ = team_app
+    training = template(outdir, "TeamBTraining")["Resources"]
+    group = next(r for r in training.values() if r["Type"] == "AWS::AutoScaling::AutoScalingGroup")
+    assert {"Key": "ml-platform:budget-scope", "Value": "account", "PropagateAtLaunch": True} in \
+        group["Properties"]["Tags"]
+    queues = [r for r in training.values() if r["Type"] == "AWS::Batch::JobQueue"]
+    assert len(queues) == 2 and all(q["Properties"]["Tags"]["ml-platform:budget-scope"] == "account" for q in queues)
+    function = next(r for r in training.values() if r["Type"] == "AWS::Lambda::Function"
+                    and r["Properties"].get("Environment", {}).get("Variables", {}).get("PRICE_REGION"))
+    assert function["Properties"]["Environment"]["Variables"]["PRICE_REGION"] == "eu-west-1"
+    report = json.loads((outdir / "validation-report.json").read_text())
+    assert "price table has no" not in json.dumps(report)
+
+
+def test_the_operations_cli_runs_with_the_wheel_and_boto3_alone_without_node(built):
+    cli = built["cli"]
+    assert not cli["node_on_path"] and cli["cdk"]["returncode"] != 0  # no Node.js, no aws-cdk-lib in that venv
+    assert cli["help"]["returncode"] == 0 and "prices refresh" in cli["help"]["stdout"], cli["help"]
+    assert cli["modules"]["stdout"].strip() == "[]", cli["modules"]  # boto3 is imported when a command calls AWS
+    assert cli["no_region"]["returncode"] == 1 and cli["no_region"]["stderr"].startswith("error: no AWS Region: pass "
+                                                                                         "--region REGION")
+    assert cli["no_region"]["stderr"].count("\n") == 1
 
 
 def test_the_wheel_metadata_stands_alone(wheel):

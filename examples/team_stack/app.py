@@ -1,4 +1,5 @@
-"""The team's CDK app: its stack bound to its account, AZs pinned (no lookup at synth), cdk-nag on every synth."""
+"""The team's CDK app: a data stack and a training stack in eu-west-1, bound to the team's account with the AZs pinned
+(no lookup at synth), cdk-nag on every synth."""
 
 import json
 import sys
@@ -6,15 +7,19 @@ from pathlib import Path
 
 from aws_cdk import App, Environment, Validations
 from cdk_nag import AwsSolutionsChecks
-from ml_platform_constructs import PlatformNetwork
+from ml_platform_constructs import availability_zone_context
 
-from team_stack import AVAILABILITY_ZONES, TeamStack
+from data_stack import DataStack
+from training_stack import TrainingStack
 
-ACCOUNT, REGION = "111122223333", "us-east-1"
+ACCOUNT, REGION = "111122223333", "eu-west-1"
 
-app = App(context=PlatformNetwork.availability_zone_context(
-    account=ACCOUNT, region=REGION, availability_zones=AVAILABILITY_ZONES))
-TeamStack(app, "TeamA", env=Environment(account=ACCOUNT, region=REGION))
+# Any ec2.Vpc in an account-bound stack reads the Region's AZs: pinned here, CDK never looks them up at synth.
+app = App(context=availability_zone_context(account=ACCOUNT, region=REGION,
+                                            availability_zones=["eu-west-1a", "eu-west-1b"]))
+environment = Environment(account=ACCOUNT, region=REGION)
+data = DataStack(app, "TeamBData", env=environment)
+TrainingStack(app, "TeamBTraining", data=data, env=environment)
 Validations.of(app).add_plugins(AwsSolutionsChecks(app))
 assembly = app.synth()
 
