@@ -27,6 +27,7 @@ from .endpoint_scaling import EndpointAutoScaling, scale_endpoint
 from .errors import ValidationError
 from .feature_watch import FeatureWatch, feature_watch_alarms, feature_watch_widgets
 from .governance import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, validate_budget_scope
+from .jobs import ECR_IMAGE
 from .nag_support import AcknowledgeWildcardResources, nag_arn, stack_arn, suppress_checkov
 from .network import require_private_subnets
 from .platform_key import allow_log_groups
@@ -36,8 +37,6 @@ from .runtime_function import runtime_function
 DRIFT_NAMESPACE = "MLPlatform/Drift"
 DRIFT_FUNCTION_FILES = ("capture.py", "drift.py", "drift_handler.py")  # the drift check's handler and its imports
 CAPTURE_PREFIX = "capture/"
-# An ECR image URI: account, Region, repository (then :tag or @digest).
-ECR_IMAGE = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/([a-z0-9][a-z0-9._/-]*)([:@]\S+)?$")
 # Nitro instance families with local (instance store) volumes: their storage is encrypted by hardware and
 # CreateEndpointConfig fails when KmsKeyId is set. https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateEndpointConfig.html
 INSTANCE_STORAGE_FAMILIES = frozenset({

@@ -6,14 +6,22 @@
                                    [--exclude COLUMN] [--bins 10] [--max-categories 20]
   python -m ml_platform_constructs budget resume --function NAME
   python -m ml_platform_constructs budget status [--scope account]
+  python -m ml_platform_constructs budget what-if --monthly-limit USD [--stop-at-percent 80] [--actual USD]
+                                   [--budget-age-hours H] [--running TYPE=COUNT[@HOURS]]...
+                                   [--on-demand TYPE=COUNT[@HOURS]]... [--now ISO-8601] [--price-table FILE] [--json]
+  python -m ml_platform_constructs job submit QUEUE --image IMAGE --name NAME [--gpus N] [--nodes N] -- COMMAND...
+  python -m ml_platform_constructs job list QUEUE
+  python -m ml_platform_constructs job logs QUEUE JOB_ID
+  python -m ml_platform_constructs job cancel QUEUE JOB_ID
   python -m ml_platform_constructs prices refresh --region REGION... --output FILE [--table FILE]
                                    [--no-spot-advisor]
 
-Each takes --region, before or after the command (default: AWS_REGION, AWS_DEFAULT_REGION or the AWS CLI's
-profile). The names come from the constructs' attributes, which a team exports with CfnOutputs:
-DatasetSnapshotBuilder.runbook_name, DatasetBucket.bucket_name, MonitoredEndpoint.endpoint_name,
-BudgetGuard.stop_function.function_name, BudgetGuard.budget_scope. Credentials come from the usual AWS chain.
-Needs boto3 and nothing of the CDK: no aws-cdk-lib import, no Node.js. Every error is one line that says what to do.
+Each takes --region, before or after the command (default: AWS_DEFAULT_REGION or the AWS CLI profile's). The
+names come from the constructs' attributes, which a team exports with CfnOutputs: DatasetSnapshotBuilder.runbook_name,
+DatasetBucket.bucket_name, MonitoredEndpoint.endpoint_name, BudgetGuard.stop_function.function_name,
+BudgetGuard.budget_scope, TrainingQueue.queue_name (QUEUE).
+Credentials come from the usual AWS chain; budget what-if needs none (--region names the prices). Needs boto3 and
+nothing of the CDK: no aws-cdk-lib import, no Node.js. Every error is one line that says what to do.
 """
 
 from __future__ import annotations
@@ -139,7 +147,7 @@ class Session:
         self.session = factory(region_name=region)
         if not self.session.region_name:
             raise SystemExit(f"error: no AWS Region: pass --region REGION (before or after the command, e.g. {PROG} "
-                             "--region eu-west-1 budget status) or set AWS_REGION")
+                             "--region eu-west-1 budget status) or set AWS_DEFAULT_REGION")
         if self.session.get_credentials() is None:
             raise SystemExit(f"error: no AWS credentials for {self.session.region_name}: {HOW_TO_SIGN_IN}")
         self.region = self.session.region_name
@@ -149,6 +157,14 @@ class Session:
 
     def operator(self) -> str:
         return self.client("sts").get_caller_identity()["Arn"]
+
+
+def _default_region(factory: Optional[Callable[..., Any]]) -> Optional[str]:
+    """The Region boto3 would use (AWS_DEFAULT_REGION, the profile), if boto3 is there: what-if calls no AWS."""
+    try:
+        return Session(None, factory).region if factory else __import__("boto3").session.Session().region_name
+    except (ImportError, SystemExit):
+        return None
 
 
 def one_line_errors(main: Callable[..., int]) -> Callable[..., int]:
@@ -163,7 +179,7 @@ def one_line_errors(main: Callable[..., int]) -> Callable[..., int]:
         try:
             return main(*args, **kwargs)
         except NoRegionError:
-            raise SystemExit("error: no AWS Region: pass --region REGION or set AWS_REGION") from None
+            raise SystemExit("error: no AWS Region: pass --region REGION or set AWS_DEFAULT_REGION") from None
         except NoCredentialsError:
             raise SystemExit(f"error: no AWS credentials: {HOW_TO_SIGN_IN}") from None
         except ClientError as error:
@@ -187,8 +203,8 @@ def parser() -> Parser:
                         help="the AWS Region (prices refresh: each Region to refresh, repeatable)")
     main_parser = Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                          parents=[region])
-    commands = main_parser.add_subparsers(dest="command", required=True, metavar="{dataset,drift-baseline,budget,prices}",
-                                          parser_class=Parser)
+    commands = main_parser.add_subparsers(dest="command", required=True, parser_class=Parser,
+                                          metavar="{dataset,drift-baseline,budget,job,prices}")
 
     def command(group: Any, name: str, help: str) -> Parser:
         return group.add_parser(name, help=help, parents=[region], description=help)
@@ -196,9 +212,9 @@ def parser() -> Parser:
     dataset = commands.add_parser("dataset", help="dataset snapshots", parents=[region]).add_subparsers(
         dest="action", required=True, parser_class=Parser)
     build = command(dataset, "build", "build a dataset snapshot with DatasetSnapshotBuilder's runbook")
-    for option, text in (("--runbook", "DatasetSnapshotBuilder.runbook_name"), ("--bucket", "DatasetBucket.bucket_name"),
-                         ("--name", "the dataset's name"), ("--version", "its version, e.g. v3"),
-                         ("--prefix", "its prefix, e.g. datasets/imagenet/")):
+    for option, text in (("--runbook", "DatasetSnapshotBuilder.runbook_name"),
+                         ("--bucket", "DatasetBucket.bucket_name"), ("--name", "the dataset's name"),
+                         ("--version", "its version, e.g. v3"), ("--prefix", "its prefix, e.g. datasets/imagenet/")):
         build.add_argument(option, required=True, help=text)
     build.add_argument("--size-gib", type=int, required=True, help="the volume's size, at least the dataset's")
     drift = command(commands, "drift-baseline", "build an endpoint's drift baseline from a training sample")
@@ -216,6 +232,30 @@ def parser() -> Parser:
         "--function", required=True, help="BudgetGuard.stop_function.function_name")
     command(budget, "status", "the governed fleets and queues, running or stopped").add_argument(
         "--scope", default=ACCOUNT_SCOPE, help="the guard's budget_scope (default: account)")
+    what_if = command(budget, "what-if", "what the guard would decide for these figures (no AWS call)")
+    what_if.add_argument("--monthly-limit", type=float, required=True, help="BudgetGuard's monthly_limit (USD)")
+    what_if.add_argument("--stop-at-percent", type=float, default=80, help="its stop_at_percent (default 80)")
+    what_if.add_argument("--actual", type=float, default=0.0, help="Budgets' actual spend this month (USD)")
+    what_if.add_argument("--budget-age-hours", type=float, default=0.0, help="how old Budgets' figure is")
+    what_if.add_argument("--running", action="append", default=[], metavar="TYPE=COUNT[@HOURS]", help="Spot")
+    what_if.add_argument("--on-demand", action="append", default=[], metavar="TYPE=COUNT[@HOURS]")
+    what_if.add_argument("--now", type=datetime.fromisoformat, help="ISO 8601 (default: now, UTC)")
+    what_if.add_argument("--price-table", type=Path, help="the guard's price_table file (default: the shipped one)")
+    what_if.add_argument("--json", action="store_true")
+    job = commands.add_parser("job", help="training jobs on a TrainingQueue", parents=[region]).add_subparsers(
+        dest="action", required=True, parser_class=Parser)
+    submit = command(job, "submit", "run a training job on a queue (its command after --)")
+    submit.usage = f"{PROG} job submit QUEUE --image IMAGE --name NAME [--gpus N] [--nodes N] -- COMMAND..."
+    submit.add_argument("queue", help="TrainingQueue.queue_name")
+    submit.add_argument("--image", required=True, help="the job's image in Amazon ECR, with a tag or digest")
+    submit.add_argument("--name", help="the job's identity: a resubmission under the same name resumes")
+    submit.add_argument("--gpus", type=int, help="GPUs per instance (default: all of the smallest type's)")
+    submit.add_argument("--nodes", type=int, default=1, help="instances of a multi-node job (default 1)")
+    command(job, "list", "the queue's jobs by state").add_argument("queue", help="TrainingQueue.queue_name")
+    for name, text in (("logs", "every attempt's log"), ("cancel", "stop a job (running: SIGTERM, it checkpoints)")):
+        sub = command(job, name, text)
+        sub.add_argument("queue", help="TrainingQueue.queue_name")
+        sub.add_argument("job_id")
     prices = commands.add_parser("prices", help="the GPU price table", parents=[region]).add_subparsers(
         dest="action", required=True, parser_class=Parser)
     refresh = command(prices, "refresh", "refresh a price table from AWS for BudgetGuard(price_table=...)")
@@ -248,9 +288,48 @@ def refresh_prices(session_for: Callable[[str], Session], regions: list[str], *,
     return lines
 
 
+def budget_what_if(args: argparse.Namespace, region: Optional[str]) -> str:
+    from .budget_what_if import format_what_if, what_if
+    from .price_table import PriceTable
+
+    if not region:
+        raise SystemExit(f"error: {PROG} budget what-if: name the guard's Region, whose prices apply: --region REGION")
+    table = PriceTable.from_file(args.price_table).table if args.price_table else None
+    now = args.now or datetime.now(timezone.utc)
+    result = what_if(label="the guard", prices=budget_guard.load_prices(region, table),
+                     monthly_limit=args.monthly_limit, stop_at_percent=args.stop_at_percent, actual=args.actual,
+                     budget_age_hours=args.budget_age_hours, running=args.running, on_demand=args.on_demand,
+                     now=now if now.tzinfo else now.replace(tzinfo=timezone.utc))
+    return json.dumps(result, indent=1) if args.json else format_what_if(result)
+
+
+def job_command(args: argparse.Namespace, command: list[str], session: Callable[[], Session]) -> list[str]:
+    from . import jobs
+
+    if args.action == "submit" and not command:
+        raise jobs.JobError(f"no command: put it after --, e.g. {PROG} job submit {args.queue} --image IMAGE "
+                            "--name NAME -- python train.py")
+    aws = session()
+    batch = aws.client("batch")
+    target = jobs.find_queue(batch, args.queue)
+    follow = f"{PROG} job list {args.queue} --region {aws.region}"
+    if args.action == "submit":
+        submission = jobs.check_submission(target, args.image, command, gpus=args.gpus, nodes=args.nodes,
+                                           name=args.name)
+        return jobs.submitted_lines(submission, jobs.submit(batch, submission), follow)
+    if args.action == "list":
+        return jobs.list_jobs(batch, target.job_queues())
+    job = jobs.describe(batch, args.job_id, [arn for _, arn in target.job_queues()], f"training queue {args.queue}")
+    if args.action == "logs":
+        return jobs.job_logs(aws.client("logs"), job)
+    return [jobs.cancel(batch, job, f"cancelled with {PROG} job cancel")]
+
+
 @one_line_errors
 def main(argv: list[str], session_factory: Optional[Callable[..., Any]] = None) -> int:
-    args = parser().parse_args(argv)
+    # A job's command follows "--" and may carry options of its own.
+    ours, command = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    args = parser().parse_args(ours)
     regions = getattr(args, "region", None) or []
 
     def session(region: Optional[str] = None) -> Session:
@@ -270,6 +349,10 @@ def main(argv: list[str], session_factory: Optional[Callable[..., Any]] = None) 
     elif args.command == "dataset":
         print(start_dataset_build(session().client("ssm"), runbook=args.runbook, bucket=args.bucket,
                                   name=args.name, version=args.version, prefix=args.prefix, size_gib=args.size_gib))
+    elif args.command == "job":
+        print("\n".join(job_command(args, command, session)))
+    elif args.command == "budget" and args.action == "what-if":
+        print(budget_what_if(args, regions[-1] if regions else _default_region(session_factory)))
     elif args.command == "prices":
         if not regions:
             raise SystemExit(f"error: {PROG} prices refresh: name each Region to refresh with --region REGION")

@@ -25,7 +25,7 @@ def run(*argv, env=None):
 
 
 def test_the_cli_and_its_operations_import_nothing_of_the_cdk():
-    code = ("import sys; from ml_platform_constructs import operations, price_table; "
+    code = ("import sys; from ml_platform_constructs import budget_what_if, jobs, operations, price_table; "
             "operations.parser().format_help(); "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'aws_cdk', 'jsii', 'constructs'}))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=CLEAN_ENV, check=True)
