@@ -11,7 +11,7 @@
                                         what the guard would decide for these figures (no AWS access)
 
 what-if runs the guard's own decision (runtime/budget_guard.py: decide) with the environment's budget and its
-Region's prices. --running counts Spot instances, --on-demand On-Demand ones; @HOURS is how long they have
+Region's prices (the library's `python -m ml_platform_constructs budget what-if` with config's figures). --running counts Spot instances, --on-demand On-Demand ones; @HOURS is how long they have
 run (default 0: just launched). Defaults: nothing spent, Budgets' figure fresh, nothing running, now.
 status and resume need the environment's credentials, activate-tags the payer account's (both checked first:
 ops/aws_access.py).
@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import getpass
 import json
-import re
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
+from ml_platform_constructs import budget_what_if
 from ml_platform_constructs.operations import budget_status
 from ml_platform_constructs.runtime import budget_guard
-from ml_platform_constructs.runtime.budget_guard import ON_DEMAND, SPOT, RunningCapacity
 
 from ops.aws_access import environment, payer_session, session_for
 from ops.cli import Parser, aws_errors_in_one_line
@@ -48,56 +47,17 @@ def activate_tags(ce: Any) -> list[str]:
             for key in COST_TAGS]
 
 
-# --- what-if ------------------------------------------------------------------------------------------------------
-
-CAPACITY = re.compile(r"^(?P<type>[a-z0-9-]+\.[a-z0-9-]+)=(?P<count>\d+)(@(?P<hours>\d+(\.\d+)?))?$")
-
-
-def parse_capacity(spec: str, lifecycle: str, now: datetime, prices: dict) -> list[RunningCapacity]:
-    """TYPE=COUNT[@HOURS] as COUNT records of TYPE launched HOURS ago."""
-    match = CAPACITY.match(spec)
-    if not match:
-        raise SystemExit(f"error: {spec!r}: expected TYPE=COUNT[@HOURS], e.g. g6e.24xlarge=4@2.5")
-    if match["type"] not in prices["on_demand_hourly"]:
-        raise SystemExit(f"error: {match['type']!r} has no price in the {prices['region']} table; priced types: "
-                         f"{', '.join(sorted(prices['on_demand_hourly']))}")
-    launched = now - timedelta(hours=float(match["hours"] or 0))
-    return [RunningCapacity(match["type"], lifecycle, launched, f"what-if {spec}")] * int(match["count"])
-
+# --- what-if: the library's (ml_platform_constructs.budget_what_if), with the environment's budget and Region -----
 
 def what_if(env: EnvironmentConfig, *, actual: float, budget_age_hours: float, running: list[str],
             on_demand: list[str], now: datetime) -> dict:
-    """The guard's decision (budget_guard.decide) for the given figures, with the environment's budget and
-    the price table of its Region."""
     if env.budget is None or env.budget.stop_at_percent is None:
         raise SystemExit(f"error: {env.name} has no budget stop configured ([environments.{env.name}.budget] with "
                          "stop_at_percent): the guard would never stop it")
-    prices = budget_guard.load_prices(env.region)
-    capacity = [record for spec in running for record in parse_capacity(spec, SPOT, now, prices)]
-    capacity += [record for spec in on_demand for record in parse_capacity(spec, ON_DEMAND, now, prices)]
-    decision = budget_guard.decide(actual=actual, budget_age_hours=budget_age_hours, capacity=capacity,
-                                   prices=prices, monthly_limit=env.budget.monthly_limit_usd,
-                                   stop_at_percent=env.budget.stop_at_percent, now=now)
-    return {"environment": env.name, "region_priced": env.region, "now": now.isoformat(), **decision.as_dict(),
-            "running": running, "on_demand": on_demand}
-
-
-def format_what_if(result: dict) -> str:
-    def usd(value: float) -> str:
-        return f"{value:>12,.2f} USD"
-
-    lines = [f"{result['environment']} at {result['now']} ({result['region_priced']} prices): "
-             f"decision {result['decision'].upper()}",
-             f"  stop line          {usd(result['stop_line'])}",
-             f"  Budgets' actual    {usd(result['actual'])}  (taken as of {result['budget_as_of']})",
-             f"  + GPU since then   {usd(result['accrued_since_budget'])}",
-             f"  = estimated to now {usd(result['estimated_to_date'])}",
-             f"  running cost       {result['hourly_cost']:>12,.2f} USD/h",
-             f"  projected month    {usd(result['projected_month'])}"]
-    if result["crossing_date"]:
-        lines.append(f"  line crossed on    {result['crossing_date']:>16}")
-    lines.append(f"  why: {result['reason']}")
-    return "\n".join(lines)
+    return budget_what_if.what_if(label=env.name, prices=budget_guard.load_prices(env.region),
+                                  monthly_limit=env.budget.monthly_limit_usd,
+                                  stop_at_percent=env.budget.stop_at_percent, actual=actual,
+                                  budget_age_hours=budget_age_hours, running=running, on_demand=on_demand, now=now)
 
 
 @aws_errors_in_one_line
@@ -118,7 +78,7 @@ def main(argv: list[str]) -> int:
         now = now if now.tzinfo else now.replace(tzinfo=timezone.utc)
         result = what_if(env, actual=args.actual, budget_age_hours=args.budget_age_hours, running=args.running,
                          on_demand=args.on_demand, now=now)
-        print(json.dumps(result, indent=1) if args.json else format_what_if(result))
+        print(json.dumps(result, indent=1) if args.json else budget_what_if.format_what_if(result))
         return 0
     if args.command == "activate-tags":  # the payer account's credentials, not the environment's
         session = payer_session(env)

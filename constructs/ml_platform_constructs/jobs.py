@@ -158,7 +158,7 @@ def check_submission(target: QueueTarget, image: str, command: Sequence[str], *,
     if nodes == 1:
         types = target.instance_types
     else:
-        if not target.multi_node_job_queue:
+        if not target.multi_node_instance_types:
             raise JobError(f"--nodes {nodes}: queue {target.name} has no multi-node environment (TrainingQueue's "
                            "multi_node_instance_types and multi_node_max_vcpus); submit with --nodes 1")
         if not MULTI_NODE_NODES[0] <= nodes <= MULTI_NODE_NODES[1]:

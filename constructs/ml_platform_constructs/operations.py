@@ -13,6 +13,7 @@
   python -m ml_platform_constructs job list QUEUE
   python -m ml_platform_constructs job logs QUEUE JOB_ID
   python -m ml_platform_constructs job cancel QUEUE JOB_ID
+  python -m ml_platform_constructs job cost JOB_ID [--json] [--instance-type T --lifecycle spot|on-demand]
   python -m ml_platform_constructs prices refresh --region REGION... --output FILE [--table FILE]
                                    [--no-spot-advisor]
 
@@ -256,6 +257,12 @@ def parser() -> Parser:
         sub = command(job, name, text)
         sub.add_argument("queue", help="TrainingQueue.queue_name")
         sub.add_argument("job_id")
+    cost = command(job, "cost", "what a job really cost, per accuracy point and per million tokens")
+    cost.add_argument("job_id")
+    cost.add_argument("--json", action="store_true")
+    cost.add_argument("--instance-type", help="for attempts whose container instance ECS no longer describes")
+    cost.add_argument("--lifecycle", choices=("spot", "on-demand"))
+    cost.add_argument("--price-table", type=Path, help="a team's own price table (default: the shipped one)")
     prices = commands.add_parser("prices", help="the GPU price table", parents=[region]).add_subparsers(
         dest="action", required=True, parser_class=Parser)
     refresh = command(prices, "refresh", "refresh a price table from AWS for BudgetGuard(price_table=...)")
@@ -303,9 +310,23 @@ def budget_what_if(args: argparse.Namespace, region: Optional[str]) -> str:
     return json.dumps(result, indent=1) if args.json else format_what_if(result)
 
 
+def job_cost(args: argparse.Namespace, session: Callable[[], Session]) -> str:
+    from . import job_cost
+    from .price_table import PriceTable
+
+    override = job_cost.check_override(args.instance_type, args.lifecycle)
+    table = PriceTable.from_file(args.price_table).table if args.price_table else None
+    aws = session()
+    cost = job_cost.gather(args.job_id, {name: aws.client(name) for name in ("batch", "ecs", "cloudwatch")},
+                           datetime.now(timezone.utc), override, region=aws.region, table=table)
+    return json.dumps(cost.to_json(), indent=1) if args.json else job_cost.format_cost(cost)
+
+
 def job_command(args: argparse.Namespace, command: list[str], session: Callable[[], Session]) -> list[str]:
     from . import jobs
 
+    if args.action == "cost":
+        return [job_cost(args, session)]
     if args.action == "submit" and not command:
         raise jobs.JobError(f"no command: put it after --, e.g. {PROG} job submit {args.queue} --image IMAGE "
                             "--name NAME -- python train.py")

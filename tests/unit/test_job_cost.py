@@ -1,4 +1,5 @@
-"""Job progress metrics (job_metrics) and what a Batch job really cost (ops/job_cost), on hand-written records."""
+"""Job progress metrics (job_metrics) and what a Batch job really cost (ml_platform_constructs.job_cost), on hand-written
+records."""
 
 from datetime import datetime, timedelta, timezone
 
@@ -9,7 +10,8 @@ from moto import mock_aws
 
 from ml_platform_constructs import JOB_NAMESPACE
 from ml_platform_constructs.job_metrics import NAMESPACE, JobMetrics, job_id_from_environment
-from ops import job_cost as jc
+from ml_platform_constructs import job_cost as jc
+from ops import job_cost as app_job_cost
 
 PRICES = {"on_demand_hourly": {"g6e.xlarge": 2.0, "g6e.12xlarge": 10.0, "p4d.24xlarge": 20.0},
           "spot_discount": {"g6e": 0.5, "p4d": 0.6}}
@@ -178,5 +180,5 @@ def test_gather_makes_the_documented_calls_and_prices_the_job():
 
 
 def test_main_rejects_half_an_override():
-    with pytest.raises(SystemExit):
-        jc.main(["dev", "job-1", "--instance-type", "g6e.xlarge"])
+    with pytest.raises(SystemExit, match="--instance-type and --lifecycle go together"):
+        app_job_cost.main(["dev", "job-1", "--instance-type", "g6e.xlarge"])

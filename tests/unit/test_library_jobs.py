@@ -207,3 +207,34 @@ def test_budget_what_if_with_a_teams_price_table(tmp_path, capsys):
                 "--running", "g5.xlarge=1", "--now", datetime(2026, 12, 1, tzinfo=timezone.utc).isoformat(),
                 "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["hourly_cost"] == pytest.approx(1.0)
+
+
+class FakeCloudWatch:
+    def get_metric_data(self, **kwargs):
+        return {"MetricDataResults": []}
+
+
+def test_the_cli_prices_a_job_at_its_regions_rates(capsys):
+    hour = 3600 * 1000
+    finished = {"jobId": "j-1", "jobName": "resnet-1", "status": "SUCCEEDED", "jobQueue": f"{ARN}:job-queue/q1",
+                "container": {"resourceRequirements": [{"type": "GPU", "value": "1"}]},
+                "attempts": [{"startedAt": 0, "stoppedAt": 2 * hour, "container": {"containerInstanceArn": "ci-1"}}]}
+    assert cli(["job", "cost", "j-1", "--instance-type", "g5.xlarge", "--lifecycle", "on-demand", "--json"],
+               batch=FakeBatch([finished]), ecs=None, cloudwatch=FakeCloudWatch()) == 0
+    cost = json.loads(capsys.readouterr().out)
+    assert cost["usd"] == pytest.approx(2 * 1.123)  # two hours of an On-Demand g5.xlarge in eu-west-1
+
+
+def test_the_examples_own_tooling_submits_through_the_library(monkeypatch, capsys):
+    import runpy
+    import sys
+    from pathlib import Path
+
+    import boto3
+
+    batch = FakeBatch()
+    monkeypatch.setattr(boto3, "client", lambda service, region_name=None: batch)
+    monkeypatch.setattr(sys, "argv", ["submit_job.py", "resnet50-run1", IMAGE, "python", "train.py", "--epochs", "90"])
+    runpy.run_path(str(Path(__file__).resolve().parents[2] / "examples" / "team_stack" / "submit_job.py"))
+    assert batch.submitted[0]["containerOverrides"]["command"] == ["python", "train.py", "--epochs", "90"]
+    assert capsys.readouterr().out == f"resnet50-run1: job id job-1, checkpoints under {ROOT}resnet50-run1/\n"
