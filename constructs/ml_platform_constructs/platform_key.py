@@ -143,11 +143,12 @@ def _missing(key: kms.IKey, services) -> list[str]:
     return [service for service in services if service not in _allowed(key)]
 
 
-def _imported(construct: str, prop: str, key: kms.IKey, services: list[str], consequence: str) -> ValidationError:
+def _imported(construct: str, prop: str, key: kms.IKey, principals: list[str], services: list[str],
+              consequence: str) -> ValidationError:
     return ValidationError(
         construct, prop, key.key_arn,
-        f"a key whose policy lets {', '.join(services)} use it: this imported key's policy cannot be changed from this "
-        f"app, and without those statements {consequence}",
+        f"a key whose policy lets {', '.join(principals)} use it: this imported key's policy cannot be changed from "
+        f"this app, and without those statements {consequence}",
         f"add the statements ({_README_STATEMENTS}) to the key's policy, then declare them: "
         f"ml_platform_constructs.key_policy_has(key, {', '.join(repr(s) for s in services)}); or pass a key created "
         "in this app (the construct adds them itself)")
@@ -168,7 +169,8 @@ def allow_publishing(key: kms.IKey, services=SNS_PUBLISHING_SERVICES, *, constru
             principals=[iam.ServicePrincipal(service)], actions=_PUBLISH_ACTIONS, resources=["*"]),
             allow_no_op=True).statement_added
         if not added:
-            raise _imported(construct, prop, key, missing, "the encrypted topic silently receives nothing from them")
+            raise _imported(construct, prop, key, missing, missing,
+                            "the encrypted topic silently receives nothing from them")
     key_policy_has(key, *missing)
 
 
@@ -188,6 +190,6 @@ def allow_log_groups(key: kms.IKey, *, construct: str = "PlatformKey", prop: str
             "kms:EncryptionContext:aws:logs:arn": f"arn:{stack.partition}:logs:{stack.region}:{stack.account}:*"}},
     ), allow_no_op=True).statement_added
     if not added:
-        raise _imported(construct, prop, key, [f"logs.{stack.region}.amazonaws.com"],
+        raise _imported(construct, prop, key, [f"logs.{stack.region}.amazonaws.com"], [LOGS_SERVICE],
                         "CloudWatch Logs cannot create the encrypted log group (the deploy fails)")
     key_policy_has(key, LOGS_SERVICE)

@@ -24,24 +24,17 @@ from .dataset_snapshots import DatasetVolume
 from .errors import ValidationError
 from .instance_bootstrap import RUN_DIR
 from .mlflow_tracking import MlflowTracking
-from .monitored_endpoint import ECR_IMAGE
+from .jobs import MULTI_NODE_NODES, image_problem
 from .runtime.benchmark import BENCHMARK_NAMESPACE, BENCHMARK_PREFIX
 
 JOB_NAMESPACE = "MLPlatform/Training"
 # Batch retries: 1-10 attempts: https://docs.aws.amazon.com/batch/latest/userguide/job_retries.html
 ATTEMPTS = (1, 10)
-MULTI_NODE_NODES = (2, 8)
 # EFA device of the host passed into the container: https://docs.aws.amazon.com/batch/latest/userguide/efa.html
 EFA_DEVICE = "/dev/infiniband/uverbs0"
 # Memory the ECS agent and the OS keep back from an instance (jobs asking for all of it never start):
 # https://docs.aws.amazon.com/batch/latest/userguide/memory-management.html
 MEMORY_HEADROOM = 0.1
-
-
-def is_tagged_ecr_image(uri: str) -> bool:
-    """An Amazon ECR image with a tag or digest: a queue never runs whatever "latest" is at the time."""
-    match = ECR_IMAGE.match(uri)
-    return bool(match and match.group(4))
 
 
 def smallest_fit(entries) -> tuple[int, int, int]:
@@ -54,9 +47,11 @@ def validate_job_props(image_uri: str, job_attempts: int, job_timeout: Duration)
     def fail(prop, value, allowed, fix):
         raise ValidationError("TrainingQueue", prop, value, allowed, fix)
 
-    if not Token.is_unresolved(image_uri) and not is_tagged_ecr_image(image_uri):
-        fail("image_uri", image_uri, "an Amazon ECR image, ACCOUNT.dkr.ecr.REGION.amazonaws.com/REPO:TAG",
-             "push the image to ECR (AWS Deep Learning Containers are there too) and use its URI")
+    problem = None if Token.is_unresolved(image_uri) else image_problem(image_uri)
+    if problem:
+        fail("image_uri", image_uri, "an Amazon ECR image with a tag or digest (ACCOUNT.dkr.ecr.REGION.amazonaws.com/"
+             f"REPO:TAG or @sha256:DIGEST): {problem}",
+             "add the tag or digest, or push the image to ECR (AWS Deep Learning Containers are there too)")
     if not isinstance(job_attempts, int) or not ATTEMPTS[0] <= job_attempts <= ATTEMPTS[1]:
         fail("job_attempts", job_attempts, f"{ATTEMPTS[0]}-{ATTEMPTS[1]} (AWS Batch's range)",
              "e.g. 3: each Spot reclaim uses one attempt")
@@ -134,16 +129,15 @@ def job_role(scope: Construct, queue_name: str, datasets: Optional[DatasetBucket
     return role
 
 
-def container_environment(queue_name: str, checkpoint_prefix: str, datasets: Optional[DatasetBucket],
+def container_environment(queue_name: str, datasets: Optional[DatasetBucket],
                           tracking: Optional[MlflowTracking] = None) -> dict[str, str]:
-    """The job contract's variables every job of the queue gets (README, "The job contract")."""
+    """The job contract's variables every job of the queue gets (README, "The job contract"). A submission adds the
+    job's own, ML_PLATFORM_CHECKPOINT_URI and ML_PLATFORM_JOB_NAME (ml_platform_constructs.jobs)."""
     environment = {"ML_PLATFORM_QUEUE_NAME": queue_name, "ML_PLATFORM_STOP_FILE": f"{RUN_DIR}/stop-requested",
                    "ML_PLATFORM_JOB_NAMESPACE": JOB_NAMESPACE}
     if datasets is not None:
         environment["ML_PLATFORM_DATASETS_URI"] = f"s3://{datasets.bucket_name}/{DATASETS_PREFIX}"
         environment["ML_PLATFORM_DATASET_BUCKET"] = datasets.bucket_name  # e.g. gpu_benchmark.py's records
-        # ./platform job submit adds ML_PLATFORM_CHECKPOINT_URI=<root><job name>/ per job.
-        environment["ML_PLATFORM_CHECKPOINT_ROOT"] = f"s3://{datasets.bucket_name}/{checkpoint_prefix}"
     if tracking is not None:
         environment["MLFLOW_TRACKING_URI"] = tracking.tracking_uri  # runtime.tracking records runs there
     return environment

@@ -17,7 +17,7 @@ AWS Batch facts used here: ../../../shared/BATCH.md and the pages linked next to
 from __future__ import annotations
 
 import re
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 from aws_cdk import ArnFormat, Duration, RemovalPolicy, Size, Stack, Tags, Token
 from aws_cdk import aws_batch as batch
@@ -34,15 +34,19 @@ from .dataset_bucket import DatasetBucket
 from .dataset_snapshots import DatasetVolume
 from .errors import ValidationError
 from .governance import ACCOUNT_SCOPE, govern, validate_budget_scope
-from .gpu_alarms import gpu_alarms, gpu_memory_used_ratio, gpu_metric, validate_alarm_props, validate_gpu_types
+from .gpu_alarms import (as_instance_types, gpu_alarms, gpu_memory_used_ratio, gpu_metric, validate_alarm_props,
+                         validate_gpu_types)
 from .instance_bootstrap import validate_dataset_volumes
+from .jobs import CHECKPOINT_ROOT_TAG, DEFINITION_TAG, MULTI_NODE, SINGLE_NODE, image_problem, is_tagged_ecr_image
 from .mlflow_tracking import MlflowTracking
+from .network import require_private_subnets
+from .platform_key import allow_log_groups
 from .queue_compute import (EFA_INSTALL, ROOT_DEVICE, STOP_TIMEOUT_SECONDS, ComputeSettings, attach_efa,
                             check_default_security_group, ecs_agent_config, multi_node_network, multi_node_subnet,
                             omit_state, require_endpoints_without_egress, require_x86, validate_capacity,
                             update_timeout_for, validate_multi_node)
 from .queue_jobs import (ATTEMPTS, EFA_DEVICE, JOB_NAMESPACE, MEMORY_HEADROOM, MULTI_NODE_NODES, JobSettings,
-                         container_environment, is_tagged_ecr_image, job_role, job_size, job_volumes,
+                         container_environment, job_role, job_size, job_volumes,
                          smallest_fit, validate_job_props)
 from .queue_jobs import retry_strategies as _retry_strategies
 from .queue_monitoring import LogGroupTarget, job_event_rules, queue_dashboard, triggered_rules
@@ -84,8 +88,12 @@ class TrainingQueue(Construct):
         REPO:TAG`` or ``@sha256:``). ``./platform job submit --image`` registers a revision with another image.
     :param alerts: the environment's alert topic.
     :param key: encrypts the job log group (kept as ``.key``: RetrainOnDrift encrypts its logs with it too). A
-        ``kms.Key`` of this app gets the CloudWatch Logs statement added; an imported key fails at synth.
-    :param vpc_subnets: Default: the VPC's private subnets, every AZ.
+        key of this app gets the CloudWatch Logs statement (once per key); an imported key fails at synth unless
+        ``key_policy_has(key, LOGS_SERVICE)`` declares it.
+    :param vpc_subnets: Default: the VPC's private subnets, every AZ. Subnets whose instances would get public
+        addresses (public subnets, subnets of this app that map public IPs or route to an internet gateway) fail
+        synth unless ``allow_public_subnets``.
+    :param allow_public_subnets: accept such subnets, with a warning. Default: False.
     :param datasets: the environment's DatasetBucket: jobs read ``datasets/`` and read and write
         ``checkpoints/<queue_name>/``. Default: no bucket access.
     :param queue_name: names the checkpoint prefix, the queue tag and the QueueName dimension. Default: the construct id.
@@ -122,7 +130,7 @@ class TrainingQueue(Construct):
         id: str,
         *,
         vpc: ec2.IVpc,
-        instance_types: Sequence[ec2.InstanceType],
+        instance_types: Sequence[Union[ec2.InstanceType, str]],
         image_uri: str,
         alerts: sns.ITopic,
         key: kms.IKey,
@@ -131,7 +139,7 @@ class TrainingQueue(Construct):
         queue_name: Optional[str] = None,
         max_vcpus: int = 256,
         on_demand_max_vcpus: int = 0,
-        multi_node_instance_types: Sequence[ec2.InstanceType] = (),
+        multi_node_instance_types: Sequence[Union[ec2.InstanceType, str]] = (),
         multi_node_max_vcpus: int = 0,
         multi_node_efa: bool = False,
         job_attempts: int = 3,
@@ -146,6 +154,7 @@ class TrainingQueue(Construct):
         alarm_period: Duration = Duration.minutes(5),
         memory_pressure_threshold: Optional[float] = 0.7,
         allow_low_diversity: bool = False,
+        allow_public_subnets: bool = False,
         allow_mixed_gpu_memory: bool = False,
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
         budget_scope: str = ACCOUNT_SCOPE,
@@ -154,6 +163,9 @@ class TrainingQueue(Construct):
         super().__init__(scope, id)
         # --- every prop is checked before anything is created ---
         self.queue_name = queue_name or id
+        instance_types = as_instance_types("TrainingQueue", "instance_types", instance_types)
+        multi_node_instance_types = as_instance_types("TrainingQueue", "multi_node_instance_types",
+                                                      multi_node_instance_types)
         validate_budget_scope("TrainingQueue", budget_scope)
         self.budget_scope = budget_scope
         if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$", self.queue_name):
@@ -174,6 +186,7 @@ class TrainingQueue(Construct):
             one_az = multi_node_subnet(vpc, vpc_subnets, self.multi_node_entries, efa=multi_node_efa)
             if multi_node_efa:
                 check_default_security_group(self, vpc)
+        require_private_subnets(self, "TrainingQueue", vpc, vpc_subnets, allow_public_subnets)
         require_endpoints_without_egress(vpc, vpc_subnets)
         validate_alarm_props("TrainingQueue", idle_threshold_percent=idle_threshold_percent,
                              idle_evaluation_periods=idle_evaluation_periods, alarm_period=alarm_period,
@@ -184,8 +197,9 @@ class TrainingQueue(Construct):
         self.job_vcpus, self.job_memory_mib = job_size(self, self.catalog_entries, job_vcpus, job_memory)
         self.checkpoint_prefix = DatasetBucket.checkpoint_prefix(self.queue_name)
         self._period = alarm_period
-        self._arrange_log_key(key)
+        allow_log_groups(key, construct="TrainingQueue", prop="key")
         self.key = key
+        self._checkpoint_root = f"s3://{datasets.bucket_name}/{self.checkpoint_prefix}" if datasets else None
         Tags.of(self).add(QUEUE_TAG, self.queue_name)
         govern(self, budget_scope)
 
@@ -220,9 +234,10 @@ class TrainingQueue(Construct):
 
         self._jobs = JobSettings(
             queue_name=self.queue_name, job_role=self.job_role, log_group=self.log_group,
-            environment=container_environment(self.queue_name, self.checkpoint_prefix, datasets, tracking),
+            environment=container_environment(self.queue_name, datasets, tracking),
             volumes=job_volumes(dataset_volumes), attempts=job_attempts, timeout=job_timeout)
         self.job_definition = self.add_job_definition("JobDefinition", image_uri=image_uri)
+        self._own_definition(self.job_definition, SINGLE_NODE)
 
         self.multi_node_environment = self.multi_node_job_queue = self.multi_node_job_definition = None
         self.multi_node_job_queue_arn = None
@@ -246,21 +261,11 @@ class TrainingQueue(Construct):
             idle_threshold=idle_threshold_percent, spot_retries=self.metric_spot_retries(),
             failed_jobs=self.metric_failed_jobs(), gpu_utilization=self.metric_gpu_utilization())
 
-    def _arrange_log_key(self, key: kms.IKey) -> None:
-        stack = Stack.of(self)
-        added = key.add_to_resource_policy(iam.PolicyStatement(
-            sid="AllowCloudWatchLogsToEncryptLogGroups",
-            principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
-            actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
-            resources=["*"],
-            conditions={"ArnLike": {"kms:EncryptionContext:aws:logs:arn":
-                                    f"arn:{stack.partition}:logs:{stack.region}:{stack.account}:*"}}),
-            allow_no_op=True)
-        if not added.statement_added:
-            raise ValidationError("TrainingQueue", "key", key.key_arn,
-                                  "a key whose policy this app can change, or one that already lets CloudWatch Logs "
-                                  "encrypt (an imported key's policy cannot be checked or changed here)",
-                                  "pass a kms.Key or PlatformKey.key of this app (the queue adds the statement itself)")
+    def _own_definition(self, definition: batch.IJobDefinition, kind: str) -> None:
+        """Tags a definition of the queue's own, by which ``jobs.find_queue`` finds it and its checkpoint root."""
+        Tags.of(definition).add(DEFINITION_TAG, kind)
+        if self._checkpoint_root:
+            Tags.of(definition).add(CHECKPOINT_ROOT_TAG, self._checkpoint_root)
 
     def _multi_node(self, compute: ComputeSettings, vpc: ec2.IVpc, subnet: ec2.ISubnet,
                     instance_types: Sequence[ec2.InstanceType], max_vcpus: int, image_uri: str, *, efa: bool) -> None:
@@ -282,6 +287,7 @@ class TrainingQueue(Construct):
         self.multi_node_job_queue_arn = self.multi_node_job_queue.node.default_child.ref
         container = self._jobs.container(self, "MultiNodeContainer", image_uri, self.multi_node_job_size, efa=efa)
         self.multi_node_job_definition = self._jobs.multi_node(self, "MultiNodeJobDefinition", container)
+        self._own_definition(self.multi_node_job_definition, MULTI_NODE)
 
     def _job_queue_arns(self) -> list[str]:
         return [self.job_queue_arn, *([self.multi_node_job_queue_arn] if self.multi_node_job_queue is not None else [])]
@@ -295,9 +301,11 @@ class TrainingQueue(Construct):
         :param scope: where the definition lives. Default: the queue. Pass the construct that submits it when that is
             in another stack: a changed definition registers a new revision (a new Ref), and CloudFormation refuses
             to change a value another stack imports. It carries the queue's tags either way."""
-        if id != "JobDefinition" and not Token.is_unresolved(image_uri) and not is_tagged_ecr_image(image_uri):
+        problem = None if id == "JobDefinition" or Token.is_unresolved(image_uri) else image_problem(image_uri)
+        if problem:
             raise ValidationError("TrainingQueue", "add_job_definition image_uri", image_uri,
-                                  "an Amazon ECR image", "push the image to ECR and use its URI")
+                                  f"an Amazon ECR image with a tag or digest: {problem}",
+                                  "add the tag or digest, or push the image to ECR and use its URI")
         owner = scope or self
         container = self._jobs.container(owner, f"{id}Container" if id != "JobDefinition" else "Container", image_uri,
                                          (self.gpus_per_job, self.job_vcpus, self.job_memory_mib), command=command)
@@ -310,8 +318,9 @@ class TrainingQueue(Construct):
     @property
     def checkpoint_root(self) -> Optional[str]:
         """``s3://BUCKET/checkpoints/<queue>/`` when the queue has a dataset bucket; a job's checkpoints go under
-        ``<root><job name>/``."""
-        return self._jobs.environment.get("ML_PLATFORM_CHECKPOINT_ROOT")
+        ``<root><job name>/`` (its ``ML_PLATFORM_CHECKPOINT_URI``, set at submission). Also the
+        ``ml-platform:checkpoint-root`` tag of the queue's own job definitions."""
+        return self._checkpoint_root
 
     @staticmethod
     def retry_strategies() -> list[batch.RetryStrategy]:

@@ -3,7 +3,6 @@ endpoint that retrains on drift and a budget guard over the fleet and the queue,
 (`python -m ml_platform_constructs ...`, and submit_job.py)."""
 
 from aws_cdk import CfnOutput, Duration, Stack
-from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 from ml_platform_constructs import (
     BudgetGuard,
@@ -36,9 +35,8 @@ class TrainingStack(Stack):
         # Multi-node jobs run On-Demand in one AZ; multi_node_max_vcpus holds at least 2 nodes of the largest type.
         queue = TrainingQueue(
             self, "training", vpc=data.vpc, vpc_subnets=data.compute_subnets, alerts=data.alerts.topic, key=data.key,
-            datasets=data.data, image_uri=TRAINING_IMAGE, instance_types=[ec2.InstanceType(t) for t in GPU_TYPES],
-            max_vcpus=64, multi_node_instance_types=[ec2.InstanceType("g5.12xlarge"), ec2.InstanceType("g5.24xlarge")],
-            multi_node_max_vcpus=192,
+            datasets=data.data, image_uri=TRAINING_IMAGE, instance_types=GPU_TYPES, max_vcpus=64,
+            multi_node_instance_types=["g5.12xlarge", "g5.24xlarge"], multi_node_max_vcpus=192,
             tracking=data.tracking)
 
         # The model version is a stack parameter a promotion changes; updates are blue/green, rolled back on alarms.

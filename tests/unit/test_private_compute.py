@@ -8,7 +8,9 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Annotations, Match
 
-from ml_platform_constructs import DatasetBucket, MonitoredEndpoint, SpotGpuFleet, ValidationError
+from aws_cdk import aws_kms as kms
+
+from ml_platform_constructs import DatasetBucket, MonitoredEndpoint, SpotGpuFleet, TrainingQueue, ValidationError
 from tests.conftest import ACCOUNT, new_app
 
 TYPES = ["g5.xlarge", "g5.2xlarge", "g6.xlarge", "g6.2xlarge"]
@@ -38,17 +40,22 @@ def endpoint(scope: Stack, vpc: ec2.IVpc, **props) -> MonitoredEndpoint:
                              baseline_bucket=data, vpc=vpc, **props)
 
 
+def queue(scope: Stack, vpc: ec2.IVpc, **props) -> TrainingQueue:
+    return TrainingQueue(scope, "Queue", vpc=vpc, alerts=sns.Topic(scope, "QueueAlerts"), key=kms.Key(scope, "Key"),
+                         image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1", instance_types=TYPES, **props)
+
+
 PUBLIC_FIX = r"Fix: select private subnets .* or pass allow_public_subnets=True"
 
 
-@pytest.mark.parametrize("build", [fleet, endpoint], ids=["fleet", "endpoint"])
+@pytest.mark.parametrize("build", [fleet, queue, endpoint], ids=["fleet", "queue", "endpoint"])
 def test_a_vpc_with_only_public_subnets_is_refused_by_default_selection(build, scope):
     with pytest.raises(ValidationError, match=r"vpc_subnets=.*is invalid: private subnets: .*a public subnet of the "
                                               r"VPC \(routed to its internet gateway\).*" + PUBLIC_FIX):
         build(scope, vpc_with(scope, ec2.SubnetType.PUBLIC))
 
 
-@pytest.mark.parametrize("build", [fleet, endpoint], ids=["fleet", "endpoint"])
+@pytest.mark.parametrize("build", [fleet, queue, endpoint], ids=["fleet", "queue", "endpoint"])
 def test_public_subnets_selected_explicitly_are_refused(build, scope):
     vpc = vpc_with(scope, ec2.SubnetType.PUBLIC, ec2.SubnetType.PRIVATE_WITH_EGRESS, nat_gateways=1)
     with pytest.raises(ValidationError, match=r"Team/Vpc/publicSubnet1.*" + PUBLIC_FIX):
@@ -58,6 +65,7 @@ def test_public_subnets_selected_explicitly_are_refused(build, scope):
 def test_private_subnets_next_to_public_ones_pass_without_a_warning(scope):
     vpc = vpc_with(scope, ec2.SubnetType.PUBLIC, ec2.SubnetType.PRIVATE_WITH_EGRESS, nat_gateways=1)
     fleet(scope, vpc)
+    queue(scope, vpc)
     endpoint(scope, vpc)
     Annotations.from_stack(scope).has_no_warning("*", Match.string_like_regexp("allow_public_subnets"))
 
@@ -86,7 +94,7 @@ def test_public_subnets_of_an_imported_vpc_are_refused_by_id(scope):
         fleet(scope, vpc)
 
 
-@pytest.mark.parametrize("build", [fleet, endpoint], ids=["fleet", "endpoint"])
+@pytest.mark.parametrize("build", [fleet, queue, endpoint], ids=["fleet", "queue", "endpoint"])
 def test_allow_public_subnets_accepts_them_with_a_warning(build, scope):
     build(scope, vpc_with(scope, ec2.SubnetType.PUBLIC), allow_public_subnets=True)
     Annotations.from_stack(scope).has_warning("*", Match.string_like_regexp(

@@ -163,11 +163,13 @@ def test_retry_strategy_retries_reclaims_and_start_up_failures_but_not_the_jobs_
     ]
 
 
-def test_jobs_get_the_stop_file_datasets_and_the_checkpoint_root(built):
+def test_jobs_get_the_stop_file_and_datasets_and_no_checkpoint_variable_but_their_own(built):
+    """One set of job-contract names: a submission sets ML_PLATFORM_CHECKPOINT_URI per job; a definition carries no
+    checkpoint variable of another name (ML_PLATFORM_CHECKPOINT_ROOT was one)."""
     container = single_node_definition(built[0])["ContainerProperties"]
     env = {e["Name"]: e["Value"] for e in container["Environment"]}
     assert env["ML_PLATFORM_STOP_FILE"] == "/run/ml-platform/stop-requested"
-    assert "checkpoints/training/" in json.dumps(env["ML_PLATFORM_CHECKPOINT_ROOT"])
+    assert not [name for name in env if "CHECKPOINT" in name]
     mounts = {m["ContainerPath"]: m.get("ReadOnly", False) for m in container["MountPoints"]}
     assert mounts == {"/run/ml-platform": False, "/data/imagenet": True}
 
@@ -190,8 +192,19 @@ def test_an_imported_key_it_cannot_change_fails_at_synth_with_the_fix(synth_stac
     def body(stack):
         imported = kms.Key.from_key_arn(stack, "Imported", "arn:aws:kms:us-east-1:123456789012:key/abc")
         queue_stack(stack, key=imported)
-    with pytest.raises(ValidationError, match=r"TrainingQueue: key=.*a key whose policy this app can change.*Fix: pass"):
+    with pytest.raises(ValidationError, match=r"TrainingQueue: key=.*a key whose policy lets logs.us-east-1.amazonaws.com "
+                                              r"use it.*Fix: .*key_policy_has\(key, 'logs'\)"):
         synth_stack(body)
+
+
+def test_an_imported_key_declared_to_allow_cloudwatch_logs_is_used(synth_stack):
+    from ml_platform_constructs import LOGS_SERVICE, key_policy_has
+
+    def body(stack):
+        imported = kms.Key.from_key_arn(stack, "Imported", "arn:aws:kms:us-east-1:123456789012:key/abc")
+        key_policy_has(imported, LOGS_SERVICE)
+        queue_stack(stack, key=imported)
+    synth_stack(body).resource_count_is("AWS::Batch::JobQueue", 1)
 
 
 def test_job_timeout_is_set(built):
@@ -504,3 +517,16 @@ def test_the_instance_role_a_job_can_read_holds_only_what_the_ecs_and_cloudwatch
         assert statements == [{"Action": "cloudwatch:PutMetricData", "Condition": {
             "StringEquals": {"cloudwatch:namespace": "MLPlatform/GPU"}}, "Effect": "Allow", "Resource": "*",
             "Sid": "PublishGpuMetrics"}], role
+
+
+def test_the_queues_own_definitions_carry_what_the_library_finds_them_by(built):
+    """jobs.find_queue: the single- and multi-node definitions are tagged with their kind and the checkpoint root."""
+    from ml_platform_constructs.jobs import CHECKPOINT_ROOT_TAG, DEFINITION_TAG
+
+    definitions = [p["Properties"] for p in built[0].find_resources("AWS::Batch::JobDefinition").values()]
+    kinds = sorted(d["Tags"].get(DEFINITION_TAG, "") for d in definitions)
+    assert [k for k in kinds if k] == ["multi-node", "single-node"]
+    for definition in definitions:
+        if definition["Tags"].get(DEFINITION_TAG):
+            assert "checkpoints/training/" in json.dumps(definition["Tags"][CHECKPOINT_ROOT_TAG])
+            assert definition["Tags"]["ml-platform:queue"] == "training"
