@@ -55,7 +55,7 @@ class ComputeStack(Stack):
                 instance_types=[ec2.InstanceType(name) for name in queue.instance_types],
                 max_vcpus=queue.max_vcpus, on_demand_max_vcpus=queue.on_demand_max_vcpus,
                 multi_node_instance_types=[ec2.InstanceType(name) for name in queue.multi_node_instance_types],
-                multi_node_max_vcpus=queue.multi_node_max_vcpus, job_attempts=queue.job_attempts,
+                multi_node_max_vcpus=queue.multi_node_max_vcpus, multi_node_efa=queue.multi_node_efa, job_attempts=queue.job_attempts,
                 job_timeout=Duration.hours(queue.job_timeout_hours),
                 dataset_volumes=dataset_volumes(queue.dataset_volumes, snapshots),
                 removal_policy=config.removal_policy, budget_scope=config.name, tracking=tracking)
@@ -69,7 +69,7 @@ class ComputeStack(Stack):
             if queue.multi_node_job_queue is not None:
                 CfnOutput(self, queue_output_key(name, "MultiNodeJobQueue"),
                           value=queue.multi_node_job_queue_arn,
-                          description=f"Training queue {name}: multi-node job queue (On-Demand, EFA)")
+                          description=f"Training queue {name}: multi-node job queue (On-Demand, one AZ)")
                 CfnOutput(self, queue_output_key(name, "MultiNodeJobDefinition"),
                           value=queue.multi_node_job_definition.job_definition_arn,
                           description=f"Training queue {name}: multi-node job definition")

@@ -120,6 +120,7 @@ class QueueConfig:
     job_attempts: int
     job_timeout_hours: int
     dataset_volumes: tuple[DatasetVolumeConfig, ...] = ()
+    multi_node_efa: bool = False  # TrainingQueue(multi_node_efa=...): EFA on the multi-node instances
 
 
 @dataclass(frozen=True)
@@ -447,9 +448,13 @@ def _queues(at: str, raw: Any, network: CreatedNetworkConfig | ImportedNetworkCo
     for index, queue in enumerate(raw):
         where = f"{at}[{index}]"
         _keys(where, queue, required={"name", "instance_types", "image", "max_vcpus"},
-              optional={"on_demand_max_vcpus", "multi_node_instance_types", "multi_node_max_vcpus", "job_attempts",
-                        "job_timeout_hours", "dataset_volumes"})
+              optional={"on_demand_max_vcpus", "multi_node_instance_types", "multi_node_max_vcpus", "multi_node_efa",
+                        "job_attempts", "job_timeout_hours", "dataset_volumes"})
         multi_node = _catalog_types(f"{where}.multi_node_instance_types", queue.get("multi_node_instance_types", []), 0)
+        efa = _boolean(f"{where}.multi_node_efa", queue.get("multi_node_efa", False))
+        if efa and not multi_node:
+            raise ConfigError(f"{where}.multi_node_efa", True, "false without multi_node_instance_types",
+                              "add multi_node_instance_types or remove multi_node_efa")
         queues.append(QueueConfig(
             name=_string(f"{where}.name", queue["name"], r"^[a-z][a-z0-9-]{0,39}$",
                          "1-40 lowercase letters, digits and hyphens", "use a name such as \"training\""),
@@ -462,6 +467,7 @@ def _queues(at: str, raw: Any, network: CreatedNetworkConfig | ImportedNetworkCo
             job_attempts=_integer(f"{where}.job_attempts", queue.get("job_attempts", 3), 1, 10),
             job_timeout_hours=_integer(f"{where}.job_timeout_hours", queue.get("job_timeout_hours", 24), 1, 336),
             dataset_volumes=_dataset_volumes(f"{where}.dataset_volumes", queue.get("dataset_volumes", [])),
+            multi_node_efa=efa,
         ))
         if isinstance(network, CreatedNetworkConfig) and network.nat_gateways == 0:
             missing = [name for name in QUEUE_ENDPOINTS if name not in network.interface_endpoints]
@@ -470,10 +476,10 @@ def _queues(at: str, raw: Any, network: CreatedNetworkConfig | ImportedNetworkCo
                                   f"with no NAT gateway, a queue's instances need the interface endpoints "
                                   f"{list(QUEUE_ENDPOINTS)} (ECS agent, image pulls, job logs)",
                                   f"add {missing}, or set nat_gateways >= 1")
-            if multi_node:
-                raise ConfigError(f"{where}.multi_node_instance_types", list(multi_node),
-                                  "multi-node instances install the EFA driver from the internet at boot",
-                                  "set nat_gateways >= 1 in the network, or remove multi_node_instance_types")
+            if efa:
+                raise ConfigError(f"{where}.multi_node_efa", True,
+                                  "false with no NAT gateway: instances with EFA install its driver from the internet at boot",
+                                  "set nat_gateways >= 1 in the network, or remove multi_node_efa")
     names = [q.name for q in queues]
     if len(set(names)) != len(names):
         raise ConfigError(at, names, "each queue name once", "rename the duplicate queue")

@@ -219,3 +219,35 @@ def test_a_misspelled_required_key_is_reported_as_unknown_with_the_closest_known
     message = str(error.value)
     assert message.startswith("config: environments.dev.fleets[0].max_capacty=2 is invalid: not a known key")
     assert message.endswith("Fix: rename it to 'max_capacity'") and "missing" not in message
+
+
+def _dev_queue_with(**changes):
+    raw = copy.deepcopy(RAW)
+    raw["environments"]["dev"]["queues"][0].update(changes)
+    return raw
+
+
+def test_multi_node_without_efa_needs_no_nat_gateway():
+    # dev has no NAT gateway; without EFA nothing installs a driver from the internet at boot.
+    queue = parse(_dev_queue_with(multi_node_instance_types=["g5.8xlarge", "g6.8xlarge"],
+                                  multi_node_max_vcpus=64)).environments["dev"].queues[0]
+    assert queue.multi_node_instance_types == ("g5.8xlarge", "g6.8xlarge") and queue.multi_node_efa is False
+
+
+def test_multi_node_efa_without_a_nat_gateway_is_refused_with_the_fix():
+    raw = _dev_queue_with(multi_node_instance_types=["g5.8xlarge", "g6.8xlarge"], multi_node_max_vcpus=64,
+                          multi_node_efa=True)
+    with pytest.raises(ConfigError, match=r"multi_node_efa=True is invalid.*install its driver from the internet.*"
+                                          r"set nat_gateways >= 1"):
+        parse(raw)
+
+
+def test_multi_node_efa_without_multi_node_types_is_refused():
+    with pytest.raises(ConfigError, match=r"multi_node_efa=True is invalid: false without multi_node_instance_types"):
+        parse(_dev_queue_with(multi_node_efa=True))
+
+
+def test_staging_may_opt_into_efa_behind_its_nat_gateway():
+    raw = copy.deepcopy(RAW)
+    raw["environments"]["staging"]["queues"][0]["multi_node_efa"] = True
+    assert parse(raw).environments["staging"].queues[0].multi_node_efa is True
