@@ -127,6 +127,8 @@ def find_queue(batch: Any, name: str) -> QueueTarget:
             single = (queue["jobQueueArn"], types, vcpus)
     definitions: dict[str, dict] = {}
     for definition in _pages(batch, "describe_job_definitions", "jobDefinitions", status="ACTIVE"):
+        if definition["jobDefinitionName"].endswith(SUBMITTED_SUFFIX):
+            continue  # job_definition_for's copies carry the same tags, but their revisions count in another family
         tags = definition.get("tags", {})
         kind = tags.get(DEFINITION_TAG)
         newer = definition["revision"] > definitions.get(kind, {}).get("revision", 0)

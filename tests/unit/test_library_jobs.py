@@ -238,3 +238,18 @@ def test_the_examples_own_tooling_submits_through_the_library(monkeypatch, capsy
     runpy.run_path(str(Path(__file__).resolve().parents[2] / "examples" / "team_stack" / "submit_job.py"))
     assert batch.submitted[0]["containerOverrides"]["command"] == ["python", "train.py", "--epochs", "90"]
     assert capsys.readouterr().out == f"resnet50-run1: job id job-1, checkpoints under {ROOT}resnet50-run1/\n"
+
+
+def test_a_revision_registered_for_another_image_never_becomes_the_queues_own_definition():
+    # `job submit --image` registers <family>-submitted revisions with the definition's tags; revisions count per
+    # family, so that family's revision 7 must not win over the queue's own revision 2 (a deploy's new role, retry
+    # strategy or size would be lost to a copy of an older revision).
+    batch = FakeBatch()
+    stale = {**batch.definitions[1], "jobDefinitionArn": f"{ARN}:job-definition/train-submitted:7",
+             "jobDefinitionName": "train-submitted", "revision": 7}
+    stale_mnp = {**batch.definitions[2], "jobDefinitionArn": f"{ARN}:job-definition/mnp-submitted:3",
+                 "jobDefinitionName": "mnp-submitted", "revision": 3}
+    batch.definitions += [stale, stale_mnp]
+    target = jobs.find_queue(batch, "training")
+    assert target.job_definition == f"{ARN}:job-definition/train:2"
+    assert target.multi_node_job_definition == f"{ARN}:job-definition/mnp:1"
