@@ -348,18 +348,35 @@ class TrainingQueue(Construct):
 
     # --- grants -----------------------------------------------------------------------------------------------
     def grant_submit_jobs(self, grantee: iam.IGrantable) -> iam.Grant:
-        """Lets a pipeline or operator submit, list, describe and terminate the queue's jobs."""
+        """Lets a pipeline or operator submit, list, describe and terminate the queue's jobs, as ``jobs.submit_job``
+        and ``python -m ml_platform_constructs job submit|list|cancel`` do (another image included)."""
         stack = Stack.of(self)
         # Every revision of the queue's definitions, and the "-submitted" revisions ./platform job registers.
+        definitions = definitions_of(self)
         families = [stack.format_arn(service="batch", resource="job-definition", resource_name=f"{name}*",
                                      arn_format=ArnFormat.SLASH_RESOURCE_NAME)
-                    for name in [d.job_definition_name for d in definitions_of(self)]]
+                    for name in [d.job_definition_name for d in definitions]]
         grant = iam.Grant.add_to_principal(grantee=grantee, actions=["batch:SubmitJob", "batch:TagResource"],
                                            resource_arns=[*self._job_queue_arns(), *families])
         iam.Grant.add_to_principal(grantee=grantee, actions=["batch:TerminateJob", "batch:CancelJob"],
                                    resource_arns=[f"arn:{stack.partition}:batch:{stack.region}:{stack.account}:job/*"])
+        # Finding the queue by its tags, and listing and describing jobs: actions without resource-level permissions
+        # (https://docs.aws.amazon.com/service-authorization/latest/reference/list_awsbatch.html).
+        iam.Grant.add_to_principal(grantee=grantee, resource_arns=["*"], actions=[
+            "batch:DescribeJobQueues", "batch:DescribeComputeEnvironments", "batch:DescribeJobDefinitions",
+            "batch:DescribeJobs", "batch:ListJobs"])
+        # Another image is a "-submitted" revision of the definition, with its job and execution roles.
+        iam.Grant.add_to_principal(grantee=grantee, actions=["batch:RegisterJobDefinition"], resource_arns=families)
+        roles = [self.job_role, *{id(r): r for r in (_execution_role(d) for d in definitions)}.values()]
+        iam.Grant.add_to_principal(grantee=grantee, actions=["iam:PassRole"], resource_arns=[r.role_arn for r in roles])
         return grant
 
 
 def definitions_of(queue: TrainingQueue) -> list[batch.IJobDefinition]:
     return [queue.job_definition, *([queue.multi_node_job_definition] if queue.multi_node_job_definition else [])]
+
+
+def _execution_role(definition: batch.IJobDefinition) -> iam.IRole:
+    if isinstance(definition, batch.MultiNodeJobDefinition):
+        return definition.containers[0].container.execution_role
+    return definition.container.execution_role

@@ -376,6 +376,34 @@ def test_grant_submit_jobs_covers_every_revision_of_the_queues_definitions(synth
     assert "batch:SubmitJob" in text and ":job-definition/" in text and '*"' in text
 
 
+def test_grant_submit_jobs_lets_the_librarys_own_job_commands_work(synth_stack):
+    """jobs.submit_job and `job submit|list|cancel` find the queue and its definitions with Describe/List calls (no
+    resource-level permissions: https://docs.aws.amazon.com/service-authorization/latest/reference/list_awsbatch.html),
+    and `--image` registers a revision, which passes the job and execution roles."""
+    from aws_cdk import aws_iam as iam
+
+    def body(stack):
+        queue = queue_stack(stack)["queue"]
+        queue.grant_submit_jobs(iam.Role(stack, "Pipeline", assumed_by=iam.AccountRootPrincipal()))
+    template = synth_stack(body)
+    policy = next(p for k, p in template.find_resources("AWS::IAM::Policy").items() if k.startswith("PipelineDefault"))
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+
+    def granted(action):
+        return [s for s in statements if action in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])]
+    for action in ("batch:DescribeJobQueues", "batch:DescribeComputeEnvironments", "batch:DescribeJobDefinitions",
+                   "batch:DescribeJobs", "batch:ListJobs"):
+        assert [s["Resource"] for s in granted(action)] == ["*"], action
+    (register,) = granted("batch:RegisterJobDefinition")
+    assert ":job-definition/" in json.dumps(register["Resource"]) and "*" != register["Resource"]
+    (passing,) = granted("iam:PassRole")
+    passed = json.dumps(passing["Resource"])
+    roles = template.find_resources("AWS::IAM::Role")
+    job_role = next(k for k in roles if k.startswith("QueueJobRole"))
+    execution_role = next(k for k in roles if "ExecutionRole" in k)
+    assert job_role in passed and execution_role in passed
+
+
 def test_isolated_subnets_without_the_ecs_and_ecr_endpoints_fail_at_synth_with_the_fix(synth_stack):
     # Without them the instances never join the queue and every job waits RUNNABLE, with no error anywhere.
     with pytest.raises(ValidationError, match=r"TrainingQueue: vpc=.* is invalid: isolated subnets with interface "
