@@ -96,8 +96,10 @@ def test_runs_of_an_environment_need_its_credentials_first(monkeypatch, tmp_path
     (0.80, float("nan"), 0.0, True, True),  # a live score that is not a number: nothing to compare
 ])
 def test_the_gate(candidate, live, tolerance, higher, promote):
-    assert promotion.judge("holdout_accuracy", candidate, live, tolerance=tolerance,
-                           higher_is_better=higher).promote is promote
+    decision = promotion.judge("holdout_accuracy", candidate, live, tolerance=tolerance, higher_is_better=higher)
+    assert decision.promote is promote
+    if live is not None and live != live:
+        assert "live model's holdout_accuracy is nan, not a number" in decision.reason
 
 
 def test_model_versions_have_one_parameter_and_key_per_endpoint():

@@ -84,9 +84,11 @@ def judge(metric: str, candidate: Optional[float], live: Optional[float], *, tol
     if metric == "holdout_accuracy" and not 0 <= candidate <= 1:
         return decide(False, f"the candidate's {metric} is {candidate:g}, not a fraction from 0 to 1 (a percentage? "
                              "TrackedRun.log_holdout takes accuracy as a fraction)")
-    if live is None or not math.isfinite(live):
+    if live is None:
         return decide(True, f"the live model has no recorded {metric} (it was not promoted through this gate): "
                             "nothing to compare against")
+    if not math.isfinite(live):
+        return decide(True, f"the live model's {metric} is {live}, not a number: nothing to compare against")
     worse_by = (live - candidate) if higher_is_better else (candidate - live)
     if worse_by > tolerance:
         return decide(False, f"{metric} {candidate:.6g} is worse than the live model's {live:.6g} "
