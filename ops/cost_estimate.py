@@ -153,11 +153,15 @@ def bucket_monthly(props: dict, gb: float, shares: dict[str, float], prices: dic
     return cost
 
 
-# SageMaker's managed MLflow, us-east-1, from https://aws.amazon.com/sagemaker/pricing/ (MLflow) as read in 2025-12
-# (the page could not be re-read from this machine: check it before relying on these): a serverless MLflow app has no
-# charge of its own (its artifacts are in the dataset bucket, priced there); a tracking server is billed per hour by
-# size, plus metadata storage (about 0.10 USD per GB-month, not counted here).
+# SageMaker's managed MLflow. UNVERIFIED: these hourly rates were written from memory, not read from AWS's pricing
+# page (https://aws.amazon.com/sagemaker/pricing/, MLflow), which could not be reached from this machine; the only
+# corroboration found is third-party (a Small server at 0.642 USD an hour in a cost comparison on
+# https://github.com/londonaicentre/FLIP/issues/745). Every estimate that uses them says so (a FLAG). A serverless
+# MLflow app is counted at no charge of its own (its artifacts are in the dataset bucket, priced there); a tracking
+# server is billed per hour by size (us-east-1 figures, used for every Region), plus metadata storage (not counted).
 MLFLOW_TRACKING_SERVER_HOURLY = {"Small": 0.642, "Medium": 1.284, "Large": 2.568}
+MLFLOW_RATES_FLAG = ("the MLflow tracking server's hourly rate is unverified (us-east-1 figure written from memory, "
+                     "used for every Region): check https://aws.amazon.com/sagemaker/pricing/ (MLflow)")
 
 
 def mlflow_lines(by_type: dict[str, list[tuple[str, dict]]]) -> list[tuple[str, str, float]]:
@@ -230,6 +234,8 @@ def estimate_environment(name: str, region: str, templates: list[dict], prices: 
                                    hourly * variant["InitialInstanceCount"] * HOURS_PER_MONTH))
 
     estimate.lines.extend(mlflow_lines(by_type))
+    if by_type.get("AWS::SageMaker::MlflowTrackingServer"):
+        estimate.flags.append(MLFLOW_RATES_FLAG)
 
     interface = [e for _, e in by_type.get("AWS::EC2::VPCEndpoint", [])
                  if e["Properties"].get("VpcEndpointType") == "Interface"]

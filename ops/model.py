@@ -30,11 +30,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Callable, Optional
 
 from ml_platform_constructs.runtime.promotion import (baseline_value, judge, model_key, model_version_parameter,
                                                       quality_baseline_parameter)
+from ml_platform_constructs.runtime.quality import Settings as QualitySettings
 from ml_platform_constructs.runtime.tracking import PROMOTION_TAG_PREFIX
 
 from ops.aws_access import environment, require_known, session_for
@@ -135,6 +137,13 @@ def promote(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, cl
     live_value, live_is_run = live_score(client, live, promotion.metric)
     decision = judge(promotion.metric, candidate["metrics"].get(promotion.metric), live_value,
                      tolerance=promotion.tolerance, higher_is_better=promotion.higher_is_better)
+    if baseline is not None and decision.promote:
+        # The promoted score becomes the quality check's baseline: one the check refuses would stop every run of it.
+        try:
+            QualitySettings(problem_type=endpoint.quality.problem_type, baseline=decision.candidate)
+        except ValueError as error:
+            decision = replace(decision, promote=False, reason=f"{promotion.metric} {decision.candidate:g} cannot be "
+                                                               f"the quality check's baseline ({error})")
     at = now().isoformat(timespec="seconds")
     entry = {**decision.to_json(), "environment": env.name, "endpoint": endpoint.name, "candidate_run": run_id,
              "live_version": live, "live_run": live if live_is_run else None, "at": at, "by": caller,

@@ -92,6 +92,20 @@ def test_features_that_stop_moving_together_drop_the_explained_share(baseline):
     assert watch["explained_variance_drop"] > 40
 
 
+@pytest.mark.parametrize("value", ["inf", "-inf", "1e999"])
+def test_an_infinite_input_is_a_missing_value_not_an_infinite_spread(baseline, value):
+    """A caller can send anything: one infinite value made a feature's spread NaN, and CloudWatch refuses a NaN or
+    infinite datum, so the whole window's drift metrics were lost."""
+    window = drift.Window(baseline)
+    rows = correlated()[::4]
+    window.add_record(capture_line({**rows[0], "x": value}))
+    for row in rows[1:]:
+        window.add_record(capture_line(row))
+    watch = window.feature_watch()
+    assert watch["std_ratio"]["x"] == pytest.approx(1.0, abs=0.05)
+    assert window.missing_values == 1 and sum(window.counts["x"]) == len(rows) - 1
+
+
 def test_too_few_values_give_no_ratio_and_no_share(baseline):
     watch = watched(baseline, correlated()[:drift.MIN_SPREAD_VALUES - 1])
     assert (watch["std_ratio"], watch["explained_variance"], watch["explained_variance_drop"]) == ({}, None, None)

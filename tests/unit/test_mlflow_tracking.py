@@ -208,3 +208,6 @@ def test_the_cost_estimate_prices_the_tracking_service():
         "Tracking": {"Type": "AWS::SageMaker::MlflowTrackingServer", "Properties": {"TrackingServerSize": "Medium"}}}}],
         prices, cost_estimate.Assumptions())
     assert [amount for group, _, amount in server.lines if group == "Tracking"] == [pytest.approx(1.284 * 730)]
+    # The hourly rates were not read from AWS's pricing page: an estimate that uses them says so.
+    assert any("tracking server's hourly rate is unverified" in flag for flag in server.flags)
+    assert not any("MLflow" in flag for flag in app.flags)

@@ -108,6 +108,25 @@ def test_a_refused_candidate_leaves_the_baseline_as_it_was(gate, templates):
     assert "quality_baseline" not in decisions(gate, worse)[-1]
 
 
+def test_a_held_out_score_the_quality_check_cannot_take_as_its_baseline_is_not_promoted(gate):
+    """An MAE of 0 passes any gate but leaves the check nothing to measure a shortfall in percent of: it would refuse
+    the baseline on every run, so the promotion is refused before anything changes."""
+    from dataclasses import replace
+
+    endpoint = gate["endpoint"]
+    regression = replace(endpoint, quality=replace(endpoint.quality, problem_type="regression", baseline=3.2),
+                         promotion=replace(endpoint.promotion, metric="holdout_mae", higher_is_better=False))
+    perfect = recorded_run(gate["tmp"], gate["uri"], "perfect", 0.9, s3=gate["s3"])
+    gate["client"].log_metric(perfect, "holdout_mae", 0.0, step=100)
+    cloudformation = CloudFormation(live=gate["live"])  # the live run has no holdout_mae: not compared
+    with pytest.raises(SystemExit, match=r"refusing to promote run \w+ to classifier in dev: holdout_mae 0 cannot be "
+                                         r"the quality check's baseline \(baseline=0.0: the live model's MAE, above 0\)"):
+        model_ops.promote(gate["env"], regression, perfect, client=gate["client"], cloudformation=cloudformation,
+                          s3=gate["s3"], caller="arn:aws:iam::111111111111:user/ops", out=[].append)
+    assert cloudformation.updates == []
+    assert [d["outcome"] for d in decisions(gate, perfect)] == ["refused"]
+
+
 def test_a_serving_stack_deployed_before_the_quality_check_must_be_deployed_first(gate):
     better = recorded_run(gate["tmp"], gate["uri"], "better", 0.9, s3=gate["s3"])
 

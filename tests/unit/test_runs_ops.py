@@ -89,10 +89,17 @@ def test_runs_of_an_environment_need_its_credentials_first(monkeypatch, tmp_path
     (0.30, 0.25, 0.0, False, False),  # a loss: lower is better
     (None, 0.85, 0.0, True, False),
     (0.80, None, 0.0, True, True),    # a live model never judged by the gate: nothing to compare
+    (float("nan"), 0.85, 0.0, True, False),  # NaN is never "worse by more than the tolerance"
+    (float("nan"), 3.0, 0.0, False, False),
+    (float("inf"), 0.85, 0.0, True, False),
+    (92.0, 0.85, 0.0, True, False),   # a percentage against a fraction
+    (0.80, float("nan"), 0.0, True, True),  # a live score that is not a number: nothing to compare
 ])
 def test_the_gate(candidate, live, tolerance, higher, promote):
-    assert promotion.judge("holdout_accuracy", candidate, live, tolerance=tolerance,
-                           higher_is_better=higher).promote is promote
+    decision = promotion.judge("holdout_accuracy", candidate, live, tolerance=tolerance, higher_is_better=higher)
+    assert decision.promote is promote
+    if live is not None and live != live:
+        assert "live model's holdout_accuracy is nan, not a number" in decision.reason
 
 
 def test_model_versions_have_one_parameter_and_key_per_endpoint():
@@ -198,6 +205,19 @@ def test_a_rollout_that_rolls_back_is_reported_and_recorded(gate):
                                          rf"keeps serving {gate['live']}"):
         promote(gate, better, CloudFormation(live=gate["live"], rollout_fails=True), [])
     assert decisions(gate, better)[-1]["outcome"] == "rolled back"
+
+
+@pytest.mark.parametrize("score, says", [(float("nan"), "holdout_accuracy is nan, not a number"),
+                                          (92.0, "holdout_accuracy is 92, not a fraction from 0 to 1")])
+def test_a_candidate_whose_score_cannot_be_compared_is_refused(gate, score, says):
+    candidate = recorded_run(gate["tmp"], gate["uri"], "odd", 0.90, s3=gate["s3"])
+    gate["client"].log_metric(candidate, "holdout_accuracy", score, step=100)  # logged outside log_holdout
+    cloudformation = CloudFormation(live=gate["live"])
+    with pytest.raises(SystemExit, match=f"refusing to promote run {candidate} to classifier in dev: the candidate's "
+                                         f"{says}"):
+        promote(gate, candidate, cloudformation, [])
+    assert cloudformation.updates == []
+    assert [d["outcome"] for d in decisions(gate, candidate)] == ["refused"]
 
 
 def test_the_first_promotion_over_an_unjudged_model_is_allowed_and_says_so(gate):

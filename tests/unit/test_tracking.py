@@ -59,8 +59,10 @@ def test_the_environment_keeps_platform_nccl_cuda_and_seed_variables_only():
     kept = passport.filter_environment({
         "ML_PLATFORM_QUEUE_NAME": "training", "NCCL_DEBUG": "INFO", "CUDA_VISIBLE_DEVICES": "0,1",
         "PYTHONHASHSEED": "0", "TRAINING_SEED": "7", "AWS_BATCH_JOB_ATTEMPT": "2", "HOME": "/root", "PATH": "/usr/bin",
-        "ML_PLATFORM_GIT_COMMIT": "3f2a9c0d1e2b3a4f5e6d7c8b9a0f1e2d3c4b5a69"})
+        "ML_PLATFORM_GIT_COMMIT": "3f2a9c0d1e2b3a4f5e6d7c8b9a0f1e2d3c4b5a69",
+        "ML_PLATFORM_DATA": "s3://datasets/blobs/v1/?versionId=3"})
     assert kept == {"AWS_BATCH_JOB_ATTEMPT": "2", "CUDA_VISIBLE_DEVICES": "0,1", "ML_PLATFORM_QUEUE_NAME": "training",
+                    "ML_PLATFORM_DATA": "s3://datasets/blobs/v1/?versionId=3",
                     "ML_PLATFORM_GIT_COMMIT": "3f2a9c0d1e2b3a4f5e6d7c8b9a0f1e2d3c4b5a69", "NCCL_DEBUG": "INFO",
                     "PYTHONHASHSEED": "0", "TRAINING_SEED": "7"}
 
@@ -77,6 +79,16 @@ def test_the_environment_keeps_platform_nccl_cuda_and_seed_variables_only():
     ("ML_PLATFORM_JWT", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.sig"),
     ("NCCL_CERT", "-----BEGIN RSA PRIVATE KEY-----"),
     ("CUDA_GH", "ghp_abcdefghijklmnopqrstuvwxyz0123"),
+    # credentials in a URL without a password, or with a '/' in it, and in its query; more token formats and names
+    ("ML_PLATFORM_REPO", "https://github_pat_11ABCDEFG0_abcdefghijklmnopqrstuvwxyz0123@github.com/org/repo.git"),
+    ("ML_PLATFORM_SENTRY", "https://0123456789abcdef0123456789abcdef@o123.ingest.sentry.io/456"),
+    ("ML_PLATFORM_DB", "postgresql://user:pa/ss@db:5432/x"),
+    ("ML_PLATFORM_DATA", "https://acct.blob.core.windows.net/c/f?sv=2020-08-04&sig=abcdEFGH1234%2Bxyz%3D"),
+    ("ML_PLATFORM_MODEL", "https://b.s3.amazonaws.com/m.tar.gz?X-Amz-Credential=AKIA%2F&X-Amz-Signature=0a1b2c"),
+    ("ML_PLATFORM_NOTIFY", "https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX"),
+    ("ML_PLATFORM_GH", "github_pat_11ABCDEFG0_abcdefghijklmnopqrstuvwxyz0123"),
+    ("ML_PLATFORM_DB_PASSPHRASE", "correct horse battery staple"),
+    ("ML_PLATFORM_SENTRY_DSN", "whatever"),
 ])
 def test_nothing_that_looks_like_a_secret_reaches_the_passport(name, value):
     assert passport.filter_environment({name: value}) == {}

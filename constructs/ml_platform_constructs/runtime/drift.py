@@ -296,7 +296,8 @@ class Window:
                 number = float(value)
             except (TypeError, ValueError):
                 return None
-            return None if math.isnan(number) else bisect.bisect_left(spec["edges"], number)
+            # Not finite: a missing value (as in the baseline), never a spread of NaN that PutMetricData refuses.
+            return None if not math.isfinite(number) else bisect.bisect_left(spec["edges"], number)
         category = str(value)
         if category in spec["categories"]:
             return spec["categories"].index(category)

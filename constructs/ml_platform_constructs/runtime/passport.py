@@ -40,19 +40,23 @@ RECORDED_PREFIXES = ("ML_PLATFORM_", "AWS_BATCH_", "NCCL_", "CUDA_", "CUDNN_", "
 RECORDED_NAMES = frozenset({"PYTHONHASHSEED", "AWS_REGION", "AWS_DEFAULT_REGION"})
 SEED_NAME = re.compile(r"SEED", re.I)
 # A name that says secret, whatever its prefix (MLFLOW_TRACKING_PASSWORD, ML_PLATFORM_API_KEY, ...).
-SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSW|PWD|CREDENTIAL|PRIVATE|AUTH|SESSION|COOKIE|SIGNATURE|(^|_)KEY($|_)|APIKEY",
-                         re.I)
-# A value that looks like one: AWS access key ids, JWTs, PEM blocks, credentials in URLs, and the token formats of
-# GitHub, Slack, Hugging Face and OpenAI-style APIs.
+SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSW|PASSPHRASE|PWD|CREDENTIAL|PRIVATE|AUTH|SESSION|COOKIE|SIGNATURE|DSN|WEBHOOK"
+                         r"|(^|_)KEY($|_)|APIKEY", re.I)
+# A value that looks like one: AWS access key ids, JWTs, PEM blocks, credentials in URLs (a user or token before the
+# host, a password even with a '/' in it), and the token formats of GitHub, Slack, Hugging Face and OpenAI-style APIs.
 SECRET_VALUE = re.compile(
-    r"\b(AKIA|ASIA)[0-9A-Z]{16}\b|eyJ[\w-]{8,}\.[\w-]{8,}\.|-----BEGIN [A-Z ]*PRIVATE KEY|://[^/\s:@]+:[^/\s@]+@"
-    r"|\bgh[pousr]_[A-Za-z0-9]{20,}|\bxox[abpr]-[A-Za-z0-9-]{10,}|\bhf_[A-Za-z0-9]{20,}|\bsk-[A-Za-z0-9_-]{20,}")
+    r"\b(AKIA|ASIA)[0-9A-Z]{16}\b|eyJ[\w-]{8,}\.[\w-]{8,}\.|-----BEGIN [A-Z ]*PRIVATE KEY"
+    r"|://[^/\s@]+@|://[^/\s:@]+:[^\s@]+@"
+    r"|\bgh[pousr]_[A-Za-z0-9]{20,}|\bgithub_pat_\w{20,}|\bxox[abpr]-[A-Za-z0-9-]{10,}|hooks\.slack\.com/services/"
+    r"|\bhf_[A-Za-z0-9]{20,}|\bsk-[A-Za-z0-9_-]{20,}")
+# A URL query that signs or authorizes it: presigned S3 URLs, Azure SAS, ?token=, ?api_key= ...
+SECRET_QUERY = re.compile(r"[?&][\w.-]*(sig|signature|token|key|secret|password|credential)[\w.-]*=", re.I)
 # An AWS secret access key: 40 base64 characters in mixed case (a git commit, 40 lowercase hex digits, is not one).
 BASE64_40 = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+=]{40}(?![A-Za-z0-9/+=])")
 
 
 def looks_secret(name: str, value: str) -> bool:
-    if SECRET_NAME.search(name) or SECRET_VALUE.search(value):
+    if SECRET_NAME.search(name) or SECRET_VALUE.search(value) or SECRET_QUERY.search(value):
         return True
     return any(re.search("[A-Z]", m) and re.search("[a-z]", m) for m in BASE64_40.findall(value))
 

@@ -11,6 +11,7 @@ held-out score (``baseline_value``): the live model's score is what its producti
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass
 from typing import Optional
@@ -70,15 +71,24 @@ class Decision:
 def judge(metric: str, candidate: Optional[float], live: Optional[float], *, tolerance: float = 0.0,
           higher_is_better: bool = True) -> Decision:
     """Promote unless the candidate's score is worse than the live model's by more than ``tolerance``. A candidate
-    without the score is refused; a live model without one (never promoted through this gate) is not compared."""
+    without the score, with a score that is not a finite number (NaN compares as never worse), or with a
+    ``holdout_accuracy`` outside 0-1 (a percentage against a fraction) is refused; a live model without a usable
+    score (never promoted through this gate) is not compared."""
     def decide(promote: bool, reason: str) -> Decision:
         return Decision(promote, metric, candidate, live, tolerance, higher_is_better, reason)
 
     if candidate is None:
         return decide(False, f"the candidate has no {metric} (log it with TrackedRun.log_holdout)")
+    if not math.isfinite(candidate):
+        return decide(False, f"the candidate's {metric} is {candidate}, not a number that can be compared")
+    if metric == "holdout_accuracy" and not 0 <= candidate <= 1:
+        return decide(False, f"the candidate's {metric} is {candidate:g}, not a fraction from 0 to 1 (a percentage? "
+                             "TrackedRun.log_holdout takes accuracy as a fraction)")
     if live is None:
         return decide(True, f"the live model has no recorded {metric} (it was not promoted through this gate): "
                             "nothing to compare against")
+    if not math.isfinite(live):
+        return decide(True, f"the live model's {metric} is {live}, not a number: nothing to compare against")
     worse_by = (live - candidate) if higher_is_better else (candidate - live)
     if worse_by > tolerance:
         return decide(False, f"{metric} {candidate:.6g} is worse than the live model's {live:.6g} "
