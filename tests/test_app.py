@@ -58,12 +58,16 @@ def test_stateful_resources_retained_outside_dev(templates, name, policy):
     assert found >= 3
 
 
+# Their Tags are create-only: a training queue keeps only its own there (tests/unit/test_queue_tags.py).
+CREATE_ONLY_TAGS = ("AWS::EC2::PlacementGroup", "AWS::Batch::ComputeEnvironment")
+
+
 def test_every_taggable_resource_carries_the_cost_tags(templates, config):
     for key, template in templates.items():
         env = config.environments[key.split("/")[0]]
         for logical_id, resource in template.to_json()["Resources"].items():
             tags = resource.get("Properties", {}).get("Tags")
-            if isinstance(tags, list):
+            if isinstance(tags, list) and resource["Type"] not in CREATE_ONLY_TAGS:
                 assert TAG_KEYS <= {t["Key"] for t in tags}, (key, logical_id)
                 assert any(t["Key"] == "cost-center" and t["Value"] == env.cost_center for t in tags)
 
@@ -159,6 +163,13 @@ def test_gpu_instances_and_their_volumes_carry_the_cost_tags(templates):
     propagated = {t["Key"]: t["Value"] for t in group["Properties"]["Tags"] if t["PropagateAtLaunch"]}
     assert propagated["cost-center"] == "ml-production" and propagated["component"] == "compute"
     assert propagated["ml-platform:fleet"] == "training"
+
+
+def test_training_queue_instances_carry_the_cost_tags(templates):
+    for environment in templates["staging/Compute"].find_resources("AWS::Batch::ComputeEnvironment").values():
+        tags = environment["Properties"]["ComputeResources"]["Tags"]
+        assert tags["cost-center"] == "ml-research" and tags["component"] == "compute"
+        assert tags["ml-platform:queue"] == "training"
 
 
 def test_one_fleet_per_configured_fleet_and_one_interruption_rule(templates, config):

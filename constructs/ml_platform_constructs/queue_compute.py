@@ -13,7 +13,9 @@ import json
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-from aws_cdk import Acknowledgment, Annotations, Duration, Size, Stack, Validations
+import jsii
+from aws_cdk import (Acknowledgment, Annotations, AspectPriority, Aspects, Duration, IAspect, Size, Stack, TagManager,
+                     Validations)
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
@@ -175,6 +177,40 @@ def ecs_agent_config(stop_timeout_seconds: int) -> list[str]:
             "echo ECS_ENABLE_TASK_IAM_ROLE_NETWORK_HOST=true >> /etc/ecs/ecs.config"]
 
 
+# After every tag aspect (priority MUTATING, or DEFAULT in an app without @aws-cdk/core:aspectPrioritiesMutating),
+# before the read-only ones; and above any tag priority an app sets, so a later tag cannot come back.
+OWN_TAGS_ASPECT_PRIORITY = AspectPriority.READONLY - 1
+_OWN_TAGS_PRIORITY = 1_000_000
+
+
+@jsii.implements(IAspect)
+class OwnTagsOnly:
+    """Leaves exactly ``tags`` in the create-only top-level Tags of the resource it is added to, whatever tags the
+    app, its stages and stacks add. The resource schemas list ``/properties/Tags`` of AWS::Batch::ComputeEnvironment
+    and AWS::EC2::PlacementGroup as create-only: a changed tag there replaces the resource, and a replaced compute
+    environment's instances are terminated under their running jobs (its update policy applies only to updates).
+    https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-batch-computeenvironment.html
+    (Tags: "Update requires: Replacement"). Only this L1's tags: the instances' tags (the L2's ComputeResources.Tags,
+    updatable) keep every app tag."""
+
+    def __init__(self, tags: Mapping[str, str]) -> None:
+        self._tags = dict(tags)
+
+    def visit(self, node) -> None:
+        if not TagManager.is_taggable(node):
+            return
+        for key in node.tags.tag_values():
+            if key not in self._tags:
+                node.tags.remove_tag(key, _OWN_TAGS_PRIORITY)
+        for key, value in self._tags.items():
+            node.tags.set_tag(key, value, _OWN_TAGS_PRIORITY)
+
+
+def own_tags_only(resource: Construct, tags: Mapping[str, str]) -> None:
+    """Keeps ``resource``'s (an L2) create-only top-level Tags to ``tags``: see OwnTagsOnly."""
+    Aspects.of(resource.node.default_child).add(OwnTagsOnly(tags), priority=OWN_TAGS_ASPECT_PRIORITY)
+
+
 def omit_state(resource: Construct) -> None:
     # Without State in the template a deploy never re-enables what the budget guard disabled; Batch creates
     # compute environments and queues ENABLED.
@@ -248,8 +284,12 @@ class ComputeSettings:
         resource.add_property_override("ComputeResources.LaunchTemplate.Version", launch_template.latest_version_number)
         # Tags on the instances Batch launches (the L2 has no property for them): the budget guard prices and
         # finds a queue's running capacity by this tag.
-        resource.add_property_override("ComputeResources.Tags", {QUEUE_TAG: self.queue_name,
-                                                                 BUDGET_SCOPE_TAG: self.budget_scope})
+        own = {QUEUE_TAG: self.queue_name, BUDGET_SCOPE_TAG: self.budget_scope}
+        resource.add_property_override("ComputeResources.Tags", own)
+        # The environment's own Tags are create-only: only these two, which never change without the queue (the
+        # guard's UpdateComputeEnvironment is allowed only on the budget-scope tag). The app's tags (cost center,
+        # environment, ...) still reach the instances above, an update that lets running jobs finish.
+        own_tags_only(environment, own)
         omit_state(environment)
         # Only what the ECS agent (the managed policy aws-cdk-lib attaches) and the CloudWatch agent need: a job in
         # host network mode can read this role from the metadata service (ecs_agent_config).
@@ -276,6 +316,10 @@ def multi_node_network(scope: Construct, vpc: ec2.IVpc, queue_name: str) -> tupl
     Validations.of(security_group).acknowledge(Acknowledgment(
         id="AwsSolutions-EC23", reason="Inbound is from this security group only (EFA needs all traffic between nodes)."))
     placement_group = ec2.PlacementGroup(scope, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+    # Its Tags are create-only too: a replaced group changes the environment's placement group (an infrastructure
+    # update), and EC2 refuses to delete a group that still has instances. The queue's name only (no budget scope:
+    # nothing acts on a placement group by it).
+    own_tags_only(placement_group, {QUEUE_TAG: queue_name})
     return security_group, placement_group
 
 
