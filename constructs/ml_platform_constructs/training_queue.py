@@ -43,7 +43,8 @@ from .network import require_private_subnets
 from .platform_key import allow_log_groups
 from .queue_compute import (EFA_INSTALL, ROOT_DEVICE, STOP_TIMEOUT_SECONDS, ComputeSettings, attach_efa,
                             check_default_security_group, ecs_agent_config, multi_node_network, multi_node_subnet,
-                            omit_state, require_endpoints_without_egress, require_x86, validate_capacity,
+                            omit_state, own_tags_only, require_endpoints_without_egress, require_x86,
+                            validate_capacity,
                             update_timeout_for, validate_multi_node)
 from .queue_jobs import (ATTEMPTS, EFA_DEVICE, JOB_NAMESPACE, MEMORY_HEADROOM, MULTI_NODE_NODES, JobSettings,
                          container_environment, job_role, job_size, job_volumes,
@@ -229,6 +230,7 @@ class TrainingQueue(Construct):
             order.append(batch.OrderedComputeEnvironment(compute_environment=self.on_demand_environment, order=2))
         self.job_queue = batch.JobQueue(self, "Resource", compute_environments=order)
         omit_state(self.job_queue)
+        self._own_queue_tags(self.job_queue)
         # Ref of a job queue is its ARN (the CloudFormation return values), the same value as aws-cdk-lib's GetAtt.
         self.job_queue_arn = self.job_queue.node.default_child.ref
 
@@ -261,6 +263,14 @@ class TrainingQueue(Construct):
             idle_threshold=idle_threshold_percent, spot_retries=self.metric_spot_retries(),
             failed_jobs=self.metric_failed_jobs(), gpu_utilization=self.metric_gpu_utilization())
 
+    def _own_queue_tags(self, job_queue: batch.JobQueue) -> None:
+        """Only the tags the queue needs (``jobs.find_queue`` and the budget guard find it by them). The resource schema
+        lets a job queue's Tags change in place, but the CloudFormation reference says "Update requires: Replacement"
+        (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-batch-jobqueue.html), and
+        a replaced queue ends its jobs and comes back enabled under a budget stop. A job queue costs nothing: no cost
+        tag is lost."""
+        own_tags_only(job_queue, {QUEUE_TAG: self.queue_name, BUDGET_SCOPE_TAG: self.budget_scope})
+
     def _own_definition(self, definition: batch.IJobDefinition, kind: str) -> None:
         """Tags a definition of the queue's own, by which ``jobs.find_queue`` finds it and its checkpoint root."""
         Tags.of(definition).add(DEFINITION_TAG, kind)
@@ -284,6 +294,7 @@ class TrainingQueue(Construct):
         self.multi_node_job_queue = batch.JobQueue(self, "MultiNodeJobQueue", compute_environments=[
             batch.OrderedComputeEnvironment(compute_environment=self.multi_node_environment, order=1)])
         omit_state(self.multi_node_job_queue)
+        self._own_queue_tags(self.multi_node_job_queue)
         self.multi_node_job_queue_arn = self.multi_node_job_queue.node.default_child.ref
         container = self._jobs.container(self, "MultiNodeContainer", image_uri, self.multi_node_job_size, efa=efa)
         self.multi_node_job_definition = self._jobs.multi_node(self, "MultiNodeJobDefinition", container)

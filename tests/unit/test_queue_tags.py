@@ -91,6 +91,18 @@ def test_a_team_apps_tag_change_replaces_no_compute_environment_or_placement_gro
     assert create_only_values(after) == values
 
 
+def job_queue_tags(template: Template) -> dict:
+    return {k: r["Properties"]["Tags"] for k, r in template.find_resources("AWS::Batch::JobQueue").items()}
+
+
+def test_a_team_apps_tag_change_leaves_the_job_queues_tags_alone(team_apps):
+    # The schema lets them change in place; the CloudFormation reference says a change replaces the queue.
+    before, after = team_apps
+    assert len(job_queue_tags(before)) == 2
+    assert job_queue_tags(after) == job_queue_tags(before)
+    assert all(set(tags) == {QUEUE_TAG, BUDGET_SCOPE_TAG} for tags in job_queue_tags(after).values())
+
+
 def test_the_compute_environments_keep_the_tags_the_budget_guard_needs(team_apps):
     _, after = team_apps
     for resource in after.find_resources("AWS::Batch::ComputeEnvironment").values():
@@ -125,6 +137,7 @@ def test_editing_the_stages_cost_center_replaces_no_compute_environment_or_place
     values = create_only_values(before)
     assert any(t == "AWS::EC2::PlacementGroup" for t, _ in values)
     assert create_only_values(after) == values
+    assert job_queue_tags(after) == job_queue_tags(before)
     for resource in after.find_resources("AWS::Batch::ComputeEnvironment").values():
         assert resource["Properties"]["Tags"][BUDGET_SCOPE_TAG] == "staging"
         assert resource["Properties"]["ComputeResources"]["Tags"]["cost-center"] == "ml-vision"
