@@ -101,7 +101,7 @@ class RetrainOnDrift(Construct):
         suppress_checkov(self.function, "CKV_AWS_116",
                          "EventBridge and Lambda retry it; a failure gives its claims back and the errors alarm tells "
                          "the alert topic, so a failed submission is never silent")
-        self._grant(queue, alerts)
+        self._grant(queue, alerts, job_name_prefix)
         self.function.metric_errors(period=Duration.minutes(5)).create_alarm(
             self, "FailingAlarm", threshold=1, evaluation_periods=1,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
@@ -141,7 +141,7 @@ class RetrainOnDrift(Construct):
         self.rules[name] = rule
         return rule
 
-    def _grant(self, queue: TrainingQueue, alerts: sns.ITopic) -> None:
+    def _grant(self, queue: TrainingQueue, alerts: sns.ITopic, job_name_prefix: str) -> None:
         stack = Stack.of(self)
         definitions = stack.format_arn(service="batch", resource="job-definition",
                                        resource_name=f"{self.job_definition.job_definition_name}:*")
@@ -154,13 +154,15 @@ class RetrainOnDrift(Construct):
             conditions={"ForAllValues:StringLike": {"aws:TagKeys": [TRIGGER_TAG.rsplit("-", 1)[0] + "-*"]}}))
         self.function.add_to_role_policy(iam.PolicyStatement(
             sid="SeeTheQueueAndItsJobs", actions=["batch:ListJobs", "batch:DescribeJobQueues"], resources=["*"]))
-        # The pending record while the queue is stopped, under the queue's path only, encrypted with its key. The
-        # queue's name from its ARN (arn:...:job-queue/NAME), the value the queue already exports.
+        # Its own pending records while the queue is stopped (runtime/retrain.py: retrain-<job name> under the
+        # queue's path), encrypted with the queue's key; it reads only whether its record is still there, without
+        # decryption, so the queue's other records (the budget guard's, under the guard's key) need no key of it.
+        # The queue's name from its ARN (arn:...:job-queue/NAME), the value the queue already exports.
         queue_name = Fn.select(1, Fn.split("/", queue.job_queue_arn))
         self.function.add_to_role_policy(iam.PolicyStatement(
-            sid="KeepItPendingWhileTheQueueIsStopped", actions=["ssm:PutParameter", "ssm:GetParametersByPath"],
-            resources=[stack.format_arn(service="ssm", resource="parameter",
-                                        resource_name=f"{PENDING_PATH.strip('/')}/{queue_name}*")]))
+            sid="KeepItPendingWhileTheQueueIsStopped", actions=["ssm:PutParameter", "ssm:GetParameter"],
+            resources=[stack.format_arn(service="ssm", resource="parameter", resource_name=(
+                f"{PENDING_PATH.strip('/')}/{queue_name}/retrain-{job_name_prefix}-*"))]))
         queue.key.grant_encrypt_decrypt(self.function)
         self.claims.grant(self.function, "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
         alerts.grant_publish(self.function)
@@ -177,7 +179,7 @@ class RetrainOnDrift(Construct):
         policy = self.function.role.node.find_child("DefaultPolicy")
         policy.node.add_validation(_AcknowledgeOwnWildcards(policy, (
             ("job-definition/", "Every revision of this retraining's own job definition (submitted by name)."),
-            (PENDING_PATH, "The pending records of its own queue only (one parameter per refused retraining)."))))
+            (PENDING_PATH, "Its own pending records in its queue's path only (one parameter per refused retraining)."))))
 
 
 @jsii.implements(IStableStringProducer)

@@ -241,3 +241,70 @@ def test_an_unknown_trigger_fails_loudly(world):
 def test_tag_values_keep_to_what_batch_accepts(world):
     world["fire"](alarm="drift (PSI > 0.2) & more")
     assert world["batch"].submitted()[0]["tags"]["ml-platform:retrain-alarm"] == "drift _PSI _ 0.2_ _ more"
+
+
+class KeyBoundSsm:
+    """Parameter Store as a role allowed to decrypt with one KMS key only sees it: a read WithDecryption of a record
+    that another key encrypted is refused (AccessDeniedException, as KMS refuses the Decrypt), one without decryption
+    is not."""
+
+    def __init__(self, ssm, readable_key):
+        self.ssm, self.readable_key, self.keys = ssm, readable_key, {}
+
+    def __getattr__(self, name):
+        return getattr(self.ssm, name)
+
+    def put_parameter(self, **kwargs):
+        self.keys[kwargs["Name"]] = kwargs.get("KeyId", "alias/aws/ssm")
+        return self.ssm.put_parameter(**kwargs)
+
+    def _refuse_foreign(self, names, operation):
+        from botocore.exceptions import ClientError
+        for name in names:
+            if self.keys.get(name, self.readable_key) != self.readable_key:
+                raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": f"not allowed to decrypt {name} "
+                                             f"(its key {self.keys[name]})"}}, operation)
+
+    def get_parameter(self, **kwargs):
+        if kwargs.get("WithDecryption"):
+            self._refuse_foreign([kwargs["Name"]], "GetParameter")
+        return self.ssm.get_parameter(**kwargs)
+
+    def get_parameters(self, **kwargs):
+        if kwargs.get("WithDecryption"):
+            self._refuse_foreign(kwargs["Names"], "GetParameters")
+        return self.ssm.get_parameters(**kwargs)
+
+    def get_paginator(self, name):
+        paginator = self.ssm.get_paginator(name)
+        outer = self
+
+        class Checked:
+            def paginate(self, **kwargs):
+                for page in paginator.paginate(**kwargs):
+                    if kwargs.get("WithDecryption"):
+                        outer._refuse_foreign([p["Name"] for p in page.get("Parameters", [])], "GetParametersByPath")
+                    yield page
+        return Checked()
+
+
+def test_a_trigger_during_a_budget_stop_needs_no_key_but_the_queues(world):
+    """A team app whose budget guard has a key of its own: the guard's records of the jobs it ended are encrypted
+    with that key, which the retraining function may not use. A second trigger while the first retraining waits
+    must still see that one is pending (it raised AccessDenied on every trigger of the stop)."""
+    batch, ssm = world["batch"], world["ssm"]
+    queue_key = "arn:aws:kms:us-east-1:123456789012:key/queue"
+    batch.queues[world["queue"]]["state"] = "DISABLED"  # a budget stop, which kept a job it ended
+    bound = KeyBoundSsm(ssm, queue_key)
+    ended = {"jobName": "nightly-train", "jobQueue": world["queue"], "jobDefinition": f"{world['scope']}-retrain"}
+    PendingJobs(bound, "arn:aws:kms:us-east-1:123456789012:key/guard").record(
+        ended, leaf="job-1234", source="budget-stop", now=datetime.fromtimestamp(NOW, timezone.utc))
+
+    def fire(trigger, at, event_id):
+        event = {"trigger": trigger, "alarm": f"{trigger} alarm", "time": "2026-11-29T20:00:00Z", "eventId": event_id}
+        return retrain.handler(event, None, batch=batch, sns=world["sns"], dynamodb=world["dynamodb"], ssm=bound, now=at)
+    first = fire("drift", NOW, "drift-1")
+    assert first["pending"] and bound.keys[first["pending"]] == queue_key
+    second = fire("quality", NOW + HOUR, "quality-1")
+    assert second["skipped"] == "in flight" and second["jobName"] == first["jobName"]
+    assert batch.submitted() == []

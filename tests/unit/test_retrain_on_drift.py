@@ -14,7 +14,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Match, Template
 
-from ml_platform_constructs import DatasetBucket, RetrainOnDrift, TrainingQueue, ValidationError
+from ml_platform_constructs import BudgetGuard, DatasetBucket, RetrainOnDrift, TrainingQueue, ValidationError
 from ml_platform_constructs.retrain_on_drift import FUNCTION_FILES
 from tests.conftest import ACCOUNT, new_app, queue_vpc
 
@@ -163,8 +163,35 @@ def test_it_may_submit_only_its_definition_to_its_queue_and_keep_only_its_queues
     assert granted["TagItWithItsTrigger"]["Condition"] == {
         "ForAllValues:StringLike": {"aws:TagKeys": ["ml-platform:retrain-*"]}}
     records = json.dumps(granted["KeepItPendingWhileTheQueueIsStopped"]["Resource"])
-    assert ":parameter/ml-platform/pending-jobs/" in records and records.endswith('*"]]}')
+    # Its own records (retrain-<job name>) in its queue's path, and only whether one is there: no decrypting read.
+    assert ":parameter/ml-platform/pending-jobs/" in records and records.endswith('/retrain-retrain-classifier-*"]]}')
+    assert sorted(granted["KeepItPendingWhileTheQueueIsStopped"]["Action"]) == ["ssm:GetParameter", "ssm:PutParameter"]
+    assert "ssm:GetParametersByPath" not in json.dumps(granted) and "ssm:GetParameters\"" not in json.dumps(granted)
     assert "dynamodb:Scan" not in json.dumps(granted)
+
+
+def test_with_a_budget_guard_of_another_key_it_needs_no_key_but_the_queues(tmp_path):
+    """A team app whose guard encrypts its pending records with a key of its own: the retraining function reads the
+    queue's records without decryption (tests/unit/test_retrain.py runs that path against a Parameter Store that
+    refuses a foreign key), so its KMS rights name the queue's key only."""
+    app, construct = two_stacks(tmp_path)
+    queue_stack = app.node.find_child("Compute")
+    guard_key = kms.Key(queue_stack, "GuardKey")
+    BudgetGuard(queue_stack, "Guard", monthly_limit=100, alerts=sns.Topic(queue_stack, "GuardAlerts"), key=guard_key,
+                environment="dev", budget_scope="dev")
+    assembly = app.synth()
+    compute_template = Template.from_json(assembly.get_stack_by_name("Compute").template)
+    guard_key_id, queue_key_id = (next(k for k in compute_template.find_resources("AWS::KMS::Key") if k.startswith(name))
+                                  for name in ("GuardKey", "Key"))
+    serving = Template.from_json(assembly.get_stack_by_name("Serving").template)
+    policy = next(p for k, p in serving.find_resources("AWS::IAM::Policy").items() if k.startswith("RetrainServiceRole"))
+    granted = policy["Properties"]["PolicyDocument"]["Statement"]
+    kms_statements = [s for s in granted if any(a.startswith("kms:") for a in (
+        s["Action"] if isinstance(s["Action"], list) else [s["Action"]]))]
+    assert kms_statements and all(queue_key_id in json.dumps(s["Resource"]) for s in kms_statements)
+    assert guard_key_id not in json.dumps(granted)
+    (pending,) = [s for s in granted if s.get("Sid") == "KeepItPendingWhileTheQueueIsStopped"]
+    assert sorted(pending["Action"]) == ["ssm:GetParameter", "ssm:PutParameter"]
 
 
 def test_its_failures_alarm_the_alert_topic(built):

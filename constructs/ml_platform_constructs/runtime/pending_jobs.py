@@ -44,7 +44,8 @@ def parameter_name(job_queue: str, leaf: str) -> str:
 
 class PendingJobs:
     """The pending submissions of training queues, in Parameter Store. ``key_id`` encrypts what ``record`` writes;
-    readers need none (``kms:Decrypt`` through Parameter Store)."""
+    ``of_queue`` decrypts with whatever key wrote each record (``kms:Decrypt`` through Parameter Store); ``exists``
+    decrypts nothing."""
 
     def __init__(self, ssm: Any, key_id: Optional[str] = None) -> None:
         self.ssm = ssm
@@ -71,6 +72,17 @@ class PendingJobs:
             for parameter in page["Parameters"]:
                 found.append({"parameter": parameter["Name"], **json.loads(parameter["Value"])})
         return sorted(found, key=lambda entry: entry["recorded"])
+
+    def exists(self, job_queue: str, leaf: str) -> bool:
+        """Whether the record ``leaf`` of one job queue is there, without decrypting it (no KMS key needed, whichever
+        wrote it)."""
+        try:
+            self.ssm.get_parameter(Name=parameter_name(job_queue, leaf), WithDecryption=False)
+        except Exception as error:  # botocore's ClientError
+            if getattr(error, "response", {}).get("Error", {}).get("Code") == "ParameterNotFound":
+                return False
+            raise
+        return True
 
     def forget(self, parameter: str) -> None:
         try:

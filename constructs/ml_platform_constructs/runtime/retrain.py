@@ -199,8 +199,12 @@ def retrain(event: dict, env: dict, batch: Any, claims: Claims, pending: Pending
                        f"--jobs {job_id})."}
 
 
+def _pending_leaf(job_name: str) -> str:
+    return f"retrain-{job_name}"
+
+
 def _keep_pending(claims: Claims, pending: PendingJobs, request: dict, event_id: str, base: dict, now: float) -> dict:
-    parameter = pending.record(request, leaf=f"retrain-{request['jobName']}", source="retraining",
+    parameter = pending.record(request, leaf=_pending_leaf(request["jobName"]), source="retraining",
                                now=datetime.fromtimestamp(now, timezone.utc))
     claims.update("flight", event_id, state="pending")
     return {**base, "pending": parameter, "jobName": request["jobName"],
@@ -237,5 +241,7 @@ def _in_flight(claim: dict, batch: Any, pending: PendingJobs, queue: str, now: f
     if active_job(batch, queue, claim["job_name"]) is not None:
         return True
     if claim.get("state") == "pending":  # waiting for the queue; the guard's resume submits and deletes the record
-        return any(entry["request"]["jobName"] == claim["job_name"] for entry in pending.of_queue(queue))
+        # Its own record only, and undecrypted: the queue's other records (the jobs a budget stop ended) are
+        # encrypted with the guard's key, which this function may not use.
+        return pending.exists(queue, _pending_leaf(claim["job_name"]))
     return claim.get("state") == "claimed" and now - float(claim.get("at", 0)) < STALE_CLAIM_SECONDS
