@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from .gpu_catalog import GPU_CATALOG
-from .runtime.budget_guard import QUEUE_TAG
+from .runtime.budget_guard import QUEUE_TAG, settable_tags
 
 # An ECR image URI: account, Region, repository, then :tag or @digest (optional here, required of a job's image).
 ECR_IMAGE = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/([a-z0-9][a-z0-9._/-]*)([:@]\S+)?$")
@@ -196,6 +196,8 @@ def job_definition_for(batch: Any, definition_arn: str, image: str) -> str:
     fields = {k: definition[k] for k in ("type", "parameters", "retryStrategy", "timeout", "propagateTags",
                                          "platformCapabilities", "containerProperties", "nodeProperties", "tags")
               if k in definition}
+    if "tags" in fields:  # the definition's own tags, by which find_queue knows it; not AWS's
+        fields["tags"] = settable_tags(fields["tags"])
     return batch.register_job_definition(
         jobDefinitionName=definition["jobDefinitionName"].removesuffix(SUBMITTED_SUFFIX) + SUBMITTED_SUFFIX,
         **fields)["jobDefinitionArn"]

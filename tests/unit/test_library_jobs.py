@@ -130,6 +130,36 @@ def test_a_multi_node_job_goes_to_the_multi_node_queue_with_another_image_as_a_r
     assert batch.registered[0]["nodeProperties"]["nodeRangeProperties"][0]["container"]["image"] == other
 
 
+class StrictBatch(FakeBatch):
+    """Batch as it is: CloudFormation puts its own aws:cloudformation:* tags on the definitions it deploys, and a
+    request may not set a tag with AWS's reserved prefix, in any case, in its key or value
+    (https://docs.aws.amazon.com/batch/latest/userguide/tag-restrictions.html)."""
+
+    def __init__(self):
+        super().__init__()
+        for definition in self.definitions:
+            definition["tags"].update({"aws:cloudformation:stack-name": "team-Training",
+                                       "AWS:CloudFormation:logical-id": "QueueJobDefinition", "owner": "aws:ops"})
+
+    def register_job_definition(self, **request):
+        reserved = [k for k, v in request.get("tags", {}).items()
+                    if k.lower().startswith("aws:") or v.lower().startswith("aws:")]
+        if reserved:
+            raise RuntimeError(f"ClientException: tags {reserved} use the reserved prefix aws:")
+        return super().register_job_definition(**request)
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_another_image_registers_a_revision_without_awss_own_tags(nodes):
+    batch = StrictBatch()
+    jobs.submit_job(batch, queue="training", name="resnet-2", image=IMAGE.replace(":1", ":2"), command=["x"],
+                    nodes=nodes)
+    [registered] = batch.registered
+    assert registered["tags"] == {"ml-platform:queue": "training", "ml-platform:checkpoint-root": ROOT,
+                                  "ml-platform:job-definition": "multi-node" if nodes > 1 else "single-node"}
+    assert len(batch.submitted) == 1
+
+
 @pytest.mark.parametrize("image, message", [
     ("docker.io/library/pytorch:2", "not an Amazon ECR image"),
     (f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/resnet", "no tag or digest: name the image's version, "

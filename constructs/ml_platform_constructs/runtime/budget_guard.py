@@ -50,6 +50,14 @@ RESUBMISSION_OF_TAG = "ml-platform:budget-resubmission-of"  # on the resubmissio
 STOP_REASON_PREFIX = "ml-platform budget stop"  # starts the status reason of every job the stop ended
 STOP_TIME = "%Y-%m-%dT%H:%MZ"  # starts the stop tag's value and the ended jobs' status reason
 
+
+def settable_tags(tags: dict) -> dict:
+    """``tags`` without AWS's own (CloudFormation's ``aws:cloudformation:*`` on every definition a stack deploys),
+    which a request may not set: the prefix ``aws:``, in any case, of a key or a value is reserved
+    (https://docs.aws.amazon.com/batch/latest/userguide/tag-restrictions.html)."""
+    return {k: v for k, v in tags.items() if not k.lower().startswith("aws:") and not v.lower().startswith("aws:")}
+
+
 # --- what the guard governs (the selection contract of ml_platform_constructs.governance) -----------------------
 # Each governed construct tags itself BUDGET_SCOPE_TAG=<scope>; the guard's function gets its scope as
 # BUDGET_SCOPE. Called without it (an operator's local command), the scope is the environment's name, which
@@ -387,7 +395,7 @@ def stop_queues(batch: Any, pending: PendingJobs, environment: str, reason: str,
 
 def _resubmission(job: dict) -> dict:
     """SubmitJob arguments that run a job again as it was submitted (same name: same checkpoint prefix)."""
-    tags = {k: v for k, v in job.get("tags", {}).items() if k != RESUBMISSION_OF_TAG and not k.startswith("aws:")}
+    tags = {k: v for k, v in settable_tags(job.get("tags", {})).items() if k != RESUBMISSION_OF_TAG}
     request = {"jobName": job["jobName"], "jobQueue": job["jobQueue"], "jobDefinition": job["jobDefinition"],
                "propagateTags": job.get("propagateTags", True), "tags": {**tags, RESUBMISSION_OF_TAG: job["jobId"]}}
     for key in ("retryStrategy", "timeout", "parameters"):
