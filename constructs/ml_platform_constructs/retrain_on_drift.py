@@ -23,7 +23,7 @@ from constructs import Construct, IValidation
 from .errors import ValidationError
 from .nag_support import flatten_reference, nag_arn, stack_arn, suppress_checkov
 from .runtime.pending_jobs import PENDING_PATH
-from .runtime.retrain import COOLDOWN_HOURS, TRIGGER_TAG
+from .runtime.retrain import COOLDOWN_HOURS, EXPIRES_ATTRIBUTE, TRIGGER_TAG
 from .runtime_function import runtime_function
 from .training_queue import TrainingQueue
 
@@ -79,9 +79,11 @@ class RetrainOnDrift(Construct):
         self.rules: dict[str, events.Rule] = {}
         self.job_definition: batch.EcsJobDefinition = queue.add_job_definition(
             "Job", image_uri=image_uri, command=command, scope=self)
-        # A few items per retraining; on demand and encrypted with the queue's key.
+        # A few items per retraining; on demand and encrypted with the queue's key. Each event's alert mark expires
+        # (time to live); the claims themselves do not.
         self.claims = dynamodb.Table(
             self, "Claims", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
+            time_to_live_attribute=EXPIRES_ATTRIBUTE,
             billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST, encryption=dynamodb.TableEncryption.CUSTOMER_MANAGED,
             encryption_key=queue.key, removal_policy=removal_policy,
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(

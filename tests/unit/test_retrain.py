@@ -122,6 +122,62 @@ def test_the_same_event_delivered_twice_submits_once(world):
     assert len(world["batch"].submitted()) == 1 and again["submitted"]  # the retry finds its own job
 
 
+def test_the_same_event_delivered_again_after_its_job_was_submitted_tells_the_topic_once(world):
+    first = world["fire"](event_id="once")
+    again = world["fire"](event_id="once", at=NOW + 60)
+    assert again["jobId"] == first["jobId"] and len(world["batch"].submitted()) == 1
+    assert len(world["sns"].messages) == 1
+
+
+def test_the_same_event_delivered_again_after_its_job_finished_starts_no_second_job(world):
+    first = world["fire"](event_id="once")
+    world["batch"].finish(first["jobId"])  # a short job, done before the event's late redelivery
+    again = world["fire"](event_id="once", at=NOW + 2 * HOUR)
+    assert len(world["batch"].submitted()) == 1 and again["jobId"] == first["jobId"]
+    assert len(world["sns"].messages) == 1
+
+
+def test_a_late_redelivery_does_not_extend_the_cooldown(world):
+    first = world["fire"](event_id="once")
+    world["batch"].finish(first["jobId"])
+    world["fire"](event_id="once", at=NOW + 2 * HOUR)
+    later = world["fire"](at=NOW + 25 * HOUR)  # 24 h after the episode, whenever its event came again
+    assert later["submitted"] and len(world["batch"].submitted()) == 2
+
+
+def test_the_same_event_delivered_again_while_its_retraining_waits_keeps_one_record_and_tells_once(world):
+    batch, ssm = world["batch"], world["ssm"]
+    batch.queues[world["queue"]]["state"] = "DISABLED"  # a budget stop
+    first = world["fire"](event_id="once")
+    again = world["fire"](event_id="once", at=NOW + 60)
+    assert again["pending"] == first["pending"] and len(PendingJobs(ssm).of_queue(world["queue"])) == 1
+    assert len(world["sns"].messages) == 1 and batch.submitted() == []
+
+
+def test_a_skipped_event_delivered_again_tells_the_topic_once(world):
+    world["fire"]("drift", event_id="first")
+    world["fire"]("quality", at=NOW + HOUR, event_id="skipped")
+    world["fire"]("quality", at=NOW + HOUR + 60, event_id="skipped")
+    assert len(world["sns"].messages) == 2 and "is still submitted" in world["sns"].messages[1]
+
+
+def test_an_alert_that_failed_to_publish_is_published_by_the_events_retry(world):
+    sns, real = world["sns"], world["sns"].publish
+    calls = []
+
+    def failing_once(**kwargs):
+        calls.append(kwargs)
+        if len(calls) == 1:
+            raise RuntimeError("Throttling on Publish")
+        real(**kwargs)
+    sns.publish = failing_once
+    with pytest.raises(RuntimeError, match="Throttling"):
+        world["fire"](event_id="retried")
+    world["fire"](event_id="retried", at=NOW + 30)  # Lambda retries the same event
+    assert len(world["batch"].submitted()) == 1 and len(sns.messages) == 1
+    assert "submitted" in sns.messages[0]
+
+
 def test_a_new_episode_within_the_cooldown_starts_nothing_and_says_so(world):
     first = world["fire"]()
     world["batch"].finish(first["jobId"])

@@ -145,6 +145,8 @@ def test_the_claims_table_is_on_demand_encrypted_with_the_queues_key_and_recover
     assert properties["SSESpecification"]["SSEType"] == "KMS" and "Fn::ImportValue" in json.dumps(
         properties["SSESpecification"]["KMSMasterKeyId"])
     assert properties["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    # Each event's alert mark (runtime/retrain.py) expires; the claims have no such attribute.
+    assert properties["TimeToLiveSpecification"] == {"AttributeName": "expires", "Enabled": True}
     assert table["DeletionPolicy"] == "Retain"
 
 

@@ -11,10 +11,13 @@ arrive together or twice (EventBridge delivers at least once and retries) start 
 A claim that expires takes a compare-and-set on time and owner in one write: a DynamoDB condition expression does
 that (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Expressions.ConditionExpressions.html);
 S3's conditional PutObject compares only existence or an ETag, so an expired claim would take a read and a
-second write. A claim names the event that made it, so the retry of that event goes on where it stopped; a
-failed submission gives both claims back before the function fails (and is retried). While a budget stop has
-disabled the queue, the submission is kept as a pending record (``pending_jobs``) that the budget guard's resume
-submits.
+second write. A claim names the event that made it, so the retry of that event goes on where it stopped, and a
+redelivery of an event whose job is submitted (or kept pending) does nothing again; a failed submission gives both
+claims back before the function fails (and is retried). While a budget stop has disabled the queue, the submission
+is kept as a pending record (``pending_jobs``) that the budget guard's resume submits.
+
+Each event tells the alert topic once: ``alert#<event id>`` is claimed before the message is published (given back
+if the publish fails, so the retry publishes it), and expires (the table's time to live) after ALERT_MARK_SECONDS.
 
 Environment: JOB_QUEUE (ARN), JOB_DEFINITION (name: submitted as its latest active revision), JOB_NAME_PREFIX,
 TOPIC_ARN, CLAIMS_TABLE, TRIGGERS (JSON: trigger name -> cooldown seconds), RECORD_KEY_ID, CHECKPOINT_ROOT (optional).
@@ -31,15 +34,19 @@ from datetime import datetime, timezone
 from typing import Any, Optional
 
 try:
-    from .pending_jobs import PendingJobs, active_job
+    from .pending_jobs import PendingJobs, active_job, parameter_name
 except ImportError:  # in Lambda the module sits at the top of the package
-    from pending_jobs import PendingJobs, active_job  # type: ignore[no-redef]
+    from pending_jobs import PendingJobs, active_job, parameter_name  # type: ignore[no-redef]
 
 # A trigger's cooldown, in hours: at least one (an alarm that flaps), at most 30 days (a retraining that did not
 # cure the drift within a month needs a person, not another job).
 COOLDOWN_HOURS = (1, 30 * 24)
 # A claim whose function died between claiming and submitting (timeout, crash) no longer holds the flight after this.
 STALE_CLAIM_SECONDS = 900
+# An event's alert mark outlives its redeliveries: EventBridge retries an event for up to 24 hours (the rule
+# target's default maximum event age: https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-rule-retry-policy.html).
+ALERT_MARK_SECONDS = 2 * 24 * 3600
+EXPIRES_ATTRIBUTE = "expires"  # the claims table's time-to-live attribute (epoch seconds)
 TRIGGER_TAG = "ml-platform:retrain-trigger"  # on the job: what started it (drift, quality, ...)
 ALARM_TAG = "ml-platform:retrain-alarm"
 TIME_TAG = "ml-platform:retrain-time"
@@ -136,8 +143,19 @@ def handler(event: dict, context: object, batch: Any = None, sns: Any = None, dy
     pending = PendingJobs(ssm or boto3.client("ssm"), os.environ.get("RECORD_KEY_ID"))
     now = time.time() if now is None else now
     result = retrain(event, dict(os.environ), batch, claims, pending, now)
-    sns.publish(TopicArn=os.environ["TOPIC_ARN"], Subject=f"Retraining: {result['trigger']}"[:100],
-                Message=result["message"])
+    mark = f"alert#{result['event']}"
+    try:
+        claims.put({"pk": mark, "event": result["event"], "at": now, EXPIRES_ATTRIBUTE: int(now) + ALERT_MARK_SECONDS},
+                   "attribute_not_exists(#pk)", {})
+    except ConditionFailed:  # a redelivery: this event's alert went out already
+        result["alerted"] = "before"
+    else:
+        try:
+            sns.publish(TopicArn=os.environ["TOPIC_ARN"], Subject=f"Retraining: {result['trigger']}"[:100],
+                        Message=result["message"])
+        except Exception:
+            claims.release(mark, result["event"])  # the event's retry publishes it
+            raise
     print(json.dumps(result))
     return result
 
@@ -154,11 +172,15 @@ def retrain(event: dict, env: dict, batch: Any, claims: Claims, pending: Pending
     base = {"trigger": trigger, "alarm": alarm, "event": event_id, "submitted": False}
 
     cooldown = int(triggers[trigger])
+    holder = None
     try:
         claims.put({"pk": f"cooldown#{trigger}", "event": event_id, "until": now + cooldown, "at": now},
-                   "attribute_not_exists(#pk) OR #until <= :now OR #event = :event", {":now": now, ":event": event_id})
+                   "attribute_not_exists(#pk) OR #until <= :now", {":now": now})
     except ConditionFailed as held:
-        since = datetime.fromtimestamp((held.item or {}).get("at", now), timezone.utc)
+        if (held.item or {}).get("event") != event_id:  # its own claim: a redelivery, whose cooldown stays as it was
+            holder = held.item or {}
+    if holder is not None:
+        since = datetime.fromtimestamp(holder.get("at", now), timezone.utc)
         return {**base, "skipped": "cooldown",
                 "message": f"{alarm} is in ALARM; retraining not started: {trigger} started one at {since:%Y-%m-%d %H:%M} "
                            f"UTC, within its cooldown of {cooldown // 3600} h."}
@@ -173,6 +195,10 @@ def retrain(event: dict, env: dict, batch: Any, claims: Claims, pending: Pending
                 "message": f"{alarm} is in ALARM; retraining not started: {flight['job_name']} (started by "
                            f"{flight.get('trigger', '?')}) is still {flight.get('state', 'waiting or running')}."}
     name = flight["job_name"]
+    if flight.get("state") == "submitted":  # a redelivery of this event: its job was submitted (may be over by now)
+        return {**_submitted(base, flight["job_id"], name, queue, trigger), "redelivered": True}
+    if flight.get("state") == "pending":  # a redelivery: its submission waits in the record (or resume took it)
+        return {**_pending(base, parameter_name(queue, _pending_leaf(name)), name), "redelivered": True}
     request = submission(env, name, trigger, alarm, event.get("time") or
                          f"{datetime.fromtimestamp(now, timezone.utc):%Y-%m-%dT%H:%M:%SZ}")
     try:
@@ -193,8 +219,12 @@ def retrain(event: dict, env: dict, batch: Any, claims: Claims, pending: Pending
         claims.release("flight", event_id)
         claims.release(f"cooldown#{trigger}", event_id)
         raise
+    return _submitted(base, job_id, name, queue, trigger)
+
+
+def _submitted(base: dict, job_id: str, name: str, queue: str, trigger: str) -> dict:
     return {**base, "submitted": True, "jobId": job_id, "jobName": name,
-            "message": f"{alarm} is in ALARM: retraining job {name} ({job_id}) submitted to {queue}, tagged "
+            "message": f"{base['alarm']} is in ALARM: retraining job {name} ({job_id}) submitted to {queue}, tagged "
                        f"{TRIGGER_TAG}={trigger}. Follow it with ./platform job list ENV (or aws batch describe-jobs "
                        f"--jobs {job_id})."}
 
@@ -207,10 +237,14 @@ def _keep_pending(claims: Claims, pending: PendingJobs, request: dict, event_id:
     parameter = pending.record(request, leaf=_pending_leaf(request["jobName"]), source="retraining",
                                now=datetime.fromtimestamp(now, timezone.utc))
     claims.update("flight", event_id, state="pending")
-    return {**base, "pending": parameter, "jobName": request["jobName"],
+    return _pending(base, parameter, request["jobName"])
+
+
+def _pending(base: dict, parameter: str, name: str) -> dict:
+    return {**base, "pending": parameter, "jobName": name,
             "message": f"{base['alarm']} is in ALARM, but the training queue is disabled (a budget stop): retraining "
-                       f"job {request['jobName']} is kept pending in {parameter} and is submitted when the queue runs "
-                       "again (./platform budget resume ENV, or python -m ml_platform_constructs budget resume)."}
+                       f"job {name} is kept pending in {parameter} and is submitted when the queue runs again "
+                       "(./platform budget resume ENV, or python -m ml_platform_constructs budget resume)."}
 
 
 def _claim_flight(claims: Claims, batch: Any, pending: PendingJobs, queue: str, env: dict, event_id: str,
