@@ -1,0 +1,194 @@
+"""Mutation testing (a benchmark, not a CI step): how many small breaks of the code the tests notice.
+
+Usage: ./platform bench mutation [MODULE...] [--list] [--max-children N] [--keep]
+
+mutmut (pinned in bench/requirements-mutation.txt, installed into .venv on first use) changes one thing at a time
+(an operator, a constant, a string, a call's argument) in each MODULE and runs the tests that reach the changed
+function; a mutant the tests pass on survived. Each module runs with its own tests (MODULES below), so one module
+takes minutes, not the whole suite per mutant. Tests that synthesize the whole app (the platform_app fixture: a
+minute each) are left out, and so are tests that reach the code only through a subprocess (mutmut records which
+tests reach a function in this process): the score is what the module's own tests notice.
+
+Each module runs in build/mutation/<module>/ (a copy of the repository laid out so that the import names are the
+file paths, as mutmut needs); the copy stays for `mutmut show NAME` there when --keep is given. Prints a Markdown
+table and every survivor's diff, for docs/BENCHMARKS.md. Runs at a nice level, one mutant at a time by default: the
+machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / "build" / "mutation"
+PACKAGE = ROOT / "constructs" / "ml_platform_constructs"
+# What the tests need beside the code (copied into each work folder).
+COPIED = ("stacks", "config", "examples", "tests", "cdk.json", "pytest.ini", "app.py", "bench")
+
+# Module (its path in the work folder: the import name) -> the test files that exercise it.
+MODULES: dict[str, tuple[str, ...]] = {
+    "ml_platform_constructs/runtime/budget_guard.py": (
+        "test_budget_guard_runtime.py", "test_budget_guard_queues.py", "test_budget_ops.py"),
+    "ml_platform_constructs/runtime/pending_jobs.py": (
+        "test_budget_guard_queues.py", "test_retrain.py", "test_budget_ops.py"),
+    "ml_platform_constructs/runtime/retrain.py": ("test_retrain.py",),
+    "ml_platform_constructs/runtime/interruption_watcher.py": ("test_interruption_watcher.py",),
+    "ml_platform_constructs/runtime/scale_to_zero.py": ("test_spot_gpu_fleet.py", "test_fleet_ops.py"),
+    "ml_platform_constructs/runtime/drift.py": ("test_drift.py", "test_drift_handler.py"),
+    "ml_platform_constructs/runtime/drift_handler.py": ("test_drift_handler.py",),
+    "ml_platform_constructs/runtime/benchmark.py": ("test_benchmark.py",),
+    "ops/job.py": ("test_job_ops.py",),
+    "ops/cost_estimate.py": ("test_cost_estimate.py", "test_cost_estimate_lines.py"),
+    "ml_platform_constructs/advisor.py": ("test_advisor.py", "test_advise_command.py"),
+    "ml_platform_constructs/budget_guard.py": ("test_budget_guard.py", "test_guard_iam.py"),
+    "ml_platform_constructs/training_queue.py": ("test_training_queue.py",),
+    "ml_platform_constructs/queue_compute.py": ("test_training_queue.py",),
+    "ml_platform_constructs/queue_jobs.py": ("test_training_queue.py",),
+    "ml_platform_constructs/queue_monitoring.py": ("test_training_queue.py",),
+}
+# The constructs synthesize through one jsii kernel process: their mutants run one at a time.
+SERIAL = {m for m in MODULES if "/runtime/" not in m and not m.startswith("ops/")}
+
+# Leaves out the tests that need the whole app's synth (pytest plugin, copied into each work folder).
+PLUGIN = '''
+WHOLE_APP = {"platform_app", "templates", "checkov_scan", "cfn_lint_scan"}
+
+
+def pytest_collection_modifyitems(config, items):
+    kept = [item for item in items if not WHOLE_APP & set(getattr(item, "fixturenames", ()))]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
+'''
+
+
+def ensure_mutmut() -> Path:
+    tool = Path(sys.executable).parent / "mutmut"
+    if not tool.exists():
+        print("==> installing mutmut into .venv (bench/requirements-mutation.txt)", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                        "-r", ROOT / "bench" / "requirements-mutation.txt", "-c", ROOT / "constraints.txt"], check=True)
+    return tool
+
+
+def prepare(module: str, tests: tuple[str, ...]) -> Path:
+    """A work folder where the module's file path is its import name (mutmut's rule) and the tests run unchanged."""
+    work = WORK / module.replace("/", ".").removesuffix(".py")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "cdk.out*")
+    shutil.copytree(PACKAGE, work / "ml_platform_constructs", ignore=ignore)
+    shutil.copytree(ROOT / "ops", work / "ops", ignore=ignore)
+    for name in COPIED:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, work / name, ignore=ignore)
+        elif source.exists():
+            shutil.copy2(source, work / name)
+    (work / "mutation_plugin.py").write_text(PLUGIN)
+    # Exists before mutmut starts: on PYTHONPATH (for the tests' subprocesses), a folder missing at start-up is
+    # cached as absent and never searched.
+    (work / "mutants").mkdir()
+    lines = lambda values: "".join(f"\n    {v}" for v in values)  # noqa: E731
+    (work / "setup.cfg").write_text(
+        "[mutmut]\n"
+        f"source_paths ={lines(['ml_platform_constructs', 'ops'])}\n"
+        f"only_mutate ={lines([module])}\n"
+        f"also_copy ={lines([*COPIED, 'mutation_plugin.py'])}\n"
+        f"pytest_add_cli_args_test_selection ={lines(f'tests/unit/{t}' for t in tests)}\n"
+        f"pytest_add_cli_args ={lines(['-p', 'mutation_plugin', '-p', 'no:cacheprovider'])}\n")
+    return work
+
+
+def results(work: Path, module: str) -> dict[str, str]:
+    from mutmut.stats import status_by_exit_code  # installed by ensure_mutmut
+
+    meta = json.loads((work / "mutants" / (module + ".meta")).read_text())
+    return {name: status_by_exit_code[code] for name, code in meta["exit_code_by_key"].items()}
+
+
+def diff(tool: Path, work: Path, name: str) -> str:
+    shown = subprocess.run([tool, "show", name], cwd=work, capture_output=True, text=True).stdout
+    return "\n".join(line for line in shown.splitlines() if re.match(r"^[-+]\s", line) or line.startswith(("-", "+"))
+                     and not line.startswith(("---", "+++")))
+
+
+def run(tool: Path, module: str, tests: tuple[str, ...], max_children: int, keep: bool) -> dict:
+    work = prepare(module, tests)
+    env = {**os.environ, "PYTHONPATH": str(work / "mutants"), "PYTHONDONTWRITEBYTECODE": "1"}
+    started = time.perf_counter()
+    children = 1 if module in SERIAL else max_children
+    log = work / "mutmut.log"
+    with log.open("w") as out:
+        finished = subprocess.run(["nice", "-n", "10", tool, "run", "--max-children", str(children)], cwd=work,
+                                  env=env, stdout=out, stderr=subprocess.STDOUT)
+    seconds = time.perf_counter() - started
+    if finished.returncode != 0 or not (work / "mutants" / (module + ".meta")).exists():
+        return {"module": module, "error": f"mutmut exited {finished.returncode}: see {log}", "seconds": seconds}
+    found = results(work, module)
+    survivors = {name: diff(tool, work, name) for name, status in sorted(found.items()) if status != "killed"}
+    if not keep:
+        shutil.rmtree(work, ignore_errors=True)
+    counts: dict[str, int] = {}
+    for status in found.values():
+        counts[status] = counts.get(status, 0) + 1
+    return {"module": module, "seconds": seconds, "counts": counts, "total": len(found),
+            "survivors": {name: (found[name], text) for name, text in survivors.items()}}
+
+
+def report(outcomes: list[dict]) -> str:
+    out = ["| module | mutants | killed | survived | no tests | timeout | other | score | minutes |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for o in outcomes:
+        if "error" in o:
+            out.append(f"| {o['module']} | {o['error']} | | | | | | | {o['seconds'] / 60:.1f} |")
+            continue
+        c = o["counts"]
+        known = sum(c.get(k, 0) for k in ("killed", "survived", "no tests", "timeout"))
+        # A timeout is a mutant the tests stopped (an endless loop): counted as killed, as mutmut does.
+        killed = c.get("killed", 0) + c.get("timeout", 0)
+        out.append(f"| {o['module']} | {o['total']} | {c.get('killed', 0)} | {c.get('survived', 0)} | "
+                   f"{c.get('no tests', 0)} | {c.get('timeout', 0)} | {o['total'] - known} | "
+                   f"{killed / o['total']:.0%} | {o['seconds'] / 60:.1f} |")
+    for o in outcomes:
+        for name, (status, text) in o.get("survivors", {}).items():
+            out.append(f"\n{status}: {name}\n```diff\n{text}\n```")
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("modules", nargs="*", help="module paths as in --list (default: all)")
+    parser.add_argument("--list", action="store_true", help="list the modules and their tests")
+    parser.add_argument("--max-children", type=int, default=1, help="mutants run at once (pure-Python modules)")
+    parser.add_argument("--keep", action="store_true", help="keep build/mutation/<module>/ for `mutmut show`")
+    parser.add_argument("--json", type=Path, help="also write the outcomes to this file")
+    args = parser.parse_args(argv)
+    if args.list:
+        for module, tests in MODULES.items():
+            print(f"{module}: {', '.join(tests)}")
+        return 0
+    unknown = [m for m in args.modules if m not in MODULES]
+    if unknown:
+        parser.error(f"unknown module {unknown[0]!r}: one of --list")
+    tool = ensure_mutmut()
+    outcomes = []
+    for module in args.modules or MODULES:
+        print(f"==> {module}", file=sys.stderr)
+        outcomes.append(run(tool, module, MODULES[module], args.max_children, args.keep))
+        if args.json:
+            args.json.write_text(json.dumps(outcomes, indent=1))
+    print(report(outcomes))
+    return 0 if all("error" not in o for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
