@@ -19,6 +19,7 @@ from tests.conftest import STACKS, new_app
 # the resource. Account, Region and environment name are written <account>, <region> and <env>.
 S3_GRANT = {"AwsSolutions-IAM5[Action::s3:Abort*]", "AwsSolutions-IAM5[Action::s3:GetBucket*]",
             "AwsSolutions-IAM5[Action::s3:GetObject*]", "AwsSolutions-IAM5[Action::s3:List*]"}
+MLFLOW_WRITE = "AwsSolutions-IAM5[Action::s3:DeleteObject*]"  # the read-write grant on the MLflow artifacts
 KMS_GRANT = {"AwsSolutions-IAM5[Action::kms:GenerateDataKey*]", "AwsSolutions-IAM5[Action::kms:ReEncrypt*]"}
 ANY_RESOURCE = "AwsSolutions-IAM5[Resource::*]"
 LAMBDA_BASIC = "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]"
@@ -28,28 +29,31 @@ ECS_INSTANCE = ("AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/
 FLEETS = "AwsSolutions-IAM5[Resource::arn:aws:autoscaling:<region>:<account>:autoScalingGroup:*]"
 DATASETS = "<env>-Data:ExportsOutputFnGetAttDatasets9A172240Arn24506DB6"
 EXPECTED_ACKNOWLEDGEMENTS = {
-    "Compute/training/InstanceRole": {SSM_CORE, *KMS_GRANT, *S3_GRANT, ANY_RESOURCE, FLEETS},
+    "Compute/training/InstanceRole": {SSM_CORE, *KMS_GRANT, *S3_GRANT, MLFLOW_WRITE, ANY_RESOURCE, FLEETS},
     "Compute/training/InstanceRole/DefaultPolicy": {f"AwsSolutions-IAM5[Resource::{DATASETS}/{prefix}/*]"
-                                                    for prefix in ("checkpoints/training", "datasets")},
+                                                    for prefix in ("checkpoints/training", "datasets", "mlflow")},
     "Compute/training/Resource": {"AwsSolutions-AS3", "AwsSolutions-EC26"},
     "Compute/training/ScaleToZeroFunction/ServiceRole": {LAMBDA_BASIC, FLEETS},
     "Compute/trainingQueue/Container/ExecutionRole": {ANY_RESOURCE},
     "Compute/trainingQueue/MultiNodeContainer/ExecutionRole": {ANY_RESOURCE},
-    "Compute/trainingQueue/JobRole": {*KMS_GRANT, *S3_GRANT, ANY_RESOURCE},
-    "Compute/trainingQueue/JobRole/DefaultPolicy": {f"AwsSolutions-IAM5[Resource::{DATASETS}/{prefix}/*]"
-                                                    for prefix in ("benchmarks", "checkpoints/training", "datasets")},
+    "Compute/trainingQueue/JobRole": {*KMS_GRANT, *S3_GRANT, MLFLOW_WRITE, ANY_RESOURCE},
+    "Compute/trainingQueue/JobRole/DefaultPolicy": {
+        f"AwsSolutions-IAM5[Resource::{DATASETS}/{prefix}/*]"
+        for prefix in ("benchmarks", "checkpoints/training", "datasets", "mlflow")},
     **{f"Compute/trainingQueue/{kind}Environment/InstanceProfileRole": {ECS_INSTANCE, ANY_RESOURCE}
        for kind in ("Spot", "OnDemand", "MultiNode")},
     "Compute/trainingQueue/MultiNodeSecurityGroup": {"AwsSolutions-EC23"},
     **{f"Core/Network/Resource/{service}Endpoint": {"AwsSolutions-EC23"} for service in (
         "Autoscaling", "Ec2", "Ec2Messages", "EcrApi", "EcrDkr", "Ecs-Agent", "Ecs-Telemetry", "Ecs", "Logs",
-        "Monitoring", "Ssm", "Ssmmessages")},
+        "Monitoring", "Ssm", "Ssmmessages", "Experiments", "SagemakerApi")},
     "Data/DatasetSnapshots/AutomationRole": {
         ANY_RESOURCE, "AwsSolutions-IAM5[Resource::arn:aws:ec2:<region>:<account>:instance/*]",
         "AwsSolutions-IAM5[Resource::arn:aws:ssm:<region>:<account>:parameter/ml-platform/<env>/datasets/*]"},
     "Data/DatasetSnapshots/BuilderRole": {SSM_CORE, *KMS_GRANT, *(S3_GRANT - {"AwsSolutions-IAM5[Action::s3:Abort*]"})},
     "Data/DatasetSnapshots/BuilderRole/DefaultPolicy": {"AwsSolutions-IAM5[Resource::<Datasets9A172240.Arn>/datasets/*]"},
     "Data/Datasets/AccessLogs": {"AwsSolutions-S1"},
+    "Data/Tracking/ServiceRole": {*KMS_GRANT, *S3_GRANT, MLFLOW_WRITE},
+    "Data/Tracking/ServiceRole/DefaultPolicy": {"AwsSolutions-IAM5[Resource::<Datasets9A172240.Arn>/mlflow/*]"},
     "Governance/Budget/StopFailures": {"AwsSolutions-SQS3"},
     "Governance/Budget/StopFunction/ServiceRole": {
         LAMBDA_BASIC, *KMS_GRANT, ANY_RESOURCE, FLEETS,
@@ -66,7 +70,9 @@ EXPECTED_ACKNOWLEDGEMENTS = {
     "Serving/classifier/ModelRole": {
         *KMS_GRANT, *S3_GRANT, ANY_RESOURCE, "AwsSolutions-IAM5[Resource::arn:aws:logs:<region>:<account>:log-group:"
         "/aws/sagemaker/Endpoints/ml-platform-<env>-classifier:*]"},
-    "Serving/classifier/ModelRole/DefaultPolicy": {"AwsSolutions-IAM5[Resource::<classifierCaptureBucket4BB71E88.Arn>/capture/*]"},
+    "Serving/classifier/ModelRole/DefaultPolicy": {
+        "AwsSolutions-IAM5[Resource::<classifierCaptureBucket4BB71E88.Arn>/capture/*]",
+        f"AwsSolutions-IAM5[Resource::{DATASETS}/models/classifier/*/model.tar.gz]"},
     "Serving/classifierRetrain/JobContainer/ExecutionRole": {ANY_RESOURCE},
     "Serving/classifierRetrain/Resource/ServiceRole": {
         LAMBDA_BASIC, *KMS_GRANT, ANY_RESOURCE, "AwsSolutions-IAM5[Resource::arn:aws:batch:<region>:<account>:job/*]"},
