@@ -5,9 +5,10 @@ Usage: ./platform bench mutation [MODULE...] [--list] [--sample N] [--keep]
 mutmut (pinned in bench/requirements-mutation.txt, installed into .venv on first use) changes one thing at a time
 (an operator, a constant, a string, a call's argument) in each MODULE and runs the tests that reach the changed
 function; a mutant the tests pass on survived. Each module runs with its own tests (MODULES below), so one module
-takes minutes, not the whole suite per mutant. Tests that synthesize the whole app (the platform_app fixture: a
-minute each) are left out, and so are tests that reach the code only through a subprocess (mutmut records which
-tests reach a function in this process): the score is what the module's own tests notice.
+takes minutes, not the whole suite per mutant. Tests that synthesize the whole app (the platform_app fixture and
+parameters named whole-app: a minute each) are left out, and so are tests that reach the code only through a
+subprocess (mutmut records which tests reach a function in this process): the score is what the module's own tests
+notice.
 
 Each module runs in build/mutation/<module>/ (a copy of the repository laid out so that the import names are the
 file paths, as mutmut needs); the copy stays for `mutmut show NAME` there when --keep is given. Prints a Markdown
@@ -56,13 +57,15 @@ MODULES: dict[str, tuple[str, ...]] = {
     "ml_platform_constructs/queue_monitoring.py": ("test_training_queue.py",),
 }
 
-# Leaves out the tests that need the whole app's synth (pytest plugin, copied into each work folder).
+# Leaves out the tests that need the whole app's synth (pytest plugin, copied into each work folder): by their
+# fixtures, or by the id "whole-app" where a parametrized fixture asks for them.
 PLUGIN = '''
 WHOLE_APP = {"platform_app", "templates", "checkov_scan", "cfn_lint_scan"}
 
 
 def pytest_collection_modifyitems(config, items):
-    kept = [item for item in items if not WHOLE_APP & set(getattr(item, "fixturenames", ()))]
+    kept = [item for item in items if not WHOLE_APP & set(getattr(item, "fixturenames", ()))
+            and "whole-app" not in item.nodeid]
     if len(kept) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if item not in kept])
         items[:] = kept
