@@ -77,9 +77,7 @@ def test_every_rendered_pattern_is_one_batch_accepts(queue_retry_strategy):
     ({"reason": "CannotStartContainerError: Error response from daemon", "statusReason": "Task failed"}, "RETRY"),
     # The job's own failure: a container that exits by itself has an exit code and no reason, and the page promises
     # nothing about a pattern matched against a value the attempt lacks, so only an onExitCode entry can end it.
-    pytest.param({"exitCode": 1, "statusReason": ESSENTIAL_EXITED}, "EXIT", marks=pytest.mark.xfail(
-        strict=True, reason="the EXIT entry matches onReason, which a job's own exit leaves unset (branch i15-queue "
-                            "matches onExitCode)")),
+    ({"exitCode": 1, "statusReason": ESSENTIAL_EXITED}, "EXIT"),
     ({"exitCode": 137, "reason": "OutOfMemoryError: Container killed due to memory usage",
       "statusReason": ESSENTIAL_EXITED}, "EXIT"),
 ])
