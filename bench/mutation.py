@@ -42,7 +42,8 @@ MODULES: dict[str, tuple[str, ...]] = {
     "ml_platform_constructs/runtime/pending_jobs.py": (
         "test_budget_guard_queues.py", "test_retrain.py", "test_budget_ops.py"),
     "ml_platform_constructs/runtime/retrain.py": ("test_retrain.py", "test_retrain_claims.py"),
-    "ml_platform_constructs/runtime/interruption_watcher.py": ("test_interruption_watcher.py",),
+    "ml_platform_constructs/runtime/interruption_watcher.py": ("test_interruption_watcher.py",
+                                                               "test_interruption_watcher_loop.py"),
     "ml_platform_constructs/runtime/scale_to_zero.py": ("test_spot_gpu_fleet.py", "test_fleet_ops.py"),
     "ml_platform_constructs/runtime/drift.py": ("test_drift.py", "test_drift_handler.py"),
     "ml_platform_constructs/runtime/drift_handler.py": ("test_drift_handler.py",),
@@ -53,7 +54,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "ml_platform_constructs/budget_guard.py": ("test_budget_guard.py", "test_guard_iam.py"),
     "ml_platform_constructs/training_queue.py": ("test_training_queue.py",),
     "ml_platform_constructs/queue_compute.py": ("test_training_queue.py",),
-    "ml_platform_constructs/queue_jobs.py": ("test_training_queue.py",),
+    "ml_platform_constructs/queue_jobs.py": ("test_training_queue.py", "test_reclaim_retry.py"),
     "ml_platform_constructs/queue_monitoring.py": ("test_training_queue.py",),
 }
 
