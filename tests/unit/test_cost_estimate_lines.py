@@ -129,8 +129,9 @@ def test_the_printed_estimate(estimate):
     text = cost_estimate.format_estimate(estimate)
     lines = text.splitlines()
     assert lines[1] == "== dev (us-east-1): about 1,212 USD per month, 121% of its 1,000 USD budget"
-    assert lines[2] == f"  {'GPU fleets':<11} {EXPECTED_LINES[0][1]:<70} {328.5:>10,.2f}"
-    assert lines[5] == "  Storage     capture bucket Capture, 10 GB" + " " * 41 + "       0.20"
+    width = max(len(item) for _, item, _ in EXPECTED_LINES)  # the amounts in one column
+    assert width > 70 and lines[2] == f"  GPU fleets  {EXPECTED_LINES[0][1]:<{width}}     328.50"
+    assert lines[5] == "  Storage     capture bucket Capture, 10 GB" + " " * (width - 29) + "       0.20"
     assert "  GPU-hour    training: 0.450 USD per GPU-hour at max size (2 x 1 GPU; On-Demand 0.900)" in lines
     assert lines[-1] == "  FLAG        no price for ml.p9.large (Unpriced): add it to the table"
     unbudgeted = cost_estimate.EnvironmentEstimate(name="x", region="us-east-1", lines=[("Other", "keys", 2.0)])
@@ -157,21 +158,27 @@ def test_the_command_estimates_each_environment_of_an_assembly(tmp_path, capsys)
     out = assembly(tmp_path, [("dev", "us-east-1", key), ("prod", "us-west-2", {**key, "Key2": key["Key"]})])
     assert [(name, region) for name, region, _ in cost_estimate.environments(out)] == [("dev", "us-east-1"),
                                                                                       ("prod", "us-west-2")]
-    assert cost_estimate.main([str(out), "prod", "--utilization", "0.5"]) == 0
+    assert cost_estimate.main(["prod", "--assembly", str(out), "--utilization", "0.5"]) == 0
     printed = capsys.readouterr().out
     assert printed.startswith("Monthly cost estimate. Assumptions:\n  - prices: each environment at its own Region's")
     assert "  - GPU fleets and training queues run at max size 50% of the month (--utilization)" in printed
     assert "== prod (us-west-2): about 2 USD per month" in printed and "== dev" not in printed
     assert "  Other       2 KMS keys, 0 alarms, 0 dashboards" in printed
-    assert cost_estimate.main([str(out)]) == 0
+    assert cost_estimate.main(["--assembly", str(out)]) == 0
     assert "== dev (us-east-1): about 1 USD per month" in capsys.readouterr().out
 
 
-def test_the_command_refuses_a_utilization_outside_0_to_1(tmp_path, capsys):
+@pytest.mark.parametrize("argv, message", [
+    (["--utilization", "1.5"], "--utilization=1.5: a fraction from 0 to 1"),
+    (["--storage-gb", "-1"], "--storage-gb=-1.0: a size in GB, 0 or more"),
+    (["--capture-gb", "-2"], "--capture-gb=-2.0: a size in GB, 0 or more"),
+    ([], "no synthesized app there; run ./platform cost"),
+])
+def test_the_command_refuses_what_it_cannot_estimate(tmp_path, capsys, argv, message):
     with pytest.raises(SystemExit) as exit:
-        cost_estimate.main([str(tmp_path), "--utilization", "1.5"])
+        cost_estimate.main([*argv, "--assembly", str(tmp_path)])
     assert exit.value.code == 2
-    assert "--utilization=1.5: a fraction from 0 to 1" in capsys.readouterr().err
+    assert message in capsys.readouterr().err
 
 
 def test_the_assumptions_name_their_flags():
