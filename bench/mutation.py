@@ -38,7 +38,7 @@ COPIED = ("stacks", "config", "examples", "tests", "cdk.json", "pytest.ini", "ap
 # Module (its path in the work folder: the import name) -> the test files that exercise it.
 MODULES: dict[str, tuple[str, ...]] = {
     "ml_platform_constructs/runtime/budget_guard.py": (
-        "test_budget_guard_runtime.py", "test_budget_guard_queues.py", "test_budget_ops.py"),
+        "test_budget_guard_runtime.py", "test_budget_guard_queues.py", "test_budget_guard_joins.py", "test_budget_ops.py"),
     "ml_platform_constructs/runtime/pending_jobs.py": (
         "test_budget_guard_queues.py", "test_retrain.py", "test_budget_ops.py"),
     "ml_platform_constructs/runtime/retrain.py": ("test_retrain.py", "test_retrain_claims.py"),
