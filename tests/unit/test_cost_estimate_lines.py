@@ -28,11 +28,19 @@ RESOURCES = {
         {"Prefix": "checkpoints/", "Transitions": [{"StorageClass": "GLACIER_IR", "TransitionInDays": 73}]},
         {"Prefix": "datasets/", "ExpirationInDays": 365}]}}},
     "Capture": {"Type": "AWS::S3::Bucket", "Properties": {"LifecycleConfiguration": {"Rules": [
-        {"Prefix": "capture/", "ExpirationInDays": 30}]}}},
+        {"Prefix": "capture/", "Transitions": [{"StorageClass": "GLACIER_IR", "TransitionInDays": 10}],
+         "ExpirationInDays": 30}]}}},
+    "Archive": {"Type": "AWS::S3::Bucket", "Properties": {"LifecycleConfiguration": {"Rules": [  # tiered, kept
+        {"Prefix": "old/", "Transitions": [{"StorageClass": "GLACIER_IR", "TransitionInDays": 30}]}]}}},
+    "Scratch": {"Type": "AWS::S3::Bucket", "Properties": {"LifecycleConfiguration": {"Rules": [  # expires only
+        {"Prefix": "tmp/", "ExpirationInDays": 7}]}}},
     "Config": {"Type": "AWS::SageMaker::EndpointConfig", "Properties": {"ProductionVariants": [
         {"InstanceType": "ml.m5.large", "InitialInstanceCount": 2}]}},
     "Unpriced": {"Type": "AWS::SageMaker::EndpointConfig", "Properties": {"ProductionVariants": [
-        {"InstanceType": "ml.p9.large", "InitialInstanceCount": 1}]}},
+        {"InstanceType": "ml.p9.large", "InitialInstanceCount": 1},  # flagged; the next variant is still priced
+        {"InstanceType": "ml.m5.large", "InitialInstanceCount": 1}]}},
+    "Runs": {"Type": "AWS::SageMaker::MlflowApp", "Properties": {}},
+    "RunServer": {"Type": "AWS::SageMaker::MlflowTrackingServer", "Properties": {}},
     "Ecr": {"Type": "AWS::EC2::VPCEndpoint", "Properties": {"VpcEndpointType": "Interface", "SubnetIds": ["a", "b"]}},
     "Logs": {"Type": "AWS::EC2::VPCEndpoint", "Properties": {"VpcEndpointType": "Interface", "SubnetIds": ["a", "b", "c"]}},
     "S3": {"Type": "AWS::EC2::VPCEndpoint", "Properties": {"VpcEndpointType": "Gateway"}},
@@ -43,7 +51,7 @@ RESOURCES = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # per test, so that mutation testing sees which test reads what (a few milliseconds)
 def estimate():
     # Two templates, as a stage has several stacks.
     fleet_side = {k: v for k, v in RESOURCES.items() if k in ("Fleet", "Idle", "SpotEnvironment")}
@@ -59,16 +67,20 @@ def estimate():
 # queue: per vCPU after Spot (0.5/4, 0.4/4), median 0.1125, x 16 vCPUs = 1.8 USD/h, x 730 = 1,314, half = 657; ~4 instances
 # datasets 100 GB: datasets/ 60 GB Standard all year (1.2); checkpoints/ 30 GB, 73 of 365 days Standard then Glacier IR
 #   (30 x (0.2 x 0.02 + 0.8 x 0.004) = 0.216); logs/ 10 GB no rule: Standard, kept 365 days (0.2) -> 1.616
-# capture 10 GB, Standard until it expires: 0.2
-# endpoints: 0.1 x 2 x 730 = 146; the unpriced one is flagged, not counted
+# capture 10 GB, Standard for 10 of its 30 days, then Glacier IR: 10 x (1/3 x 0.02 + 2/3 x 0.004) = 0.09333
+# endpoints: 0.1 x 2 x 730 = 146; the unpriced variant is flagged, not counted; its neighbour 0.1 x 730 = 73
+# tracking: a serverless MLflow app costs nothing of its own; a server (Small by default) 0.642 x 730 = 468.66
 # network: 5 endpoint-AZs x 0.01 x 730 = 36.5; one NAT gateway 0.05 x 730 = 36.5
 # other: 2 keys x 1.0 + 3 alarms x 0.1 + 1 dashboard x 3.0 = 5.3
 EXPECTED_LINES = [
     ("GPU fleets", "training: max 2, 50% of the month (all month: 657; all On-Demand: 1,314)", 328.5),
     ("GPU queues", "training (Spot): up to 16 vCPUs (~4 instances), 50% of the month (all month: 1,314)", 657.0),
     ("Storage", "dataset bucket, 100 GB across tiers", 1.616),
-    ("Storage", "capture bucket Capture, 10 GB", 0.2),
+    ("Storage", "capture bucket Capture, 10 GB", 10 * (0.02 / 3 + 0.004 * 2 / 3)),
     ("Endpoints", "Config: 2 x ml.m5.large, always on", 146.0),
+    ("Endpoints", "Unpriced: 1 x ml.m5.large, always on", 73.0),
+    ("Tracking", "Runs: serverless MLflow app (no charge of its own; artifacts in the bucket)", 0.0),
+    ("Tracking", "RunServer: MLflow tracking server Small, always on", 0.642 * 730),
     ("Network", "2 interface endpoints, 5 endpoint-AZs", 36.5),
     ("Network", "1 NAT gateway(s), before data processing", 36.5),
     ("Other", "2 KMS keys, 3 alarms, 1 dashboards", 5.3),
@@ -84,6 +96,7 @@ def test_every_line_with_its_amount(estimate):
 
 
 def test_what_it_cannot_price_is_flagged_not_counted(estimate):
+    # Archive (tiered, kept) and Scratch (expires) are not flagged: only a bucket with neither is.
     assert estimate.flags == ["no price for ml.p9.large (Unpriced): add it to the table"]
 
 
@@ -128,10 +141,10 @@ def test_an_on_demand_queue_and_a_multi_node_one():
 def test_the_printed_estimate(estimate):
     text = cost_estimate.format_estimate(estimate)
     lines = text.splitlines()
-    assert lines[1] == "== dev (us-east-1): about 1,212 USD per month, 121% of its 1,000 USD budget"
+    assert lines[1] == "== dev (us-east-1): about 1,753 USD per month, 175% of its 1,000 USD budget"
     width = max(len(item) for _, item, _ in EXPECTED_LINES)  # the amounts in one column
     assert width > 70 and lines[2] == f"  GPU fleets  {EXPECTED_LINES[0][1]:<{width}}     328.50"
-    assert lines[5] == "  Storage     capture bucket Capture, 10 GB" + " " * (width - 29) + "       0.20"
+    assert lines[5] == "  Storage     capture bucket Capture, 10 GB" + " " * (width - 29) + "       0.09"
     assert "  GPU-hour    training: 0.450 USD per GPU-hour at max size (2 x 1 GPU; On-Demand 0.900)" in lines
     assert lines[-1] == "  FLAG        no price for ml.p9.large (Unpriced): add it to the table"
     unbudgeted = cost_estimate.EnvironmentEstimate(name="x", region="us-east-1", lines=[("Other", "keys", 2.0)])
@@ -187,3 +200,15 @@ def test_the_assumptions_name_their_flags():
     assert lines[2] == ("dataset bucket holds 500 GB (--storage-gb): datasets/ 60%, checkpoints/ 30%, logs/ 10%; "
                         "data no rule expires is kept 365 days; steady ingest")
     assert lines[4] == "each endpoint's capture bucket holds 20 GB (--capture-gb)"
+    assert lines[5] == "requests, data transfer, Lambda, CloudWatch Logs ingestion and metrics: not included"
+
+
+def test_a_stage_without_stacks_has_no_region(tmp_path):
+    out = assembly(tmp_path, [("dev", "us-east-1", {})])
+    (tmp_path / "assembly-dev" / "manifest.json").write_text(json.dumps({"artifacts": {}}))
+    assert cost_estimate.environments(out) == [("dev", "?", [])]
+
+
+def test_platform_cost_asks_the_command_to_synthesize_first():
+    assert cost_estimate.parser().parse_args(["--synth"]).synth is True
+    assert cost_estimate.parser().parse_args([]).synth is False
