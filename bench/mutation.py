@@ -61,7 +61,10 @@ MODULES: dict[str, tuple[str, ...]] = {
 # Leaves out the tests that need the whole app's synth (pytest plugin, copied into each work folder): by their
 # fixtures, or by the id "whole-app" where a parametrized fixture asks for them.
 PLUGIN = '''
+import pytest
+
 WHOLE_APP = {"platform_app", "templates", "checkov_scan", "cfn_lint_scan"}
+_reached = {}  # test file -> the functions its tests have reached so far
 
 
 def pytest_collection_modifyitems(config, items):
@@ -70,6 +73,19 @@ def pytest_collection_modifyitems(config, items):
     if len(kept) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if item not in kept])
         items[:] = kept
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item, nextitem):
+    """A module-scoped fixture (a synthesized template) reaches the code during the first test that asks for it only:
+    each test is taken to reach what the tests of its file before it reached, so that a mutant there runs them all."""
+    try:
+        from mutmut.state import state
+    except ImportError:
+        return
+    reached = _reached.setdefault(item.nodeid.split("::")[0], set())
+    reached |= state()._stats
+    state()._stats |= reached
 '''
 
 
