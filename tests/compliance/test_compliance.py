@@ -67,6 +67,11 @@ EXPECTED_ACKNOWLEDGEMENTS = {
         "AwsSolutions-IAM5[Resource::<classifierCaptureBucket4BB71E88.Arn>/capture/ml-platform-<env>-classifier/*]",
         f"AwsSolutions-IAM5[Resource::{DATASETS}/drift/baselines/ml-platform-<env>-classifier/*]",
         f"AwsSolutions-IAM5[Resource::{DATASETS}/drift/results/ml-platform-<env>-classifier/*]"},
+    "Serving/classifier/Quality/Resource/ServiceRole": {LAMBDA_BASIC, *KMS_GRANT, *S3_GRANT, ANY_RESOURCE},
+    "Serving/classifier/Quality/Resource/ServiceRole/DefaultPolicy": {
+        f"AwsSolutions-IAM5[Resource::<classifierCaptureBucket4BB71E88.Arn>/{prefix}/ml-platform-<env>-classifier/*]"
+        for prefix in ("capture", "ground-truth")} | {
+        f"AwsSolutions-IAM5[Resource::{DATASETS}/quality/results/ml-platform-<env>-classifier/*]"},
     "Serving/classifier/ModelRole": {
         *KMS_GRANT, *S3_GRANT, ANY_RESOURCE, "AwsSolutions-IAM5[Resource::arn:aws:logs:<region>:<account>:log-group:"
         "/aws/sagemaker/Endpoints/ml-platform-<env>-classifier:*]"},
