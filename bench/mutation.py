@@ -51,7 +51,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "ops/job.py": ("test_job_ops.py",),
     "ops/cost_estimate.py": ("test_cost_estimate.py", "test_cost_estimate_lines.py"),
     "ml_platform_constructs/advisor.py": ("test_advisor.py", "test_advise_command.py"),
-    "ml_platform_constructs/budget_guard.py": ("test_budget_guard.py", "test_guard_iam.py"),
+    "ml_platform_constructs/budget_guard.py": ("test_budget_guard.py", "test_guard_iam.py", "test_budget_guard_wiring.py"),
     "ml_platform_constructs/training_queue.py": ("test_training_queue.py",),
     "ml_platform_constructs/queue_compute.py": ("test_training_queue.py",),
     "ml_platform_constructs/queue_jobs.py": ("test_training_queue.py", "test_reclaim_retry.py"),

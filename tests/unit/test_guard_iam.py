@@ -97,6 +97,15 @@ def request(action, resource, **tags):
     ("batch:SubmitJob", DEFINITION, {"scope": SCOPE}),
     ("batch:TerminateJob", JOB, {}),
     ("ec2:TerminateInstances", INSTANCE, {"scope": SCOPE, "queue": "training"}),
+    ("batch:UntagResource", QUEUE, {"scope": SCOPE, "queue": "training"}),  # resume lifts the stop tag
+    # what it reads to find and price what runs (no resource-level permissions: any resource)
+    *[(action, "*", {}) for action in (
+        "autoscaling:DescribeAutoScalingGroups", "ec2:DescribeInstances", "sagemaker:ListEndpoints", "sagemaker:ListTags",
+        "batch:DescribeJobQueues", "batch:ListJobs", "batch:DescribeJobs", "batch:DescribeComputeEnvironments",
+        "batch:DescribeJobDefinitions")],
+    ("ssm:PutParameter", ARN.format("ssm", "parameter/ml-platform/pending-jobs/dev-training/resnet"), {}),
+    ("ssm:GetParametersByPath", ARN.format("ssm", "parameter/ml-platform/pending-jobs/dev-training"), {}),
+    ("ssm:DeleteParameter", ARN.format("ssm", "parameter/ml-platform/pending-jobs/dev-training/resnet"), {}),
 ])
 def test_the_guard_may_do_what_a_stop_and_a_resume_need(guard, action, resource, tags):
     statements, _ = guard
@@ -123,10 +132,20 @@ def test_the_guard_may_do_what_a_stop_and_a_resume_need(guard, action, resource,
     ("autoscaling:DeleteAutoScalingGroup", FLEET, {"scope": SCOPE, "fleet": "training"}),
     ("batch:DeleteJobQueue", QUEUE, {"scope": SCOPE, "queue": "training"}),
     ("sagemaker:DeleteEndpoint", ARN.format("sagemaker", "endpoint/dev-classifier"), {"scope": SCOPE}),
+    ("ssm:PutParameter", ARN.format("ssm", "parameter/ml-platform/dev/datasets/latest"), {}),  # another path
 ])
 def test_the_guard_may_not_touch_what_it_does_not_govern(guard, action, resource, tags):
     statements, _ = guard
     assert not allowed(statements, request(action, resource, **tags))
+
+
+def test_the_guard_reads_its_budget_and_writes_metrics_only_to_its_namespace(guard):
+    statements, _ = guard
+    assert any(allowed(statements, Request("budgets:ViewBudget", r)) for s in statements
+               if s["Action"] == "budgets:ViewBudget" for r in resources(s))
+    metric = Request("cloudwatch:PutMetricData", context={"cloudwatch:namespace": "MLPlatform/Cost"})
+    assert allowed(statements, metric)
+    assert not allowed(statements, Request("cloudwatch:PutMetricData", context={"cloudwatch:namespace": "AWS/EC2"}))
 
 
 def test_each_environments_guard_is_bound_to_its_own_scope(templates, config):
