@@ -20,10 +20,12 @@ ALARM = {"Type": "AWS::CloudWatch::Alarm", "Properties": {"MetricName": "Errors"
 RESOURCES = {
     "Fleet": FLEET,
     "Idle": {"Type": "AWS::CloudWatch::Alarm", "Properties": {
-        "MetricName": "nvidia_smi_utilization_gpu", "Dimensions": [{"Name": "AutoScalingGroupName", "Value": {"Ref": "Fleet"}}]}},
+        "MetricName": "nvidia_smi_utilization_gpu",
+        "Dimensions": [{"Name": "AutoScalingGroupName", "Value": {"Ref": "Fleet"}}]}},
     "Errors": ALARM, "Latency": ALARM,
     "SpotEnvironment": {"Type": "AWS::Batch::ComputeEnvironment", "Properties": {"ComputeResources": {
-        "Type": "SPOT", "MaxvCpus": 16, "InstanceTypes": ["g5.xlarge", "g6.xlarge"], "Tags": {"ml-platform:queue": "training"}}}},
+        "Type": "SPOT", "MaxvCpus": 16, "InstanceTypes": ["g5.xlarge", "g6.xlarge"],
+        "Tags": {"ml-platform:queue": "training"}}}},
     "Datasets": {"Type": "AWS::S3::Bucket", "Properties": {"LifecycleConfiguration": {"Rules": [
         {"Prefix": "checkpoints/", "Transitions": [{"StorageClass": "GLACIER_IR", "TransitionInDays": 73}]},
         {"Prefix": "datasets/", "ExpirationInDays": 365}]}}},

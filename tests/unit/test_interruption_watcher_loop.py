@@ -43,7 +43,8 @@ class Host:
     def run(self, args, timeout=None, **kwargs):
         self.commands.append(args)
         self.timeouts.append((args[:3], timeout))
-        stdout = {"describe-auto-scaling-instances": self.group + "\n", "ps": self.containers}.get(args[1 + (args[0] == "aws")], "")
+        verb = args[2] if args[0] == "aws" else args[1]
+        stdout = {"describe-auto-scaling-instances": self.group + "\n", "ps": self.containers}.get(verb, "")
         return subprocess.CompletedProcess(args, 0, stdout=stdout)
 
     def kill(self, pid, sig):
@@ -195,5 +196,6 @@ def test_metadata_requests_are_bounded(monkeypatch):
         (request.get_method(), request.full_url, timeout)) or Response())
     metadata = watcher.Metadata("http://imds")
     assert metadata.get("spot/instance-action") == "value" and metadata.get("instance-id") == "value"
-    assert opened == [("PUT", "http://imds/latest/api/token", 2), ("GET", "http://imds/latest/meta-data/spot/instance-action", 2),
-                      ("GET", "http://imds/latest/meta-data/instance-id", 2)]  # one token for both reads
+    assert opened == [("PUT", "http://imds/latest/api/token", 2),  # one token for both reads
+                      ("GET", "http://imds/latest/meta-data/spot/instance-action", 2),
+                      ("GET", "http://imds/latest/meta-data/instance-id", 2)]
