@@ -200,3 +200,18 @@ def test_names_and_times_are_utc_whatever_the_machines_zone(world, monkeypatch):
 def test_tag_values_are_cut_at_256_and_never_empty():
     request = retrain.submission({"JOB_QUEUE": "q", "JOB_DEFINITION": "d"}, "job", "", "a" * 300, "")
     assert request["tags"] == {retrain.TRIGGER_TAG: "-", retrain.ALARM_TAG: "a" * 256, retrain.TIME_TAG: "-"}
+
+
+def test_a_failed_submission_frees_the_flight_at_once_not_after_15_minutes(world):
+    world["batch"].before_submit = lambda request: (_ for _ in ()).throw(RuntimeError("TooManyRequestsException"))
+    with pytest.raises(RuntimeError, match="TooManyRequests"):
+        world["fire"]("drift")
+    world["batch"].before_submit = None
+    assert world["fire"]("quality", at=NOW + 60)["submitted"]  # within the 15 minutes a dead claim would hold
+
+
+def test_the_cooldown_message_says_when_the_episode_started(world):
+    world["fire"]("drift")
+    held = world["fire"]("drift", at=NOW + 2 * HOUR)
+    assert held["skipped"] == "cooldown"
+    assert "drift started one at 2026-11-29 20:00 UTC, within its cooldown of 24 h." in held["message"]
