@@ -48,6 +48,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "ml_platform_constructs/runtime/drift.py": ("test_drift.py", "test_drift_handler.py"),
     "ml_platform_constructs/runtime/drift_handler.py": ("test_drift_handler.py",),
     "ml_platform_constructs/runtime/benchmark.py": ("test_benchmark.py",),
+    "ml_platform_constructs/jobs.py": ("test_library_jobs.py", "test_job_commands.py"),
     "ops/job.py": ("test_job_ops.py",),
     "ops/cost_estimate.py": ("test_cost_estimate.py", "test_cost_estimate_lines.py"),
     "ml_platform_constructs/advisor.py": ("test_advisor.py", "test_advise_command.py"),
