@@ -3,6 +3,7 @@ metadata unavailable) on each host type (fleet with its lifecycle hook, queue in
 bounded by a timeout, each checked at the call itself."""
 
 import json
+import os
 import signal
 import subprocess
 import urllib.error
@@ -199,3 +200,42 @@ def test_metadata_requests_are_bounded(monkeypatch):
     assert opened == [("PUT", "http://imds/latest/api/token", 2),  # one token for both reads
                       ("GET", "http://imds/latest/meta-data/spot/instance-action", 2),
                       ("GET", "http://imds/latest/meta-data/instance-id", 2)]
+
+
+def test_the_commands_exactly_as_the_aws_cli_and_docker_take_them(tmp_path, polls, monkeypatch, capsys):
+    host = Host()
+    monkeypatch.setattr(watcher, "wait_for_exit", lambda pid, timeout, alive: True)
+    watcher.main(fleet_env(tmp_path, pid=os.getpid()), Metadata({"autoscaling/target-lifecycle-state": "Terminated"}),
+                 kill=host.kill, run=host.run)  # the job: a live process (this one; the kill is the fake's)
+    assert host.commands[:2] == [
+        ["aws", "cloudwatch", "put-metric-data", "--region", "us-east-1", "--namespace", "MLPlatform/Training",
+         "--metric-name", "JobRunning", "--dimensions", "FleetName=training", "--value", "1", "--unit", "Count"],
+        ["aws", "autoscaling", "describe-auto-scaling-instances", "--region", "us-east-1", "--instance-ids", "i-0abc",
+         "--query", "AutoScalingInstances[0].AutoScalingGroupName", "--output", "text"]]
+    assert "stop requested: {'reason': 'scale-in', 'deadline': None}" in capsys.readouterr().out
+    listed = []
+    watcher.signal_task_containers(run=lambda args, **kwargs: listed.append(kwargs) or subprocess.CompletedProcess(
+        args, 0, stdout=""))
+    assert listed == [{"timeout": watcher.CALL_TIMEOUT_SECONDS, "check": False, "capture_output": True, "text": True}]
+
+
+def test_a_command_that_timed_out_is_logged_to_stderr(capsys):
+    def hanging(args, timeout=None, **kwargs):
+        raise subprocess.TimeoutExpired(args, timeout)
+    assert watcher.bounded(hanging, ["aws", "cloudwatch", "put-metric-data", "--region"]) is None
+    assert capsys.readouterr().err == "timed out after 10 s: aws cloudwatch put-metric-data\n"
+
+
+def test_the_metric_is_published_again_after_exactly_a_minute(tmp_path, polls, monkeypatch):
+    host, clock = Host(), iter([1000.0, 1000.0, 1060.0, 1060.0])
+    monkeypatch.setattr(watcher.time, "monotonic", lambda: next(clock))
+    watcher.main(fleet_env(tmp_path, pid=a_finished_pid()), Metadata({}, {"spot/instance-action": NOTICE}),
+                 kill=host.kill, run=host.run)
+    assert len(host.named("aws", "cloudwatch", "put-metric-data")) == 2
+
+
+def test_defaults_of_a_fleet_instance():
+    settings = watcher.Settings.from_env({"AWS_REGION": "eu-west-1"})
+    assert (settings.stop_file, settings.pid_file, settings.hook_timeout_seconds) == (
+        "/run/ml-platform/stop-requested", "/run/ml-platform/job.pid", 300)
+    assert (settings.lifecycle_hook, settings.fleet_name, settings.signal_containers) == (None, None, False)
