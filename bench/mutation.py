@@ -40,7 +40,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "ml_platform_constructs/runtime/budget_guard.py": (
         "test_budget_guard_runtime.py", "test_budget_guard_queues.py", "test_budget_guard_joins.py", "test_budget_ops.py"),
     "ml_platform_constructs/runtime/pending_jobs.py": (
-        "test_budget_guard_queues.py", "test_retrain.py", "test_budget_ops.py"),
+        "test_pending_jobs.py", "test_budget_guard_queues.py", "test_retrain.py", "test_budget_ops.py"),
     "ml_platform_constructs/runtime/retrain.py": ("test_retrain.py", "test_retrain_claims.py"),
     "ml_platform_constructs/runtime/interruption_watcher.py": ("test_interruption_watcher.py",
                                                                "test_interruption_watcher_loop.py"),
