@@ -44,7 +44,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "ml_platform_constructs/runtime/retrain.py": ("test_retrain.py", "test_retrain_claims.py"),
     "ml_platform_constructs/runtime/interruption_watcher.py": ("test_interruption_watcher.py",
                                                                "test_interruption_watcher_loop.py"),
-    "ml_platform_constructs/runtime/scale_to_zero.py": ("test_spot_gpu_fleet.py", "test_fleet_ops.py"),
+    "ml_platform_constructs/runtime/scale_to_zero.py": ("test_scale_to_zero_handler.py", "test_spot_gpu_fleet.py"),
     "ml_platform_constructs/runtime/drift.py": ("test_drift.py", "test_drift_handler.py"),
     "ml_platform_constructs/runtime/drift_handler.py": ("test_drift_handler.py",),
     "ml_platform_constructs/runtime/benchmark.py": ("test_benchmark.py",),
