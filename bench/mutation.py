@@ -158,6 +158,10 @@ def run(tool: Path, module: str, tests: tuple[str, ...], sample: int, keep: bool
     meta = work / "mutants" / (module + ".meta")
     # First only the mutants and which tests reach each function (a name that matches no mutant stops it there).
     mutmut(tool, work, ["--max-children", "1", "no-such-mutant"], log)
+    if not meta.exists():  # once under heavy load a mutated file came out empty: make it again
+        (work / "mutants" / module).unlink(missing_ok=True)
+        shutil.copy2(work / module, work / "mutants" / module)
+        mutmut(tool, work, ["--max-children", "1", "no-such-mutant"], log)
     if not meta.exists():
         return {"module": module, "error": f"mutmut made no mutants: see {log}", "seconds": time.perf_counter() - started}
     names = sorted(json.loads(meta.read_text())["exit_code_by_key"])
