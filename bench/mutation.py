@@ -55,7 +55,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "ml_platform_constructs/budget_guard.py": ("test_budget_guard.py", "test_guard_iam.py", "test_budget_guard_wiring.py"),
     "ml_platform_constructs/training_queue.py": ("test_training_queue.py",),
     "ml_platform_constructs/queue_compute.py": ("test_training_queue.py",),
-    "ml_platform_constructs/queue_jobs.py": ("test_training_queue.py", "test_reclaim_retry.py"),
+    "ml_platform_constructs/queue_jobs.py": ("test_queue_job_definition.py", "test_training_queue.py", "test_reclaim_retry.py"),
     "ml_platform_constructs/queue_monitoring.py": ("test_training_queue.py",),
 }
 
