@@ -38,7 +38,8 @@ COPIED = ("stacks", "config", "examples", "tests", "cdk.json", "pytest.ini", "ap
 # Module (its path in the work folder: the import name) -> the test files that exercise it.
 MODULES: dict[str, tuple[str, ...]] = {
     "ml_platform_constructs/runtime/budget_guard.py": (
-        "test_budget_guard_runtime.py", "test_budget_guard_queues.py", "test_budget_guard_joins.py", "test_budget_ops.py"),
+        "test_budget_guard_runtime.py", "test_budget_guard_queues.py", "test_budget_guard_joins.py",
+        "test_budget_ops.py"),
     "ml_platform_constructs/runtime/pending_jobs.py": (
         "test_pending_jobs.py", "test_budget_guard_queues.py", "test_retrain.py", "test_budget_ops.py"),
     "ml_platform_constructs/runtime/retrain.py": ("test_retrain.py", "test_retrain_claims.py"),
@@ -52,10 +53,12 @@ MODULES: dict[str, tuple[str, ...]] = {
     "ops/job.py": ("test_job_ops.py",),
     "ops/cost_estimate.py": ("test_cost_estimate.py", "test_cost_estimate_lines.py"),
     "ml_platform_constructs/advisor.py": ("test_advisor.py", "test_advise_command.py"),
-    "ml_platform_constructs/budget_guard.py": ("test_budget_guard.py", "test_guard_iam.py", "test_budget_guard_wiring.py"),
+    "ml_platform_constructs/budget_guard.py": (
+        "test_budget_guard.py", "test_guard_iam.py", "test_budget_guard_wiring.py"),
     "ml_platform_constructs/training_queue.py": ("test_training_queue.py",),
     "ml_platform_constructs/queue_compute.py": ("test_training_queue.py",),
-    "ml_platform_constructs/queue_jobs.py": ("test_queue_job_definition.py", "test_training_queue.py", "test_reclaim_retry.py"),
+    "ml_platform_constructs/queue_jobs.py": (
+        "test_queue_job_definition.py", "test_training_queue.py", "test_reclaim_retry.py"),
     "ml_platform_constructs/queue_monitoring.py": ("test_training_queue.py",),
 }
 
