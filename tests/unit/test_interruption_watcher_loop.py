@@ -78,19 +78,29 @@ def queue_env(tmp_path):
             "ML_PLATFORM_JOB_PID_FILE": str(tmp_path / "job.pid")}
 
 
+@pytest.fixture
+def job():
+    """A live process of this test's own as the job: a mutant that signals it for real ends only this process (a made-up
+    PID could name someone else's)."""
+    process = subprocess.Popen(["sleep", "60"])
+    yield process.pid
+    process.kill()
+    process.wait()
+
+
 def a_finished_pid():
     process = subprocess.Popen(["true"])
     process.wait()
     return process.pid
 
 
-def test_on_a_fleet_scale_in_signals_the_job_waits_for_it_then_lets_the_instance_go(tmp_path, polls, monkeypatch):
+def test_on_a_fleet_scale_in_signals_the_job_waits_for_it_then_lets_the_instance_go(job, tmp_path, polls, monkeypatch):
     host, waited = Host(), []
     monkeypatch.setattr(watcher, "wait_for_exit", lambda pid, timeout, alive: waited.append((pid, timeout)) or True)
     metadata = Metadata({"autoscaling/target-lifecycle-state": "Terminated"})
-    assert watcher.main(fleet_env(tmp_path, pid=4242), metadata, kill=host.kill, run=host.run) == 0
-    assert host.killed == [(4242, signal.SIGTERM)]
-    assert waited == [(4242, 600 - 30)]  # the hook's timeout, less the time to complete the action
+    assert watcher.main(fleet_env(tmp_path, pid=job), metadata, kill=host.kill, run=host.run) == 0
+    assert host.killed == [(job, signal.SIGTERM)]
+    assert waited == [(job, 600 - 30)]  # the hook's timeout, less the time to complete the action
     (complete,) = host.named("aws", "autoscaling", "complete-lifecycle-action")
     assert complete == ["aws", "autoscaling", "complete-lifecycle-action", "--region", "us-east-1",
                         "--lifecycle-hook-name", "checkpoint-before-termination", "--auto-scaling-group-name",
@@ -100,21 +110,21 @@ def test_on_a_fleet_scale_in_signals_the_job_waits_for_it_then_lets_the_instance
     assert json.loads((tmp_path / "run" / "stop-requested").read_text()) == {"reason": "scale-in", "deadline": None}
 
 
-def test_a_job_that_outlives_the_hook_still_lets_the_instance_go(tmp_path, polls, monkeypatch, capsys):
+def test_a_job_that_outlives_the_hook_still_lets_the_instance_go(job, tmp_path, polls, monkeypatch, capsys):
     host = Host()
     monkeypatch.setattr(watcher, "wait_for_exit", lambda pid, timeout, alive: False)
     metadata = Metadata({"autoscaling/target-lifecycle-state": "Terminated"})
-    assert watcher.main(fleet_env(tmp_path, pid=4242), metadata, kill=host.kill, run=host.run) == 0
+    assert watcher.main(fleet_env(tmp_path, pid=job), metadata, kill=host.kill, run=host.run) == 0
     assert "job still running at the hook timeout" in capsys.readouterr().out
     assert host.named("aws", "autoscaling", "complete-lifecycle-action")
 
 
-def test_on_a_fleet_a_spot_notice_signals_the_job_and_leaves_the_lifecycle_alone(tmp_path, polls, monkeypatch):
+def test_on_a_fleet_a_spot_notice_signals_the_job_and_leaves_the_lifecycle_alone(job, tmp_path, polls, monkeypatch):
     host = Host()
     monkeypatch.setattr(watcher, "wait_for_exit", lambda *a: pytest.fail("a Spot notice waits for nothing"))
     metadata = Metadata({"spot/instance-action": NOTICE})
-    assert watcher.main(fleet_env(tmp_path, pid=4242), metadata, kill=host.kill, run=host.run) == 0
-    assert host.killed == [(4242, signal.SIGTERM)]
+    assert watcher.main(fleet_env(tmp_path, pid=job), metadata, kill=host.kill, run=host.run) == 0
+    assert host.killed == [(job, signal.SIGTERM)]
     assert host.named("aws", "autoscaling") == [] and host.named("docker") == []
     assert json.loads((tmp_path / "run" / "stop-requested").read_text()) == {
         "reason": "spot-interruption", "action": "terminate", "deadline": 1796032800}
@@ -128,7 +138,8 @@ def test_a_fleet_without_a_hook_completes_nothing_on_scale_in(tmp_path, polls):
     assert host.named("aws", "autoscaling") == []
 
 
-@pytest.mark.parametrize("event", [{"spot/instance-action": NOTICE}, {"autoscaling/target-lifecycle-state": "Terminated"}])
+@pytest.mark.parametrize("event", [{"spot/instance-action": NOTICE},
+                                   {"autoscaling/target-lifecycle-state": "Terminated"}])
 def test_on_a_queue_instance_every_stop_signals_the_task_containers_only(tmp_path, polls, event):
     (tmp_path / "job.pid").write_text("7\n")  # a PID from a container's namespace
     host = Host(containers="c1\nc2\n")
@@ -137,21 +148,21 @@ def test_on_a_queue_instance_every_stop_signals_the_task_containers_only(tmp_pat
     assert host.named("docker", "kill") == [["docker", "kill", "--signal", "SIGTERM", "c1", "c2"]]
 
 
-def test_nothing_scheduled_and_rebalance_keep_polling_every_5_seconds(tmp_path, polls, capsys):
+def test_nothing_scheduled_and_rebalance_keep_polling_every_5_seconds(job, tmp_path, polls, capsys):
     host = Host()
     metadata = Metadata({}, {"events/recommendations/rebalance": '{"noticeTime": "2026-11-30T09:58:00Z"}'},
                         {"spot/instance-action": NOTICE})
-    assert watcher.main(fleet_env(tmp_path, pid=4242), metadata, kill=host.kill, run=host.run) == 0
+    assert watcher.main(fleet_env(tmp_path, pid=job), metadata, kill=host.kill, run=host.run) == 0
     assert polls == [watcher.POLL_SECONDS] * 2 and watcher.POLL_SECONDS == 5
     assert "rebalance recommendation received" in capsys.readouterr().out
-    assert host.killed == [(4242, signal.SIGTERM)]  # only the notice stopped the job
+    assert host.killed == [(job, signal.SIGTERM)]  # only the notice stopped the job
 
 
-def test_metadata_unavailable_is_logged_and_polled_again(tmp_path, polls, capsys):
+def test_metadata_unavailable_is_logged_and_polled_again(job, tmp_path, polls, capsys):
     host = Host()
     metadata = Metadata({"spot/instance-action": urllib.error.URLError("connection refused")},
                         {"spot/instance-action": OSError("timed out")}, {"spot/instance-action": NOTICE})
-    assert watcher.main(fleet_env(tmp_path, pid=4242), metadata, kill=host.kill, run=host.run) == 0
+    assert watcher.main(fleet_env(tmp_path, pid=job), metadata, kill=host.kill, run=host.run) == 0
     assert capsys.readouterr().err.count("metadata unavailable") == 2 and len(polls) == 2
 
 
@@ -165,11 +176,11 @@ def test_a_fleet_publishes_whether_its_job_runs_once_a_minute(tmp_path, polls, m
     assert published[0][published[0].index("--value") + 1] == "0"  # the PID file names no live process
 
 
-def test_every_call_the_loop_makes_is_bounded(tmp_path, polls, monkeypatch):
+def test_every_call_the_loop_makes_is_bounded(job, tmp_path, polls, monkeypatch):
     """Each command at its own call (the host answers every one; the metadata service's requests: below)."""
     host = Host()
     monkeypatch.setattr(watcher, "wait_for_exit", lambda pid, timeout, alive: True)
-    assert watcher.main(fleet_env(tmp_path, pid=4242), Metadata({"autoscaling/target-lifecycle-state": "Terminated"}),
+    assert watcher.main(fleet_env(tmp_path, pid=job), Metadata({"autoscaling/target-lifecycle-state": "Terminated"}),
                         kill=host.kill, run=host.run) == 0
     assert [prefix for prefix, _ in host.timeouts] == [["aws", "cloudwatch", "put-metric-data"],
                                                        ["aws", "autoscaling", "describe-auto-scaling-instances"],
@@ -202,17 +213,18 @@ def test_metadata_requests_are_bounded(monkeypatch):
                       ("GET", "http://imds/latest/meta-data/instance-id", 2)]
 
 
-def test_the_commands_exactly_as_the_aws_cli_and_docker_take_them(tmp_path, polls, monkeypatch, capsys):
+def test_the_commands_exactly_as_the_aws_cli_and_docker_take_them(job, tmp_path, polls, monkeypatch, capsys):
     host = Host()
     monkeypatch.setattr(watcher, "wait_for_exit", lambda pid, timeout, alive: True)
-    watcher.main(fleet_env(tmp_path, pid=os.getpid()), Metadata({"autoscaling/target-lifecycle-state": "Terminated"}),
-                 kill=host.kill, run=host.run)  # the job: a live process (this one; the kill is the fake's)
+    watcher.main(fleet_env(tmp_path, pid=job), Metadata({"autoscaling/target-lifecycle-state": "Terminated"}),
+                 kill=host.kill, run=host.run)
     assert host.commands[:2] == [
         ["aws", "cloudwatch", "put-metric-data", "--region", "us-east-1", "--namespace", "MLPlatform/Training",
          "--metric-name", "JobRunning", "--dimensions", "FleetName=training", "--value", "1", "--unit", "Count"],
         ["aws", "autoscaling", "describe-auto-scaling-instances", "--region", "us-east-1", "--instance-ids", "i-0abc",
          "--query", "AutoScalingInstances[0].AutoScalingGroupName", "--output", "text"]]
     assert "stop requested: {'reason': 'scale-in', 'deadline': None}" in capsys.readouterr().out
+    assert host.killed == [(job, signal.SIGTERM)]
     listed = []
     watcher.signal_task_containers(run=lambda args, **kwargs: listed.append(kwargs) or subprocess.CompletedProcess(
         args, 0, stdout=""))
