@@ -50,7 +50,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "ml_platform_constructs/runtime/drift_handler.py": ("test_drift_handler.py", "test_feature_watch.py"),
     "ml_platform_constructs/runtime/benchmark.py": ("test_benchmark.py",),
     "ml_platform_constructs/jobs.py": ("test_library_jobs.py", "test_job_commands.py"),
-    "ops/job.py": ("test_job_ops.py",),
+    "ops/job.py": ("test_job_ops.py", "test_job_ops_commands.py"),
     "ops/cost_estimate.py": ("test_cost_estimate.py", "test_cost_estimate_lines.py"),
     "ml_platform_constructs/advisor.py": ("test_advisor.py", "test_advise_command.py"),
     "ml_platform_constructs/budget_guard.py": (
