@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -143,8 +142,8 @@ def results(work: Path, module: str) -> dict[str, str]:
 
 def diff(tool: Path, work: Path, name: str) -> str:
     shown = subprocess.run([tool, "show", name], cwd=work, capture_output=True, text=True).stdout
-    return "\n".join(line for line in shown.splitlines() if re.match(r"^[-+]\s", line) or line.startswith(("-", "+"))
-                     and not line.startswith(("---", "+++")))
+    return "\n".join(line for line in shown.splitlines()
+                     if line.startswith(("-", "+")) and not line.startswith(("---", "+++")))
 
 
 def mutmut(tool: Path, work: Path, args: list[str], log: Path) -> int:
