@@ -47,7 +47,8 @@ MODULES: dict[str, tuple[str, ...]] = {
     "ml_platform_constructs/runtime/scale_to_zero.py": ("test_scale_to_zero_handler.py", "test_spot_gpu_fleet.py"),
     "ml_platform_constructs/runtime/drift.py": (
         "test_runtime_maths.py", "test_drift.py", "test_drift_handler.py", "test_feature_watch.py"),
-    "ml_platform_constructs/runtime/drift_handler.py": ("test_drift_handler.py", "test_feature_watch.py"),
+    "ml_platform_constructs/runtime/drift_handler.py": (
+        "test_drift_metrics.py", "test_drift_handler.py", "test_feature_watch.py"),
     "ml_platform_constructs/runtime/benchmark.py": ("test_runtime_maths.py", "test_benchmark.py"),
     "ml_platform_constructs/jobs.py": ("test_library_jobs.py", "test_job_commands.py"),
     "ops/job.py": ("test_job_ops.py", "test_job_ops_commands.py"),
