@@ -204,3 +204,16 @@ def test_a_job_is_described_only_from_the_named_queues():
         jobs.describe(batch, "x", [f"{ARN}:job-queue/q1"], "training")
     with pytest.raises(jobs.JobError, match=f"^error: job b is on {ARN}:job-queue/other, not on training: nothing done$"):
         jobs.describe(batch, "b", [f"{ARN}:job-queue/q1"], "training")
+
+
+def test_the_newest_revision_is_taken_whatever_order_batch_lists_them(batch):
+    batch.definitions[0], batch.definitions[1] = batch.definitions[1], batch.definitions[0]  # revision 2 first
+    assert jobs.find_queue(batch, "training").job_definition == f"{ARN}:job-definition/train:2"
+
+
+def test_a_queue_without_its_own_definitions_says_to_deploy_it_with_this_version(batch):
+    batch.definitions = [d for d in batch.definitions if d["tags"].get("ml-platform:job-definition") != "single-node"]
+    with pytest.raises(jobs.JobError) as error:
+        jobs.find_queue(batch, "training")
+    assert str(error.value) == ("error: training queue 'training' has no job queue or job definition of its own here "
+                                "(deployed with an older ml_platform_constructs?): deploy it with this version")
