@@ -99,7 +99,8 @@ def test_every_line_with_its_amount(estimate):
 
 def test_what_it_cannot_price_is_flagged_not_counted(estimate):
     # Archive (tiered, kept) and Scratch (expires) are not flagged: only a bucket with neither is.
-    assert estimate.flags == ["no price for ml.p9.large (Unpriced): add it to the table"]
+    assert estimate.flags == ["no price for ml.p9.large (Unpriced): add it to the table",
+                              cost_estimate.MLFLOW_RATES_FLAG]  # the tracking server's rate
 
 
 def test_the_fleet_behind_its_line(estimate):
@@ -148,7 +149,8 @@ def test_the_printed_estimate(estimate):
     assert width > 70 and lines[2] == f"  GPU fleets  {EXPECTED_LINES[0][1]:<{width}}     328.50"
     assert lines[5] == "  Storage     capture bucket Capture, 10 GB" + " " * (width - 29) + "       0.09"
     assert "  GPU-hour    training: 0.450 USD per GPU-hour at max size (2 x 1 GPU; On-Demand 0.900)" in lines
-    assert lines[-1] == "  FLAG        no price for ml.p9.large (Unpriced): add it to the table"
+    assert lines[-2:] == ["  FLAG        no price for ml.p9.large (Unpriced): add it to the table",
+                          f"  FLAG        {cost_estimate.MLFLOW_RATES_FLAG}"]
     unbudgeted = cost_estimate.EnvironmentEstimate(name="x", region="us-east-1", lines=[("Other", "keys", 2.0)])
     assert cost_estimate.format_estimate(unbudgeted).splitlines()[1] == "== x (us-east-1): about 2 USD per month"
 
