@@ -137,3 +137,10 @@ def test_the_stop_message_names_what_it_left_running_and_could_not_stop():
     assert "left running (resumed by an operator this month): training" in sent[0]
     assert "NOT stopped: SageMaker endpoint classifier" in sent[0]
     assert "STILL RUNNING after the stop of training queue training: ?; could not end them (denied)" in sent[0]
+
+
+def test_a_node_range_without_a_container_is_resubmitted_with_no_overrides():
+    job = {"jobId": "mnp-1", "jobName": "llm", "jobQueue": "q", "jobDefinition": "arn:mnp:1",
+           "nodeProperties": {"numNodes": 2, "nodeRangeProperties": [{"targetNodes": "0:"}]}}
+    (node,) = budget_guard._resubmission(job)["nodeOverrides"]["nodePropertyOverrides"]
+    assert node == {"targetNodes": "0:", "containerOverrides": budget_guard._overrides({})}
