@@ -119,3 +119,22 @@ def test_submit_needs_an_image(capsys):
         job_ops.main(["submit", "staging", "training", "--name", "x", "--", "python"],
                      session_factory=lambda env: pytest.fail("no AWS"))
     assert refused.value.code == 2 and "--image" in capsys.readouterr().err
+
+
+def test_a_submit_without_nodes_is_one_instance_on_the_single_node_queue(capsys):
+    batch = Batch()
+    batch.describe_job_definitions = lambda jobDefinitions: {"jobDefinitions": [  # noqa: N803
+        {"jobDefinitionName": "single", "type": "container", "containerProperties": {"image": IMAGE}}]}
+    run(["submit", "staging", "training", "--image", IMAGE, "--name", "resnet", "--", "python", "train.py"], batch,
+        capsys)
+    (request,) = batch.submitted
+    assert request["jobQueue"] == f"{ARN}:job-queue/single" and "nodeOverrides" not in request
+    assert request["containerOverrides"]["command"] == ["python", "train.py"]
+
+
+def test_cancel_tells_batch_who_cancelled(capsys):
+    batch = Batch([job("a", "single", "RUNNING")])
+    batch.terminate_job = lambda jobId, reason: batch.submitted.append((jobId, reason))  # noqa: N803
+    assert run(["cancel", "staging", "a"], batch, capsys) == [
+        "name-a (RUNNING): terminated; it gets SIGTERM and writes its checkpoint"]
+    assert batch.submitted == [("a", "cancelled with ./platform job cancel")]
