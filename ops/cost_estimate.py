@@ -100,7 +100,7 @@ def fleet_estimate(logical_id: str, group: dict, alarms: list[dict], prices: dic
     return FleetEstimate(
         name=name, types=types, gpus_per_instance=GPU_CATALOG[types[0]].gpu_count, max_size=int(props["MaxSize"]),
         on_demand_base=int(props["MaxSize"]) if all_on_demand else int(distribution.get("OnDemandBaseCapacity", 0)),
-        hourly_spot=statistics.median(od) if all_on_demand else statistics.median(spot),
+        hourly_spot=statistics.median(spot),  # what Spot would cost: an On-Demand-only fleet's flag says so
         hourly_on_demand=statistics.median(od), has_idle_alarm=idle)
 
 
