@@ -85,7 +85,8 @@ EXPECTED_ACKNOWLEDGEMENTS = {
         'AwsSolutions-IAM5[Resource::arn:aws:batch:<region>:<account>:job-definition/{"Fn::Select":[1,{"Fn::Split":'
         '["/",{"Fn::Select":[5,{"Fn::Split":[":",{"Ref":"classifierRetrainJobEDAC98DF"}]}]}]}]}:*]',
         'AwsSolutions-IAM5[Resource::arn:aws:ssm:<region>:<account>:parameter/ml-platform/pending-jobs/{"Fn::Select":'
-        '[1,{"Fn::Split":["/",{"Fn::ImportValue":"<env>-Compute:ExportsOutputReftrainingQueue55CCD64C9C1E7460"}]}]}*]'},
+        '[1,{"Fn::Split":["/",{"Fn::ImportValue":"<env>-Compute:ExportsOutputReftrainingQueue55CCD64C9C1E7460"}]}]}'
+        '/retrain-retrain-classifier-*]'},
 }
 
 
