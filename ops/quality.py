@@ -6,7 +6,8 @@ DIR holds captured records as SageMaker writes them (JSON Lines, *.jsonl at any 
 s3://<capture bucket>/capture/<endpoint name>/); FILE holds labels as ./platform labels upload takes them. The
 settings (problem type, prediction path, baseline, sample floor, drop) are the endpoint's quality settings in
 config/environments.toml. --json prints metric, value, labelled, matched, unmatched_labels, unmatched_predictions,
-baseline and decision (ok, alarm or too_few_labels), with the other counts the function stores.
+baseline and decision (ok, alarm, not_significant or too_few_labels), with the shortfall, its p-value and the other
+counts the function stores.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ def settings_of(endpoint: platform_config.EndpointConfig) -> Settings:
     quality = endpoint.quality
     return Settings(problem_type=quality.problem_type, baseline=quality.baseline,
                     prediction_path=quality.prediction_path, probability_threshold=quality.probability_threshold,
-                    min_labelled=quality.min_labelled, max_drop=quality.max_drop_points)
+                    min_labelled=quality.min_labelled, max_drop=quality.max_drop_points,
+                    significance=quality.significance)
 
 
 def describe(name: str, result: dict) -> str:
@@ -35,11 +37,18 @@ def describe(name: str, result: dict) -> str:
     unit = "percent over" if result["metric"] == "MAE" else "points under"
     judged = ("not judged: fewer than the " f"{result['min_labelled']} labelled predictions needed"
               if result["shortfall"] is None else
-              f"{result['shortfall']:.3g} {unit} the baseline {result['baseline']:g} (alarm from {result['max_drop']:g})")
+              f"{result['shortfall']:.3g} {unit} the baseline {result['baseline']:g} (alarm from {result['max_drop']:g}"
+              f"{_p_value(result)})")
     return (f"{name}: {result['metric']} {value} from {result['labelled']} labelled predictions "
             f"({result['matched']} labels matched; unmatched: {result['unmatched_labels']} labels, "
             f"{result['unmatched_predictions']} predictions; malformed: {result['malformed_records']} records, "
             f"{result['malformed_labels']} labels)\n{judged}: {result['decision'].upper()}")
+
+
+def _p_value(result: dict) -> str:
+    if result["p_value"] is None:
+        return ", no p-value from a single error"
+    return f" with a p-value of at most {result['significance']:g}; this window's: {result['p_value']:.2g}"
 
 
 def main(argv: list[str]) -> int:

@@ -142,6 +142,7 @@ class QualityConfig:
     probability_threshold: Optional[float] = None
     min_labelled: int = 200
     max_drop_points: float = 1.5
+    significance: float = 0.001  # the one-sided test level a shortfall must pass to alarm
     schedule_hours: int = 1
     label_lateness_hours: int = 24
     retrain_cooldown_hours: int = 24  # with the endpoint's retrain: the quality trigger's own cooldown
@@ -624,8 +625,8 @@ def _check_promoted_baseline(at: str, endpoint: EndpointConfig) -> None:
 
 def _quality(at: str, raw: Any) -> QualityConfig:
     _keys(at, raw, required={"problem_type", "baseline"},
-          optional={"prediction_path", "probability_threshold", "min_labelled", "max_drop_points", "schedule_hours",
-                    "label_lateness_hours", "retrain_cooldown_hours"})
+          optional={"prediction_path", "probability_threshold", "min_labelled", "max_drop_points", "significance",
+                    "schedule_hours", "label_lateness_hours", "retrain_cooldown_hours"})
     problem = raw["problem_type"]
     if problem not in ("binary", "multiclass", "regression"):
         raise ConfigError(f"{at}.problem_type", problem, "binary, multiclass or regression",
@@ -648,6 +649,9 @@ def _quality(at: str, raw: Any) -> QualityConfig:
         min_labelled=_integer(f"{at}.min_labelled", raw.get("min_labelled", 200), 1, 1_000_000),
         max_drop_points=_number(f"{at}.max_drop_points", raw.get("max_drop_points", 1.5), 0, 100,
                                 "percentage points of accuracy (MAE: percent) above 0"),
+        significance=_number(f"{at}.significance", raw.get("significance", 0.001), 0, 0.5,
+                             "a one-sided test level above 0 and at most 0.5 (0.001: a healthy model alarms in at "
+                             "most 0.1% of windows)"),
         schedule_hours=_integer(f"{at}.schedule_hours", raw.get("schedule_hours", 1), 1, 24),
         label_lateness_hours=_integer(f"{at}.label_lateness_hours", raw.get("label_lateness_hours", 24), 0, 168),
         retrain_cooldown_hours=_integer(f"{at}.retrain_cooldown_hours", raw.get("retrain_cooldown_hours", 24),

@@ -29,7 +29,8 @@ def serving_quality(endpoint: EndpointConfig) -> dict[str, Any]:
         "quality": ModelQuality(
             problem_type=quality.problem_type, baseline=quality.baseline, prediction_path=quality.prediction_path,
             probability_threshold=quality.probability_threshold, min_labelled=quality.min_labelled,
-            max_drop=quality.max_drop_points, schedule=Duration.hours(quality.schedule_hours),
+            max_drop=quality.max_drop_points, significance=quality.significance,
+            schedule=Duration.hours(quality.schedule_hours),
             label_lateness=Duration.hours(quality.label_lateness_hours)) if quality else None,
         "feature_watch": FeatureWatch(std_ratio_low=watch.std_ratio_low, std_ratio_high=watch.std_ratio_high,
                                       explained_variance_drop=watch.explained_variance_drop_points),

@@ -28,7 +28,7 @@ from .dataset_bucket import DatasetBucket
 from .errors import ValidationError
 from .nag_support import AcknowledgeWildcardResources, suppress_checkov
 from .runtime.promotion import BASELINE, quality_baseline_parameter
-from .runtime.quality import PROBLEM_TYPES, holdout_metric
+from .runtime.quality import DEFAULT_SIGNIFICANCE, PROBLEM_TYPES, holdout_metric
 from .runtime_function import runtime_function
 
 QUALITY_NAMESPACE = "MLPlatform/Quality"
@@ -52,7 +52,12 @@ class ModelQuality:
     :param probability_threshold: binary only: a numeric prediction at or above it is class 1. Default: 0.5.
     :param min_labelled: the quality is judged only from this many labelled predictions in a window. Default: 200.
     :param max_drop: alarm when accuracy is this many percentage points under the baseline (MAE: this many percent
-        over it). Default: 1.5.
+        over it) and the shortfall is significant (``significance``). Default: 1.5.
+    :param significance: the level of the one-sided test a shortfall must pass to alarm: its p-value, the chance that
+        a model exactly as good as the baseline scores this badly or worse on this many labels, is at most this
+        (accuracy: exact binomial test; MAE: normal test with the window's spread of absolute errors). A healthy model
+        alarms in at most this share of its windows. Default: 0.001 (with hourly windows, at most one false alarm in
+        about six weeks; an observed 1.5-point shortfall under a 0.92 baseline is significant from about 3,200 labels).
     :param schedule: how often the check runs; also the length of the judged window. Default: 1 hour.
     :param label_lateness: how long labels may take: each run judges the predictions of the window that ended this
         long ago, with every label uploaded since. Default: 24 hours.
@@ -64,6 +69,7 @@ class ModelQuality:
     probability_threshold: Optional[float] = None
     min_labelled: int = 200
     max_drop: float = 1.5
+    significance: float = DEFAULT_SIGNIFICANCE
     schedule: Duration = Duration.hours(1)
     label_lateness: Duration = Duration.hours(24)
     max_records_per_run: int = 10_000
@@ -90,6 +96,9 @@ class ModelQuality:
             fail("min_labelled", self.min_labelled, "1 to 1,000,000 labelled predictions", "e.g. 200")
         if not 0 < self.max_drop <= 100:
             fail("max_drop", self.max_drop, "above 0 and at most 100 points (or percent for MAE)", "e.g. 1.5")
+        if not (isinstance(self.significance, (int, float)) and 0 < self.significance <= 0.5):
+            fail("significance", self.significance, "a one-sided test level above 0 and at most 0.5",
+                 "e.g. 0.001 (0.01 alarms on smaller samples, and on a healthy model in up to 1% of windows)")
         hours = self.schedule.to_seconds() / 3600
         if hours != int(hours) or not 1 <= hours <= 24:
             fail("schedule", self.schedule.to_human_string(), "1 to 24 whole hours (capture files are grouped by hour)",
@@ -147,6 +156,7 @@ class EndpointQuality(Construct):
             "MAX_RECORDS": str(settings.max_records_per_run), "PROBLEM_TYPE": settings.problem_type,
             "BASELINE": repr(float(settings.baseline)), "PREDICTION_PATH": settings.prediction_path,
             "MIN_LABELLED": str(settings.min_labelled), "MAX_DROP": repr(float(settings.max_drop)),
+            "SIGNIFICANCE": repr(float(settings.significance)),
         }
         if settings.probability_threshold is not None:
             environment["PROBABILITY_THRESHOLD"] = repr(float(settings.probability_threshold))
@@ -189,14 +199,16 @@ class EndpointQuality(Construct):
                  else f"{settings.max_drop:g}% over")
         baseline = (f"the promoted model's {holdout_metric(settings.problem_type)} (configured {settings.baseline:g} "
                     "before any promotion)" if promoted_baseline else f"the baseline {settings.baseline:g}")
-        # Judged runs only publish QualityShortfall: a window with too few labels leaves the alarm where it was.
-        self.alarm = self.metric_shortfall().create_alarm(
+        # Judged runs only publish SignificantShortfall (0 for a shortfall that may be noise): a window with too few
+        # labels leaves the alarm where it was.
+        self.alarm = self.metric_significant_shortfall().create_alarm(
             self, "Alarm", threshold=settings.max_drop, evaluation_periods=1,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.IGNORE,
             alarm_description=f"{endpoint_name}: {'MAE' if settings.problem_type == 'regression' else 'accuracy'} "
-                              f"{below} {baseline}, from at least {settings.min_labelled} "
-                              f"labelled predictions (results under {self.results_prefix})")
+                              f"{below} {baseline}, significant at {settings.significance:g} (one-sided), from at "
+                              f"least {settings.min_labelled} labelled predictions (results under "
+                              f"{self.results_prefix})")
         self.check_failing_alarm = self.function.metric_errors(period=Duration.hours(1)).create_alarm(
             self, "CheckFailingAlarm", threshold=1, evaluation_periods=1,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
@@ -218,8 +230,18 @@ class EndpointQuality(Construct):
         return self._metric("LabelledPredictions", "Sum")
 
     def metric_shortfall(self) -> cloudwatch.Metric:
-        """``QualityShortfall``: points of accuracy under the baseline (MAE: percent over it), judged windows only."""
+        """``QualityShortfall``: points of accuracy under the baseline (MAE: percent over it), judged windows only,
+        significant or not."""
         return self._metric("QualityShortfall", "Maximum")
+
+    def metric_significant_shortfall(self) -> cloudwatch.Metric:
+        """``SignificantShortfall``: the shortfall of a window that alarms (at least ``max_drop`` and significant),
+        else 0; judged windows only. What ``.alarm`` watches."""
+        return self._metric("SignificantShortfall", "Maximum")
+
+    def metric_p_value(self) -> cloudwatch.Metric:
+        """``ShortfallPValue``: the one-sided p-value of each judged window's shortfall (0 under 1e-100)."""
+        return self._metric("ShortfallPValue", "Minimum")
 
     def grant_label_upload(self, grantee: iam.IGrantable) -> iam.Grant:
         """Lets ``grantee`` put label files under ``ground-truth/<endpoint>/`` (with the capture bucket's key)."""
@@ -229,6 +251,9 @@ class EndpointQuality(Construct):
         return [
             cloudwatch.GraphWidget(title=f"Quality: {self.metric_quality().metric_name} against the baseline",
                                    width=12, left=[self.metric_quality(), self._metric("QualityBaseline", "Average")]),
+            cloudwatch.GraphWidget(title="Quality: shortfall, significant shortfall (alarms) and p-value", width=12,
+                                   left=[self.metric_shortfall(), self.metric_significant_shortfall()],
+                                   right=[self.metric_p_value()]),
             cloudwatch.GraphWidget(title="Quality: labelled predictions and what did not join", width=12,
                                    left=[self.metric_labelled(), self._metric("UnmatchedLabels", "Sum"),
                                          self._metric("UnmatchedPredictions", "Sum")]),

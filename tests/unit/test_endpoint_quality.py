@@ -49,9 +49,11 @@ def quality_function(template):
 def test_the_join_runs_hourly_on_a_window_that_waited_for_its_labels(built):
     template, _ = built
     variables = quality_function(template)["Environment"]["Variables"]
-    assert {k: variables[k] for k in ("WINDOW_HOURS", "LATENESS_HOURS", "MIN_LABELLED", "MAX_DROP", "BASELINE",
-                                      "PROBLEM_TYPE", "PREDICTION_PATH", "LABELS_PREFIX", "METRIC_NAMESPACE")} == {
-        "WINDOW_HOURS": "1", "LATENESS_HOURS": "48", "MIN_LABELLED": "200", "MAX_DROP": "1.5", "BASELINE": "0.92",
+    assert {k: variables[k] for k in ("WINDOW_HOURS", "LATENESS_HOURS", "MIN_LABELLED", "MAX_DROP", "SIGNIFICANCE",
+                                      "BASELINE", "PROBLEM_TYPE", "PREDICTION_PATH", "LABELS_PREFIX",
+                                      "METRIC_NAMESPACE")} == {
+        "WINDOW_HOURS": "1", "LATENESS_HOURS": "48", "MIN_LABELLED": "200", "MAX_DROP": "1.5",
+        "SIGNIFICANCE": "0.001", "BASELINE": "0.92",
         "PROBLEM_TYPE": "binary", "PREDICTION_PATH": "predictions.*.score",
         "LABELS_PREFIX": "ground-truth/classifier-dev/", "METRIC_NAMESPACE": "MLPlatform/Quality"}
     assert "PROBABILITY_THRESHOLD" not in variables
@@ -59,14 +61,18 @@ def test_the_join_runs_hourly_on_a_window_that_waited_for_its_labels(built):
     assert any("QualitySchedule" in k for k in rules)
 
 
-def test_the_quality_alarm_judges_only_published_shortfalls_and_keeps_its_state_without_them(built):
+def test_the_quality_alarm_judges_only_significant_shortfalls_and_keeps_its_state_without_them(built):
+    # SignificantShortfall: the shortfall of a window whose test is significant, else 0 (QualityShortfall would alarm
+    # on a healthy model's noise)
     built[0].has_resource_properties("AWS::CloudWatch::Alarm", {
-        "Namespace": "MLPlatform/Quality", "MetricName": "QualityShortfall", "Threshold": 1.5, "Statistic": "Maximum",
+        "Namespace": "MLPlatform/Quality", "MetricName": "SignificantShortfall", "Threshold": 1.5,
+        "Statistic": "Maximum",
         "ComparisonOperator": "GreaterThanOrEqualToThreshold", "EvaluationPeriods": 1, "Period": 3600,
         "TreatMissingData": "ignore", "Dimensions": [{"Name": "EndpointName", "Value": "classifier-dev"}],
         "AlarmActions": [{"Ref": Match.string_like_regexp("^Alerts")}],
-        "AlarmDescription": Match.string_like_regexp("accuracy 1.5 percentage points under the baseline 0.92, from at "
-                                                     "least 200 labelled")})
+        "AlarmDescription": Match.string_like_regexp("accuracy 1.5 percentage points under the baseline 0.92, "
+                                                     "significant at 0.001 \\(one-sided\\), from at least 200 "
+                                                     "labelled")})
 
 
 def test_the_endpoint_lists_the_quality_alarms(built):
@@ -105,7 +111,8 @@ def test_a_labelling_job_can_be_granted_the_upload_only(built):
 
 def test_the_dashboard_shows_quality_and_the_feature_watch(built):
     body = json.dumps(next(iter(built[0].find_resources("AWS::CloudWatch::Dashboard").values())))
-    for fragment in ("Quality: Accuracy against the baseline", "labelled predictions", "std ratio per feature"):
+    for fragment in ("Quality: Accuracy against the baseline", "labelled predictions", "std ratio per feature",
+                     "ShortfallPValue"):
         assert fragment in body
 
 
@@ -113,8 +120,8 @@ def test_regression_alarm_reads_percent_over_the_baseline_mae(synth_stack):
     template = synth_stack(lambda stack: endpoint(stack, quality=ModelQuality(
         problem_type="regression", baseline=3.2, max_drop=5, min_labelled=50, schedule=Duration.hours(6))))
     template.has_resource_properties("AWS::CloudWatch::Alarm", {
-        "MetricName": "QualityShortfall", "Threshold": 5, "Period": 21600,
-        "AlarmDescription": Match.string_like_regexp("MAE 5% over the baseline 3.2, from at least 50")})
+        "MetricName": "SignificantShortfall", "Threshold": 5, "Period": 21600,
+        "AlarmDescription": Match.string_like_regexp("MAE 5% over the baseline 3.2, significant at 0.001 .one-sided., from at least 50")})
 
 
 def make(**quality):
@@ -130,6 +137,7 @@ def make(**quality):
     ({"problem_type": "multiclass", "probability_threshold": 0.5}, "quality.probability_threshold=0.5 is invalid"),
     ({"min_labelled": 0}, "quality.min_labelled=0 is invalid"),
     ({"max_drop": 0}, "quality.max_drop=0 is invalid"),
+    ({"significance": 0.9}, "quality.significance=0.9 is invalid: a one-sided test level"),
     ({"schedule": Duration.minutes(30)}, "quality.schedule='30 minutes' is invalid"),
     ({"label_lateness": Duration.days(8)}, "quality.label_lateness='8 days' is invalid"),
 ])

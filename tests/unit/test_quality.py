@@ -2,10 +2,17 @@
 
 import base64
 import json
+import math
+import random
+
+from pathlib import Path
 
 import pytest
 
 from ml_platform_constructs.runtime import capture, quality
+
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def record(output, *, encoding="CSV", content_type="text/csv", inference_id=None, event_id="event-1"):
@@ -190,10 +197,18 @@ def test_too_few_labels_is_not_judged():
     assert (result["decision"], result["shortfall"], result["labelled"]) == ("too_few_labels", None, 199)
 
 
-def test_from_the_sample_floor_on_a_drop_of_1_5_points_alarms():
-    result = judged(181, 19)  # 0.905 against 0.92: 1.5 points under
-    assert (result["labelled"], result["value"]) == (200, 0.905)
+def test_a_1_5_point_shortfall_on_200_labels_is_noise_not_an_alarm():
+    # A model exactly as good as its 0.92 baseline scores 0.905 or less in a quarter of 200-label windows.
+    result = judged(181, 19)
+    assert (result["labelled"], result["value"], result["shortfall"]) == (200, 0.905, 1.5)
+    assert result["decision"] == "not_significant"
+    assert result["p_value"] == pytest.approx(0.2506, abs=1e-4) and result["significance"] == 0.001
+
+
+def test_a_significant_drop_of_1_5_points_alarms():
+    result = judged(3620, 380)  # 0.905 against 0.92 on 4000 labels: p about 0.0001
     assert (result["decision"], result["shortfall"]) == ("alarm", 1.5)
+    assert result["p_value"] < 0.001
 
 
 def test_a_smaller_drop_is_ok():
@@ -202,12 +217,100 @@ def test_a_smaller_drop_is_ok():
 
 
 def test_the_drop_is_configurable():
-    assert judged(181, 19, max_drop=2.0)["decision"] == "ok"
+    assert judged(3620, 380, max_drop=2.0)["decision"] == "ok"
 
 
-def test_regression_alarms_on_mae_percent_over_the_baseline():
-    assert quality.decide(settings(problem_type="regression", baseline=2.0, min_labelled=1), 2.03, 10) == ("alarm", 1.5)
-    assert quality.decide(settings(problem_type="regression", baseline=2.0, min_labelled=1), 2.02, 10)[0] == "ok"
+def test_the_significance_is_configurable():
+    assert judged(181, 19, significance=0.3)["decision"] == "alarm"
+
+
+def test_regression_alarms_on_mae_percent_over_the_baseline_when_significant():
+    regression = settings(problem_type="regression", baseline=2.0, min_labelled=1)
+    assert quality.decide(regression, 2.03, 10, 0.0001) == ("alarm", 1.5)
+    assert quality.decide(regression, 2.03, 10, 0.2) == ("not_significant", 1.5)
+    assert quality.decide(regression, 2.02, 10, 0.0001)[0] == "ok"
+
+
+def test_the_binomial_tail_is_exact():
+    for n, p in ((20, 0.92), (200, 0.5), (150, 0.99)):
+        for k in range(n + 1):
+            exact = sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k + 1))
+            assert quality.binomial_cdf(k, n, p) == pytest.approx(exact, rel=1e-9, abs=1e-300)
+    assert quality.binomial_cdf(99, 100, 1.0) == 0.0 and quality.binomial_cdf(905_000, 1_000_000, 0.92) == 0.0
+
+
+# A safety device has two tests: it fires when it must, and never on legitimate work. Windows as the hourly check
+# sees them, of 200 to 3,000 labels; seeded, so the counts below are fixed.
+WINDOW_SIZES = (200, 500, 1000, 2000, 3000)
+
+
+def accuracy_windows(accuracy, windows, seed):
+    rng = random.Random(seed)
+    for w in range(windows):
+        n = WINDOW_SIZES[w % len(WINDOW_SIZES)]
+        yield [0.0 if rng.random() < accuracy else 1.0 for _ in range(n)]
+
+
+def test_a_model_as_good_as_its_baseline_almost_never_alarms():
+    decisions = [quality.judge(settings(min_labelled=200), errors)["decision"]
+                 for errors in accuracy_windows(0.92, 1500, seed=19)]
+    # At most significance (0.1%) of windows: 1.5 expected in 1500. Without the test, 131 of them (a quarter of the
+    # 200-label windows) would alarm.
+    assert decisions.count("alarm") <= 5
+    assert decisions.count("not_significant") > 0  # the noise is there; the test is what keeps it quiet
+
+
+def test_a_model_3_points_worse_alarms_with_enough_labels():
+    rng = random.Random(20)
+    decisions = [quality.judge(settings(min_labelled=200), [0.0 if rng.random() < 0.89 else 1.0 for _ in range(3000)])
+                 ["decision"] for _ in range(200)]
+    assert decisions.count("alarm") >= 190  # 99% expected from 3,000 labels a window
+
+
+def mae_windows(mae, windows, n, seed):
+    rng = random.Random(seed)
+    sigma = mae / math.sqrt(2 / math.pi)  # |N(0, sigma)| has mean sigma * sqrt(2 / pi)
+    for _ in range(windows):
+        yield [abs(rng.gauss(0, sigma)) for _ in range(n)]
+
+
+def test_a_regression_model_as_good_as_its_baseline_almost_never_alarms():
+    regression = settings(problem_type="regression", baseline=2.0, min_labelled=200)
+    decisions = [quality.judge(regression, errors)["decision"] for errors in mae_windows(2.0, 1000, 300, seed=21)]
+    assert decisions.count("alarm") <= 4 and decisions.count("not_significant") > 0
+
+
+def test_a_regression_model_12_percent_worse_alarms_with_enough_labels():
+    regression = settings(problem_type="regression", baseline=2.0, min_labelled=200)
+    decisions = [quality.judge(regression, errors)["decision"] for errors in mae_windows(2.24, 200, 2000, seed=22)]
+    assert decisions.count("alarm") >= 190
+
+
+def labels_needed(predicate, start, stop):
+    """The smallest window size from which ``predicate(n)`` holds for every size up to ``stop`` (binomial tails
+    are not monotonic in n: a few smaller windows may already pass)."""
+    failing = [n for n in range(start, stop) if not predicate(n)]
+    return failing[-1] + 1 if failing else start
+
+
+def test_the_readmes_state_the_labels_a_significant_1_5_point_drop_takes():
+    def significant(level):
+        return lambda n: quality.binomial_cdf(math.floor(n * 0.905 + 1e-9), n, 0.92) <= level
+
+    def caught_95_percent_of_3_point_drops(n):
+        k = math.floor(n * 0.905 + 1e-9)  # 1.5 points under 0.92, and significant at 0.001
+        while quality.binomial_cdf(k, n, 0.92) > 0.001:
+            k -= 1
+        return quality.binomial_cdf(k, n, 0.89) >= 0.95
+
+    stated = [labels_needed(significant(0.001), 3000, 6000), labels_needed(significant(0.01), 1500, 4000),
+              labels_needed(significant(0.05), 700, 2000), labels_needed(caught_95_percent_of_3_point_drops, 1900, 2600)]
+    assert stated == [3327, 1906, 969, 2157]
+    for readme in (ROOT / "README.md", ROOT / "constructs" / "README.md"):
+        text = " ".join(readme.read_text().split())
+        for words in ("about 3,300 labelled predictions", "about 1,900 at 0.01, 1,000 at 0.05",
+                      "3 points worse is caught in 95% of its windows from about 2,200 labels"):
+            assert words in text, f"{readme.name}: {words!r}"
 
 
 @pytest.mark.parametrize("overrides,message", [

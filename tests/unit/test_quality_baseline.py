@@ -164,7 +164,7 @@ def test_baseline_values_are_what_the_parameter_allows():
 
 # --- the function -----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("promoted, decision", [("", "ok"), ("0.95", "alarm")])
+@pytest.mark.parametrize("promoted, decision", [("", "ok"), ("0.98", "alarm")])
 def test_the_scheduled_check_judges_against_the_promoted_baseline_when_there_is_one(aws, promoted, decision):  # noqa: F811
     s3, cloudwatch = aws
     ids = [f"r{i}" for i in range(300)]
@@ -173,7 +173,7 @@ def test_the_scheduled_check_judges_against_the_promoted_baseline_when_there_is_
     summary = quality_handler.run({**ENV, "PROMOTED_BASELINE": promoted}, s3, cloudwatch, NOW)
     assert summary["value"] == pytest.approx(0.93)
     assert (summary["baseline"], summary["baseline_source"], summary["decision"]) == (
-        (0.92, "config", "ok") if not promoted else (0.95, "promotion", "alarm"))
+        (0.92, "config", "ok") if not promoted else (0.98, "promotion", "alarm"))  # 5 points under: significant
     assert metric(cloudwatch, "QualityBaseline") == [summary["baseline"]]
 
 

@@ -95,7 +95,10 @@ def test_quality_check_json_has_the_documented_fields(local_files, capsys):
     assert {k: result[k] for k in ("metric", "value", "labelled", "matched", "unmatched_labels",
                                    "unmatched_predictions", "baseline", "decision")} == {
         "metric": "Accuracy", "value": 0.9, "labelled": 200, "matched": 200, "unmatched_labels": 1,
-        "unmatched_predictions": 50, "baseline": 0.92, "decision": "alarm"}
+        "unmatched_predictions": 50, "baseline": 0.92, "decision": "not_significant"}
+    # 2 points under on 200 labels: a model as good as its baseline does that in 1 window of 5 or 6
+    assert (result["shortfall"], result["significance"]) == (2.0, 0.001)
+    assert result["p_value"] == pytest.approx(0.1789, abs=1e-4)
 
 
 def test_quality_check_in_words(local_files, capsys):
@@ -103,7 +106,19 @@ def test_quality_check_in_words(local_files, capsys):
     quality_command.main(["check", "dev", "classifier", "--capture", str(capture_dir), "--labels", str(labels)])
     out = capsys.readouterr().out
     assert "ml-platform-dev-classifier: Accuracy 0.9 from 200 labelled predictions" in out
-    assert out.strip().endswith("2 points under the baseline 0.92 (alarm from 1.5): ALARM")
+    assert out.strip().endswith("2 points under the baseline 0.92 (alarm from 1.5 with a p-value of at most 0.001; "
+                                "this window's: 0.18): NOT_SIGNIFICANT")
+
+
+def test_quality_check_alarms_on_a_significant_drop(tmp_path, capsys):
+    hour = tmp_path / "capture" / "AllTraffic" / "2026" / "11" / "28" / "20"
+    hour.mkdir(parents=True)
+    (hour / "part-1.jsonl").write_text("\n".join(record("1", inference_id=f"r{i}") for i in range(400)) + "\n")
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("\n".join(label(f"r{i}", 1 if i < 340 else 0) for i in range(400)) + "\n")  # 0.85
+    quality_command.main(["check", "dev", "classifier", "--capture", str(tmp_path / "capture"), "--labels",
+                          str(labels), "--json"])
+    assert json.loads(capsys.readouterr().out)["decision"] == "alarm"
 
 
 def test_quality_check_without_capture_files_says_where_they_come_from(tmp_path, local_files):

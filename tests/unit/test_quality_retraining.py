@@ -51,7 +51,7 @@ def render(transformer, event):
 
 
 def test_the_quality_alarm_has_a_trigger_of_its_own_on_the_drift_retraining(serving):
-    quality_alarm = logical_id(serving, "AWS::CloudWatch::Alarm", MetricName="QualityShortfall")
+    quality_alarm = logical_id(serving, "AWS::CloudWatch::Alarm", MetricName="SignificantShortfall")
     rule = rule_for(serving, quality_alarm)
     assert rule["EventPattern"]["detail"]["state"] == {"value": ["ALARM"]}
     [target] = rule["Targets"]
@@ -66,7 +66,7 @@ def test_the_quality_alarm_has_a_trigger_of_its_own_on_the_drift_retraining(serv
 @pytest.fixture
 def retraining(serving, monkeypatch):
     """The retraining function's environment from the template, with its claims table on moto and Batch faked."""
-    quality_alarm = logical_id(serving, "AWS::CloudWatch::Alarm", MetricName="QualityShortfall")
+    quality_alarm = logical_id(serving, "AWS::CloudWatch::Alarm", MetricName="SignificantShortfall")
     [target] = rule_for(serving, quality_alarm)["Targets"]
     variables = serving[target["Arn"]["Fn::GetAtt"][0]]["Properties"]["Environment"]["Variables"]
     batch = FakeBatch()

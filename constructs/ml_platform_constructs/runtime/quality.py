@@ -14,9 +14,15 @@
   label is then a list (or CSV line) of as many labels.
 - Metrics: binary and multiclass: accuracy, the share of labelled predictions equal to their label (numbers compare
   as numbers; for binary, a numeric prediction is first thresholded at ``probability_threshold``); regression: MAE.
-- Decision: ``too_few_labels`` under ``min_labelled`` labelled predictions; otherwise ``alarm`` when the shortfall
-  (accuracy: baseline - value, in percentage points; MAE: (value - baseline) / baseline, in percent) is at least
-  ``max_drop``, else ``ok``.
+- Decision: ``too_few_labels`` under ``min_labelled`` labelled predictions. Otherwise the shortfall (accuracy:
+  baseline - value, in percentage points; MAE: (value - baseline) / baseline, in percent) alarms only when it is at
+  least ``max_drop`` and unlikely to be noise: its one-sided p-value, the chance that a model exactly as good as the
+  baseline scores this badly or worse on this many labels, is at most ``significance`` (default 0.001). Accuracy: the
+  exact binomial test of the correct predictions against the baseline; MAE: the normal test of the mean absolute
+  error against the baseline with the window's own spread of absolute errors. A shortfall of ``max_drop`` or more
+  that is not significant is ``not_significant``; anything else is ``ok``. Without the test, a model exactly as good as
+  a 0.92 baseline scores 0.905 or less in about a quarter of 200-label windows: an hourly alarm would fire on a healthy
+  model several times a day. With it, a healthy model alarms in at most ``significance`` of its windows.
 - Baseline: the live model's held-out score. An endpoint with a declared model version gets it from its promotion
   (``PROMOTED_BASELINE``, the promoted run's ``holdout_accuracy`` or ``holdout_mae``: ``holdout_metric``); before any
   promotion, and for an endpoint without one, it is the configured value (``BASELINE``).
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -36,7 +43,10 @@ except ImportError:  # in Lambda the module sits at the top of the package
     import capture  # type: ignore[no-redef]
 
 PROBLEM_TYPES = ("binary", "multiclass", "regression")
-DECISIONS = ("ok", "alarm", "too_few_labels")
+DECISIONS = ("ok", "alarm", "not_significant", "too_few_labels")
+# A one-sided test per window, every hour: 0.001 (about 3.1 standard errors, a p-chart's 3-sigma limit) keeps a
+# healthy model's false alarms to at most 24 x 0.001 = 0.024 a day with hourly windows.
+DEFAULT_SIGNIFICANCE = 0.001
 BASELINE_SOURCES = ("config", "promotion")
 
 
@@ -56,6 +66,7 @@ class Settings:
     min_labelled: int = 200
     max_drop: float = 1.5
     baseline_source: str = "config"  # or "promotion": the promoted run's held-out score
+    significance: float = DEFAULT_SIGNIFICANCE  # the largest p-value of a shortfall that alarms
 
     def __post_init__(self) -> None:
         if self.problem_type not in PROBLEM_TYPES:
@@ -70,6 +81,8 @@ class Settings:
             raise ValueError(f"baseline={self.baseline}: the live model's accuracy, a share in (0, 1] such as 0.92")
         if self.min_labelled < 1 or not self.max_drop > 0:
             raise ValueError("min_labelled must be at least 1 and max_drop above 0")
+        if not 0 < self.significance <= 0.5:
+            raise ValueError(f"significance={self.significance}: a one-sided test level in (0, 0.5] such as 0.001")
 
     @property
     def metric(self) -> str:
@@ -84,7 +97,8 @@ class Settings:
                    baseline_source="promotion" if promoted else "config",
                    prediction_path=env.get("PREDICTION_PATH", ""),
                    probability_threshold=float(threshold) if threshold else None,
-                   min_labelled=int(env["MIN_LABELLED"]), max_drop=float(env["MAX_DROP"]))
+                   min_labelled=int(env["MIN_LABELLED"]), max_drop=float(env["MAX_DROP"]),
+                   significance=float(env.get("SIGNIFICANCE") or DEFAULT_SIGNIFICANCE))
 
 
 # --- decoding ---------------------------------------------------------------------------------------------------
@@ -189,19 +203,16 @@ class Join:
                     unusable += 1
                 else:
                     errors.append(score)
-        labelled = len(errors)
-        value = (math.fsum(errors) / labelled) if labelled else None
-        if settings.problem_type != "regression" and value is not None:
-            value = 1 - value  # errors holds 1 per wrong prediction: accuracy is the rest
-        decision, shortfall = decide(settings, value, labelled)
-        return {"metric": settings.metric, "value": value, "labelled": labelled, "matched": matched,
+        judged = judge(settings, errors)
+        return {"metric": settings.metric, **judged, "matched": matched,
                 "unmatched_labels": len(self.labels) - matched,
                 "unmatched_predictions": sum(1 for key in self.predictions if key not in self.labels),
                 "unusable_pairs": unusable, "malformed_records": self.malformed_records,
                 "malformed_labels": self.malformed_labels, "duplicate_predictions": self.duplicate_predictions,
                 "duplicate_labels": self.duplicate_labels, "baseline": settings.baseline,
-                "baseline_source": settings.baseline_source, "shortfall": shortfall,
-                "max_drop": settings.max_drop, "min_labelled": settings.min_labelled, "decision": decision}
+                "baseline_source": settings.baseline_source,
+                "max_drop": settings.max_drop, "min_labelled": settings.min_labelled,
+                "significance": settings.significance}
 
 
 def _number(value: Any) -> Optional[float]:
@@ -227,8 +238,65 @@ def _score(settings: Settings, prediction: Any, label: Any) -> Optional[float]:
     return float(str(prediction).strip() != str(label).strip())
 
 
-def decide(settings: Settings, value: Optional[float], labelled: int) -> tuple[str, Optional[float]]:
-    """``(decision, shortfall)``: judged only from ``min_labelled`` labelled predictions on."""
+def judge(settings: Settings, errors: list[float]) -> dict:
+    """``value``, ``labelled``, ``shortfall``, ``p_value`` and ``decision`` of a window's scores (``_score``: absolute
+    errors, or 1 per wrong prediction and 0 per right one)."""
+    labelled = len(errors)
+    value = (math.fsum(errors) / labelled) if labelled else None
+    if settings.problem_type != "regression" and value is not None:
+        value = 1 - value  # errors holds 1 per wrong prediction: accuracy is the rest
+    p = p_value(settings, errors) if labelled >= settings.min_labelled else None
+    decision, shortfall = decide(settings, value, labelled, p)
+    return {"value": value, "labelled": labelled, "shortfall": shortfall, "p_value": p, "decision": decision}
+
+
+def p_value(settings: Settings, errors: list[float]) -> Optional[float]:
+    """The one-sided p-value of the window's shortfall: the chance that a model exactly as good as the baseline
+    scores this badly or worse on this many labelled predictions (None without a sample to test)."""
+    n = len(errors)
+    if settings.problem_type != "regression":
+        if n == 0:
+            return None
+        correct = n - round(math.fsum(errors))
+        return binomial_cdf(correct, n, settings.baseline)
+    if n < 2:
+        return None
+    mean, spread = math.fsum(errors) / n, statistics.stdev(errors)
+    if spread == 0:
+        return 0.0 if mean > settings.baseline else 1.0
+    return 1 - statistics.NormalDist().cdf((mean - settings.baseline) / (spread / math.sqrt(n)))
+
+
+def binomial_cdf(k: int, n: int, p: float) -> float:
+    """P(X <= k) for X ~ Binomial(n, p), exact: each tail summed from its start outwards, where its terms shrink."""
+    if k >= n or p <= 0:
+        return 1.0
+    if k < 0 or p >= 1:
+        return 0.0
+    if k < n * p:
+        return _binomial_tail(k, n, p, step=-1)
+    return max(0.0, 1.0 - _binomial_tail(k + 1, n, p, step=1))
+
+
+def _binomial_tail(start: int, n: int, p: float, step: int) -> float:
+    """P(X <= start) (step -1) or P(X >= start) (step 1), for a start on the far side of the mean."""
+    log_first = (math.lgamma(n + 1) - math.lgamma(start + 1) - math.lgamma(n - start + 1)
+                 + start * math.log(p) + (n - start) * math.log1p(-p))
+    total = term = 1.0
+    i = start
+    while (i > 0) if step < 0 else (i < n):
+        term *= (i / (n - i + 1) * (1 - p) / p) if step < 0 else ((n - i) / (i + 1) * p / (1 - p))
+        i += step
+        total += term
+        if term < 1e-17 * total:
+            break
+    return min(1.0, math.exp(log_first) * total)
+
+
+def decide(settings: Settings, value: Optional[float], labelled: int,
+           p: Optional[float]) -> tuple[str, Optional[float]]:
+    """``(decision, shortfall)``: judged only from ``min_labelled`` labelled predictions on; a shortfall of
+    ``max_drop`` or more alarms only with a p-value (``p_value``) of at most ``significance``."""
     if value is None or labelled < settings.min_labelled:
         return "too_few_labels", None
     if settings.problem_type == "regression":
@@ -236,7 +304,9 @@ def decide(settings: Settings, value: Optional[float], labelled: int) -> tuple[s
     else:
         shortfall = (settings.baseline - value) * 100
     shortfall = round(shortfall, 9)  # 0.92 - 0.905 is 1.5000000000000013 points: judge the points, not the float noise
-    return ("alarm" if shortfall >= settings.max_drop else "ok"), shortfall
+    if shortfall < settings.max_drop:
+        return "ok", shortfall
+    return ("alarm" if p is not None and p <= settings.significance else "not_significant"), shortfall
 
 
 # --- on a laptop ------------------------------------------------------------------------------------------------

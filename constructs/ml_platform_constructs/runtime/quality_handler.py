@@ -3,13 +3,14 @@
 Each run judges the predictions of one window that is ``LATENESS_HOURS`` old, so that their labels had that long
 to arrive: it reads a bounded sample of the capture files of the window's hours, the label files uploaded from the
 window's first hour until now, joins them (``quality.py``), publishes the metric, the labelled and unmatched counts
-and, when the labelled sample is big enough, the shortfall against the baseline, and stores the result.
+and, when the labelled sample is big enough, the shortfall against the baseline, its p-value and the significant
+shortfall (the shortfall when the window alarms, else 0: what the quality alarm watches), and stores the result.
 
 Environment: CAPTURE_BUCKET, CAPTURE_PREFIX (up to the endpoint, e.g. "capture/classifier/"), VARIANT_NAME,
 LABELS_PREFIX (e.g. "ground-truth/classifier/", in the capture bucket), RESULTS_BUCKET, RESULTS_PREFIX,
 ENDPOINT_NAME, METRIC_NAMESPACE, WINDOW_HOURS, LATENESS_HOURS, MAX_RECORDS, and the settings: PROBLEM_TYPE,
 BASELINE, PROMOTED_BASELINE (optional: the promoted run's held-out score, which wins when set), PREDICTION_PATH,
-PROBABILITY_THRESHOLD (binary, optional), MIN_LABELLED, MAX_DROP.
+PROBABILITY_THRESHOLD (binary, optional), MIN_LABELLED, MAX_DROP, SIGNIFICANCE (optional: 0.001).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def run(env: dict[str, str], s3: Any, cloudwatch: Any, now: datetime) -> dict:
     s3_key = f"{env['RESULTS_PREFIX']}{now:%Y/%m/%d/%H%M%S}.json"
     s3.put_object(Bucket=env["RESULTS_BUCKET"], Key=s3_key, Body=json.dumps(summary, indent=1).encode())
     print(json.dumps({k: summary[k] for k in ("metric", "value", "labelled", "matched", "decision", "shortfall",
-                                              "baseline", "baseline_source")}))
+                                              "p_value", "baseline", "baseline_source")}))
     return summary
 
 
@@ -99,8 +100,16 @@ def _publish(cloudwatch: Any, namespace: str, endpoint: str, summary: dict, now:
         data.append({"MetricName": summary["metric"], "Dimensions": dimensions, "Value": float(summary["value"]),
                      "Unit": "None", "Timestamp": now})
     if summary["shortfall"] is not None:  # judged: the quality alarm sees nothing from a too small sample
-        data.append({"MetricName": "QualityShortfall", "Dimensions": dimensions, "Value": float(summary["shortfall"]),
-                     "Unit": "None", "Timestamp": now})
+        # The alarm watches SignificantShortfall: a shortfall that is not significant (noise) publishes 0 there.
+        significant = summary["shortfall"] if summary["decision"] == "alarm" else 0.0
+        p = summary["p_value"]
+        if p is not None and p < 1e-100:  # CloudWatch refuses values this small (MetricDatum.Value): 0
+            p = 0.0
+        for name, value in (("QualityShortfall", summary["shortfall"]), ("SignificantShortfall", significant),
+                            ("ShortfallPValue", p)):
+            if value is not None:  # no p-value from a single regression error
+                data.append({"MetricName": name, "Dimensions": dimensions, "Value": float(value), "Unit": "None",
+                             "Timestamp": now})
     cloudwatch.put_metric_data(Namespace=namespace, MetricData=data)
 
 
