@@ -35,6 +35,9 @@ from .runtime.promotion import VERSION, VERSION_PLACEHOLDER, model_version_param
 from .runtime_function import runtime_function
 
 DRIFT_NAMESPACE = "MLPlatform/Drift"
+# A p99 from fewer samples is noise: CloudWatch's own rule for percentile alarms is 10 / (1 - 0.99) samples a period
+# (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/percentiles-with-low-samples.html).
+P99_MIN_REQUESTS = 1000
 DRIFT_FUNCTION_FILES = ("capture.py", "drift.py", "drift_handler.py")  # the drift check's handler and its imports
 CAPTURE_PREFIX = "capture/"
 # Nitro instance families with local (instance store) volumes: their storage is encrypted by hardware and
@@ -93,7 +96,9 @@ class MonitoredEndpoint(Construct):
     :param drift_window: hours of capture each run reads (capture files are grouped by hour). Default: 1 hour.
     :param max_records_per_run: the sample bound of one run. Default: 10,000.
     :param psi_threshold: Default: 0.25. :param kl_threshold: Default: 0.3.
-    :param p99_latency_threshold: Default: 500 ms (ModelLatency is published in microseconds).
+    :param p99_latency_threshold: Default: 500 ms (ModelLatency is published in microseconds). The alarm reads the
+        p99 of 5-minute periods with at least ``P99_MIN_REQUESTS`` (1000) requests and 0 in quieter ones
+        (``metric_judged_p99_latency``): at low traffic it returns to OK and neither scales out nor rolls back.
     :param error_rate_threshold: share of 5xx responses. Default: 0.01.
     :param rollout_bake_time: every update of the endpoint (a new model version, a new configuration) is a
         blue/green deployment: the new fleet takes the traffic (a canary of one instance first when the endpoint has
@@ -472,6 +477,14 @@ class MonitoredEndpoint(Construct):
     def metric_invocations(self) -> cloudwatch.Metric:
         return self._endpoint_metric("Invocations", "Sum")
 
+    def metric_judged_p99_latency(self) -> cloudwatch.MathExpression:
+        """What the p99 latency alarm reads: ``ModelLatency`` p99 (microseconds) in 5-minute periods of at least
+        ``P99_MIN_REQUESTS`` (1000) requests, 0 in quieter ones (and in periods without traffic)."""
+        return cloudwatch.MathExpression(
+            expression=f"IF(FILL(requests, 0) >= {P99_MIN_REQUESTS}, p99, 0)",
+            label=f"p99 model latency (0 under {P99_MIN_REQUESTS} requests)", period=Duration.minutes(5),
+            using_metrics={"p99": self.metric_model_latency(), "requests": self.metric_model_latency("SampleCount")})
+
     def metric_5xx_error_rate(self) -> cloudwatch.MathExpression:
         """Invocation5XXErrors / Invocations (0 when there is no traffic)."""
         return cloudwatch.MathExpression(
@@ -505,14 +518,19 @@ class MonitoredEndpoint(Construct):
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
                 alarm_description=f"{self.endpoint_name}: a feature's KL divergence from the baseline is above "
                                   f"{kl_threshold:g}"),
-            # A p99 over a handful of requests is noise: below 10/(1-0.99) = 1000 samples a period is ignored.
-            "latency": self.metric_model_latency().create_alarm(
-                self, "P99LatencyAlarm", alarm_name=self._rollback_alarm_names["latency"], threshold=latency.to_milliseconds() * 1000, evaluation_periods=3,
+            # A p99 over a handful of requests is noise, so a quiet period reads 0 (metric math). Not the alarm's
+            # EvaluateLowSampleCountPercentile "ignore": that freezes the state at low traffic, so an alarm in ALARM
+            # when traffic falls would stay there, and CloudWatch re-invokes Auto Scaling actions every period an
+            # alarm stays in ALARM: the step policy would add instances to an idle endpoint up to max_capacity.
+            # https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/AlarmThatSendsEmail.html
+            "latency": self.metric_judged_p99_latency().create_alarm(
+                self, "P99LatencyAlarm", alarm_name=self._rollback_alarm_names["latency"],
+                threshold=latency.to_milliseconds() * 1000, evaluation_periods=3,
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                evaluate_low_sample_count_percentile="ignore",
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
                 alarm_description=f"{self.endpoint_name}: p99 model latency above {latency.to_milliseconds():g} ms "
-                                  "for 15 minutes (periods with under 1000 requests are ignored)"),
+                                  f"for 15 minutes, judged in 5-minute periods of at least {P99_MIN_REQUESTS} "
+                                  "requests (a quieter period reads 0: low traffic returns the alarm to OK)"),
             "errors": self.metric_5xx_error_rate().create_alarm(
                 self, "ErrorRateAlarm", alarm_name=self._rollback_alarm_names["errors"], threshold=error_rate, evaluation_periods=3,
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,

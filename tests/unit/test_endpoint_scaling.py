@@ -55,12 +55,17 @@ def test_latency_scales_out_only_with_a_cooldown(built):
         "StepAdjustments": [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 2}]}
 
 
+def latency_alarm(template):
+    [(_, alarm)] = template.find_resources("AWS::CloudWatch::Alarm", {"Properties": {
+        "AlarmName": "classifier-dev-p99-latency"}}).items()
+    return alarm
+
+
 def test_the_p99_alarm_drives_the_step_policy_at_its_one_threshold(built):
     template, _ = built
-    alarms = template.find_resources("AWS::CloudWatch::Alarm", {"Properties": {"MetricName": "ModelLatency"}})
-    [(_, alarm)] = alarms.items()
+    alarm = latency_alarm(template)
     assert alarm["Properties"]["Threshold"] == 800000  # 800 ms in microseconds
-    assert alarm["Properties"]["ExtendedStatistic"] == "p99"
+    assert "p99" in json.dumps(alarm["Properties"]["Metrics"])
     actions = json.dumps(alarm["Properties"]["AlarmActions"])
     [step_id] = [k for k, v in template.find_resources("AWS::ApplicationAutoScaling::ScalingPolicy").items()
                  if v["Properties"]["PolicyType"] == "StepScaling"]
@@ -69,7 +74,7 @@ def test_the_p99_alarm_drives_the_step_policy_at_its_one_threshold(built):
 
 def test_one_p99_alarm_scales_out_and_rolls_back_updates_without_a_dependency_cycle(built):
     template, parts = built
-    [(_, alarm)] = template.find_resources("AWS::CloudWatch::Alarm", {"Properties": {"MetricName": "ModelLatency"}}).items()
+    alarm = latency_alarm(template)
     rollback = next(iter(template.find_resources("AWS::SageMaker::Endpoint").values()))["Properties"][
         "DeploymentConfig"]["AutoRollbackConfiguration"]["Alarms"]
     # The endpoint names its rollback alarms (no Ref): the p99 alarm's scale-out reaches back to the endpoint, and a
@@ -91,8 +96,7 @@ def test_scale_out_on_latency_can_be_left_off(synth_stack):
     template = synth_stack(lambda stack: endpoint(stack, auto_scaling=EndpointAutoScaling(
         max_capacity=3, invocations_per_instance=100, scale_out_on_latency=False)))
     assert policies(template, "StepScaling") == []
-    alarm = next(iter(template.find_resources("AWS::CloudWatch::Alarm", {"Properties": {"MetricName": "ModelLatency"}}).values()))
-    assert "ScalingPolicy" not in json.dumps(alarm["Properties"]["AlarmActions"])
+    assert "ScalingPolicy" not in json.dumps(latency_alarm(template)["Properties"]["AlarmActions"])
 
 
 def make(**props):

@@ -121,12 +121,24 @@ def test_one_composite_drift_alarm_changes_once_per_episode_of_psi_or_kl(built):
     assert built[1]["endpoint"].alarms["drift"].alarm_name
 
 
-def test_p99_latency_alarm_in_microseconds_ignoring_low_sample_periods(built):
-    built[0].has_resource_properties("AWS::CloudWatch::Alarm", {
-        "Namespace": "AWS/SageMaker", "MetricName": "ModelLatency", "ExtendedStatistic": "p99",
-        "Threshold": 500000, "EvaluateLowSampleCountPercentile": "ignore", "EvaluationPeriods": 3,
-        "Dimensions": Match.array_with([{"Name": "EndpointName", "Value": "classifier-dev"},
-                                        {"Name": "VariantName", "Value": "AllTraffic"}])})
+def p99_alarm(template):
+    return next(a["Properties"] for a in template.find_resources("AWS::CloudWatch::Alarm").values()
+                if a["Properties"].get("AlarmName") == "classifier-dev-p99-latency")
+
+
+def test_p99_latency_alarm_in_microseconds_reads_0_in_low_traffic_periods(built):
+    alarm = p99_alarm(built[0])
+    assert (alarm["Threshold"], alarm["EvaluationPeriods"], alarm["TreatMissingData"]) == (500000, 3, "notBreaching")
+    # "ignore" would freeze the state below CloudWatch's sample threshold: an alarm in ALARM when traffic falls
+    # would stay there, re-invoking its scale-out every period, and a quiet endpoint could never return to OK.
+    assert "EvaluateLowSampleCountPercentile" not in alarm and "ExtendedStatistic" not in alarm
+    [judged] = [m for m in alarm["Metrics"] if m.get("ReturnData", True)]
+    assert judged["Expression"] == "IF(FILL(requests, 0) >= 1000, p99, 0)"
+    stats = {m["Id"]: m["MetricStat"] for m in alarm["Metrics"] if "MetricStat" in m}
+    assert {k: (v["Metric"]["MetricName"], v["Stat"], v["Period"]) for k, v in stats.items()} == {
+        "p99": ("ModelLatency", "p99", 300), "requests": ("ModelLatency", "SampleCount", 300)}
+    assert all({"Name": "VariantName", "Value": "AllTraffic"} in v["Metric"]["Dimensions"] for v in stats.values())
+    assert "1000 requests (a quieter period reads 0: low traffic returns the alarm to OK)" in alarm["AlarmDescription"]
 
 
 def test_5xx_error_rate_alarm(built):
