@@ -38,6 +38,13 @@ DRIFT_NAMESPACE = "MLPlatform/Drift"
 # A p99 from fewer samples is noise: CloudWatch's own rule for percentile alarms is 10 / (1 - 0.99) samples a period
 # (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/percentiles-with-low-samples.html).
 P99_MIN_REQUESTS = 1000
+# The rollback alarms (p99 latency, 5xx rate) go to ALARM after this many breaching periods of this length.
+ENDPOINT_ALARM_PERIOD = Duration.minutes(5)
+ROLLBACK_ALARM_PERIODS = 3
+# A rollout step must be watched long enough for them to get there: their breaching periods, plus one period, as a
+# traffic shift rarely falls on a period's start and a period's data arrives after it ends. Shorter, a regression
+# cannot roll back before SageMaker ends the bake and terminates the old fleet.
+MIN_ROLLOUT_BAKE_TIME = Duration.minutes(int(ENDPOINT_ALARM_PERIOD.to_minutes()) * (ROLLBACK_ALARM_PERIODS + 1))
 DRIFT_FUNCTION_FILES = ("capture.py", "drift.py", "drift_handler.py")  # the drift check's handler and its imports
 CAPTURE_PREFIX = "capture/"
 # Nitro instance families with local (instance store) volumes: their storage is encrypted by hardware and
@@ -103,7 +110,9 @@ class MonitoredEndpoint(Construct):
     :param rollout_bake_time: every update of the endpoint (a new model version, a new configuration) is a
         blue/green deployment: the new fleet takes the traffic (a canary of one instance first when the endpoint has
         2 or more), the endpoint's latency and error alarms are watched this long at each step, and SageMaker rolls
-        back to the old fleet if one goes to ALARM. 0-60 minutes. Default: 10 minutes.
+        back to the old fleet if one goes to ALARM. 0-60 minutes. Default: 20 minutes, ``MIN_ROLLOUT_BAKE_TIME``:
+        the alarms need 3 breaching periods of 5 minutes, and a shift rarely starts a period. A shorter bake warns
+        (``ml-platform:rollout-bake-time``): a regression could not roll back before the old fleet is gone.
     :param auto_scaling: target tracking, and scale-out on the p99 latency alarm (``EndpointAutoScaling``).
         Default: none (fixed instance count).
     :param quality: production quality against ground-truth labels, and its alarm (``ModelQuality``, see
@@ -160,7 +169,7 @@ class MonitoredEndpoint(Construct):
         network_isolation: bool = True,
         logs_key: Optional[kms.IKey] = None,
         model_version: Optional[str] = None,
-        rollout_bake_time: Duration = Duration.minutes(10),
+        rollout_bake_time: Duration = MIN_ROLLOUT_BAKE_TIME,
     ) -> None:
         super().__init__(scope, id)
         self._validate_image(image_uri)
@@ -337,7 +346,15 @@ class MonitoredEndpoint(Construct):
 
         if not bake_time.is_unresolved() and not 0 <= bake_time.to_seconds() <= 3600:
             fail("rollout_bake_time", bake_time.to_human_string(), "0 to 60 minutes (SageMaker's wait interval)",
-                 "e.g. Duration.minutes(10)")
+                 f"e.g. Duration.minutes({int(MIN_ROLLOUT_BAKE_TIME.to_minutes())})")
+        if not bake_time.is_unresolved() and bake_time.to_seconds() < MIN_ROLLOUT_BAKE_TIME.to_seconds():
+            Annotations.of(self).add_warning_v2("ml-platform:rollout-bake-time", (
+                f"rollout_bake_time={bake_time.to_human_string()} is shorter than the rollback alarms can fire: they "
+                f"need {ROLLBACK_ALARM_PERIODS} breaching periods of {ENDPOINT_ALARM_PERIOD.to_human_string()} "
+                f"({MIN_ROLLOUT_BAKE_TIME.to_human_string()} with the period a traffic shift starts in), so a latency "
+                "or error regression would not roll back before SageMaker ends the bake and terminates the old fleet. "
+                f"Fix: rollout_bake_time=Duration.minutes({int(MIN_ROLLOUT_BAKE_TIME.to_minutes())}) (the default), "
+                "or acknowledge this warning if updates need no rollback."))
         self.model_version_parameter: Optional[CfnParameter] = None
         if version is None:
             if VERSION_PLACEHOLDER in key:
@@ -371,6 +388,10 @@ class MonitoredEndpoint(Construct):
         # By name, not by Ref: the p99 alarm's scale-out action depends on the endpoint through its scalable target.
         # So on the stack's first creation the endpoint comes before its alarms; rollback only watches updates.
         names = [self._rollback_alarm_names[kind] for kind in ("latency", "errors")]
+        # Each baking period (WaitIntervalInSeconds: a canary's, or all traffic's) and the wait before the old fleet
+        # is terminated (TerminationWaitInSeconds: a canary's final baking period) last the bake time; the
+        # deployment's timeout must exceed the waits (600-28800 s):
+        # https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_BlueGreenUpdatePolicy.html
         self.endpoint.deployment_config = sagemaker.CfnEndpoint.DeploymentConfigProperty(
             blue_green_update_policy=sagemaker.CfnEndpoint.BlueGreenUpdatePolicyProperty(
                 traffic_routing_configuration=routing, termination_wait_in_seconds=seconds,
@@ -466,7 +487,7 @@ class MonitoredEndpoint(Construct):
         return function
 
     # --- metrics, alarms, scaling, dashboard ------------------------------------------------------------------
-    def _endpoint_metric(self, name: str, statistic: str, period: Duration = Duration.minutes(5)) -> cloudwatch.Metric:
+    def _endpoint_metric(self, name: str, statistic: str, period: Duration = ENDPOINT_ALARM_PERIOD) -> cloudwatch.Metric:
         return cloudwatch.Metric(namespace="AWS/SageMaker", metric_name=name, statistic=statistic, period=period,
                                  dimensions_map={"EndpointName": self.endpoint_name, "VariantName": self.variant_name})
 
@@ -482,13 +503,14 @@ class MonitoredEndpoint(Construct):
         ``P99_MIN_REQUESTS`` (1000) requests, 0 in quieter ones (and in periods without traffic)."""
         return cloudwatch.MathExpression(
             expression=f"IF(FILL(requests, 0) >= {P99_MIN_REQUESTS}, p99, 0)",
-            label=f"p99 model latency (0 under {P99_MIN_REQUESTS} requests)", period=Duration.minutes(5),
+            label=f"p99 model latency (0 under {P99_MIN_REQUESTS} requests)", period=ENDPOINT_ALARM_PERIOD,
             using_metrics={"p99": self.metric_model_latency(), "requests": self.metric_model_latency("SampleCount")})
 
     def metric_5xx_error_rate(self) -> cloudwatch.MathExpression:
         """Invocation5XXErrors / Invocations (0 when there is no traffic)."""
         return cloudwatch.MathExpression(
-            expression="IF(invocations > 0, errors / invocations, 0)", label="5xx error rate", period=Duration.minutes(5),
+            expression="IF(invocations > 0, errors / invocations, 0)", label="5xx error rate",
+            period=ENDPOINT_ALARM_PERIOD,
             using_metrics={"errors": self._endpoint_metric("Invocation5XXErrors", "Sum"),
                            "invocations": self.metric_invocations()})
 
@@ -525,14 +547,15 @@ class MonitoredEndpoint(Construct):
             # https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/AlarmThatSendsEmail.html
             "latency": self.metric_judged_p99_latency().create_alarm(
                 self, "P99LatencyAlarm", alarm_name=self._rollback_alarm_names["latency"],
-                threshold=latency.to_milliseconds() * 1000, evaluation_periods=3,
+                threshold=latency.to_milliseconds() * 1000, evaluation_periods=ROLLBACK_ALARM_PERIODS,
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
                 alarm_description=f"{self.endpoint_name}: p99 model latency above {latency.to_milliseconds():g} ms "
                                   f"for 15 minutes, judged in 5-minute periods of at least {P99_MIN_REQUESTS} "
                                   "requests (a quieter period reads 0: low traffic returns the alarm to OK)"),
             "errors": self.metric_5xx_error_rate().create_alarm(
-                self, "ErrorRateAlarm", alarm_name=self._rollback_alarm_names["errors"], threshold=error_rate, evaluation_periods=3,
+                self, "ErrorRateAlarm", alarm_name=self._rollback_alarm_names["errors"], threshold=error_rate,
+                evaluation_periods=ROLLBACK_ALARM_PERIODS,
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
                 alarm_description=f"{self.endpoint_name}: more than {error_rate:.1%} of requests end in a 5xx error"),

@@ -6,6 +6,7 @@ import json
 import pytest
 from aws_cdk import App, Duration, Stack
 from aws_cdk import aws_sns as sns
+from aws_cdk.assertions import Annotations, Match
 
 from ml_platform_constructs import DatasetBucket, MonitoredEndpoint, ValidationError
 from ml_platform_constructs.runtime.promotion import model_version_parameter
@@ -69,16 +70,51 @@ def test_updates_are_blue_green_and_roll_back_on_latency_or_errors(versioned):
             for w in watched] == ["ClassifierP99Latency", "ClassifierErrorRate"]
     policy = config["BlueGreenUpdatePolicy"]
     # One instance: no canary is possible (at most half the fleet), so the traffic moves at once and bakes.
-    assert policy["TrafficRoutingConfiguration"] == {"Type": "ALL_AT_ONCE", "WaitIntervalInSeconds": 600}
-    assert policy["TerminationWaitInSeconds"] == 600
-    assert 600 <= policy["MaximumExecutionTimeoutInSeconds"] <= 14400
+    assert policy["TrafficRoutingConfiguration"] == {"Type": "ALL_AT_ONCE", "WaitIntervalInSeconds": 1200}
+    assert policy["TerminationWaitInSeconds"] == 1200
+    assert 2 * 1200 < policy["MaximumExecutionTimeoutInSeconds"] <= 14400  # more than the waits, as the API asks
+
+
+def test_the_default_bake_outlasts_the_time_the_rollback_alarms_take_to_fire(versioned):
+    template, _ = versioned
+    config = props(template, "AWS::SageMaker::Endpoint")["DeploymentConfig"]
+    watched = {a["AlarmName"] for a in config["AutoRollbackConfiguration"]["Alarms"]}
+    alarms = [a["Properties"] for a in template.find_resources("AWS::CloudWatch::Alarm").values()
+              if a["Properties"].get("AlarmName") in watched]
+    assert len(alarms) == 2
+    bake = config["BlueGreenUpdatePolicy"]["TrafficRoutingConfiguration"]["WaitIntervalInSeconds"]
+    for alarm in alarms:
+        [period] = {m["MetricStat"]["Period"] for m in alarm["Metrics"] if "MetricStat" in m}
+        # Its breaching periods, and the period the traffic shift falls in: else a regression cannot roll back
+        # before SageMaker ends the bake and terminates the old fleet.
+        assert bake >= (alarm["EvaluationPeriods"] + 1) * period, alarm["AlarmName"]
+    assert config["BlueGreenUpdatePolicy"]["TerminationWaitInSeconds"] >= bake
+
+
+def bake_warnings(bake_time):
+    stack = Stack(App(), "T", env={"account": "123456789012", "region": "us-east-1"})
+    endpoint(stack, **({} if bake_time is None else {"rollout_bake_time": bake_time}))
+    return Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp("rollout_bake_time="))
+
+
+def test_a_bake_shorter_than_the_rollback_alarms_need_warns_with_the_fix():
+    [warning] = bake_warnings(Duration.minutes(10))
+    text = warning.entry.data
+    assert text.startswith("rollout_bake_time=10 minutes is shorter than the rollback alarms can fire: they need 3 "
+                           "breaching periods of 5 minutes (20 minutes with the period a traffic shift starts in)")
+    assert "Fix: rollout_bake_time=Duration.minutes(20) (the default)" in text
+    assert text.endswith("[ack: ml-platform:rollout-bake-time]")
+
+
+def test_the_default_and_longer_bakes_do_not_warn():
+    assert bake_warnings(None) == [] and bake_warnings(Duration.minutes(30)) == []
 
 
 def test_two_or_more_instances_take_a_one_instance_canary_first(synth_stack):
-    template = synth_stack(lambda stack: endpoint(stack, initial_instance_count=2, rollout_bake_time=Duration.minutes(5)))
+    template = synth_stack(lambda stack: endpoint(stack, initial_instance_count=2, rollout_bake_time=Duration.minutes(30)))
     routing = props(template, "AWS::SageMaker::Endpoint")["DeploymentConfig"]["BlueGreenUpdatePolicy"][
         "TrafficRoutingConfiguration"]
-    assert routing == {"Type": "CANARY", "WaitIntervalInSeconds": 300,
+    assert routing == {"Type": "CANARY", "WaitIntervalInSeconds": 1800,
                        "CanarySize": {"Type": "INSTANCE_COUNT", "Value": 1}}
 
 
