@@ -81,7 +81,9 @@ class MonitoredEndpoint(Construct):
         (``runtime.promotion.model_version_parameter(endpoint_name)``, this value its default) fills ``{version}``.
         A promotion (``./platform model promote``) updates the parameter, the template staying as deployed, and a
         later ``cdk deploy`` keeps the parameter's value, so it never undoes a promotion. Default: none (a fixed key).
-    :param instance_type: e.g. ``ml.m5.large``.
+    :param instance_type: e.g. ``ml.m5.large``. With ``auto_scaling``, SageMaker refuses to change it in place (the
+        variant is a scaling target): deploy once with ``auto_scaling=None``, then with the new type and
+        ``auto_scaling`` again (constructs/README.md, "Changing the instance type of an autoscaled endpoint").
     :param alerts: the alert topic.
     :param baseline_bucket: the environment's DatasetBucket (drift baselines and results).
     :param vpc: the model runs in its private subnets (``vpc_subnets``), with a security group without inbound rules.
