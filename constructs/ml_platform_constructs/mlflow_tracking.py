@@ -6,7 +6,7 @@ import json
 import re
 from typing import Optional
 
-from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Stack, Token, Validations
+from aws_cdk import Acknowledgment, Annotations, Duration, RemovalPolicy, Stack, Token, Validations
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
@@ -26,7 +26,11 @@ TRACKING_SERVER_SIZES = ("Small", "Medium", "Large")
 MLFLOW_INTERFACE_ENDPOINTS = (ec2.InterfaceVpcEndpointAwsService.SAGEMAKER_EXPERIMENTS,
                               ec2.InterfaceVpcEndpointAwsService.SAGEMAKER_API)
 # The MLflow API a training job uses to record runs (https://docs.aws.amazon.com/service-authorization/latest/
-# reference/list_sagemaker-mlflow.html): nothing that deletes, nothing of the model registry.
+# reference/list_sagemaker-mlflow.html): nothing that deletes, nothing of the model registry. A tracking server
+# checks these actions one by one (their resource type is mlflow-tracking-server). A serverless app authorizes its
+# whole MLflow REST API with one action, sagemaker:CallMlflowAppApi, deletes included: there these actions narrow
+# nothing, and no documented action or condition does
+# (https://docs.aws.amazon.com/sagemaker/latest/dg/mlflow-app-setup-prerequisites-iam.html).
 LOG_RUN_ACTIONS = ("CreateExperiment", "GetExperiment", "GetExperimentByName", "SearchExperiments", "CreateRun",
                    "UpdateRun", "GetRun", "SearchRuns", "LogMetric", "LogParam", "LogBatch", "LogInputs", "SetTag",
                    "GetMetricHistory", "ListArtifacts")
@@ -48,6 +52,11 @@ class MlflowTracking(Construct):
     ``DatasetBucket``. Neither resource takes a KMS key: the bucket's default encryption (its key, with S3 Bucket
     Keys) encrypts every artifact, whoever writes it. The prefix is tiered like ``datasets/``: Intelligent-Tiering
     after 7 days, never a class that needs a restore before a read.
+
+    Who may do what in MLflow: a tracking server checks each MLflow call's own ``sagemaker-mlflow`` action, so
+    ``grant_log_runs`` can exclude deletes and ``grant_read_runs`` can be read-only. The serverless app authorizes
+    its whole REST API with one action, ``sagemaker:CallMlflowAppApi``: on it every grant lets the grantee delete
+    runs and experiments too (``grant_read_runs`` warns). Where that matters, use a tracking server.
 
     The service role may read, write and delete objects under that prefix only, and use the bucket's key for them.
     The SageMaker documentation suggests AmazonS3FullAccess; this narrower role is what the service needs to read
@@ -169,9 +178,12 @@ class MlflowTracking(Construct):
                                           actions=[*sagemaker_actions, *(f"sagemaker-mlflow:{a}" for a in actions)])
 
     def grant_log_runs(self, grantee: iam.IGrantable) -> iam.Grant:
-        """What a training job needs to record its runs: the MLflow API to create and log runs (nothing that
-        deletes) on this app or server, and writing and reading artifacts under the prefix (MLflow clients put
-        them in S3 themselves), with the bucket's key. Adds the cdk-nag acknowledgements to a role it changes."""
+        """What a training job needs to record its runs: the MLflow API to create and log runs, and writing and
+        reading artifacts under the prefix (MLflow clients put them in S3 themselves; no S3 delete), with the
+        bucket's key. On a tracking server the API is ``LOG_RUN_ACTIONS``: nothing that deletes, nothing of the
+        model registry. On the serverless app it is ``sagemaker:CallMlflowAppApi``, which SageMaker checks for every
+        MLflow call on the app: the grantee may also delete runs and experiments and use the registry. Adds the
+        cdk-nag acknowledgements to a role it changes."""
         grant = self._api_grant(grantee, LOG_RUN_ACTIONS)
         self.datasets.grant_read(grantee, self.artifact_prefix)
         self.datasets.grant_write_prefix(grantee, self.artifact_prefix)
@@ -180,7 +192,17 @@ class MlflowTracking(Construct):
         return grant
 
     def grant_read_runs(self, grantee: iam.IGrantable) -> iam.Grant:
-        """Reading runs, their metrics and artifacts (a promotion gate, a report)."""
+        """Reading runs, their metrics and artifacts (a promotion gate, a report). Read-only on a tracking server
+        (``READ_RUN_ACTIONS``). On the serverless app reading takes ``sagemaker:CallMlflowAppApi``, which allows
+        every MLflow call, deletes included: a warning (``ml-platform:mlflow-app-read-is-full-access``) says so."""
+        if self.serverless:
+            Annotations.of(self).add_warning_v2("ml-platform:mlflow-app-read-is-full-access", (
+                f"grant_read_runs({grantee.node.path if isinstance(grantee, Construct) else 'a grantee'}) on the "
+                "serverless MLflow app grants "
+                "sagemaker:CallMlflowAppApi, which SageMaker checks for every MLflow call on the app: the grantee may "
+                "also log, change and delete runs and experiments. Fix: a tracking server (tracking_server_size) "
+                "checks each call's own sagemaker-mlflow action, so a reader there reads only; or acknowledge this "
+                "warning if the reader may write."))
         grant = self._api_grant(grantee, READ_RUN_ACTIONS)
         self.datasets.grant_read(grantee, self.artifact_prefix)
         self._acknowledge_prefix_grant(grantee, "Reading runs' artifacts under the MLflow artifact prefix "

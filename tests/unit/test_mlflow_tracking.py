@@ -3,9 +3,11 @@ key, tiered), the narrow service role, the grants jobs and fleets use, the inter
 and how the platform app wires it in every environment."""
 
 import json
+from pathlib import Path
 
 import pytest
 from aws_cdk import Stack
+from aws_cdk.assertions import Annotations, Match
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -83,7 +85,7 @@ def test_the_service_role_reaches_only_the_artifact_prefix_and_the_key(built):
     assert all(not a.startswith(("s3:*", "sagemaker")) for s in found for a in s["Action"])
 
 
-def test_a_job_may_log_runs_on_this_app_and_write_artifacts_but_delete_nothing(built):
+def test_a_job_may_log_runs_on_this_app_and_write_artifacts_but_delete_none(built):
     template, parts = built
     found = statements(template, "JobRole")
     api = next(s for s in found if "sagemaker-mlflow:CreateRun" in s["Action"])
@@ -95,12 +97,42 @@ def test_a_job_may_log_runs_on_this_app_and_write_artifacts_but_delete_nothing(b
     assert parts["grant"].success
 
 
-def test_a_reader_reads_runs_and_writes_nothing(built):
-    template, _ = built
+def test_a_reader_of_the_app_holds_its_whole_api_and_is_warned_so(built):
+    template, parts = built
     actions = {a for s in statements(template, "Reader") for a in s["Action"]}
     assert "sagemaker-mlflow:GetRun" in actions and "sagemaker-mlflow:SearchRuns" in actions
-    assert not any(a.startswith(("s3:Put", "s3:Delete")) or a in ("sagemaker-mlflow:CreateRun",
-                                                                  "sagemaker-mlflow:LogBatch") for a in actions)
+    assert not any(a.startswith(("s3:Put", "s3:Delete")) for a in actions)
+    # CallMlflowAppApi is the app's one gate for every MLflow call, DeleteRun included: not read-only, and said so.
+    assert "sagemaker:CallMlflowAppApi" in actions
+    warnings = Annotations.from_stack(Stack.of(parts["tracking"])).find_warning(
+        "*", Match.string_like_regexp("ml-platform:mlflow-app-read-is-full-access"))
+    [warning] = [w.entry.data for w in warnings]
+    assert warning.startswith("grant_read_runs(Test/Reader) on the serverless MLflow app grants "
+                              "sagemaker:CallMlflowAppApi") and "Fix: a tracking server (tracking_server_size)" in warning
+
+
+def test_a_reader_of_a_tracking_server_reads_only_without_a_warning(synth_stack):
+    stacks = []
+
+    def body(stack):
+        tracking = MlflowTracking(stack, "Tracking", datasets=DatasetBucket(stack, "Datasets"), name="team-a-prod",
+                                  tracking_server_size="Small")
+        tracking.grant_read_runs(iam.Role(stack, "Reader", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")))
+        stacks.append(stack)
+    template = synth_stack(body)
+    actions = {a for s in statements(template, "Reader") for a in s["Action"]}
+    assert actions & {f"sagemaker-mlflow:{a}" for a in ("GetRun", "SearchRuns")}
+    assert not any(a.startswith(("s3:Put", "s3:Delete", "sagemaker:CallMlflowAppApi")) or a in (
+        "sagemaker-mlflow:CreateRun", "sagemaker-mlflow:LogBatch") or "Delete" in a for a in actions)
+    assert Annotations.from_stack(stacks[0]).find_warning("*", Match.string_like_regexp("mlflow-app")) == []
+
+
+def test_the_readme_says_the_apps_grants_include_deletes():
+    readme = " ".join((Path(__file__).resolve().parents[2] / "constructs" / "README.md").read_text().split())
+    section = readme[readme.index("## MlflowTracking"):readme.index("### Recording a run")]
+    assert ("So on the app both grants (`CallMlflowAppApi` and `DescribeMlflowApp`, with the `sagemaker-mlflow:` "
+            "actions above) let the grantee also delete runs and experiments") in section
+    assert "on this app or server (no delete" not in section
 
 
 def test_a_tracking_server_of_a_fixed_size_is_the_option(synth_stack):
