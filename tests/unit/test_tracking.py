@@ -1,6 +1,7 @@
 """The job-contract helper: the run passport's content, one run across attempts, the secret filter, the held-out split,
 cost and its per-point figures, and MLflow as an optional store."""
 
+import argparse
 import json
 from datetime import datetime, timezone
 
@@ -92,6 +93,41 @@ def test_the_environment_keeps_platform_nccl_cuda_and_seed_variables_only():
 ])
 def test_nothing_that_looks_like_a_secret_reaches_the_passport(name, value):
     assert passport.filter_environment({name: value}) == {}
+
+
+def test_parameters_that_look_like_secrets_are_filtered_by_the_same_test():
+    args = argparse.Namespace(lr=0.1, hf_token="hf_abcdefghijklmnopqrstuvwxyz012345", data="s3://datasets/blobs/v1/",
+                              db="postgres://admin:s3cret@db.internal:5432/runs", epochs=20, resume=None)
+    assert passport.filter_params(vars(args)) == {"lr": 0.1, "data": "s3://datasets/blobs/v1/", "epochs": 20,
+                                                  "resume": None}
+
+
+class RecordingSink:
+    """An MLflow sink that records what it is sent."""
+    tracking_uri = "https://mlflow.example"
+
+    def __init__(self):
+        self.logged_params = {}
+
+    def create(self, name, tags):
+        return "mlflow-run-1"
+
+    def log(self, run_id, params=None, **kwargs):
+        self.logged_params.update(params or {})
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
+def test_a_token_passed_as_a_job_parameter_reaches_neither_the_passport_nor_mlflow(tmp_path, monkeypatch):
+    sink = RecordingSink()
+    monkeypatch.setattr(tracking, "mlflow_sink", lambda uri, experiment: sink)
+    params = vars(argparse.Namespace(lr=0.1, hf_token="hf_abcdefghijklmnopqrstuvwxyz012345", epochs=20))
+    tracking.TrackedRun.start(params=params, seed=1234, env=queue_env(tmp_path), clock=Clock(),
+                              tracking_uri=sink.tracking_uri, prices=load_prices("us-east-1"))
+    text = (tmp_path / "ckpt" / "passport.json").read_text()
+    assert json.loads(text)["passport"]["params"] == {"lr": 0.1, "epochs": 20} and "hf_abcdef" not in text
+    assert sink.logged_params == {"lr": 0.1, "epochs": 20, "seed": 1234}
 
 
 # --- one run across two attempts ----------------------------------------------------------------------------------

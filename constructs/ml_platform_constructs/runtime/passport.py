@@ -5,6 +5,8 @@ information is not there (no GPU on a laptop, no container metadata outside ECS)
 
 - ``environment``: only the platform's, NCCL's, CUDA's and seed variables, and never one whose name or value
   looks like a secret (``filter_environment``).
+- ``params``: the job's parameters (often ``vars(args)``), minus any whose name or value looks like a secret by the
+  same test (``filter_params``): a ``--hf-token`` never reaches the passport or MLflow.
 - ``packages``: ``name==version`` of every installed distribution (a pip freeze without pip), kept as an artifact;
   the passport holds its SHA-256.
 - ``dataset``: the URI (``s3://`` prefix or a mounted snapshot's directory) with the count, bytes and SHA-256 of
@@ -69,6 +71,12 @@ def filter_environment(env: Mapping[str, str]) -> dict[str, str]:
         if wanted and not looks_secret(name, value):
             kept[name] = value
     return dict(sorted(kept.items()))
+
+
+def filter_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters a run records (passport and MLflow), minus any whose name or value looks like a secret: the
+    environment's test (``looks_secret``) on the name and the value as text."""
+    return {name: value for name, value in params.items() if not looks_secret(str(name), str(value))}
 
 
 def installed_packages() -> list[str]:
@@ -247,7 +255,7 @@ def collect(*, env: Mapping[str, str], seed: Optional[int], params: Mapping[str,
                     if env.get("ML_PLATFORM_RETRAIN_TRIGGER") else None),
         "attempts": [],
         "dataset": dataset,
-        "params": dict(params),
+        "params": filter_params(params),
         "environment": filter_environment(env),
     }
     return passport, packages

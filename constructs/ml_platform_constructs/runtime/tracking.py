@@ -230,7 +230,8 @@ class TrackedRun:
         run.record["run_id"] = run._safely(lambda: sink.create(name, run._tags()), None) if sink else None
         run.record["run_id"] = run.record["run_id"] or uuid.uuid4().hex
         if sink:
-            run._safely(lambda: sink.log(run.run_id, params={**(params or {}), "seed": seed}))
+            # The passport's parameters: secrets already filtered out (passport.filter_params).
+            run._safely(lambda: sink.log(run.run_id, params={**passport["params"], "seed": seed}))
             run._safely(lambda: sink.artifact(run.run_id, PACKAGES_NAME, "\n".join(packages) + "\n"))
         run._begin_attempt(env)
         return run
