@@ -40,3 +40,9 @@ def test_every_public_name_is_documented_in_the_library_readme():
     text = (ROOT / "constructs" / "README.md").read_text()
     undocumented = [name for name in ml_platform_constructs.__all__ if not re.search(rf"\b{name}\b", text)]
     assert undocumented == []
+
+
+def test_the_released_version_has_its_changelog_entry_first():
+    version = re.search(r'^version = "([^"]+)"', (ROOT / "constructs" / "pyproject.toml").read_text(), re.M).group(1)
+    headings = re.findall(r"^## (\S+)", (ROOT / "constructs" / "CHANGELOG.md").read_text(), re.M)
+    assert headings[0] == version, f"CHANGELOG.md's newest entry is {headings[0]}, the package says {version}"
