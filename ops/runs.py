@@ -154,7 +154,7 @@ def format_record(record: dict) -> str:
             f"    image {image.get('uri') or '-'}" + (f" ({image['digest']})" if image.get("digest") else ""),
             f"    python {p.get('python')}; {p['packages']['count']} packages (sha256 {p['packages']['sha256'][:16]}...,"
             f" artifact {p['packages']['artifact']}); {frameworks}",
-            f"    gpu: " + (f"{gpu['count']} x {gpu['model']} ({gpu['memory_mib']} MiB)" if gpu.get("count") else "none"),
+            "    gpu: " + (f"{gpu['count']} x {gpu['model']} ({gpu['memory_mib']} MiB)" if gpu.get("count") else "none"),
             f"    instance {p.get('instance_type') or '-'} {p.get('lifecycle') or ''}; queue {p.get('queue') or '-'}; "
             f"job {p.get('job_id') or '-'}" + (f"; retraining started by {p['trigger']['trigger']} "
                                                 f"({p['trigger'].get('alarm')})" if p.get("trigger") else ""),

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from aws_cdk import Stack
-from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 from ml_platform_constructs import AlertTopic, ImportedNetwork, PlatformKey, PlatformNetwork
 

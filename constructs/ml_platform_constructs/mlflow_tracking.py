@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Optional
 
-from aws_cdk import Acknowledgment, Annotations, Duration, RemovalPolicy, Stack, Token, Validations
+from aws_cdk import Acknowledgment, Annotations, Duration, RemovalPolicy, Token, Validations
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
@@ -15,6 +14,7 @@ from constructs import Construct
 
 from .dataset_bucket import DatasetBucket
 from .errors import ValidationError
+from .network import missing_interface_endpoints
 from .nag_support import AcknowledgeWildcardResources
 
 MLFLOW_PREFIX = "mlflow/"
@@ -152,17 +152,8 @@ class MlflowTracking(Construct):
     def _require_endpoints_without_egress(self, vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection]) -> None:
         """Clients in isolated subnets of a VPC of this app reach MLflow only through its interface endpoints:
         without them every tracking call times out. (An imported VPC's endpoints cannot be seen from here.)"""
-        if not isinstance(vpc, ec2.Vpc):
-            return
-        # jsii structs keep their fields in _values; select_subnets takes them as keyword arguments.
-        subnets = vpc.select_subnets(**(vpc_subnets._values if vpc_subnets else {})).subnets
-        isolated = {s.subnet_id for s in vpc.isolated_subnets}
-        if not subnets or any(s.subnet_id not in isolated for s in subnets):
-            return
-        services = [json.dumps(Stack.of(vpc).resolve(c.service_name)) for c in vpc.node.find_all()
-                    if isinstance(c, ec2.CfnVPCEndpoint)]
         needed = [e.short_name for e in MLFLOW_INTERFACE_ENDPOINTS]
-        missing = [name for name in needed if not any(f'.{name}"' in service for service in services)]
+        missing = missing_interface_endpoints(vpc, vpc_subnets, needed)
         if missing:
             raise ValidationError(
                 "MlflowTracking", "vpc", vpc.node.path,

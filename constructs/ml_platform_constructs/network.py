@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from typing import Optional, Sequence
 
@@ -98,6 +99,22 @@ def selected_subnets(vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection]) 
     then isolated, then public)."""
     # jsii structs keep their fields in _values; select_subnets takes them as keyword arguments.
     return list(vpc.select_subnets(**(vpc_subnets._values if vpc_subnets else {})).subnets)
+
+
+def missing_interface_endpoints(vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection],
+                                needed: Sequence[str]) -> list[str]:
+    """The services of ``needed`` (endpoint short names such as ``ecr.dkr``) that have no interface endpoint in ``vpc``,
+    when every selected subnet is isolated (no NAT gateway: clients there reach AWS only through interface
+    endpoints); [] otherwise, and for an imported VPC, whose endpoints cannot be seen from here."""
+    if not isinstance(vpc, ec2.Vpc):
+        return []
+    subnets = selected_subnets(vpc, vpc_subnets)
+    isolated = {s.subnet_id for s in vpc.isolated_subnets}
+    if not subnets or any(s.subnet_id not in isolated for s in subnets):
+        return []
+    services = [json.dumps(Stack.of(vpc).resolve(c.service_name)) for c in vpc.node.find_all()
+                if isinstance(c, ec2.CfnVPCEndpoint)]
+    return [name for name in needed if not any(f'.{name}"' in service for service in services)]
 
 
 def _why_public(subnet: ec2.ISubnet, public_ids: set[str], internet_gateways: set[str]) -> Optional[str]:

@@ -9,12 +9,11 @@ AWS Batch facts used here: ../../../shared/BATCH.md and the pages linked next to
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
 import jsii
-from aws_cdk import (Acknowledgment, Annotations, AspectPriority, Aspects, Duration, IAspect, Size, Stack, TagManager,
+from aws_cdk import (Acknowledgment, Annotations, AspectPriority, Aspects, Duration, IAspect, Size, TagManager,
                      Validations)
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_ec2 as ec2
@@ -27,7 +26,7 @@ from .governance import BUDGET_SCOPE_TAG
 from .gpu_alarms import validate_gpu_types
 from .instance_bootstrap import (AL2023_AGENT_INSTALL, GPU_NAMESPACE, InstanceBootstrap, dataset_block_devices,
                                  gpu_agent_config)
-from .network import QUEUE_INTERFACE_ENDPOINTS
+from .network import QUEUE_INTERFACE_ENDPOINTS, missing_interface_endpoints
 from .queue_jobs import MULTI_NODE_NODES
 from .runtime.budget_guard import QUEUE_TAG
 
@@ -132,17 +131,8 @@ def require_endpoints_without_egress(vpc: ec2.IVpc, vpc_subnets: Optional[ec2.Su
     """In isolated subnets of a VPC of this app, the instances reach ECS, ECR and Logs only through interface
     endpoints: without them they never join the queue and every job waits RUNNABLE, with no error anywhere.
     (An imported VPC's endpoints cannot be seen from here.)"""
-    if not isinstance(vpc, ec2.Vpc):
-        return
-    # jsii structs keep their fields in _values; select_subnets takes them as keyword arguments.
-    subnets = vpc.select_subnets(**(vpc_subnets._values if vpc_subnets else {})).subnets
-    isolated = {s.subnet_id for s in vpc.isolated_subnets}
-    if not subnets or any(s.subnet_id not in isolated for s in subnets):
-        return
-    services = [json.dumps(Stack.of(vpc).resolve(c.service_name)) for c in vpc.node.find_all()
-                if isinstance(c, ec2.CfnVPCEndpoint)]
     needed = [*(e.short_name for e in QUEUE_INTERFACE_ENDPOINTS), "logs"]
-    missing = [name for name in needed if not any(f'.{name}"' in service for service in services)]
+    missing = missing_interface_endpoints(vpc, vpc_subnets, needed)
     if missing:
         raise ValidationError("TrainingQueue", "vpc", vpc.node.path,
                               f"isolated subnets with interface endpoints for {needed} (no NAT gateway: the "
