@@ -121,7 +121,7 @@ def main(argv: list[str], *, assembly: Path = ROOT / "cdk.out", local_assembly: 
         f"Example job, as a queue runs it, on moto's S3 (the whole run record: {shown(run_file)}):",
         *run_lines,
         "Next:",
-        "  ./platform test                       the whole test suite (about a minute)",
+        "  ./platform test                       the whole test suite (about 2 minutes on 2 cores)",
         "  config/environments.toml              your accounts, Regions, fleets, queues (README: Environments)",
         f"  AWS_PROFILE={config.project}-{first} ./platform diff {first}   then ./platform deploy {first} "
         "(README: Operator commands)",

@@ -8,6 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+import botocore.loaders
+import botocore.session
 import pytest
 from aws_cdk import App, Stack
 from aws_cdk import aws_ec2 as ec2
@@ -17,6 +19,19 @@ from ops.lint import CheckovResult, cfn_lint_result, checkov_result, start_cfn_l
 from ops.lint import templates as assembly_templates
 from stacks import config as platform_config
 from stacks.app_builder import build
+
+# One botocore loader per data path for the whole test process: each new boto3 Session would otherwise parse its
+# services' JSON models again (about ten seconds over the suite); the models never change within a process.
+_LOADERS: dict = {}
+
+
+def _shared_loader(search_path_string=None):
+    if search_path_string not in _LOADERS:
+        _LOADERS[search_path_string] = botocore.loaders.create_loader(search_path_string)
+    return _LOADERS[search_path_string]
+
+
+botocore.session.create_loader = _shared_loader
 
 ROOT = Path(__file__).resolve().parent.parent
 ACCOUNT = "123456789012"

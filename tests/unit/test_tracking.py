@@ -157,6 +157,16 @@ def test_the_passport_has_every_field_and_the_dataset_digest(tmp_path):
     assert record["run_id"] == run.run_id and record["status"] == "RUNNING"
 
 
+def test_the_package_list_is_every_installed_distribution_with_its_version():
+    from importlib import metadata
+
+    packages = passport.installed_packages()
+    assert packages == sorted(packages, key=lambda line: line.split("==")[0].lower())
+    assert f"boto3=={metadata.version('boto3')}" in packages
+    assert {line.split("==")[0].lower() for line in packages} == {
+        d.metadata["Name"].lower() for d in metadata.distributions() if d.metadata["Name"]}
+
+
 def test_two_attempts_continue_one_run_with_cost_and_interruptions(tmp_path):
     clock = Clock()
     first = start(tmp_path, clock, queue_env(tmp_path))

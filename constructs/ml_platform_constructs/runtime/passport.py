@@ -25,6 +25,7 @@ import subprocess
 import sys
 import urllib.request
 from dataclasses import dataclass
+from email.parser import HeaderParser
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -82,10 +83,18 @@ def installed_packages() -> list[str]:
     """``name==version`` of every installed distribution, sorted (what ``pip freeze`` lists, without pip)."""
     found = {}
     for distribution in metadata.distributions():
-        name = distribution.metadata["Name"]
+        name, version = _name_and_version(distribution)
         if name:
-            found[name.lower()] = f"{name}=={distribution.version}"
+            found[name.lower()] = f"{name}=={version}"
     return [found[key] for key in sorted(found)]
+
+
+def _name_and_version(distribution: metadata.Distribution) -> tuple[Optional[str], Optional[str]]:
+    """Name and Version from the headers of the distribution's metadata file alone: ``distribution.metadata`` and
+    ``distribution.version`` each parse the whole file, long description included (5x the time)."""
+    text = distribution.read_text("METADATA") or distribution.read_text("PKG-INFO") or ""
+    headers = HeaderParser().parsestr(text.split("\n\n", 1)[0])
+    return headers["Name"], headers["Version"]
 
 
 def packages_digest(packages: list[str]) -> str:
