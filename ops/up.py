@@ -59,11 +59,14 @@ def emulator_lines(deployed: local_deploy.LocalDeploy, table: str) -> list[str]:
 
 
 def local_run_lines(output: str) -> list[str]:
-    """Each attempt's outcome and the command that shows the run, from ops.local_run's output."""
+    """Each attempt's outcome, the run's held-out accuracy and cost, and the command that shows its passport, from
+    ops.local_run's output."""
     attempts = re.findall(r"^    (attempt \d+: .*? -> exit \d+)", output, re.M)
     run = re.search(r"\(\./platform runs show --local (\w+)\)", output)
+    result = re.search(r"finished: (holdout accuracy [\d.]+), \d+ attempt\(s\), (cost [\d.e-]+ USD)", output)
+    recorded = f"{result[1]}, {result[2]}; passport: " if result else ""
     return [*(f"  {line}" for line in attempts),
-            f"  one run recorded: ./platform runs show --local {run[1] if run else '(not found)'}"]
+            f"  one run recorded: {recorded}./platform runs show --local {run[1] if run else '(not found)'}"]
 
 
 def main(argv: list[str], *, assembly: Path = ROOT / "cdk.out", local_assembly: Path = ROOT / "cdk.out.local",

@@ -14,7 +14,7 @@ from ops.report import MISSING, PARTIAL, Finding, ResourceReport, StackReport
 
 LOCAL_RUN = """==> local run: example-1, checkpoints at s3://b/checkpoints/training/example-1/ (emulated S3)
     attempt 1: SIGTERM after epoch 3 (a simulated Spot reclaim) -> exit 143: attempt 1: stopped at epoch 3 of 30
-    attempt 2: resuming from the checkpoint of epoch 3 -> exit 0: run 169cfc6a finished: holdout accuracy 0.849
+    attempt 2: resuming from the checkpoint of epoch 3 -> exit 0: run 169cfc6a finished: holdout accuracy 0.849, 2 attempt(s), cost 0.000281 USD
 
 The run it recorded (./platform runs show --local 169cfc6a):
 Run 169cfc6a (example-1, experiment training): FINISHED
@@ -75,7 +75,8 @@ def test_up_shows_every_step_and_ends_with_a_summary_on_one_screen(steps, capsys
                                  "local-run.txt):") + 1:][:3] == [
         "  attempt 1: SIGTERM after epoch 3 (a simulated Spot reclaim) -> exit 143",
         "  attempt 2: resuming from the checkpoint of epoch 3 -> exit 0",
-        "  one run recorded: ./platform runs show --local 169cfc6a"]
+        "  one run recorded: holdout accuracy 0.849, cost 0.000281 USD; "
+        "passport: ./platform runs show --local 169cfc6a"]
     assert steps["called"] == ["deploy", "ops.local_run"]
     assert summary[-4:][0].startswith("  ./platform test")
     assert (steps["logs"] / "emulator-report.txt").read_text().startswith("What was deployed to the emulator")
