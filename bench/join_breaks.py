@@ -1,0 +1,124 @@
+"""Issue 20's breaks at the joins between parts, one at a time: each is applied to the source, the tests that
+guard that join run, and the script reports the first that failed. A break no test notices fails the script.
+
+Usage: ./platform bench joins   (or .venv/bin/python bench/join_breaks.py [NAME...]); a benchmark, not part of the
+suite: it edits source files while it runs (each is restored, also on Ctrl-C). Prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+ROOT = Path(__file__).resolve().parent.parent
+LIB = "constructs/ml_platform_constructs"
+
+
+class Break(NamedTuple):
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+BREAKS = [
+    Break("guard: the spend check ignores queue instances", f"{LIB}/runtime/budget_guard.py",
+          'capacity += queue_capacity(clients["ec2"], env["ENVIRONMENT"], now)', "pass",
+          ("tests/unit/test_budget_guard_joins.py", "tests/unit/test_budget_guard_queues.py")),
+    Break("guard: the Budgets-notification stop skips queues", f"{LIB}/runtime/budget_guard.py",
+          "    if batch is not None:\n        report.update(stop_queues(",
+          "    if batch is None:\n        report.update(stop_queues(",
+          ("tests/unit/test_budget_guard_joins.py",)),
+    Break("guard IAM: the Batch stop statement loses its scope condition", f"{LIB}/budget_guard.py",
+          "resources=[stack_arn(stack, arn) for arn in BATCH_QUEUE_ARNS],\n"
+          "            conditions={\"StringEquals\": {f\"aws:ResourceTag/{BUDGET_SCOPE_TAG}\": self.budget_scope}}))",
+          "resources=[stack_arn(stack, arn) for arn in BATCH_QUEUE_ARNS]))",
+          ("tests/unit/test_guard_iam.py",)),
+    Break("compliance: a new acknowledgement of a known rule on another resource", f"{LIB}/dataset_bucket.py",
+          '            id="AwsSolutions-S1",\n',
+          '            id="AwsSolutions-IAM5",\n            reason="x" * 20,\n        ), Acknowledgment(\n'
+          '            id="AwsSolutions-S1",\n',
+          ("tests/compliance/test_compliance.py::test_every_acknowledgement_is_expected_by_construct_and_finding",)),
+    Break("retraining: the cooldown inverted", f"{LIB}/runtime/retrain.py",
+          '"attribute_not_exists(#pk) OR #until <= :now"', '"attribute_not_exists(#pk) OR #until > :now"',
+          ("tests/unit/test_retrain.py", "tests/unit/test_retrain_claims.py")),
+    Break("watcher: completes the lifecycle action on a Spot notice instead of a scale-in",
+          f"{LIB}/runtime/interruption_watcher.py",
+          'if stop["reason"] == "scale-in" and settings.lifecycle_hook:',
+          'if stop["reason"] != "scale-in" and settings.lifecycle_hook:',
+          ("tests/unit/test_interruption_watcher_loop.py",)),
+    Break("watcher: signals containers on a fleet host, PID files on a Batch host",
+          f"{LIB}/runtime/interruption_watcher.py",
+          'signal_containers=env.get("ML_PLATFORM_SIGNAL_CONTAINERS") == "ecs")',
+          'signal_containers=env.get("ML_PLATFORM_SIGNAL_CONTAINERS") != "ecs")',
+          ("tests/unit/test_interruption_watcher_loop.py",)),
+    Break("watcher: completing the lifecycle action without a timeout", f"{LIB}/runtime/interruption_watcher.py",
+          '"--lifecycle-action-result", "CONTINUE"], check=True, timeout=CALL_TIMEOUT_SECONDS)',
+          '"--lifecycle-action-result", "CONTINUE"], check=True)',
+          ("tests/unit/test_interruption_watcher_loop.py",)),
+    Break("job submit: --gpus 0 accepted", f"{LIB}/jobs.py",
+          "if not 1 <= gpus <= per_instance:", "if not 0 <= gpus <= per_instance:",
+          ("tests/unit/test_job_commands.py", "tests/unit/test_job_ops.py", "tests/unit/test_job_ops_commands.py")),
+    Break("job submit: a fixed node count for multi-node jobs", f"{LIB}/jobs.py",
+          'request["nodeOverrides"] = {"numNodes": submission.nodes,',
+          'request["nodeOverrides"] = {"numNodes": 2,',
+          ("tests/unit/test_job_commands.py", "tests/unit/test_job_ops.py", "tests/unit/test_job_ops_commands.py")),
+    Break("advisor: sharding decided without the activations", f"{LIB}/advisor.py",
+          "if state + item > usable and gpus > 1:", "if state > usable and gpus > 1:",
+          ("tests/unit/test_advisor.py",)),
+    Break("cost estimate: alarm costs dropped", "ops/cost_estimate.py",
+          '+ len(alarms) * prices["alarm_month"]', '+ 0 * prices["alarm_month"]',
+          ("tests/unit/test_cost_estimate_lines.py",)),
+    Break("emulator report: SNS subscriptions always read back as declared", "ops/report.py",
+          'findings.append(Finding("subscriptions", found == wanted,',
+          'findings.append(Finding("subscriptions", True,',
+          ("tests/emulator/test_local_deploy.py",)),
+    Break("example job: SIGTERM no longer stops the run", "examples/train_with_checkpoints.py",
+          'signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stop_signalled", True))',
+          "signal.signal(signal.SIGTERM, lambda *_: None)",
+          ("tests/unit/test_train_example.py", "tests/unit/test_reclaim_retry.py")),
+]
+
+
+def run(item: Break) -> tuple[list[str], float]:
+    """The tests that fail with the break applied (node ids), and the seconds the run took."""
+    path = ROOT / item.path
+    source = path.read_text()
+    if source.count(item.old) != 1:
+        raise SystemExit(f"join_breaks: {item.name}: the code to break is not in {item.path} exactly once; "
+                         "update BREAKS to the source")
+    started = time.monotonic()
+    try:
+        path.write_text(source.replace(item.old, item.new))
+        # -x: the first test that notices is the answer (a broken loop may otherwise wait out its timeouts).
+        result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--no-header",
+                                 "-rf", *item.tests], cwd=ROOT, capture_output=True, text=True)
+    finally:
+        path.write_text(source)
+    return re.findall(r"^FAILED (\S+)", result.stdout, re.M), time.monotonic() - started
+
+
+def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still restores the file it broke
+    if any(arg in ("-h", "--help") for arg in argv):
+        print(__doc__.strip())
+        return 0
+    chosen = [b for b in BREAKS if not argv or any(name in b.name for name in argv)]
+    print("| break | the first test that fails | seconds |\n|---|---|---|")
+    unnoticed = 0
+    for item in chosen:
+        failed, seconds = run(item)
+        unnoticed += not failed
+        shown = ", ".join(f"`{f}`" for f in failed)
+        print(f"| {item.name} | {shown or '**none: unnoticed**'} | {seconds:.0f} |", flush=True)
+    return 1 if unnoticed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
