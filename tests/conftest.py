@@ -146,6 +146,20 @@ def queue_vpc(stack: Stack) -> ec2.Vpc:
     return vpc
 
 
+def training_queue(stack: Stack, **props):
+    """A TrainingQueue with what every queue needs: an isolated VPC with the queue's endpoints, an alert topic, a
+    key, an ECR image and four GPU types of one shape; ``props`` add to them."""
+    from aws_cdk import aws_kms as kms
+    from aws_cdk import aws_sns as sns
+
+    from ml_platform_constructs import TrainingQueue
+
+    return TrainingQueue(stack, "Queue", vpc=queue_vpc(stack), alerts=sns.Topic(stack, "Alerts"),
+                         key=kms.Key(stack, "Key"), image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1",
+                         instance_types=[ec2.InstanceType(t) for t in ("g5.xlarge", "g5.2xlarge", "g6.xlarge",
+                                                                       "g6.2xlarge")], **props)
+
+
 def pytest_collection_finish(session):
     """Starts the library wheel build and synth (a separate process, seconds of CPU) as soon as the session knows
     it will run test_library_wheel.py, so it overlaps the other tests."""

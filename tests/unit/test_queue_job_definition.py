@@ -3,24 +3,16 @@ role can pull the image (and only from its repository), a single-node container 
 the interruption watcher writes on the host is where the job reads it (mutation survivors of test_training_queue)."""
 
 import pytest
-from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_kms as kms
-from aws_cdk import aws_sns as sns
 
 from iam_policy import Request, allowed, role_statements
-from ml_platform_constructs import TrainingQueue
-from tests.conftest import queue_vpc
+from tests.conftest import training_queue
 
 REPOSITORY = "arn:aws:ecr:us-east-1:123456789012:repository/train"
 
 
 @pytest.fixture(scope="module")
 def template(synth_stack):
-    def body(stack):
-        TrainingQueue(stack, "Queue", vpc=queue_vpc(stack), alerts=sns.Topic(stack, "Alerts"), key=kms.Key(stack, "Key"),
-                      image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1",
-                      instance_types=[ec2.InstanceType(t) for t in ("g5.xlarge", "g5.2xlarge", "g6.xlarge", "g6.2xlarge")])
-    return synth_stack(body).to_json()
+    return synth_stack(training_queue).to_json()
 
 
 def container(template):

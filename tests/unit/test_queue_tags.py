@@ -10,20 +10,16 @@ from pathlib import Path
 
 import cfnlint
 import pytest
-from aws_cdk import App, Stack, Tags
+from aws_cdk import Stack, Tags
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_kms as kms
-from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Template
 
-from ml_platform_constructs import TrainingQueue
 from ml_platform_constructs.runtime.budget_guard import BUDGET_SCOPE_TAG, QUEUE_TAG
 from stacks.stage import PlatformStage
-from tests.conftest import ACCOUNT, new_app, queue_vpc
+from tests.conftest import ACCOUNT, new_app, training_queue
 
 SCHEMAS = Path(cfnlint.__file__).parent / "data" / "schemas"
 GUARDED = ("AWS::Batch::ComputeEnvironment", "AWS::EC2::PlacementGroup")
-TYPES = ("g5.xlarge", "g5.2xlarge", "g6.xlarge", "g6.2xlarge")
 
 
 @lru_cache
@@ -62,11 +58,8 @@ def team_app_template(tmp_path_factory, cost_center: str, flags: dict) -> Templa
     Tags.of(app).add("cost-center", cost_center)
     stack = Stack(app, "Team", env={"account": ACCOUNT, "region": "us-east-1"})
     Tags.of(stack).add("owner", f"team-{cost_center}")
-    TrainingQueue(stack, "Queue", vpc=queue_vpc(stack), alerts=sns.Topic(stack, "Alerts"), key=kms.Key(stack, "Key"),
-                  image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1", on_demand_max_vcpus=8,
-                  instance_types=[ec2.InstanceType(t) for t in TYPES], budget_scope="research",
-                  multi_node_instance_types=[ec2.InstanceType("g5.8xlarge"), ec2.InstanceType("g6.8xlarge")],
-                  multi_node_max_vcpus=64)
+    training_queue(stack, on_demand_max_vcpus=8, budget_scope="research", multi_node_max_vcpus=64,
+                   multi_node_instance_types=[ec2.InstanceType("g5.8xlarge"), ec2.InstanceType("g6.8xlarge")])
     return Template.from_stack(stack)
 
 

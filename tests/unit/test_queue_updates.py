@@ -3,24 +3,13 @@ its compute environments (https://docs.aws.amazon.com/batch/latest/userguide/upd
 
 import pytest
 from aws_cdk import Duration
-from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_kms as kms
-from aws_cdk import aws_sns as sns
-
-from ml_platform_constructs import TrainingQueue
 from ml_platform_constructs.runtime.tracking import TrackedRun
-from tests.conftest import queue_vpc
+from tests.conftest import training_queue
 from tests.unit.test_train_example import PARAMS, batch_decision, example, job_env
-
-TYPES = ("g5.xlarge", "g5.2xlarge", "g6.xlarge", "g6.2xlarge")
 
 
 def queue_template(synth_stack, **props):
-    def body(stack):
-        TrainingQueue(stack, "Queue", vpc=queue_vpc(stack), alerts=sns.Topic(stack, "Alerts"), key=kms.Key(stack, "Key"),
-                      image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1", on_demand_max_vcpus=8,
-                      instance_types=[ec2.InstanceType(t) for t in TYPES], **props)
-    return synth_stack(body)
+    return synth_stack(lambda stack: training_queue(stack, on_demand_max_vcpus=8, **props))
 
 
 def update_policies(template):

@@ -104,18 +104,9 @@ def test_a_real_sigterm_mid_run_exits_143_and_the_next_attempt_resumes_and_finis
 
 @pytest.fixture(scope="module")
 def queue_retry_strategy(synth_stack):
-    from aws_cdk import aws_ec2 as ec2
-    from aws_cdk import aws_kms as kms
-    from aws_cdk import aws_sns as sns
+    from tests.conftest import training_queue
 
-    from ml_platform_constructs import TrainingQueue
-    from tests.conftest import queue_vpc
-
-    def body(stack):
-        TrainingQueue(stack, "Queue", vpc=queue_vpc(stack), alerts=sns.Topic(stack, "Alerts"), key=kms.Key(stack, "Key"),
-                      image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1",
-                      instance_types=[ec2.InstanceType(t) for t in ("g5.xlarge", "g5.2xlarge", "g6.xlarge", "g6.2xlarge")])
-    template = synth_stack(body)
+    template = synth_stack(training_queue)
     return next(iter(template.find_resources("AWS::Batch::JobDefinition").values()))["Properties"]["RetryStrategy"]
 
 
