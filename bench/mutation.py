@@ -50,17 +50,17 @@ MODULES: dict[str, tuple[str, ...]] = {
     "ml_platform_constructs/runtime/drift_handler.py": (
         "test_drift_metrics.py", "test_drift_handler.py", "test_feature_watch.py"),
     "ml_platform_constructs/runtime/benchmark.py": ("test_runtime_maths.py", "test_benchmark.py"),
-    "ml_platform_constructs/jobs.py": ("test_library_jobs.py", "test_job_commands.py"),
+    "ml_platform_constructs/operations/jobs.py": ("test_library_jobs.py", "test_job_commands.py"),
     "ops/job.py": ("test_job_ops.py", "test_job_ops_commands.py"),
     "ops/cost_estimate.py": ("test_cost_estimate.py", "test_cost_estimate_lines.py"),
-    "ml_platform_constructs/advisor.py": ("test_advisor.py", "test_advise_command.py"),
-    "ml_platform_constructs/budget_guard.py": (
+    "ml_platform_constructs/advice/advisor.py": ("test_advisor.py", "test_advise_command.py"),
+    "ml_platform_constructs/governance/budget_guard.py": (
         "test_budget_guard.py", "test_guard_iam.py", "test_budget_guard_wiring.py"),
-    "ml_platform_constructs/training_queue.py": ("test_training_queue.py",),
-    "ml_platform_constructs/queue_compute.py": ("test_training_queue.py",),
-    "ml_platform_constructs/queue_jobs.py": (
+    "ml_platform_constructs/training/training_queue.py": ("test_training_queue.py",),
+    "ml_platform_constructs/training/queue_compute.py": ("test_training_queue.py",),
+    "ml_platform_constructs/training/queue_jobs.py": (
         "test_queue_job_definition.py", "test_training_queue.py", "test_reclaim_retry.py"),
-    "ml_platform_constructs/queue_monitoring.py": ("test_training_queue.py",),
+    "ml_platform_constructs/training/queue_monitoring.py": ("test_training_queue.py",),
 }
 
 # Leaves out the tests that need the whole app's synth (pytest plugin, copied into each work folder): by their

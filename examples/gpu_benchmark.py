@@ -35,7 +35,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ml_platform_constructs.gpu_catalog import GPU_CATALOG
+from ml_platform_constructs.advice.gpu_catalog import GPU_CATALOG
 from ml_platform_constructs.runtime.benchmark import benchmark_record, local_instance_type, measure, publish
 
 LLM_SHAPES = {  # hidden, heads, FFN, total layers

@@ -25,8 +25,8 @@ import sys
 from datetime import datetime, timezone
 from typing import Any
 
-from ml_platform_constructs import budget_what_if
-from ml_platform_constructs.operations import budget_status
+from ml_platform_constructs.advice import budget_what_if
+from ml_platform_constructs.operations.cli import budget_status
 from ml_platform_constructs.runtime import budget_guard
 
 from ops.aws_access import environment, payer_session, session_for
@@ -47,7 +47,7 @@ def activate_tags(ce: Any) -> list[str]:
             for key in COST_TAGS]
 
 
-# --- what-if: the library's (ml_platform_constructs.budget_what_if), with the environment's budget and Region -----
+# --- what-if: the library's (ml_platform_constructs.advice.budget_what_if), with the environment's budget and Region -----
 
 def what_if(env: EnvironmentConfig, *, actual: float, budget_age_hours: float, running: list[str],
             on_demand: list[str], now: datetime) -> dict:

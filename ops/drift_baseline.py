@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from ml_platform_constructs.operations import baseline_from_sample, baseline_key
+from ml_platform_constructs.operations.cli import baseline_from_sample, baseline_key
 
 from ops.aws_access import environment, require_known, session_for
 from ops.cli import Parser, aws_errors_in_one_line

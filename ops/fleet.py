@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from botocore.exceptions import ClientError
-from ml_platform_constructs import gpu_catalog
-from ml_platform_constructs.dataset_snapshots import DEFAULT_BUILDER_INSTANCE_TYPE
-from ml_platform_constructs.spot_gpu_fleet import FLEET_TAG
+from ml_platform_constructs.advice import gpu_catalog
+from ml_platform_constructs.data.dataset_snapshots import DEFAULT_BUILDER_INSTANCE_TYPE
+from ml_platform_constructs.training.spot_gpu_fleet import FLEET_TAG
 
 from ops.aws_access import environment, require_known, session_for
 from ops.cli import Parser, aws_errors_in_one_line

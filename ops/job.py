@@ -6,7 +6,7 @@
   ./platform job cancel ENV JOB_ID
   ./platform job cost ENV JOB_ID [--json]    what the job really cost (ops/job_cost.py)
 
-The commands are the library's (ml_platform_constructs.jobs, also `python -m ml_platform_constructs job ...`), with
+The commands are the library's (ml_platform_constructs.operations.jobs, also `python -m ml_platform_constructs job ...`), with
 ENV's queues from config and the Compute and Data stacks' outputs. `submit` checks everything it can before calling
 AWS (the queue exists in config, the job fits its instance types, the image is in ECR with a tag or digest),
 registers a revision of the queue's job definition when the image differs, and submits with the job contract's
@@ -21,8 +21,9 @@ import dataclasses
 import sys
 from typing import Any, Optional
 
-from ml_platform_constructs import gpu_catalog, jobs
-from ml_platform_constructs.jobs import JobError, Submission
+from ml_platform_constructs.advice import gpu_catalog
+from ml_platform_constructs.operations import jobs
+from ml_platform_constructs.operations.jobs import JobError, Submission
 
 from ops.aws_access import environment, require_known, session_for
 from ops.cli import Parser, aws_errors_in_one_line

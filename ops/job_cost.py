@@ -1,8 +1,8 @@
-"""What an environment's training job really cost: ml_platform_constructs.job_cost in ENV's account and Region.
+"""What an environment's training job really cost: ml_platform_constructs.advice.job_cost in ENV's account and Region.
 
   ./platform job cost ENV JOB_ID [--json] [--instance-type T --lifecycle spot|on-demand]
 
-The read-only calls, the prices and what is counted: ml_platform_constructs/job_cost.py (the library's
+The read-only calls, the prices and what is counted: ml_platform_constructs/advice/job_cost.py (the library's
 `python -m ml_platform_constructs job cost JOB_ID` is the same command for a team without the platform app).
 """
 
@@ -12,7 +12,7 @@ import json
 import sys
 from datetime import datetime, timezone
 
-from ml_platform_constructs.job_cost import LIFECYCLES, check_override, format_cost, gather
+from ml_platform_constructs.advice.job_cost import LIFECYCLES, check_override, format_cost, gather
 
 from ops.cli import Parser, aws_errors_in_one_line
 

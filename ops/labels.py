@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-from ml_platform_constructs.endpoint_quality import GROUND_TRUTH_PREFIX
+from ml_platform_constructs.serving.endpoint_quality import GROUND_TRUTH_PREFIX
 from ml_platform_constructs.runtime.quality import validate_labels
 
 from ops.aws_access import environment, require_known, session_for

@@ -2,7 +2,7 @@
 
 Usage: python -m ops.lint [ASSEMBLY_DIR]   (default cdk.out); exits 1 when any template has a cfn-lint error or
 an unsuppressed checkov finding. A checkov suppression sits in the template next to its resource, with its
-reason (ml_platform_constructs.nag_support.suppress_checkov); the report lists them.
+reason (ml_platform_constructs.foundation.nag_support.suppress_checkov); the report lists them.
 """
 
 from __future__ import annotations

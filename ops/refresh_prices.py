@@ -5,7 +5,7 @@
 
 The table holds one entry per Region under "regions", every Region that offers catalog types; each environment,
 its cost estimate, its budget guard and the GPU advisor are priced with its own Region's entry. What a refresh
-reads, and how a Region new to the table is priced, is ml_platform_constructs.price_table's (a team with the
+reads, and how a Region new to the table is priced, is ml_platform_constructs.advice.price_table's (a team with the
 library alone runs `python -m ml_platform_constructs prices refresh` for a table of its own). Needs AWS
 credentials (pricing:GetProducts, ec2:DescribeSpotPriceHistory) and HTTPS to spot-bid-advisor.s3.amazonaws.com.
 """
@@ -19,7 +19,7 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 
 import boto3
-from ml_platform_constructs.price_table import fetch_spot_advisor, refresh
+from ml_platform_constructs.advice.price_table import fetch_spot_advisor, refresh
 
 from stacks import config as platform_config
 

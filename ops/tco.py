@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from ml_platform_constructs.advisor import PRESETS, Option, advise
-from ml_platform_constructs.gpu_catalog import ACCELERATOR_CATALOG
+from ml_platform_constructs.advice.advisor import PRESETS, Option, advise
+from ml_platform_constructs.advice.gpu_catalog import ACCELERATOR_CATALOG
 from ml_platform_constructs.runtime.budget_guard import load_prices
 from ops.advise import add_workload_arguments, fail, workload_from_args
 from ops.cost_estimate import (

@@ -16,13 +16,13 @@ from typing import Any, Mapping, Optional
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.region_info import RegionInfo
-from ml_platform_constructs.gpu_catalog import GPU_CATALOG
-from ml_platform_constructs.mlflow_tracking import TRACKING_SERVER_SIZES
-from ml_platform_constructs.monitored_endpoint import ECR_IMAGE
-from ml_platform_constructs.network import QUEUE_INTERFACE_ENDPOINTS
+from ml_platform_constructs.advice.gpu_catalog import GPU_CATALOG
+from ml_platform_constructs.data.mlflow_tracking import TRACKING_SERVER_SIZES
+from ml_platform_constructs.serving.monitored_endpoint import ECR_IMAGE
+from ml_platform_constructs.foundation.network import QUEUE_INTERFACE_ENDPOINTS
 from ml_platform_constructs.runtime.quality import holdout_metric
 from ml_platform_constructs.runtime.retrain import COOLDOWN_HOURS
-from ml_platform_constructs.training_queue import is_tagged_ecr_image
+from ml_platform_constructs.training.training_queue import is_tagged_ecr_image
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "environments.toml"
 ENVIRONMENT_NAMES = ("dev", "staging", "prod")
@@ -431,7 +431,7 @@ def _catalog_types(key: str, raw: Any, low: int) -> tuple[str, ...]:
     for name in types:
         if name not in GPU_CATALOG:
             raise ConfigError(key, name, "a GPU instance type of the platform's catalog",
-                              "use types such as g5.xlarge or g6.2xlarge (see ml_platform_constructs.gpu_catalog)")
+                              "use types such as g5.xlarge or g6.2xlarge (see ml_platform_constructs.advice.gpu_catalog)")
     return types
 
 

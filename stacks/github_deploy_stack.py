@@ -39,7 +39,7 @@ from typing import Any
 from aws_cdk import CfnOutput, Duration, Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
-from ml_platform_constructs.nag_support import AcknowledgeWildcardResources, stack_arn
+from ml_platform_constructs.foundation.nag_support import AcknowledgeWildcardResources, stack_arn
 
 from .config import ConfigError
 

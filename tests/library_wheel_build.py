@@ -111,7 +111,11 @@ def operations_cli(work: Path, wheel: Path) -> dict:
     return {"node_on_path": shutil.which("node", path=env["PATH"]) is not None,
             "help": run("-m", "ml_platform_constructs", "--help"),
             "cdk": run("-c", "import aws_cdk"),
-            "modules": run("-c", "import sys, ml_platform_constructs.operations, ml_platform_constructs.price_table; "
+            "modules": run("-c", "import sys, ml_platform_constructs.advice, ml_platform_constructs.operations; "
+                                 "from ml_platform_constructs.advice import PRESETS, advise, queue_block; "
+                                 "from ml_platform_constructs.operations import cli, jobs; cli.parser(); "
+                                 "block = queue_block(advise(PRESETS['resnet50-imagenet'], target='queue'), 'dev'); "
+                                 "print(block.splitlines()[1]); "
                                  "print(sorted({m.split('.')[0] for m in sys.modules} & {'aws_cdk', 'jsii'}))"),
             "no_region": run("-m", "ml_platform_constructs", "budget", "status")}
 

@@ -2,6 +2,6 @@
 
 import sys
 
-from .operations import main
+from .operations.cli import main
 
 sys.exit(main(sys.argv[1:]))

@@ -8,7 +8,7 @@ ML_PLATFORM_CHECKPOINT_URI (under the queue's checkpoint prefix, per job name) a
 import sys
 
 import boto3
-from ml_platform_constructs.jobs import submit_job
+from ml_platform_constructs.operations.jobs import submit_job
 
 name, image, *command = sys.argv[1:]
 batch = boto3.client("batch", region_name="eu-west-1")

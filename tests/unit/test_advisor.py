@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 
 from ml_platform_constructs import GPU_CATALOG
-from ml_platform_constructs import throughput as throughput_module
-from ml_platform_constructs.advisor import (
+from ml_platform_constructs.advice import throughput as throughput_module
+from ml_platform_constructs.advice.advisor import (
     INTERRUPTION_BANDS,
     PRESETS,
     QLORA_FROZEN_BYTES_PER_PARAMETER,
@@ -30,10 +30,10 @@ from ml_platform_constructs.advisor import (
     usable_gib,
     with_overrides,
 )
-from ml_platform_constructs.gpu_alarms import MAX_GPU_MEMORY_RATIO, MIN_INSTANCE_TYPES
-from ml_platform_constructs.gpu_catalog import ACCELERATOR_CATALOG, GPU_SPECS, NEURON_CATALOG, GpuInstanceType
+from ml_platform_constructs.training.gpu_alarms import MAX_GPU_MEMORY_RATIO, MIN_INSTANCE_TYPES
+from ml_platform_constructs.advice.gpu_catalog import ACCELERATOR_CATALOG, GPU_SPECS, NEURON_CATALOG, GpuInstanceType
 from ml_platform_constructs.runtime.budget_guard import load_prices
-from ml_platform_constructs.throughput import PUBLISHED, RELATIVE_SPEED, PublishedThroughput
+from ml_platform_constructs.advice.throughput import PUBLISHED, RELATIVE_SPEED, PublishedThroughput
 from stacks import config as platform_config
 
 GIB = 2 ** 30

@@ -194,7 +194,7 @@ def test_the_stop_functions_code_imports_as_lambda_packages_it(tmp_path):
     import sys
     from importlib import resources
 
-    from ml_platform_constructs.budget_guard import STOP_FUNCTION_FILES
+    from ml_platform_constructs.governance.budget_guard import STOP_FUNCTION_FILES
 
     for name in STOP_FUNCTION_FILES:
         shutil.copy(resources.files("ml_platform_constructs.runtime") / name, tmp_path / name)

@@ -10,7 +10,7 @@ import pytest
 from moto import mock_aws
 
 from batch_fake import FakeBatch
-from ml_platform_constructs.operations import budget_status
+from ml_platform_constructs.operations.cli import budget_status
 from ml_platform_constructs.runtime import budget_guard
 from ml_platform_constructs.runtime.budget_guard import ON_DEMAND, SPOT
 from ml_platform_constructs.runtime.pending_jobs import PENDING_PATH, PendingJobs

@@ -14,8 +14,8 @@ from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Match
 
 from ml_platform_constructs import DatasetBucket, ModelQuality, MonitoredEndpoint, ValidationError
-from ml_platform_constructs.endpoint_quality import FUNCTION_FILES as QUALITY_FILES
-from ml_platform_constructs.monitored_endpoint import DRIFT_FUNCTION_FILES as DRIFT_FILES
+from ml_platform_constructs.serving.endpoint_quality import FUNCTION_FILES as QUALITY_FILES
+from ml_platform_constructs.serving.monitored_endpoint import DRIFT_FUNCTION_FILES as DRIFT_FILES
 from tests.conftest import isolated_vpc
 
 IMAGE = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1"

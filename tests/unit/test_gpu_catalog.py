@@ -3,7 +3,7 @@
 import pytest
 
 from ml_platform_constructs import GPU_CATALOG
-from ml_platform_constructs.gpu_catalog import (
+from ml_platform_constructs.advice.gpu_catalog import (
     ACCELERATOR_CATALOG,
     EFA_INSTANCE_TYPES,
     GPU_SPECS,

@@ -1,10 +1,10 @@
-"""The job commands (ml_platform_constructs.jobs, behind ./platform job and python -m ml_platform_constructs job):
+"""The job commands (ml_platform_constructs.operations.jobs, behind ./platform job and python -m ml_platform_constructs job):
 every check a submission passes before AWS, the node and GPU counts a multi-node job is submitted with, list, logs,
 cancel, and a job definition revision for another image."""
 
 import pytest
 
-from ml_platform_constructs import jobs
+from ml_platform_constructs.operations import jobs
 from test_library_jobs import ARN, IMAGE, ROOT, FakeBatch
 
 OTHER_IMAGE = IMAGE.replace("resnet:1", "resnet:2")

@@ -1,4 +1,4 @@
-"""Job progress metrics (job_metrics) and what a Batch job really cost (ml_platform_constructs.job_cost), on hand-written
+"""Job progress metrics (job_metrics) and what a Batch job really cost (ml_platform_constructs.advice.job_cost), on hand-written
 records."""
 
 from datetime import datetime, timedelta, timezone
@@ -9,8 +9,8 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from ml_platform_constructs import JOB_NAMESPACE
-from ml_platform_constructs.job_metrics import NAMESPACE, JobMetrics, job_id_from_environment
-from ml_platform_constructs import job_cost as jc
+from ml_platform_constructs.runtime.job_metrics import NAMESPACE, JobMetrics, job_id_from_environment
+from ml_platform_constructs.advice import job_cost as jc
 from ops import job_cost as app_job_cost
 
 PRICES = {"on_demand_hourly": {"g6e.xlarge": 2.0, "g6e.12xlarge": 10.0, "p4d.24xlarge": 20.0},

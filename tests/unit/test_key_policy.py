@@ -5,7 +5,7 @@ import pytest
 
 from iam_policy import ACCOUNT, REGION, Request, allowed
 from ml_platform_constructs import PlatformKey
-from ml_platform_constructs.platform_key import allow_autoscaling_volumes
+from ml_platform_constructs.foundation.platform_key import allow_autoscaling_volumes
 
 PUBLISHERS = ("budgets.amazonaws.com", "cloudwatch.amazonaws.com", "events.amazonaws.com")
 OTHER = "210987654321"

@@ -8,7 +8,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from ml_platform_constructs import jobs, operations
+from ml_platform_constructs.operations import jobs
+from ml_platform_constructs.operations import cli as operations
 
 ACCOUNT, REGION = "111122223333", "eu-west-1"
 ARN = f"arn:aws:batch:{REGION}:{ACCOUNT}"

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from ml_platform_constructs import operations
+from ml_platform_constructs.operations import cli as operations
 
 
 class Ssm:

@@ -13,7 +13,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 
 from ml_platform_constructs import (MLFLOW_INTERFACE_ENDPOINTS, DatasetBucket, MlflowTracking, ValidationError)
-from ml_platform_constructs.mlflow_tracking import LOG_RUN_ACTIONS
+from ml_platform_constructs.data.mlflow_tracking import LOG_RUN_ACTIONS
 from tests.conftest import isolated_vpc
 
 

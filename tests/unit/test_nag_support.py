@@ -6,7 +6,7 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Template
 from constructs import Construct
 
-from ml_platform_constructs.nag_support import suppress_checkov
+from ml_platform_constructs.foundation.nag_support import suppress_checkov
 
 REASON = "A reason that says why this check does not apply here"
 

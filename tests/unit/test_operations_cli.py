@@ -12,7 +12,7 @@ import pytest
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
-from ml_platform_constructs import operations
+from ml_platform_constructs.operations import cli as operations
 
 CLEAN_ENV = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")} | {
     "AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent", "AWS_EC2_METADATA_DISABLED": "true",
@@ -25,8 +25,8 @@ def run(*argv, env=None):
 
 
 def test_the_cli_and_its_operations_import_nothing_of_the_cdk():
-    code = ("import sys; from ml_platform_constructs import budget_what_if, jobs, operations, price_table; "
-            "operations.parser().format_help(); "
+    code = ("import sys; from ml_platform_constructs.advice import budget_what_if, price_table; "
+            "from ml_platform_constructs.operations import cli, jobs; cli.parser().format_help(); "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'aws_cdk', 'jsii', 'constructs'}))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=CLEAN_ENV, check=True)
     assert result.stdout.strip() == "[]"
@@ -96,7 +96,7 @@ def price_item(price):
 
 
 def test_prices_refresh_writes_a_table_the_guard_takes(tmp_path, monkeypatch):
-    from ml_platform_constructs import price_table
+    from ml_platform_constructs.advice import price_table
 
     monkeypatch.setattr(price_table, "ACCELERATOR_CATALOG", {"g5.xlarge": None, "p5.48xlarge": None})
     credentials = {"aws_access_key_id": "t", "aws_secret_access_key": "t"}

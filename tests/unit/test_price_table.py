@@ -9,8 +9,8 @@ import pytest
 from botocore.stub import Stubber
 
 from ml_platform_constructs import ValidationError
-from ml_platform_constructs.gpu_catalog import ACCELERATOR_CATALOG
-from ml_platform_constructs.price_table import PriceTable, dearest_rates, refresh
+from ml_platform_constructs.advice.gpu_catalog import ACCELERATOR_CATALOG
+from ml_platform_constructs.advice.price_table import PriceTable, dearest_rates, refresh
 from ml_platform_constructs.runtime.budget_guard import load_prices, load_table
 
 TABLE = load_table()

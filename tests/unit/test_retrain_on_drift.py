@@ -15,7 +15,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Match, Template
 
 from ml_platform_constructs import BudgetGuard, DatasetBucket, RetrainOnDrift, TrainingQueue, ValidationError
-from ml_platform_constructs.retrain_on_drift import FUNCTION_FILES
+from ml_platform_constructs.serving.retrain_on_drift import FUNCTION_FILES
 from tests.conftest import ACCOUNT, new_app, queue_vpc
 
 IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5.1-gpu-py311-cu124-ubuntu22.04-ec2"

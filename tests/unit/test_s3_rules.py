@@ -5,7 +5,7 @@ from aws_cdk import Duration, Token
 from aws_cdk import aws_s3 as s3
 
 from ml_platform_constructs import ValidationError, default_tiering_rules
-from ml_platform_constructs.s3_rules import validate_intelligent_tiering, validate_lifecycle_rules
+from ml_platform_constructs.data.s3_rules import validate_intelligent_tiering, validate_lifecycle_rules
 
 DIRECT = ("datasets/", "checkpoints/")
 SC = s3.StorageClass

@@ -303,7 +303,7 @@ def test_a_failing_tracking_store_never_stops_training(tmp_path, capsys):
 
 
 def test_the_boot_writes_the_instance_type_and_lifecycle_where_a_job_container_reads_them(tmp_path, monkeypatch):
-    from ml_platform_constructs.instance_bootstrap import InstanceBootstrap
+    from ml_platform_constructs.training.instance_bootstrap import InstanceBootstrap
 
     script = "\n".join(InstanceBootstrap(environment={}, dataset_volumes=(), agent_config={}, agent_install="true")
                        .commands())

@@ -11,7 +11,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Annotations, Match
 
 from ml_platform_constructs import DatasetBucket, DatasetVolume, TrainingQueue, ValidationError
-from ml_platform_constructs.training_queue import is_tagged_ecr_image
+from ml_platform_constructs.training.training_queue import is_tagged_ecr_image
 from tests.conftest import isolated_vpc, queue_vpc
 
 IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5.1-gpu-py311-cu124-ubuntu22.04-ec2"
@@ -414,7 +414,7 @@ def test_isolated_subnets_without_the_ecs_and_ecr_endpoints_fail_at_synth_with_t
 
 def test_the_module_keeps_offering_the_names_it_always_had():
     # TrainingQueue's parts live in queue_compute, queue_jobs and queue_monitoring; imports from here keep working.
-    import ml_platform_constructs.training_queue as module
+    import ml_platform_constructs.training.training_queue as module
     for name in ("TrainingQueue", "QUEUE_TAG", "MULTI_NODE_NODES", "is_tagged_ecr_image", "ATTEMPTS", "EFA_DEVICE",
                  "EFA_INSTALL", "JOB_NAMESPACE", "MEMORY_HEADROOM", "ROOT_DEVICE", "STOP_TIMEOUT_SECONDS",
                  "LogGroupTarget", "definitions_of", "ecs_agent_config", "smallest_fit"):
@@ -549,7 +549,7 @@ def test_the_instance_role_a_job_can_read_holds_only_what_the_ecs_and_cloudwatch
 
 def test_the_queues_own_definitions_carry_what_the_library_finds_them_by(built):
     """jobs.find_queue: the single- and multi-node definitions are tagged with their kind and the checkpoint root."""
-    from ml_platform_constructs.jobs import CHECKPOINT_ROOT_TAG, DEFINITION_TAG
+    from ml_platform_constructs.operations.jobs import CHECKPOINT_ROOT_TAG, DEFINITION_TAG
 
     definitions = [p["Properties"] for p in built[0].find_resources("AWS::Batch::JobDefinition").values()]
     kinds = sorted(d["Tags"].get(DEFINITION_TAG, "") for d in definitions)

@@ -25,7 +25,7 @@ def hourly_usd(prices: Mapping, instance_type: str, lifecycle: str) -> float:
 
 def gpu_share(instance_type: str, gpus_used: Optional[int]) -> float:
     """The share of the instance's GPUs a job used (1.0 when unknown or the type is not in the GPU catalog)."""
-    from ..gpu_catalog import GPU_CATALOG
+    from ..advice.gpu_catalog import GPU_CATALOG
 
     entry = GPU_CATALOG.get(instance_type)
     return min(1.0, gpus_used / entry.gpu_count) if gpus_used and entry else 1.0

@@ -1,0 +1,99 @@
+"""How the package and its domain folders present themselves: names that load on first use, and the module paths of
+0.3 that moved in 0.4. Standard library only: importing ``ml_platform_constructs`` (or its CDK-free folders
+``advice``, ``operations``, ``runtime``) must not import aws-cdk-lib."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+from typing import Any, Callable, Mapping
+
+PACKAGE = "ml_platform_constructs"
+MOVED_IN, REMOVED_IN = "0.4.0", "1.0.0"
+
+# Every module of 0.3's flat layout that moved, and where it lives now. ``governance`` and ``operations`` kept their
+# paths: they became the folders of their domain and still export what the old modules did.
+MOVED = {
+    "advisor": "advice.advisor",
+    "alert_topic": "foundation.alert_topic",
+    "budget_guard": "governance.budget_guard",
+    "budget_what_if": "advice.budget_what_if",
+    "dataset_bucket": "data.dataset_bucket",
+    "dataset_snapshots": "data.dataset_snapshots",
+    "endpoint_quality": "serving.endpoint_quality",
+    "endpoint_scaling": "serving.endpoint_scaling",
+    "feature_watch": "serving.feature_watch",
+    "gpu_alarms": "training.gpu_alarms",
+    "gpu_catalog": "advice.gpu_catalog",
+    "instance_bootstrap": "training.instance_bootstrap",
+    "job_cost": "advice.job_cost",
+    "job_metrics": "runtime.job_metrics",
+    "jobs": "operations.jobs",
+    "mlflow_tracking": "data.mlflow_tracking",
+    "monitored_endpoint": "serving.monitored_endpoint",
+    "nag_support": "foundation.nag_support",
+    "network": "foundation.network",
+    "platform_key": "foundation.platform_key",
+    "price_table": "advice.price_table",
+    "queue_compute": "training.queue_compute",
+    "queue_jobs": "training.queue_jobs",
+    "queue_monitoring": "training.queue_monitoring",
+    "retrain_on_drift": "serving.retrain_on_drift",
+    "runtime_function": "foundation.runtime_function",
+    "s3_rules": "data.s3_rules",
+    "spot_gpu_fleet": "training.spot_gpu_fleet",
+    "throughput": "advice.throughput",
+    "training_queue": "training.training_queue",
+}
+
+
+def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A module's ``__getattr__`` and ``__dir__`` (PEP 562) for ``exports`` (public name -> the module, relative to
+    ``package``, that defines it): a name's module is imported when the name is first used."""
+    module = sys.modules[package]
+
+    def __getattr__(name: str) -> Any:
+        source = exports.get(name)
+        if source is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f".{source}", package), name)
+        setattr(module, name, value)  # later lookups skip this function
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*vars(module), *exports})
+
+    return __getattr__, __dir__
+
+
+class _MovedModule(importlib.abc.Loader):
+    """Loads an old path as the module it moved to (the same object: its names, its state), with a warning."""
+
+    def __init__(self, new: str) -> None:
+        self.new = new
+
+    def create_module(self, spec):  # the default: a placeholder, replaced in exec_module
+        return None
+
+    def exec_module(self, module) -> None:
+        warnings.warn(f"{module.__name__} moved to {self.new} in {MOVED_IN}; import it from there (the old path is "
+                      f"removed in {REMOVED_IN})", DeprecationWarning, stacklevel=2)
+        # The import system hands out whatever sys.modules holds under the name once this returns.
+        sys.modules[module.__name__] = importlib.import_module(self.new)
+
+
+class _MovedFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname: str, path=None, target=None):
+        package, _, name = fullname.partition(".")
+        if package == PACKAGE and name in MOVED:
+            return importlib.util.spec_from_loader(fullname, _MovedModule(f"{PACKAGE}.{MOVED[name]}"))
+        return None
+
+
+def install_moved_paths() -> None:
+    """Makes 0.3's module paths importable (idempotent). After the normal finders: a real module always wins."""
+    if not any(isinstance(finder, _MovedFinder) for finder in sys.meta_path):
+        sys.meta_path.append(_MovedFinder())

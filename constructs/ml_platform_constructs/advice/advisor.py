@@ -1,0 +1,772 @@
+"""Which GPU shape should a training job run on, and what will the whole job cost and take?
+
+$/hour is not $/job: a GPU twice the price that trains three times as fast is the cheaper one. The advisor
+ranks every catalog shape (instance type x instance count, several instances only where the type has EFA)
+by what the job pays end to end: the instance's boot and the software's start, loading the dataset, training at
+the shape's throughput, and on Spot the wait for capacity and the work redone after interruptions since the last
+checkpoint, each with the Spot terms of that type in that Region.
+
+Throughput comes from, in order: your own measurements (examples/gpu_benchmark.py), published numbers
+(throughput.PUBLISHED, each with its source), or an estimate from the nearest GPU with a number, scaled by the
+two GPUs' sustained speeds (throughput.RELATIVE_SPEED), labelled `estimated`.
+
+The decision tree, applied to every shape in this order (the first rule that fails excludes it, and says why):
+
+1. runs: the platform can run it for the target (a fleet or a queue: NVIDIA GPUs on x86_64 with the platform's
+   driver; arm64 T4G only with AWS's ARM64 Deep Learning AMI; Trainium only for a model built with the Neuron
+   SDK, outside the platform's fleets and queues), and the Region offers it;
+2. memory: model state, one micro-batch of activations and the loss's logits fit each GPU's memory as CUDA
+   offers it (the driver's total less the runtime's reserve); a model whose state fits no single GPU is sharded
+   (ZeRO-3/FSDP) over every GPU of the shape, and never placed on a single-GPU shape;
+3. scale-out: several instances only for EFA types on a queue, and only when one instance of the type cannot
+   fit the model or meet the deadline (scaling below 100% makes more instances cost more per job);
+4. deadline: the expected hours (on Spot with its waits and rework) within the deadline;
+5. the rest ranks by cost per job (or by time with minimize="time"); the first is recommended.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Iterable, Optional, Sequence
+
+from .gpu_catalog import (ACCELERATOR_CATALOG, GPU_CATALOG, GPU_SPECS, MAX_GPU_MEMORY_RATIO, MIN_INSTANCE_TYPES,
+                          GpuInstanceType, boot_seconds)
+from .throughput import RELATIVE_SPEED, published
+
+GIB = 1024 ** 3
+HOURS_PER_MONTH = 730
+SCHEMA_VERSION = 2
+
+# Model state per parameter in bytes. Adam with mixed precision: 2 (half weights) + 2 (half gradients)
+# + 4 (FP32 master weights) + 8 (two FP32 moments) = 16 (ZeRO paper, https://arxiv.org/abs/1910.02054, sec. 3.1).
+# SGD with momentum: 2 + 2 + 4 + 4 = 12. Frozen weights (LoRA's base model) in BF16/FP16: 2; in QLoRA's 4-bit
+# NormalFloat with double quantization: 4.127 bits (Dettmers et al., https://arxiv.org/abs/2305.14314, sec. 3).
+STATE_BYTES_PER_PARAMETER = {"adam": 16, "sgd": 12}
+FROZEN_BYTES_PER_PARAMETER = 2
+QLORA_FROZEN_BYTES_PER_PARAMETER = 4.127 / 8
+# What CUDA keeps of a GPU's memory before the model gets any: its context, cuBLAS/cuDNN workspaces and NCCL's
+# buffers (about 1 GiB with PyTorch), then the caching allocator's fragmentation (5% of the rest).
+RUNTIME_RESERVE_MIB = 1024
+USABLE_MEMORY_FRACTION = 0.95
+LOGIT_BYTES = 8  # per logit: FP32 logits for the loss and their FP32 gradient (a fused loss kernel avoids both)
+ZERO3_GATHERED_LAYERS = 2  # ZeRO-3/FSDP gathers the current layer's full weights and prefetches the next
+INTRA_NODE_SCALING = 0.9  # per-GPU throughput kept when a shape has more GPUs per instance than the reference
+INTER_NODE_SCALING = 0.85  # and again across instances over EFA
+DEFAULT_UTILIZATION = 0.35  # share of the reference GPU's dense TFLOPS where no number exists for a workload
+REFERENCE_GPU = "NVIDIA A100 80GB"
+MAX_INSTANCES = 8
+SOFTWARE_STARTUP_MINUTES = 4  # after boot: container image pull, CUDA and NCCL initialisation, data loader start
+
+# Spot. The Spot Instance Advisor gives per type and Region the savings over On-Demand and the "frequency of
+# interruption": the share of capacity Spot reclaimed during the trailing month, in bands. Read as the chance an
+# instance is reclaimed over an assumed average Spot instance life of SPOT_LIFE_HOURS (AWS publishes no hourly
+# rate); the open band >20% is taken as 50%. Waiting for Spot capacity at each (re)start, by band: assumed.
+SPOT_LIFE_HOURS = 24
+INTERRUPTION_BANDS = (("<5%", 0.05, 5), ("5-10%", 0.10, 5), ("10-15%", 0.15, 10), ("15-20%", 0.20, 15),
+                      (">20%", 0.50, 30))  # label, share reclaimed, capacity wait in minutes per start
+UNKNOWN_BAND = len(INTERRUPTION_BANDS) - 1  # a type the Advisor does not list: the worst band
+MAX_SPOT_SAVINGS = 0.99
+
+TARGETS = ("fleet", "queue", "none")
+RULES = ("runs", "memory", "scale-out", "deadline")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A training job. A sample is the unit throughput counts: an image, a sequence, or a token."""
+
+    name: str
+    description: str
+    parameters: float
+    trainable_parameters: float  # = parameters for full training; the adapters' for LoRA
+    optimizer: str  # "adam" or "sgd"
+    sample_unit: str  # "images", "sequences" or "tokens"
+    samples: float  # to train (epochs x dataset, or tokens)
+    flops_per_sample: float  # training FLOPs per sample (forward, backward, recomputation)
+    activation_gib_per_item: float  # one image or one sequence in the micro-batch
+    global_batch_items: int  # images or sequences per optimizer step
+    dataset_gib: float
+    deadline_hours: Optional[float] = None
+    # what one vCPU decodes and augments per second, where the input pipeline runs on the CPU (JPEG images)
+    cpu_samples_per_vcpu: Optional[float] = None
+    notes: tuple[str, ...] = ()
+    workload_class: str = "transformer"  # "convnet" or "transformer": which relative speeds apply
+    sequence: Optional[int] = None  # tokens per sequence (language models)
+    vocab: Optional[int] = None  # output vocabulary: the loss's logits per token
+    layers: Optional[int] = None  # transformer layers: the weights ZeRO-3 gathers at a time
+    neuron: bool = False  # known to train on AWS Trainium with the Neuron SDK
+    qlora: bool = False  # LoRA over a 4-bit base model
+    gpu_decode: bool = False  # images decoded and augmented on the GPU (NVIDIA DALI): no CPU cap
+
+    @property
+    def lora(self) -> bool:
+        return self.trainable_parameters < self.parameters
+
+    def frozen_bytes(self) -> float:
+        return QLORA_FROZEN_BYTES_PER_PARAMETER if self.qlora else FROZEN_BYTES_PER_PARAMETER
+
+    def state_gib(self) -> float:
+        """Weights, gradients and optimizer states of the whole model, unsharded."""
+        trainable = self.trainable_parameters * STATE_BYTES_PER_PARAMETER[self.optimizer]
+        frozen = max(0.0, self.parameters - self.trainable_parameters) * self.frozen_bytes()
+        return (trainable + frozen) / GIB
+
+    def logits_gib_per_item(self) -> float:
+        """The loss's logits and their gradient for one sequence: sequence x vocabulary x 8 bytes."""
+        return (self.sequence or 0) * (self.vocab or 0) * LOGIT_BYTES / GIB
+
+    def item_gib(self) -> float:
+        """Memory one micro-batch item needs: its activations and its logits."""
+        return self.activation_gib_per_item + self.logits_gib_per_item()
+
+    def gathered_gib(self) -> float:
+        """Under ZeRO-3/FSDP, the full weights of the layers being computed (two), on every GPU."""
+        if not self.layers:
+            return 0.0
+        weight_bytes = FROZEN_BYTES_PER_PARAMETER if not self.lora else self.frozen_bytes()
+        return ZERO3_GATHERED_LAYERS * self.parameters / self.layers * weight_bytes / GIB
+
+
+def transformer_activation_gib(sequence: int, hidden: int, layers: int) -> float:
+    """Activations of one sequence with full activation checkpointing and a fused (flash) attention kernel:
+    each layer's input kept in 16-bit (2*s*h bytes per layer) plus one layer recomputed in full (34*s*h bytes;
+    Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models",
+    https://arxiv.org/abs/2205.05198, sec. 4.1, without the attention-score term a fused kernel never stores)."""
+    return (2 * sequence * hidden * layers + 34 * sequence * hidden) / GIB
+
+
+def lora_parameters(rank: int, hidden: int, kv_hidden: int, ffn: int, layers: int) -> float:
+    """LoRA adapters of rank r on every linear layer of a Llama-style block: r * (in + out) each."""
+    per_layer = rank * ((hidden + hidden) * 2 + (hidden + kv_hidden) * 2 + (hidden + ffn) * 3)
+    return per_layer * layers
+
+
+NEURON_TUTORIALS = ("AWS Neuron training tutorials: https://awsdocs-neuron.readthedocs-hosted.com/en/latest/"
+                    "frameworks/torch/torch-neuronx/tutorials/training/bert.html (BERT-large), "
+                    "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/libraries/neuronx-distributed/tutorials/"
+                    "training_tutorials.html (Llama 2 7B fine-tuning, Llama 3 8B LoRA, Llama 70B)")
+
+
+def _llm(name: str, description: str, parameters: float, hidden: int, kv_hidden: int, ffn: int, layers: int,
+         lora_rank: Optional[int], tokens: float, vocab: int, sequence: int = 4096) -> Workload:
+    trainable = lora_parameters(lora_rank, hidden, kv_hidden, ffn, layers) if lora_rank else parameters
+    # FLOPs per token: forward 2N, backward 4N for full training (2N for LoRA: frozen weights get no gradient),
+    # plus 2N for the forward recomputed under activation checkpointing (the memory model assumes it).
+    flops = (8 if lora_rank is None else 6) * parameters
+    return Workload(
+        name=name, description=description, parameters=parameters, trainable_parameters=trainable,
+        optimizer="adam", sample_unit="tokens", samples=tokens, flops_per_sample=flops,
+        activation_gib_per_item=transformer_activation_gib(sequence, hidden, layers),
+        global_batch_items=128, dataset_gib=1, sequence=sequence, vocab=vocab, layers=layers, neuron=True,
+        notes=(f"sequence length {sequence}, vocabulary {vocab:,}, global batch 128 sequences, BF16 mixed precision, "
+               "AdamW, activation checkpointing" + (f", LoRA rank {lora_rank} on every linear layer" if lora_rank else ""),
+               f"trains on AWS Trainium with the Neuron SDK ({NEURON_TUTORIALS})"))
+
+
+PRESETS: dict[str, Workload] = {workload.name: workload for workload in (
+    Workload(
+        name="resnet50-imagenet", description="ResNet-50 v1.5, 90 epochs of ImageNet-1k at 224x224, mixed precision",
+        parameters=25.6e6, trainable_parameters=25.6e6, optimizer="sgd", sample_unit="images",
+        samples=90 * 1_281_167,
+        # 4.1 GMACs (8.2 GFLOPs) forward per 224x224 image; backward about twice the forward.
+        flops_per_sample=3 * 8.2e9,
+        # NVIDIA trains it at 256 images per 16 GB V100 with AMP; 40 MiB an image keeps that within memory.
+        activation_gib_per_item=0.04, global_batch_items=256 * 8, dataset_gib=150,
+        cpu_samples_per_vcpu=100, workload_class="convnet",
+        notes=("SGD with momentum, batch 256 per GPU as NVIDIA's recipe; ImageNet-1k train set 1,281,167 images, "
+               "about 150 GiB; JPEG decoding and augmentation on the CPU at an assumed 100 images/s per vCPU "
+               "(--gpu-decode: on the GPU with NVIDIA DALI, as NVIDIA's published numbers are)",)),
+    Workload(
+        name="bert-large-finetune", description="BERT-large fine-tuning on SQuAD v1.1, 2 epochs at sequence length 384",
+        parameters=340e6, trainable_parameters=340e6, optimizer="adam", sample_unit="sequences",
+        samples=2 * 88_641,  # SQuAD v1.1 training features at length 384, stride 128
+        flops_per_sample=6 * 340e6 * 384,
+        # no checkpointing: 34*s*h + 5*a*s^2 bytes per layer (Korthikanti et al.), s=384, h=1024, a=16, 24 layers
+        activation_gib_per_item=(34 * 384 * 1024 + 5 * 16 * 384 * 384) * 24 / GIB,
+        global_batch_items=256, dataset_gib=0.1, sequence=384, layers=24, neuron=True,
+        notes=("mixed precision, Adam; NVIDIA's recipe uses batch 32 per A100; the span head's logits are two per "
+               "token", f"trains on AWS Trainium with the Neuron SDK ({NEURON_TUTORIALS})")),
+    _llm("llm-7b-lora", "Llama-2-7B-shaped model, LoRA fine-tuning on 100M tokens", 6.74e9, 4096, 4096, 11008, 32,
+         16, 100e6, 32_000),
+    _llm("llm-7b-full", "Llama-2-7B-shaped model, full fine-tuning on 100M tokens", 6.74e9, 4096, 4096, 11008, 32,
+         None, 100e6, 32_000),
+    _llm("llm-70b-lora", "Llama-3-70B-shaped model, LoRA fine-tuning on 100M tokens", 70.6e9, 8192, 1024, 28672, 80,
+         16, 100e6, 128_256),
+)}
+
+
+@dataclass(frozen=True)
+class MeasuredThroughput:
+    """A benchmark record (examples/gpu_benchmark.py): per-GPU throughput measured on a real instance."""
+
+    instance_type: str
+    gpu_model: str
+    workload: str
+    gpus: int
+    samples_per_second_per_gpu: float
+    measured_at: str
+
+    @classmethod
+    def from_record(cls, record: dict) -> "MeasuredThroughput":
+        return cls(record["instance_type"], record["gpu_model"], record["workload"], int(record["gpus"]),
+                   float(record["samples_per_second_per_gpu"]), record["measured_at"])
+
+
+@dataclass(frozen=True)
+class CostAssumptions:
+    """What a job pays beyond its training hours. Every value is a stated assumption, printed with the advice."""
+
+    startup_minutes: float = SOFTWARE_STARTUP_MINUTES  # per start, after the instance's boot (by family); billed
+    dataset_source: str = "s3"  # "s3": copied to each instance at every start; "snapshot": a dataset volume
+    s3_copy_mibps: float = 400  # per instance, for a copy from S3 in the same Region
+    checkpoint_interval_minutes: float = 30
+    # None: per type and Region from the price table's Spot Instance Advisor data; a number overrides every type
+    spot_interruptions_per_instance_hour: Optional[float] = None
+    spot_wait_minutes: Optional[float] = None  # None: by the type's interruption band (INTERRUPTION_BANDS)
+    value_of_hour: float = 0.0  # USD a waiting hour costs you (people, a deadline): added to each shape's cost
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "runtime_reserve_mib": RUNTIME_RESERVE_MIB,
+                "usable_memory_fraction": USABLE_MEMORY_FRACTION, "intra_node_scaling": INTRA_NODE_SCALING,
+                "inter_node_scaling": INTER_NODE_SCALING, "spot_life_hours": SPOT_LIFE_HOURS,
+                "interruption_bands": [{"band": label, "share_per_life": share, "wait_minutes": wait}
+                                       for label, share, wait in INTERRUPTION_BANDS],
+                "default_utilization": DEFAULT_UTILIZATION, "reference_gpu": REFERENCE_GPU}
+
+    def lines(self, prices: dict) -> list[str]:
+        source = (f"dataset copied from S3 at {self.s3_copy_mibps:g} MiB/s per instance on every start"
+                  if self.dataset_source == "s3" else
+                  "dataset on a snapshot volume (lazy-loaded: no copy before training; the gp3 volume billed "
+                  f"at {prices['ebs_gp3_gb_month']} USD per GB-month while the job runs)")
+        if self.spot_interruptions_per_instance_hour is None:
+            interruptions = (f"per type from the Spot Instance Advisor's band ({prices.get('spot_by_type_source', 'price table')}): "
+                             f"the monthly share reclaimed read as the chance over a {SPOT_LIFE_HOURS}-hour instance "
+                             "life (" + ", ".join(f"{label} as {share:.0%}" for label, share, _ in INTERRUPTION_BANDS)
+                             + "); a type the Advisor lacks is taken as >20%")
+        else:
+            interruptions = f"{self.spot_interruptions_per_instance_hour:g} per instance-hour for every type (given)"
+        wait = ("by band: " + ", ".join(f"{label} {minutes} min" for label, _, minutes in INTERRUPTION_BANDS)
+                if self.spot_wait_minutes is None else f"{self.spot_wait_minutes:g} minutes (given)")
+        return [
+            f"prices: {prices['source']} ({prices['retrieved']}, {prices['region']}); Spot = On-Demand x (1 - the "
+            "type's savings in the Region per the Spot Instance Advisor, else the family's discount), never above "
+            "On-Demand (Spot's default maximum price)",
+            f"start-up: the instance's boot by kind (the seed's g4dn 47 s, p3 130 s, p4d 210 s) + {self.startup_minutes:g} "
+            f"minutes of software start per start; {source}",
+            f"Spot interruptions: {interruptions}; each redoes half a checkpoint interval "
+            f"({self.checkpoint_interval_minutes:g} minutes) plus a start and the dataset load",
+            f"Spot capacity wait per (re)start, not billed but on the clock: {wait}",
+            f"memory: per GPU as the driver reports it, less {RUNTIME_RESERVE_MIB} MiB for CUDA's context, libraries "
+            f"and NCCL, then {USABLE_MEMORY_FRACTION:.0%} of the rest (allocator fragmentation); sharding (ZeRO-3/FSDP) "
+            f"splits the model state over every GPU of the shape and gathers {ZERO3_GATHERED_LAYERS} layers' weights "
+            "on each; activations and logits are per GPU",
+            f"scaling: per-GPU throughput x {INTRA_NODE_SCALING} with more GPUs per instance than the reference run, "
+            f"x {INTER_NODE_SCALING} across instances",
+            "estimated throughput: the nearest GPU with a measured or published number for the workload, x the "
+            "two GPUs' sustained-speed ratio (throughput.RELATIVE_SPEED, docs/THROUGHPUT.md); with no number at "
+            f"all, the {REFERENCE_GPU} at {DEFAULT_UTILIZATION:.0%} of its dense TFLOPS",
+            "multi-instance shapes run as multi-node jobs on a queue, which AWS Batch runs On-Demand only "
+            "(https://docs.aws.amazon.com/batch/latest/userguide/mnp-ce.html)",
+            *([f"value of time: {self.value_of_hour:g} USD per hour of waiting added to every shape's cost"]
+              if self.value_of_hour else []),
+        ]
+
+
+@dataclass
+class Option:
+    instance_type: str
+    instances: int
+    gpus_per_instance: int
+    gpu_model: str
+    gpu_memory_gib: int  # nominal, per GPU
+    efa: bool
+    fits: bool
+    sharding: Optional[str]
+    memory_per_gpu_gib: float
+    micro_batch_per_gpu: int
+    samples_per_second: float  # the whole shape
+    throughput_source: str
+    throughput_note: str
+    startup_hours: float  # boot + software start
+    dataset_load_hours: float
+    training_hours: float
+    hours: float  # On-Demand wall clock: start-up + load + training
+    hours_spot: Optional[float]  # expected wall clock on Spot: with capacity waits and rework
+    expected_interruptions: Optional[float]
+    usd_spot: Optional[float]
+    usd_on_demand: float
+    lifecycle: str  # "spot" or "on-demand", the better for the objective within the deadline
+    usd: float  # on that lifecycle (the bill)
+    meets_deadline: bool
+    on_demand_hourly: float  # per instance
+    spot_hourly: Optional[float]  # per instance
+    spot_savings: Optional[float]
+    interruption_band: Optional[str]
+    interruptions_per_hour: Optional[float]
+    spot_wait_hours: Optional[float]  # per start
+    usable_memory_gib: float  # per GPU, as CUDA offers it to the model
+    accelerator: str
+    expected_hours: float  # wall clock on the chosen lifecycle
+    cost: float  # usd + the value of the expected hours (= usd without --value-of-hour)
+    spot_note: Optional[str] = None  # why Spot loses, where it does
+    excluded: Optional[str] = None
+    rule: Optional[str] = None  # the decision-tree rule that excluded it
+    pareto: bool = False  # on the eligible shapes' cost/time frontier
+
+    @property
+    def gpus(self) -> int:
+        return self.instances * self.gpus_per_instance
+
+    def to_json(self) -> dict:
+        return {key: (round(value, 4) if isinstance(value, float) else value) for key, value in asdict(self).items()}
+
+
+@dataclass
+class Advice:
+    workload: Workload
+    assumptions: CostAssumptions
+    options: list[Option]
+    recommended: Optional[Option]
+    prices: dict = field(repr=False)
+    target: str = "fleet"
+    minimize: str = "cost"
+
+    @property
+    def region(self) -> str:
+        return self.prices.get("region", "")
+
+    def eligible(self) -> list[Option]:
+        return [o for o in self.options if o.excluded is None]
+
+    def pareto(self) -> list[Option]:
+        """The eligible shapes no other is both faster and cheaper than, fastest first."""
+        return sorted((o for o in self.options if o.pareto), key=lambda o: o.expected_hours)
+
+    def to_json(self) -> dict:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "region": self.region,
+            "target": self.target,
+            "minimize": self.minimize,
+            "workload": {**asdict(self.workload), "model_state_gib": round(self.workload.state_gib(), 3),
+                         "logits_gib_per_item": round(self.workload.logits_gib_per_item(), 3)},
+            "assumptions": {**self.assumptions.to_json(), "prices_source": self.prices.get("source"),
+                            "prices_retrieved": self.prices.get("retrieved")},
+            "options": [option.to_json() for option in self.options],
+            "recommended": self.recommended.to_json() if self.recommended else None,
+            "pareto": [{"instance_type": o.instance_type, "instances": o.instances} for o in self.pareto()],
+        }
+
+
+# --- memory ------------------------------------------------------------------------------------------------------
+
+def usable_gib(instance: GpuInstanceType) -> float:
+    """What one GPU offers the model: the driver's total less CUDA's reserve, less fragmentation."""
+    return (instance.gpu_memory_mib - RUNTIME_RESERVE_MIB) * USABLE_MEMORY_FRACTION / 1024
+
+
+def memory_fit(workload: Workload, instance: GpuInstanceType, instances: int) -> tuple[bool, Optional[str], float, int]:
+    """(fits, sharding, GiB per GPU at micro-batch 1, largest micro-batch per GPU that fits). The model is sharded
+    when its state and one micro-batch item (activations and logits) do not fit one GPU."""
+    gpus = instance.gpu_count * instances
+    usable = usable_gib(instance)
+    state = workload.state_gib()
+    item = workload.item_gib()
+    sharding = None
+    if state + item > usable and gpus > 1:
+        sharding = f"ZeRO-3/FSDP over {gpus} GPUs"
+        state = state / gpus + workload.gathered_gib()
+    per_gpu = state + item
+    if per_gpu > usable:
+        return False, sharding, per_gpu, 0
+    wanted = max(1, math.ceil(workload.global_batch_items / gpus))
+    micro_batch = min(wanted, int((usable - state) // item)) if item > 0 else wanted
+    return True, sharding, per_gpu, micro_batch
+
+
+# --- throughput --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Anchor:
+    gpu_model: str
+    gpus: int
+    per_gpu: float
+    source: str  # "measured" or "published"
+    note: str
+
+
+def _anchors(workload: Workload, measured: Sequence[MeasuredThroughput]) -> dict[str, list[_Anchor]]:
+    """Per GPU model, the numbers a workload has: measured ones if any, else published ones."""
+    by_gpu: dict[str, list[_Anchor]] = {}
+    for m in sorted((m for m in measured if m.workload == workload.name), key=lambda m: m.measured_at):
+        by_gpu.setdefault(m.gpu_model, []).append(_Anchor(
+            m.gpu_model, m.gpus, m.samples_per_second_per_gpu, "measured",
+            f"{m.samples_per_second_per_gpu:,.1f}/s per GPU on {m.instance_type} ({m.gpus} GPU, {m.measured_at})"))
+    for gpu in {row.gpu_model for row in published_rows(workload)} - set(by_gpu):
+        by_gpu[gpu] = [_Anchor(row.gpu_model, row.gpus, row.samples_per_second_per_gpu, "published",
+                               f"{row.samples_per_second_per_gpu:,.1f}/s per GPU ({row.measured_on}, {row.gpus} GPU); "
+                               f"{row.source}" + (f"; {row.rule}" if row.rule else ""))
+                       for row in published(gpu, workload.name)]
+    return by_gpu
+
+
+def published_rows(workload: Workload):
+    return [row for gpu in RELATIVE_SPEED for row in published(gpu, workload.name)]
+
+
+def _pick(rows: list[_Anchor], gpu_count: int) -> _Anchor:
+    """The row closest to the shape: the most GPUs not above the instance's, else the fewest (measured: latest)."""
+    ranked = list(enumerate(rows))  # in measured order: a later measurement wins a tie
+    fitting = [(i, r) for i, r in ranked if r.gpus <= gpu_count]
+    if fitting:
+        return max(fitting, key=lambda item: (item[1].gpus, item[0]))[1]
+    return min(ranked, key=lambda item: (item[1].gpus, -item[0]))[1]
+
+
+def _scaling(per_instance_gpus: int, instances: int, reference_gpus: int) -> float:
+    factor = INTRA_NODE_SCALING if per_instance_gpus > reference_gpus else 1.0
+    return factor * (INTER_NODE_SCALING if instances > 1 else 1.0)
+
+
+def _times(gpus: int, factor: float) -> str:
+    return (f" x {gpus} GPUs" if gpus > 1 else "") + (f" x {factor:.3g} scaling" if factor != 1 else "")
+
+
+def shape_throughput(workload: Workload, instance: GpuInstanceType, instances: int,
+                     measured: Sequence[MeasuredThroughput] = ()) -> tuple[float, str, str]:
+    """(samples per second of the whole shape, source, how it was derived)."""
+    gpus = instance.gpu_count * instances
+    anchors = _anchors(workload, measured)
+    if instance.gpu_model in anchors:
+        row = _pick(anchors[instance.gpu_model], instance.gpu_count)
+        factor = _scaling(instance.gpu_count, instances, row.gpus)
+        return row.per_gpu * gpus * factor, row.source, f"{row.note}{_times(gpus, factor)}"
+    speed = RELATIVE_SPEED[instance.gpu_model].of(workload.workload_class)
+    if anchors:
+        # the GPU whose sustained speed is nearest this one's: the smallest extrapolation
+        gpu = min(anchors, key=lambda g: (abs(math.log(speed / RELATIVE_SPEED[g].of(workload.workload_class))), g))
+        row = _pick(anchors[gpu], instance.gpu_count)
+        ratio = speed / RELATIVE_SPEED[gpu].of(workload.workload_class)
+        per_gpu = row.per_gpu * ratio
+        how = (f"{row.per_gpu:,.1f}/s per GPU {row.source} on the {gpu} ({row.gpus} GPU) x {ratio:.3f} sustained "
+               f"{workload.workload_class} speed ratio = {per_gpu:,.1f}/s per GPU")
+        reference_gpus = row.gpus
+    else:
+        reference = RELATIVE_SPEED[REFERENCE_GPU].of(workload.workload_class)
+        per_gpu = (GPU_SPECS[REFERENCE_GPU].dense_tensor_tflops * 1e12 * DEFAULT_UTILIZATION
+                   / workload.flops_per_sample * speed / reference)
+        how = (f"no number for this workload: the {REFERENCE_GPU} at {DEFAULT_UTILIZATION:.0%} of "
+               f"{GPU_SPECS[REFERENCE_GPU].dense_tensor_tflops:g} TFLOPS / {workload.flops_per_sample:.3g} FLOPs x "
+               f"{speed / reference:.3f} sustained speed ratio = {per_gpu:,.1f}/s per GPU")
+        reference_gpus = 1
+    factor = _scaling(instance.gpu_count, instances, reference_gpus)
+    return per_gpu * gpus * factor, "estimated", f"{how}{_times(gpus, factor)}"
+
+
+# --- Spot terms --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SpotTerms:
+    savings: float  # fraction below On-Demand
+    band: int  # index into INTERRUPTION_BANDS
+    source: str
+
+
+def spot_terms(prices: dict, instance_type: str) -> SpotTerms:
+    """The type's Spot savings and interruption band in the table's Region (the Spot Instance Advisor's data);
+    a type it lacks: its family's discount and the worst band. Savings stay in [0, 0.99]: Spot never costs more
+    than On-Demand (its default maximum price)."""
+    entry = prices.get("spot_by_type", {}).get(instance_type)
+    if entry:
+        savings, band, source = entry["savings"], entry["band"], "Spot Instance Advisor"
+    else:
+        savings = prices.get("spot_discount", {}).get(instance_type.split(".")[0], 0.0)
+        band, source = UNKNOWN_BAND, "family discount; not in the Spot Instance Advisor data"
+    return SpotTerms(min(max(float(savings), 0.0), MAX_SPOT_SAVINGS), min(max(int(band), 0), UNKNOWN_BAND), source)
+
+
+def interruption_rate(band: int) -> float:
+    """Interruptions per instance-hour for an Advisor band (see INTERRUPTION_BANDS)."""
+    return -math.log(1 - INTERRUPTION_BANDS[band][1]) / SPOT_LIFE_HOURS
+
+
+# --- one shape ---------------------------------------------------------------------------------------------------
+
+def _option(workload: Workload, instance: GpuInstanceType, instances: int, prices: dict,
+            assumptions: CostAssumptions, measured: Sequence[MeasuredThroughput], minimize: str) -> Option:
+    fits, sharding, per_gpu_gib, micro_batch = memory_fit(workload, instance, instances)
+    rate, source, note = shape_throughput(workload, instance, instances, measured)
+    if workload.cpu_samples_per_vcpu and not workload.gpu_decode:
+        cpu_cap = instance.vcpus * instances * workload.cpu_samples_per_vcpu
+        if cpu_cap < rate:
+            note += (f"; capped at {cpu_cap:,.0f}/s by the CPU input pipeline ({instance.vcpus * instances} vCPUs x "
+                     f"{workload.cpu_samples_per_vcpu:g}/s; --gpu-decode lifts it)")
+            rate = cpu_cap
+    startup = boot_seconds(instance) / 3600 + assumptions.startup_minutes / 60
+    load = (workload.dataset_gib * 1024 / assumptions.s3_copy_mibps / 3600
+            if assumptions.dataset_source == "s3" else 0.0)
+    volume_hourly = (workload.dataset_gib * prices["ebs_gp3_gb_month"] / HOURS_PER_MONTH
+                     if assumptions.dataset_source == "snapshot" else 0.0)
+    training = workload.samples / rate / 3600
+    hours = startup + load + training
+    on_demand = prices["on_demand_hourly"][instance.name]
+    usd_on_demand = hours * instances * (on_demand + volume_hourly)
+    value = assumptions.value_of_hour
+    choices = [("on-demand", hours, usd_on_demand)]
+    spot = interruptions = hours_spot = usd_spot = per_hour = wait = spot_hourly = None
+    if instances == 1:
+        spot = spot_terms(prices, instance.name)
+        spot_hourly = on_demand * (1 - spot.savings)
+        per_hour = (assumptions.spot_interruptions_per_instance_hour
+                    if assumptions.spot_interruptions_per_instance_hour is not None else interruption_rate(spot.band))
+        wait = (assumptions.spot_wait_minutes if assumptions.spot_wait_minutes is not None
+                else INTERRUPTION_BANDS[spot.band][2]) / 60
+        interruptions = hours * per_hour
+        billed = hours + interruptions * (assumptions.checkpoint_interval_minutes / 60 / 2 + startup + load)
+        hours_spot = billed + (1 + interruptions) * wait
+        usd_spot = billed * (spot_hourly + volume_hourly)
+        choices.append(("spot", hours_spot, usd_spot))
+    deadline = workload.deadline_hours
+    in_time = [c for c in choices if deadline is None or c[1] <= deadline] or choices
+
+    def objective(choice):
+        _, wall, usd = choice
+        cost = usd + value * wall
+        return (wall, cost) if minimize == "time" else (cost, wall)
+
+    lifecycle, expected, usd = min(in_time, key=objective)
+    spot_note = None
+    if spot is not None and lifecycle == "on-demand":
+        spot_cost = usd_spot + value * hours_spot
+        od_cost = usd_on_demand + value * hours
+        if deadline is not None and hours_spot > deadline >= hours:
+            spot_note = f"Spot loses: its waits and rework ({hours_spot:,.1f} h) miss the {deadline:g} h deadline"
+        elif minimize == "time":
+            spot_note = f"Spot loses on time: {hours_spot:,.1f} h expected against {hours:,.1f} h On-Demand"
+        elif spot_cost >= od_cost:
+            spot_note = (f"Spot loses: its {spot.savings:.0%} saving does not pay for the expected rework and waits "
+                         f"({spot_cost:,.2f} against {od_cost:,.2f} USD On-Demand)")
+    return Option(
+        instance_type=instance.name, instances=instances, gpus_per_instance=instance.gpu_count,
+        gpu_model=instance.gpu_model, gpu_memory_gib=instance.gpu_memory_gib, efa=instance.efa, fits=fits,
+        sharding=sharding, memory_per_gpu_gib=per_gpu_gib, micro_batch_per_gpu=micro_batch, samples_per_second=rate,
+        throughput_source=source, throughput_note=note, startup_hours=startup, dataset_load_hours=load,
+        training_hours=training, hours=hours, hours_spot=hours_spot, expected_interruptions=interruptions,
+        usd_spot=usd_spot, usd_on_demand=usd_on_demand, lifecycle=lifecycle, usd=usd,
+        meets_deadline=deadline is None or expected <= deadline, on_demand_hourly=on_demand, spot_hourly=spot_hourly,
+        spot_savings=spot.savings if spot else None,
+        interruption_band=INTERRUPTION_BANDS[spot.band][0] if spot else None, interruptions_per_hour=per_hour,
+        spot_wait_hours=wait, usable_memory_gib=usable_gib(instance), accelerator=instance.accelerator,
+        expected_hours=expected, cost=usd + value * expected, spot_note=spot_note)
+
+
+def shapes(catalog: dict[str, GpuInstanceType], max_instances: int) -> Iterable[tuple[GpuInstanceType, int]]:
+    """Every type once; EFA types also at 2, 4, 8 ... instances up to max_instances."""
+    for instance in catalog.values():
+        yield instance, 1
+        count = 2
+        while instance.efa and count <= max_instances:
+            yield instance, count
+            count *= 2
+
+
+# --- what runs ---------------------------------------------------------------------------------------------------
+
+def runs(instance: GpuInstanceType, workload: Workload, target: str, prices: dict, *,
+         accelerator: Optional[str] = None, arm64_dlami: bool = False) -> Optional[str]:
+    """Why the platform cannot run this type for the target, or None. ``accelerator``: "neuron" (the model is
+    built with the Neuron SDK), "cuda" (it is not), None (the workload says: presets known to run on Neuron)."""
+    region = prices.get("region", "the Region")
+    if instance.name in prices.get("not_offered", ()):
+        return f"not offered in {region} (the price table's {region} entry lists it as not offered)"
+    if instance.accelerator == "neuron":
+        neuron = accelerator == "neuron" or (accelerator is None and workload.neuron)
+        if not neuron:
+            return ("Trainium runs models built with the AWS Neuron SDK (torch-neuronx), not CUDA code: pass "
+                    "--accelerator neuron if yours is")
+        if target != "none":
+            return ("the platform's fleets and queues run NVIDIA GPUs (their AMIs carry the NVIDIA driver, not the "
+                    "Neuron runtime): rank it with --block none and run it with SageMaker or ParallelCluster on the "
+                    "Neuron DLAMI")
+        return None
+    if instance.architecture != "x86_64":
+        if target == "queue":
+            return "arm64, and the queue's ECS GPU image (ECS_AL2023_NVIDIA) is x86_64"
+        cc = GPU_SPECS[instance.gpu_model].compute_capability
+        if target == "fleet" or not arm64_dlami:
+            return (f"arm64 {instance.gpu_model} (compute capability {cc}): pytorch.org's aarch64 CUDA wheels need "
+                    "8.0 or newer and the fleet's Base OSS DLAMI has no PyTorch; only AWS's ARM64 Deep Learning AMI "
+                    "with PyTorch runs it, which config cannot set on a fleet: --block none --arm64-dlami ranks it")
+        return None
+    if not instance.dlami and target != "none":
+        return (f"the platform's images no longer carry a driver for the {instance.gpu_model} (the DLAMI's CUDA 13 "
+                "drivers dropped Volta, see gpu_catalog): --block none ranks it for an AMI of your own")
+    return None
+
+
+# --- the choice --------------------------------------------------------------------------------------------------
+
+def advise(workload: Workload, *, prices: Optional[dict] = None, assumptions: CostAssumptions = CostAssumptions(),
+           measured: Sequence[MeasuredThroughput] = (), max_instances: int = MAX_INSTANCES,
+           catalog: Optional[dict[str, GpuInstanceType]] = None, region: str = "us-east-1", target: str = "fleet",
+           minimize: str = "cost", accelerator: Optional[str] = None, arm64_dlami: bool = False) -> Advice:
+    """Every shape ranked by cost per job (or by time: ``minimize="time"``), eligible first, each excluded one with
+    its reason, and the first eligible shape as the recommendation (None when nothing is eligible). ``target``:
+    "fleet", "queue" (what the platform runs) or "none" (rank what runs anywhere). ``catalog`` narrows the shapes
+    to a subset of ACCELERATOR_CATALOG; ``prices`` defaults to the shipped table's ``region`` entry."""
+    if target not in TARGETS:
+        raise ValueError(f"target={target!r}: one of {', '.join(TARGETS)}")
+    if minimize not in ("cost", "time"):
+        raise ValueError(f"minimize={minimize!r}: 'cost' or 'time'")
+    if prices is None:
+        from ..runtime.budget_guard import load_prices
+        prices = load_prices(region)
+    catalog = ACCELERATOR_CATALOG if catalog is None else catalog
+    options = [_option(workload, instance, count, prices, assumptions, measured, minimize)
+               for instance, count in shapes(catalog, max_instances) if instance.name in prices["on_demand_hourly"]]
+    single_ok = {o.instance_type for o in options if o.instances == 1 and o.fits and o.meets_deadline}
+    for option in options:
+        instance = catalog[option.instance_type]
+        reason = runs(instance, workload, target, prices, accelerator=accelerator, arm64_dlami=arm64_dlami)
+        if reason:
+            option.rule, option.excluded = "runs", reason
+        elif not option.fits:
+            usable = usable_gib(instance)
+            how = f" even with {option.sharding}" if option.sharding else " (one GPU: no sharding possible)"
+            option.rule, option.excluded = "memory", (
+                f"needs {option.memory_per_gpu_gib:.1f} GiB per GPU{how}; {usable:.1f} GiB usable of "
+                f"{instance.gpu_memory_mib:,} MiB")
+        elif option.instances > 1 and target == "fleet":
+            option.rule, option.excluded = "scale-out", (
+                "a fleet runs one instance per job: multi-node jobs run on a queue (--block queue)")
+        elif option.instances > 1 and option.instance_type in single_ok:
+            option.rule, option.excluded = "scale-out", (
+                "one instance of this type already fits and meets the deadline; more instances cost more per job "
+                f"(x{INTER_NODE_SCALING} scaling) and run On-Demand")
+        elif not option.meets_deadline:
+            option.rule, option.excluded = "deadline", (
+                f"{option.expected_hours:,.1f} h expected, deadline {workload.deadline_hours:g} h")
+    if minimize == "time":
+        options.sort(key=lambda o: (o.excluded is not None, o.expected_hours, o.cost))
+    else:
+        options.sort(key=lambda o: (o.excluded is not None, o.cost, o.expected_hours))
+    cheapest_so_far = math.inf
+    for option in sorted((o for o in options if o.excluded is None), key=lambda o: (o.expected_hours, o.cost)):
+        if option.cost < cheapest_so_far:
+            option.pareto, cheapest_so_far = True, option.cost
+    recommended = next((o for o in options if o.excluded is None), None)
+    return Advice(workload=workload, assumptions=assumptions, options=options, recommended=recommended, prices=prices,
+                  target=target, minimize=minimize)
+
+
+def with_overrides(workload: Workload, **overrides) -> Workload:
+    """A preset with some fields replaced (deadline_hours, dataset_gib, samples, qlora, gpu_decode, ...)."""
+    return replace(workload, **{k: v for k, v in overrides.items() if v is not None})
+
+
+# --- ready-to-paste config ------------------------------------------------------------------------------------
+
+def compatible_types(advice: Advice, limit: int = 10) -> list[str]:
+    """The recommended single-instance type first, then eligible types of the same GPU count and architecture,
+    best first, within the fleet/queue limit of 2x GPU memory: of the memory windows [m, 2m] that hold the
+    recommended type, the one with the most types (Spot finds capacity among several types)."""
+    best = advice.recommended
+    if best is None:
+        return []
+    anchor = ACCELERATOR_CATALOG[best.instance_type]
+    candidates = [ACCELERATOR_CATALOG[o.instance_type] for o in advice.options
+                  if o.instances == 1 and o.excluded is None and o.instance_type != anchor.name
+                  and ACCELERATOR_CATALOG[o.instance_type].gpu_count == anchor.gpu_count
+                  and ACCELERATOR_CATALOG[o.instance_type].architecture == anchor.architecture]
+    windows = []
+    for low in sorted({c.gpu_memory_gib for c in candidates} | {anchor.gpu_memory_gib}):
+        high = low * MAX_GPU_MEMORY_RATIO
+        if low <= anchor.gpu_memory_gib <= high:
+            windows.append([c for c in candidates if low <= c.gpu_memory_gib <= high])
+    chosen = max(windows, key=len)  # the first (lowest) window wins a tie; candidates keep their rank
+    return [anchor.name, *(c.name for c in chosen[:limit - 1])]
+
+
+def _cost_comment(advice: Advice, types: list[str]) -> str:
+    usd = {o.instance_type: o.usd for o in advice.options if o.instances == 1}
+    return "# USD per job, one instance: " + ", ".join(f"{t} {usd[t]:,.2f}" for t in types)
+
+
+def _enough_types(types: list[str]) -> None:
+    if len(types) < MIN_INSTANCE_TYPES:
+        raise ValueError(f"only {len(types)} eligible types of this GPU shape ({', '.join(types)}); fleets and queues "
+                         f"need {MIN_INSTANCE_TYPES} for Spot to find capacity: relax the deadline, or add types of the "
+                         "same GPU count by hand where the job fits them")
+
+
+def _platform_types(types: list[str]) -> None:
+    outside = [t for t in types if t not in GPU_CATALOG]
+    if outside:
+        raise ValueError(f"{', '.join(outside)} cannot run on the platform's fleets and queues: advise with "
+                         "--block fleet or --block queue, which exclude what they cannot run")
+
+
+def fleet_block(advice: Advice, env: str, name: str = "training", max_capacity: int = 1) -> str:
+    """A [[environments.ENV.fleets]] table (stacks/config.py's schema) for the recommended single-instance shape."""
+    types = compatible_types(advice)
+    if not types or advice.recommended.instances != 1:
+        raise ValueError("a fleet runs one instance per job: the recommendation is multi-node, use a queue block")
+    _platform_types(types)
+    _enough_types(types)
+    lines = [_cost_comment(advice, types), f"[[environments.{env}.fleets]]", f'name = "{name}"',
+             "instance_types = [" + ", ".join(f'"{t}"' for t in types) + "]",
+             f"max_capacity = {max_capacity}", "scale_to_zero_after_minutes = 30"]
+    if advice.assumptions.dataset_source == "snapshot":
+        lines.append(f"# dataset_volumes = [{{name = \"DATASET\", version = \"VERSION\", size_gib = "
+                     f"{max(1, math.ceil(advice.workload.dataset_gib * 1.1))}}}]  # after ./platform dataset build")
+    return "\n".join(lines)
+
+
+# The AWS Deep Learning Container for PyTorch training (GPU) a suggested queue starts with; its account holds the
+# image in every commercial Region: https://docs.aws.amazon.com/deep-learning-containers/latest/devguide/deep-learning-containers-images.html
+DLC_PYTORCH_TRAINING = "763104351884.dkr.ecr.{region}.amazonaws.com/pytorch-training:2.5.1-gpu-py311-cu124-ubuntu22.04-ec2"
+
+
+def queue_block(advice: Advice, env: str, name: str = "training", parallel_jobs: int = 1, job_attempts: int = 3,
+                region: str = "us-east-1") -> str:
+    """A [[environments.ENV.queues]] table (the TrainingQueue schema): Spot types for single-instance jobs and,
+    where the recommendation is multi-node, its EFA type On-Demand for multi-node jobs."""
+    best = advice.recommended
+    if best is None:
+        raise ValueError("nothing is eligible: no queue to suggest")
+    multi = best.instances > 1
+    if multi:
+        spot = [o for o in advice.options if o.instances == 1 and o.excluded is None]
+        types = compatible_types(replace(advice, recommended=spot[0])) if spot else []
+        if len(types) < 4:
+            # A TrainingQueue always has its Spot environment: the multi-node types join an existing queue.
+            raise ValueError(
+                f"no single-instance shape has 4 Spot types for a new queue; add multi_node_instance_types = "
+                f'["{best.instance_type}"] and multi_node_max_vcpus = '
+                f"{ACCELERATOR_CATALOG[best.instance_type].vcpus * best.instances * parallel_jobs} to an existing queue")
+    else:
+        types = compatible_types(advice)
+        if ACCELERATOR_CATALOG[types[0]].architecture != "x86_64":
+            raise ValueError(f"{types[0]} is arm64 and a queue's ECS GPU image is x86_64: advise with --block queue, "
+                             "which excludes arm64 types")
+        _platform_types(types)
+        _enough_types(types)
+    vcpus = max([ACCELERATOR_CATALOG[t].vcpus for t in types] or [0]) * parallel_jobs
+    timeout = max(1, math.ceil((best.hours_spot or best.hours) * 1.5))
+    lines = [_cost_comment(advice, types),
+             f"[[environments.{env}.queues]]", f'name = "{name}"',
+             "instance_types = [" + ", ".join(f'"{t}"' for t in types) + "]",
+             f'image = "{DLC_PYTORCH_TRAINING.format(region=region)}"',
+             f"max_vcpus = {vcpus}", "on_demand_max_vcpus = 0"]
+    if multi:
+        lines += [f'multi_node_instance_types = ["{best.instance_type}"]',
+                  f"multi_node_max_vcpus = {ACCELERATOR_CATALOG[best.instance_type].vcpus * best.instances * parallel_jobs}"]
+    else:
+        lines += ["multi_node_instance_types = []", "multi_node_max_vcpus = 0"]
+    lines += [f"job_attempts = {job_attempts}", f"job_timeout_hours = {timeout}"]
+    return "\n".join(lines)
+
+
+__all__ = ["Advice", "CostAssumptions", "MeasuredThroughput", "Option", "PRESETS", "Workload", "advise",
+           "fleet_block", "queue_block", "memory_fit", "runs", "shape_throughput", "spot_terms", "usable_gib"]

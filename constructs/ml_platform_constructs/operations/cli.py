@@ -1,0 +1,390 @@
+"""Operations for a team that has only the library (the platform app has ./platform for the same jobs).
+
+  python -m ml_platform_constructs dataset build --runbook NAME --bucket BUCKET --name N --version V
+                                   --prefix datasets/N/ --size-gib SIZE
+  python -m ml_platform_constructs drift-baseline SAMPLE.csv --endpoint NAME (--bucket BUCKET | --output FILE)
+                                   [--exclude COLUMN] [--bins 10] [--max-categories 20]
+  python -m ml_platform_constructs budget resume --function NAME
+  python -m ml_platform_constructs budget status [--scope account]
+  python -m ml_platform_constructs budget what-if --monthly-limit USD [--stop-at-percent 80] [--actual USD]
+                                   [--budget-age-hours H] [--running TYPE=COUNT[@HOURS]]...
+                                   [--on-demand TYPE=COUNT[@HOURS]]... [--now ISO-8601] [--price-table FILE] [--json]
+  python -m ml_platform_constructs job submit QUEUE --image IMAGE --name NAME [--gpus N] [--nodes N] -- COMMAND...
+  python -m ml_platform_constructs job list QUEUE
+  python -m ml_platform_constructs job logs QUEUE JOB_ID
+  python -m ml_platform_constructs job cancel QUEUE JOB_ID
+  python -m ml_platform_constructs job cost JOB_ID [--json] [--instance-type T --lifecycle spot|on-demand]
+  python -m ml_platform_constructs prices refresh --region REGION... --output FILE [--table FILE]
+                                   [--no-spot-advisor]
+
+Each takes --region, before or after the command (default: AWS_DEFAULT_REGION or the AWS CLI profile's). The
+names come from the constructs' attributes, which a team exports with CfnOutputs: DatasetSnapshotBuilder.runbook_name,
+DatasetBucket.bucket_name, MonitoredEndpoint.endpoint_name, BudgetGuard.stop_function.function_name,
+BudgetGuard.budget_scope, TrainingQueue.queue_name (QUEUE).
+Credentials come from the usual AWS chain; budget what-if needs none (--region names the prices). Needs boto3 and
+nothing of the CDK: no aws-cdk-lib import, no Node.js. Every error is one line that says what to do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import functools
+import getpass
+import json
+from datetime import date, datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterator, NoReturn, Optional
+
+from ..runtime import budget_guard
+from ..runtime.budget_guard import ACCOUNT_SCOPE
+from ..runtime.pending_jobs import PendingJobs
+from ..runtime.drift import build_baseline
+
+
+def read_rows(path: Path) -> tuple[list[str], Iterator[dict]]:
+    """A CSV with a header, or JSON Lines (the first record's keys are the columns)."""
+    if path.suffix == ".jsonl":
+        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return (list(lines[0]) if lines else []), iter(lines)
+    handle = path.open(newline="")
+    reader = csv.DictReader(handle)
+    return list(reader.fieldnames or []), reader
+
+
+def baseline_from_sample(sample: Path, exclude: list[str], bins: int, max_categories: int) -> tuple[dict, list[str]]:
+    """A drift baseline of every column of ``sample`` but ``exclude`` (the app's and the library's command)."""
+    columns, rows = read_rows(sample)
+    features = [c for c in columns if c not in exclude]
+    return build_baseline(rows, features, bins=bins, max_categories=max_categories), features
+
+
+def baseline_key(endpoint_name: str) -> str:
+    """Where MonitoredEndpoint's drift check reads the baseline (``MonitoredEndpoint.baseline_key``)."""
+    return f"drift/baselines/{endpoint_name}/baseline.json"
+
+
+def start_dataset_build(ssm: Any, *, runbook: str, bucket: str, name: str, version: str, prefix: str,
+                        size_gib: int) -> str:
+    """Starts DatasetSnapshotBuilder's runbook; the snapshot id appears at <parameter_prefix>NAME/VERSION/snapshot-id."""
+    if not prefix.startswith("datasets/") or not prefix.endswith("/"):
+        raise SystemExit(f"error: --prefix {prefix!r}: a prefix under datasets/ ending in '/', e.g. datasets/{name}/")
+    if not 1 <= size_gib <= 65536:
+        raise SystemExit(f"error: --size-gib {size_gib}: a gp3 size of 1-65536 GiB, at least the dataset's size")
+    execution = ssm.start_automation_execution(DocumentName=runbook, Parameters={
+        "DatasetName": [name], "Version": [version], "SourceBucket": [bucket], "SourcePrefix": [prefix],
+        "SizeGiB": [str(size_gib)]})["AutomationExecutionId"]
+    return (f"building {name} {version} from s3://{bucket}/{prefix}: execution {execution}\n"
+            f"follow it: aws ssm get-automation-execution --automation-execution-id {execution}")
+
+
+def resume_budget_stop(lambda_client: Any, function_name: str, operator: str) -> dict:
+    """Asks the guard's own function to resume (it has the permissions and the scope)."""
+    response = lambda_client.invoke(FunctionName=function_name, Payload=json.dumps(
+        {"action": "resume", "operator": operator}).encode())
+    payload = json.loads(response["Payload"].read() or b"null")
+    if response.get("FunctionError"):
+        raise SystemExit(f"error: {function_name} failed: {' '.join(json.dumps(payload).split())}")
+    return payload
+
+
+def budget_status(autoscaling: Any, scope: str, batch: Any = None, ec2: Any = None,
+                  pending: Optional[PendingJobs] = None) -> list[str]:
+    """Each governed fleet (and, with ``batch``, training queue): running, or stopped with when and why; for a stopped
+    queue, with ``ec2``, the instances it still runs and the vCPUs its compute environments still want; with
+    ``pending``, the submissions that wait for resume."""
+    lines = []
+    for group in budget_guard.fleet_groups(autoscaling, scope):
+        tags = {t["Key"]: t["Value"] for t in group.get("Tags", [])}
+        stopped = any(p["ProcessName"] == "Launch" for p in group.get("SuspendedProcesses", []))
+        state = f"STOPPED ({tags.get(budget_guard.STOP_TAG, 'Launch suspended')})" if stopped else "running"
+        lines.append(f"{tags.get(budget_guard.FLEET_TAG)}: {state}, desired {group['DesiredCapacity']}")
+    if batch is None:
+        return lines or [f"no fleets or queues governed by budget scope {scope!r}"]
+    leftovers = {e["queue"]: e for e in budget_guard.queue_leftovers(batch, ec2, scope)} if ec2 is not None else {}
+    for queue in budget_guard.governed_queues(batch, scope):
+        tags = queue.get("tags", {})
+        name = tags[budget_guard.QUEUE_TAG]
+        state = f"STOPPED ({tags.get(budget_guard.STOP_TAG, 'disabled')})" if queue["state"] == "DISABLED" else "running"
+        lines.append(f"queue {name} ({queue['jobQueueName']}): {state}")
+        left = leftovers.pop(name, {})  # once per training queue, under its first job queue
+        lines += [f"  still running: {i['id']} ({i['type']}, {i['lifecycle']}, since {i['launched']}): the guard ends "
+                  "it once it outlives the grace period after the stop" for i in left.get("instances", [])]
+        lines += [f"  compute environment {w['environment']} wants {w['desired_vcpus']} vCPUs"
+                  for w in left.get("wanted_vcpus", [])]
+        waiting = sorted(e["request"]["jobName"] for e in pending.of_queue(queue["jobQueueName"])) if pending else []
+        if waiting:
+            lines.append(f"  {len(waiting)} submission(s) wait for resume: {', '.join(waiting)}")
+    return lines or [f"no fleets or queues governed by budget scope {scope!r}"]
+
+
+PROG = "python -m ml_platform_constructs"
+HOW_TO_SIGN_IN = ("sign in (aws sso login --profile NAME, after aws configure sso --profile NAME once) and run with "
+                  "AWS_PROFILE=NAME, or export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line naming the command and where its usage is."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message} (usage: {self.prog} --help)\n")
+
+
+class Session:
+    """A boto3 session for a command that calls AWS, checked before the first call: the Region and credentials
+    are there, or the command ends with one line saying how to provide them."""
+
+    def __init__(self, region: Optional[str], factory: Optional[Callable[..., Any]] = None) -> None:
+        if factory is None:
+            try:
+                import boto3
+            except ImportError:
+                raise SystemExit("error: these commands call AWS and need boto3: pip install boto3") from None
+            factory = boto3.session.Session
+        self.session = factory(region_name=region)
+        if not self.session.region_name:
+            raise SystemExit(f"error: no AWS Region: pass --region REGION (before or after the command, e.g. {PROG} "
+                             "--region eu-west-1 budget status) or set AWS_DEFAULT_REGION")
+        if self.session.get_credentials() is None:
+            raise SystemExit(f"error: no AWS credentials for {self.session.region_name}: {HOW_TO_SIGN_IN}")
+        self.region = self.session.region_name
+
+    def client(self, name: str, region: Optional[str] = None) -> Any:
+        return self.session.client(name, region_name=region or self.region)
+
+    def operator(self) -> str:
+        return self.client("sts").get_caller_identity()["Arn"]
+
+
+def _default_region(factory: Optional[Callable[..., Any]]) -> Optional[str]:
+    """The Region boto3 would use (AWS_DEFAULT_REGION, the profile), if boto3 is there: what-if calls no AWS."""
+    try:
+        return Session(None, factory).region if factory else __import__("boto3").session.Session().region_name
+    except (ImportError, SystemExit):
+        return None
+
+
+def one_line_errors(main: Callable[..., int]) -> Callable[..., int]:
+    """An entry point whose AWS and file errors end it with one line (what failed, what to do), not a traceback."""
+
+    @functools.wraps(main)
+    def run(*args: Any, **kwargs: Any) -> int:
+        try:
+            from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
+        except ImportError:  # without boto3 only the commands that call no AWS run; Session says so
+            return main(*args, **kwargs)
+        try:
+            return main(*args, **kwargs)
+        except NoRegionError:
+            raise SystemExit("error: no AWS Region: pass --region REGION or set AWS_DEFAULT_REGION") from None
+        except NoCredentialsError:
+            raise SystemExit(f"error: no AWS credentials: {HOW_TO_SIGN_IN}") from None
+        except ClientError as error:
+            details = error.response.get("Error", {})
+            hint = " (the credentials lack that permission)" if "AccessDenied" in details.get("Code", "") else ""
+            raise SystemExit(f"error: AWS refused {error.operation_name}: {details.get('Code', 'error')}: "
+                             f"{_one_line(details.get('Message', ''))}{hint}") from None
+        except BotoCoreError as error:  # an expired SSO token, a missing profile, no network
+            raise SystemExit(f"error: {_one_line(error)}") from None
+        except (FileNotFoundError, IsADirectoryError, PermissionError) as error:
+            raise SystemExit(f"error: {error.filename}: {error.strerror}") from None
+
+    return run
+
+
+def parser() -> Parser:
+    # --region goes before or after the command: on the main parser and, without a default of its own (SUPPRESS),
+    # on every command, so a value after the command is not reset by the main parser's default.
+    region = argparse.ArgumentParser(add_help=False)
+    region.add_argument("--region", action="append", default=argparse.SUPPRESS, metavar="REGION",
+                        help="the AWS Region (prices refresh: each Region to refresh, repeatable)")
+    main_parser = Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                         parents=[region])
+    commands = main_parser.add_subparsers(dest="command", required=True, parser_class=Parser,
+                                          metavar="{dataset,drift-baseline,budget,job,prices}")
+
+    def command(group: Any, name: str, help: str) -> Parser:
+        return group.add_parser(name, help=help, parents=[region], description=help)
+
+    dataset = commands.add_parser("dataset", help="dataset snapshots", parents=[region]).add_subparsers(
+        dest="action", required=True, parser_class=Parser)
+    build = command(dataset, "build", "build a dataset snapshot with DatasetSnapshotBuilder's runbook")
+    for option, text in (("--runbook", "DatasetSnapshotBuilder.runbook_name"),
+                         ("--bucket", "DatasetBucket.bucket_name"), ("--name", "the dataset's name"),
+                         ("--version", "its version, e.g. v3"), ("--prefix", "its prefix, e.g. datasets/imagenet/")):
+        build.add_argument(option, required=True, help=text)
+    build.add_argument("--size-gib", type=int, required=True, help="the volume's size, at least the dataset's")
+    drift = command(commands, "drift-baseline", "build an endpoint's drift baseline from a training sample")
+    drift.add_argument("sample", type=Path, help="a CSV with a header, or JSON Lines (.jsonl)")
+    drift.add_argument("--endpoint", required=True, help="the endpoint's name (MonitoredEndpoint.endpoint_name)")
+    drift.add_argument("--exclude", action="append", default=[], help="a column that is not a model input")
+    drift.add_argument("--bins", type=int, default=10)
+    drift.add_argument("--max-categories", type=int, default=20)
+    target = drift.add_mutually_exclusive_group(required=True)
+    target.add_argument("--bucket", help="the endpoint's baseline_bucket: upload there")
+    target.add_argument("--output", type=Path, help="write the baseline to this file instead")
+    budget = commands.add_parser("budget", help="a BudgetGuard's stop", parents=[region]).add_subparsers(
+        dest="action", required=True, parser_class=Parser)
+    command(budget, "resume", "resume what the guard stopped").add_argument(
+        "--function", required=True, help="BudgetGuard.stop_function.function_name")
+    command(budget, "status", "the governed fleets and queues, running or stopped").add_argument(
+        "--scope", default=ACCOUNT_SCOPE, help="the guard's budget_scope (default: account)")
+    what_if = command(budget, "what-if", "what the guard would decide for these figures (no AWS call)")
+    what_if.add_argument("--monthly-limit", type=float, required=True, help="BudgetGuard's monthly_limit (USD)")
+    what_if.add_argument("--stop-at-percent", type=float, default=80, help="its stop_at_percent (default 80)")
+    what_if.add_argument("--actual", type=float, default=0.0, help="Budgets' actual spend this month (USD)")
+    what_if.add_argument("--budget-age-hours", type=float, default=0.0, help="how old Budgets' figure is")
+    what_if.add_argument("--running", action="append", default=[], metavar="TYPE=COUNT[@HOURS]", help="Spot")
+    what_if.add_argument("--on-demand", action="append", default=[], metavar="TYPE=COUNT[@HOURS]")
+    what_if.add_argument("--now", type=datetime.fromisoformat, help="ISO 8601 (default: now, UTC)")
+    what_if.add_argument("--price-table", type=Path, help="the guard's price_table file (default: the shipped one)")
+    what_if.add_argument("--json", action="store_true")
+    job = commands.add_parser("job", help="training jobs on a TrainingQueue", parents=[region]).add_subparsers(
+        dest="action", required=True, parser_class=Parser)
+    submit = command(job, "submit", "run a training job on a queue (its command after --)")
+    submit.usage = f"{PROG} job submit QUEUE --image IMAGE --name NAME [--gpus N] [--nodes N] -- COMMAND..."
+    submit.add_argument("queue", help="TrainingQueue.queue_name")
+    submit.add_argument("--image", required=True, help="the job's image in Amazon ECR, with a tag or digest")
+    submit.add_argument("--name", help="the job's identity: a resubmission under the same name resumes")
+    submit.add_argument("--gpus", type=int, help="GPUs per instance (default: all of the smallest type's)")
+    submit.add_argument("--nodes", type=int, default=1, help="instances of a multi-node job (default 1)")
+    command(job, "list", "the queue's jobs by state").add_argument("queue", help="TrainingQueue.queue_name")
+    for name, text in (("logs", "every attempt's log"), ("cancel", "stop a job (running: SIGTERM, it checkpoints)")):
+        sub = command(job, name, text)
+        sub.add_argument("queue", help="TrainingQueue.queue_name")
+        sub.add_argument("job_id")
+    cost = command(job, "cost", "what a job really cost, per accuracy point and per million tokens")
+    cost.add_argument("job_id")
+    cost.add_argument("--json", action="store_true")
+    cost.add_argument("--instance-type", help="for attempts whose container instance ECS no longer describes")
+    cost.add_argument("--lifecycle", choices=("spot", "on-demand"))
+    cost.add_argument("--price-table", type=Path, help="a team's own price table (default: the shipped one)")
+    prices = commands.add_parser("prices", help="the GPU price table", parents=[region]).add_subparsers(
+        dest="action", required=True, parser_class=Parser)
+    refresh = command(prices, "refresh", "refresh a price table from AWS for BudgetGuard(price_table=...)")
+    refresh.add_argument("--output", type=Path, required=True, help="where to write the table")
+    refresh.add_argument("--table", type=Path, help="a table to refresh (default: the one the library ships)")
+    refresh.add_argument("--no-spot-advisor", action="store_true", help="keep each Region's spot_by_type as it is")
+    return main_parser
+
+
+def refresh_prices(session_for: Callable[[str], Session], regions: list[str], *, output: Path,
+                   table: Optional[Path] = None, spot_advisor: bool = True, advisor: Optional[dict] = None,
+                   today: Optional[date] = None, now: Optional[datetime] = None) -> list[str]:
+    """Refreshes ``regions`` of a price table (``table``, or the shipped one) from AWS and writes it to ``output``."""
+    from ..advice.price_table import PriceTable, fetch_spot_advisor, refresh
+
+    current = (PriceTable.from_file(table) if table else PriceTable.shipped()).table
+    pricing = session_for("us-east-1").client("pricing", "us-east-1")  # the Price List API answers there
+    if spot_advisor and advisor is None:
+        advisor = fetch_spot_advisor()
+    now = now or datetime.now(timezone.utc)
+    lines = []
+    for region in regions:
+        current = refresh(current, pricing, session_for(region).client("ec2", region), region, today or now.date(),
+                          now, advisor if spot_advisor else None)
+        entry = current["regions"][region]
+        lines.append(f"{region}: {len(entry['on_demand_hourly']) - len(entry['not_offered'])} types offered, not "
+                     f"offered (priced at the dearest Region's rate): {', '.join(entry['not_offered']) or 'none'}")
+    output.write_text(PriceTable(current, str(output)).to_json())
+    lines.append(f"-> {output}: pass it as BudgetGuard(price_table=PriceTable.from_file({str(output)!r}))")
+    return lines
+
+
+def budget_what_if(args: argparse.Namespace, region: Optional[str]) -> str:
+    from ..advice.budget_what_if import format_what_if, what_if
+    from ..advice.price_table import PriceTable
+
+    if not region:
+        raise SystemExit(f"error: {PROG} budget what-if: name the guard's Region, whose prices apply: --region REGION")
+    table = PriceTable.from_file(args.price_table).table if args.price_table else None
+    now = args.now or datetime.now(timezone.utc)
+    result = what_if(label="the guard", prices=budget_guard.load_prices(region, table),
+                     monthly_limit=args.monthly_limit, stop_at_percent=args.stop_at_percent, actual=args.actual,
+                     budget_age_hours=args.budget_age_hours, running=args.running, on_demand=args.on_demand,
+                     now=now if now.tzinfo else now.replace(tzinfo=timezone.utc))
+    return json.dumps(result, indent=1) if args.json else format_what_if(result)
+
+
+def job_cost(args: argparse.Namespace, session: Callable[[], Session]) -> str:
+    from ..advice import job_cost
+    from ..advice.price_table import PriceTable
+
+    override = job_cost.check_override(args.instance_type, args.lifecycle)
+    table = PriceTable.from_file(args.price_table).table if args.price_table else None
+    aws = session()
+    cost = job_cost.gather(args.job_id, {name: aws.client(name) for name in ("batch", "ecs", "cloudwatch")},
+                           datetime.now(timezone.utc), override, region=aws.region, table=table)
+    return json.dumps(cost.to_json(), indent=1) if args.json else job_cost.format_cost(cost)
+
+
+def job_command(args: argparse.Namespace, command: list[str], session: Callable[[], Session]) -> list[str]:
+    from . import jobs
+
+    if args.action == "cost":
+        return [job_cost(args, session)]
+    if args.action == "submit" and not command:
+        raise jobs.JobError(f"no command: put it after --, e.g. {PROG} job submit {args.queue} --image IMAGE "
+                            "--name NAME -- python train.py")
+    aws = session()
+    batch = aws.client("batch")
+    target = jobs.find_queue(batch, args.queue)
+    follow = f"{PROG} job list {args.queue} --region {aws.region}"
+    if args.action == "submit":
+        submission = jobs.check_submission(target, args.image, command, gpus=args.gpus, nodes=args.nodes,
+                                           name=args.name)
+        return jobs.submitted_lines(submission, jobs.submit(batch, submission), follow)
+    if args.action == "list":
+        return jobs.list_jobs(batch, target.job_queues())
+    job = jobs.describe(batch, args.job_id, [arn for _, arn in target.job_queues()], f"training queue {args.queue}")
+    if args.action == "logs":
+        return jobs.job_logs(aws.client("logs"), job)
+    return [jobs.cancel(batch, job, f"cancelled with {PROG} job cancel")]
+
+
+@one_line_errors
+def main(argv: list[str], session_factory: Optional[Callable[..., Any]] = None) -> int:
+    # A job's command follows "--" and may carry options of its own.
+    ours, command = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    args = parser().parse_args(ours)
+    regions = getattr(args, "region", None) or []
+
+    def session(region: Optional[str] = None) -> Session:
+        return Session(region or (regions[-1] if regions else None), session_factory)
+
+    if args.command == "drift-baseline":
+        baseline, features = baseline_from_sample(args.sample, args.exclude, args.bins, args.max_categories)
+        body = json.dumps(baseline, indent=1)
+        if args.output:
+            args.output.write_text(body)
+            where = str(args.output)
+        else:
+            key = baseline_key(args.endpoint)
+            session().client("s3").put_object(Bucket=args.bucket, Key=key, Body=body.encode())
+            where = f"s3://{args.bucket}/{key}"
+        print(f"baseline of {baseline['sample_size']} rows, {len(features)} features -> {where}")
+    elif args.command == "dataset":
+        print(start_dataset_build(session().client("ssm"), runbook=args.runbook, bucket=args.bucket,
+                                  name=args.name, version=args.version, prefix=args.prefix, size_gib=args.size_gib))
+    elif args.command == "job":
+        print("\n".join(job_command(args, command, session)))
+    elif args.command == "budget" and args.action == "what-if":
+        print(budget_what_if(args, regions[-1] if regions else _default_region(session_factory)))
+    elif args.command == "prices":
+        if not regions:
+            raise SystemExit(f"error: {PROG} prices refresh: name each Region to refresh with --region REGION")
+        print("\n".join(refresh_prices(session, regions, output=args.output, table=args.table,
+                                       spot_advisor=not args.no_spot_advisor)))
+    elif args.action == "resume":
+        aws = session()
+        print(json.dumps(resume_budget_stop(aws.client("lambda"), args.function, aws.operator() or getpass.getuser()),
+                         indent=1))
+    else:
+        aws = session()
+        print("\n".join(budget_status(aws.client("autoscaling"), args.scope, aws.client("batch"), aws.client("ec2"),
+                                      PendingJobs(aws.client("ssm")))))
+    return 0

@@ -1,0 +1,140 @@
+"""The construct library by domain (docs/ARCHITECTURE.md, "The library's map"): CDK-free folders that never reach the
+CDK half, at any depth; no import circle; and 0.3's module paths still importable, with a warning naming the new one."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ml_platform_constructs
+from ml_platform_constructs._package import MOVED, REMOVED_IN
+
+PACKAGE = Path(ml_platform_constructs.__file__).parent
+CDK_FREE = ("advice", "operations", "runtime")
+CDK_HALF = ("foundation", "data", "training", "serving", "governance")
+CDK_DISTRIBUTIONS = ("aws_cdk", "constructs", "jsii", "cdk_nag")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, at module level or inside a function (a lazy import is still a dependency);
+    what an ``if TYPE_CHECKING:`` block imports for type checkers is not."""
+    tree = ast.parse(path.read_text())
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    skipped = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If)
+               and isinstance(block.test, ast.Name) and block.test.id == "TYPE_CHECKING"
+               for node in ast.walk(block)}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                module = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                module = node.module
+            found.add(module)
+            # `from . import x` and `from .advice import gpu_catalog` name modules too
+            found |= {f"{module}.{alias.name}" for alias in node.names
+                      if (PACKAGE.parent / f"{module}.{alias.name}".replace(".", "/")).with_suffix(".py").exists()}
+    return found
+
+
+SOURCES = sorted(PACKAGE.rglob("*.py"))
+
+
+def test_the_top_of_the_package_holds_the_domains_and_nothing_else():
+    top = sorted(p.name for p in PACKAGE.iterdir() if p.name != "__pycache__")
+    assert top == sorted(["__init__.py", "__main__.py", "_package.py", "errors.py", "py.typed", *CDK_FREE, *CDK_HALF])
+
+
+@pytest.mark.parametrize("folder", CDK_FREE)
+def test_a_cdk_free_folder_imports_nothing_of_the_cdk_all_the_way_down(folder):
+    offending = {}
+    for path in sorted((PACKAGE / folder).rglob("*.py")):
+        bad = sorted(m for m in imports(path) if m.split(".")[0] in CDK_DISTRIBUTIONS
+                     or m.split(".")[:2] in [["ml_platform_constructs", half] for half in CDK_HALF])
+        if bad:
+            offending[module_name(path)] = bad
+    assert offending == {}
+
+
+def test_the_library_has_no_import_circle():
+    graph = {module_name(path): {m for m in imports(path) if m.startswith("ml_platform_constructs")}
+             for path in SOURCES}
+    state: dict[str, str] = {}
+
+    def visit(module: str, trail: list[str]) -> None:
+        if state.get(module) == "done" or module not in graph:
+            return
+        if state.get(module) == "open":
+            raise AssertionError("import circle: " + " -> ".join([*trail[trail.index(module):], module]))
+        state[module] = "open"
+        for target in sorted(graph[module]):
+            visit(target, [*trail, module])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        visit(module, [])
+
+
+def test_the_cdk_free_folders_import_with_the_standard_library_and_boto3_alone():
+    modules = [module_name(p) for folder in CDK_FREE for p in sorted((PACKAGE / folder).rglob("*.py"))]
+    code = "; ".join(["import sys", *(f"import {m}" for m in modules),
+                      "print(sorted({m.split('.')[0] for m in sys.modules} & set(sys.argv[1:])))"])
+    result = subprocess.run([sys.executable, "-c", code, *CDK_DISTRIBUTIONS], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_every_module_path_of_0_3_still_imports_with_a_warning_naming_the_new_one(old):
+    old_path, new_path = f"ml_platform_constructs.{old}", f"ml_platform_constructs.{MOVED[old]}"
+    sys.modules.pop(old_path, None)
+    with pytest.warns(DeprecationWarning, match=rf"{old_path} moved to {new_path} in .*removed in {REMOVED_IN}"):
+        module = importlib.import_module(old_path)
+    assert module is importlib.import_module(new_path)  # the same module: its names and its state
+    assert not (PACKAGE / f"{old}.py").exists()
+
+
+def test_from_an_old_path_import_a_name_works():
+    sys.modules.pop("ml_platform_constructs.spot_gpu_fleet", None)
+    with pytest.warns(DeprecationWarning, match="training.spot_gpu_fleet"):
+        from ml_platform_constructs.spot_gpu_fleet import SpotGpuFleet
+    assert SpotGpuFleet is ml_platform_constructs.SpotGpuFleet
+
+
+def test_the_paths_that_became_folders_still_export_their_names():
+    from ml_platform_constructs.governance import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, govern
+    from ml_platform_constructs.governance.scope import govern as scope_govern
+    from ml_platform_constructs.operations import main, parser
+    from ml_platform_constructs.operations.cli import main as cli_main
+
+    assert (ACCOUNT_SCOPE, BUDGET_SCOPE_TAG) == ("account", "ml-platform:budget-scope")
+    assert govern is scope_govern and main is cli_main and callable(parser)
+
+
+@pytest.mark.parametrize("folder", [*CDK_HALF, *CDK_FREE[:2]])
+def test_each_domain_folder_exports_what_it_says(folder):
+    package = importlib.import_module(f"ml_platform_constructs.{folder}")
+    assert package.__all__ and all(getattr(package, name) is not None for name in package.__all__)
+    assert set(package.__all__) <= set(dir(package))
+
+
+def test_the_changelog_names_every_moved_path():
+    changelog = (PACKAGE.parent / "CHANGELOG.md").read_text()
+    missing = [old for old, new in MOVED.items() if f"`ml_platform_constructs.{old}` → `ml_platform_constructs.{new}`"
+               not in changelog]
+    assert missing == []
