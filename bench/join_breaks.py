@@ -75,7 +75,7 @@ BREAKS = [
     Break("cost estimate: alarm costs dropped", "ops/cost_estimate.py",
           '+ len(alarms) * prices["alarm_month"]', '+ 0 * prices["alarm_month"]',
           ("tests/unit/test_cost_estimate_lines.py",)),
-    Break("emulator report: SNS subscriptions always read back as declared", "ops/report.py",
+    Break("emulator report: SNS subscriptions always read back as declared", "ops/local/report.py",
           'findings.append(Finding("subscriptions", found == wanted,',
           'findings.append(Finding("subscriptions", True,',
           ("tests/emulator/test_local_deploy.py",)),

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ops import budget, cost_estimate, up
+from ops import budget, cost_estimate
+from ops.local import up
 from ops.lint import LintResult, nag_acknowledgements
 from ops.lint import templates as assembly_templates
 

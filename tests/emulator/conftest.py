@@ -6,7 +6,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
-from ops.local_deploy import LocalEmulator
+from ops.local.deploy import LocalEmulator
 from stacks import config as platform_config
 
 

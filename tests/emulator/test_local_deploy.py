@@ -1,5 +1,5 @@
 """The dev environment deploys to the local emulator (moto server on 127.0.0.1) through the code `./platform up`
-runs (ops.local_deploy.deploy_and_report: the pinned CDK CLI bootstraps moto and deploys every stack, assets
+runs (ops.local.deploy.deploy_and_report: the pinned CDK CLI bootstraps moto and deploys every stack, assets
 published as to a real account), and the report says what exists.
 
 The app is synthesized here for the local target (what app.py builds with -c target=local) with aws-cdk-lib's
@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from ops import up
-from ops.report import CREATED, MISSING, PARTIAL, format_reports, gaps, stack_templates
+from ops.local import up
+from ops.local.report import CREATED, MISSING, PARTIAL, format_reports, gaps, stack_templates
 from stacks.app_builder import build
 from stacks.config import interface_endpoint_service
 from tests.conftest import new_app

@@ -3,7 +3,7 @@
 
 from mlflow.tracking import MlflowClient
 
-from ops import local_run
+from ops.local import run as local_run
 
 
 def test_up_ends_with_one_recorded_run_across_a_simulated_spot_reclaim(mlflow_store, tmp_path, capsys):

@@ -238,15 +238,15 @@ def test_tco_help_synthesizes_nothing():
 
 # Where ops/ makes a boto3 client or session itself instead of taking it from ops.aws_access, and why.
 OWN_SESSIONS = {
-    "local_deploy.py": "the local emulator, with dummy credentials",
-    "local_run.py": "the example job against the local emulator's S3, with dummy credentials",
+    "local/deploy.py": "the local emulator, with dummy credentials",
+    "local/run.py": "the example job against the local emulator's S3, with dummy credentials",
     "refresh_prices.py": "public Price List and Spot data, no environment's account",
 }
 
 
 def test_every_aws_session_comes_from_the_credential_check():
     """What docs/ARCHITECTURE.md ("Operator access") claims: a new exception must be argued here."""
-    direct = {path.name for path in (ROOT / "ops").glob("*.py")
+    direct = {path.relative_to(ROOT / "ops").as_posix() for path in (ROOT / "ops").rglob("*.py")
               if re.search(r"boto3\.(session\.Session|client|resource)\(", path.read_text())}
     assert direct == set(OWN_SESSIONS)
 

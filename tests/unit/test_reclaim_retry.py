@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from ops.local_run import run_attempt
+from ops.local.run import run_attempt
 from test_train_example import EXAMPLE, job_env, queue_retry_strategy, record  # noqa: F401 (fixture)
 
 FIELDS = {"OnExitCode": ("exitCode", r"[0-9]*\*?"), "OnReason": ("reason", r"[A-Za-z0-9.: \t]*\*?"),

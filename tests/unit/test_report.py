@@ -4,8 +4,8 @@ what they cannot compare they mark "not checked" instead of "ok"."""
 import pytest
 from botocore.exceptions import ClientError
 
-from ops import report
-from ops.report import MISSING, PARTIAL, Finding, ResourceReport, StackReport
+from ops.local import report
+from ops.local.report import MISSING, PARTIAL, Finding, ResourceReport, StackReport
 
 
 class Answers:

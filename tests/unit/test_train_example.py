@@ -14,7 +14,7 @@ import pytest
 from moto import mock_aws
 
 from ml_platform_constructs.runtime.tracking import TrackedRun
-from ops.local_run import run_attempt
+from ops.local.run import run_attempt
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_with_checkpoints.py"
 spec = importlib.util.spec_from_file_location("train_with_checkpoints", EXAMPLE)

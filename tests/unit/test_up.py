@@ -1,4 +1,4 @@
-"""./platform up after setup (ops/up.py) and the quiet CDK CLI runs it is made of (ops/cdk_cli.py): headers for
+"""./platform up after setup (ops/local/up.py) and the quiet CDK CLI runs it is made of (ops/cdk_cli.py): headers for
 every step, a summary that fits on one screen and names the files with the whole tables, the tools' output in a
 log shown only on failure. The steps themselves run for real in the emulator, compliance and cost tests."""
 
@@ -6,10 +6,12 @@ import sys
 
 import pytest
 
-from ops import cdk_cli, local_deploy, up
+from ops import cdk_cli
+from ops.local import deploy as local_deploy
+from ops.local import up
 from ops.cost_estimate import EnvironmentEstimate
 from ops.lint import CheckovResult, LintResult
-from ops.report import MISSING, PARTIAL, Finding, ResourceReport, StackReport
+from ops.local.report import MISSING, PARTIAL, Finding, ResourceReport, StackReport
 
 
 LOCAL_RUN = """==> local run: example-1, checkpoints at s3://b/checkpoints/training/example-1/ (emulated S3)
@@ -77,7 +79,7 @@ def test_up_shows_every_step_and_ends_with_a_summary_on_one_screen(steps, capsys
         "  attempt 2: resuming from the checkpoint of epoch 3 -> exit 0",
         "  one run recorded: holdout accuracy 0.849, cost 0.000281 USD; "
         "passport: ./platform runs show --local 169cfc6a"]
-    assert steps["called"] == ["deploy", "ops.local_run"]
+    assert steps["called"] == ["deploy", "ops.local.run"]
     assert summary[-4:][0].startswith("  ./platform test")
     assert (steps["logs"] / "emulator-report.txt").read_text().startswith("What was deployed to the emulator")
     assert (steps["logs"] / "cost-estimate.txt").read_text().startswith("Monthly cost estimate. Assumptions:")

@@ -1,6 +1,6 @@
 """Runs the example training job locally as a TrainingQueue would run it, and shows the run it recorded.
 
-  python -m ops.local_run [--store DIR]      (the end of ./platform up; needs no AWS account)
+  python -m ops.local.run [--store DIR]      (the end of ./platform up; needs no AWS account)
 
 moto on 127.0.0.1 stands in for S3: the dataset is uploaded under datasets/, checkpoints and the run record go to
 checkpoints/training/<job name>/. Attempt 1 gets a real SIGTERM after its first epochs (a simulated Spot reclaim)
@@ -28,9 +28,9 @@ import boto3
 from ml_platform_constructs.runtime.tracking import RECORD_NAME
 
 from .emulator import client_environment, moto_server
-from .runs import LOCAL_STORE, format_record, local_tracking_uri, run_record
+from ..runs import LOCAL_STORE, format_record, local_tracking_uri, run_record
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "train_with_checkpoints.py"
 ACCOUNT, REGION = "123456789012", "us-east-1"
 BUCKET = "ml-platform-local-datasets"

@@ -1,6 +1,6 @@
 """Deploys the dev environment to moto on 127.0.0.1 with the pinned CDK CLI and reports what really exists.
 
-  python -m ops.local_deploy [--assembly DIR]    the emulator step of ./platform up, with the whole table
+  python -m ops.local.deploy [--assembly DIR]    the emulator step of ./platform up, with the whole table
 
 Starts and stops the emulator itself; needs no AWS account. The CDK CLI's output goes to logs/cdk*.log and moto's
 to logs/moto.log. ./platform up and the emulator tests deploy through LocalEmulator, the same code.
@@ -20,9 +20,9 @@ import boto3
 
 from stacks.config import EnvironmentConfig
 
-from .aws_access import environment
-from .cdk_cli import CDK, LOGS, ROOT, run_logged, synth
-from .cli import Parser
+from ..aws_access import environment
+from ..cdk_cli import CDK, LOGS, ROOT, run_logged, synth
+from ..cli import Parser
 from .emulator import client_environment, moto_server
 from .report import MISSING, PARTIAL, StackReport, format_reports, report_assembly
 
@@ -140,7 +140,7 @@ def synthesize_and_deploy(assembly: Path, dev: EnvironmentConfig, logs: Path = L
 
 
 def main(argv: list[str]) -> int:
-    parser = Parser("python -m ops.local_deploy", description=__doc__)
+    parser = Parser("python -m ops.local.deploy", description=__doc__)
     parser.add_argument("--assembly", default="cdk.out.local", help="where to synthesize the local target")
     args = parser.parse_args(argv)
     dev = environment("dev")

@@ -12,12 +12,13 @@ import sys
 import time
 from pathlib import Path
 
-from ops import cost_estimate, local_deploy
+from ops import cost_estimate
+from ops.local import deploy as local_deploy
 from ops.aws_access import environment
 from ops.cdk_cli import LOGS, ROOT, run_logged, synth
 from ops.cli import Parser
 from ops.lint import LintResult, lint_assembly, nag_acknowledgements
-from ops.report import CREATED, MISSING, NOT_READ, PARTIAL, gap_lines
+from ops.local.report import CREATED, MISSING, NOT_READ, PARTIAL, gap_lines
 from stacks import config as platform_config
 
 STEPS = 6  # setup (the platform script), synth, lint, cost, emulator, the example job
@@ -60,7 +61,7 @@ def emulator_lines(deployed: local_deploy.LocalDeploy, table: str) -> list[str]:
 
 def local_run_lines(output: str) -> list[str]:
     """Each attempt's outcome, the run's held-out accuracy and cost, and the command that shows its passport, from
-    ops.local_run's output."""
+    ops.local.run's output."""
     attempts = re.findall(r"^    (attempt \d+: .*? -> exit \d+)", output, re.M)
     run = re.search(r"\(\./platform runs show --local (\w+)\)", output)
     result = re.search(r"finished: (holdout accuracy [\d.]+), \d+ attempt\(s\), (cost [\d.e-]+ USD)", output)
@@ -110,7 +111,7 @@ def main(argv: list[str], *, assembly: Path = ROOT / "cdk.out", local_assembly: 
 
     header(6, "run the example job as a queue runs it: a real SIGTERM, a resumed attempt, one recorded run")
     run_file = logs / "local-run.txt"
-    seconds = run_logged([sys.executable, "-m", "ops.local_run"], "the example job's local run", log=run_file)
+    seconds = run_logged([sys.executable, "-m", "ops.local.run"], "the example job's local run", log=run_file)
     run_lines = local_run_lines(run_file.read_text())
     print(f"    {len(run_lines) - 1} attempts, one run in .ml-platform/ ({seconds:.0f} s)")
 
