@@ -316,9 +316,9 @@ def test_the_diff_role_trusts_only_the_repositorys_pull_requests(deploy_stack):
         "Url": "https://token.actions.githubusercontent.com", "ClientIdList": ["sts.amazonaws.com"]})
 
 
-def test_the_readme_sets_the_subject_template_and_the_environment_rules_the_roles_rely_on():
+def test_the_docs_set_the_subject_template_and_the_environment_rules_the_roles_rely_on():
     assert subject_template() == {"use_default": False, "include_claim_keys": ["repo", "context", "ref"]}
-    section = (ROOT / "README.md").read_text().split("## Deploying from CI\n")[1].split("\n## ")[0]
+    section = (ROOT / "docs" / "CI.md").read_text()
     assert subject_template_command() in section
     assert "deployment branches: `main` only" in section and "required reviewers" in section
     assert "deployment-branch-policies\" -f name=main -f type=branch" in section

@@ -152,8 +152,15 @@ def test_the_wheel_metadata_stands_alone(wheel):
     assert f"## {version}" in (LIBRARY / "CHANGELOG.md").read_text()
     assert any(url.startswith("Homepage, https://") for url in metadata.get_all("Project-URL"))
     description = metadata.get_payload()
-    headings = re.findall(r"^## (.*)$", description, re.M)
-    for construct in ("DatasetBucket", "SpotGpuFleet", "MonitoredEndpoint", "DatasetSnapshotBuilder", "BudgetGuard",
-                      "PlatformKey", "AlertTopic", "PlatformNetwork", "ImportedNetwork"):
-        assert any(construct in heading for heading in headings), construct
-    assert "](docs/" not in description and "](constructs/" not in description  # no links that break off-repo
+    # The description is the library's index: an entry per construct, each linking its page by absolute URL, and no
+    # relative link, which would lead nowhere on the package index.
+    entries = {section.splitlines()[0]: section for section in re.split(r"^## ", description, flags=re.M)[1:]}
+    pages = "https://github.com/ml-platform/ml-training-platform/blob/main/constructs/docs/"
+    for construct, page in (("DatasetBucket", "DatasetBucket"), ("SpotGpuFleet", "SpotGpuFleet"),
+                            ("TrainingQueue", "TrainingQueue"), ("MonitoredEndpoint", "MonitoredEndpoint"),
+                            ("DatasetSnapshotBuilder", "DatasetSnapshotBuilder"), ("BudgetGuard", "BudgetGuard"),
+                            ("PlatformKey", "PlatformKey"), ("AlertTopic", "AlertTopic"),
+                            ("PlatformNetwork", "PlatformNetwork"), ("ImportedNetwork", "PlatformNetwork")):
+        [entry] = [text for heading, text in entries.items() if construct in heading.split()]
+        assert f"]({pages}{page}.md" in entry, construct
+    assert re.findall(r"\]\((?!https?://|#)([^)]*)\)", description) == []

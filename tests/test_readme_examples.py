@@ -1,5 +1,6 @@
-"""The READMEs' example sessions print what the commands print: every `$ ./platform ...` block whose command runs
-without AWS is run here and its output compared, figure by figure, so a change that moves a number moves the docs.
+"""The docs' example sessions print what the commands print: every `$ ./platform ...` block of README.md, docs/,
+constructs/README.md and constructs/docs/ whose command runs without AWS is run here and its output compared, figure
+by figure, so a change that moves a number moves the docs.
 
 In an example, a line "..." (or "..." within a line) stands for output the example leaves out; line breaks are
 free, since the docs wrap long lines."""
@@ -16,7 +17,8 @@ from ops.lint import LintResult, nag_acknowledgements
 from ops.lint import templates as assembly_templates
 
 ROOT = Path(__file__).resolve().parent.parent
-READMES = [ROOT / "README.md", ROOT / "constructs" / "README.md"]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "constructs" / "README.md",
+        *sorted((ROOT / "constructs" / "docs").glob("*.md"))]
 
 # Commands that need no AWS account, and how the test runs them (the synthesized app for the cost estimate).
 RUNNERS = {
@@ -25,19 +27,20 @@ RUNNERS = {
 }
 # Examples not run here, and why.
 NOT_RUN = {
-    "./platform advise": "the advisor's worked example (README, its own section) abridges lines without '...'",
+    "./platform advise": "the advisor's worked example (docs/ADVISOR.md) abridges lines without '...'; "
+                         "tests/unit/test_advisor_docs.py compares each line it shows",
     "./platform up": "a deploy to the emulator (a minute): its figures are compared line by line instead, the "
                      "estimates below and the emulator's lines in tests/emulator",
 }
 
 
 def examples() -> list[tuple[str, str, str]]:
-    """(README, command line, the output it shows) for each fenced block that starts with `$ ./platform`."""
+    """(page, command line, the output it shows) for each fenced block that starts with `$ ./platform`."""
     found = []
-    for readme in READMES:
-        for block in re.findall(r"^```[a-z]*\n(\$ \./platform .*?)^```$", readme.read_text(), re.S | re.M):
+    for doc in DOCS:
+        for block in re.findall(r"^```[a-z]*\n(\$ \./platform .*?)^```$", doc.read_text(), re.S | re.M):
             command, _, output = block.partition("\n")
-            found.append((readme.relative_to(ROOT).as_posix(), command.removeprefix("$ "), output))
+            found.append((doc.relative_to(ROOT).as_posix(), command.removeprefix("$ "), output))
     return found
 
 
@@ -53,20 +56,25 @@ def shows(example: str, output: str) -> bool:
 
 def test_every_example_session_is_run_or_says_why_not():
     commands = [command for _, command, _ in examples()]
-    assert {runner(c) for c in commands} >= {"./platform budget", "./platform cost"}
+    assert {runner(c) for c in commands} >= {"./platform budget", "./platform cost", "./platform up"}
     assert [c for c in commands if not runner(c)] == []
+
+
+def test_the_only_up_example_is_the_readmes():
+    # The README's excerpt is the one the tests below compare; another page would show its own, untested.
+    assert [page for page, command, _ in examples() if command == "./platform up"] == ["README.md"]
 
 
 RUN = [example for example in examples() if runner(example[1]) in RUNNERS]
 
 
-@pytest.mark.parametrize("readme,command,shown", RUN, ids=[f"{readme}: {command}" for readme, command, _ in RUN])
-def test_the_example_prints_what_the_command_prints(readme, command, shown, platform_app, capsys):
+@pytest.mark.parametrize("page,command,shown", RUN, ids=[f"{page}: {command}" for page, command, _ in RUN])
+def test_the_example_prints_what_the_command_prints(page, command, shown, platform_app, capsys):
     _, _, assembly = platform_app
     args = shlex.split(command)[2:]
     assert RUNNERS[runner(command)](args, assembly) == 0
     output = capsys.readouterr().out
-    assert shows(shown, output), f"{readme}: `{command}` now prints:\n{output}"
+    assert shows(shown, output), f"{page}: `{command}` now prints:\n{output}"
 
 
 @pytest.mark.parametrize("example,output,shown", [
@@ -81,7 +89,7 @@ def test_an_example_matches_figure_for_figure(example, output, shown):
 
 
 def readme_example(command: str) -> list[str]:
-    """The lines a README's `$ <command>` session shows."""
+    """The lines a page's `$ <command>` session shows."""
     [shown] = [output for _, line, output in examples() if line == command]
     return shown.splitlines()
 

@@ -158,12 +158,12 @@ def test_invalid_scaling_is_refused(scaling, message):
 
 
 
-def test_the_library_readme_gives_the_two_deploys_that_change_an_autoscaled_instance_type():
+def test_the_library_docs_give_the_two_deploys_that_change_an_autoscaled_instance_type():
     # SageMaker refuses an UpdateEndpoint that changes the instance type of a scaling target, and no synth can see
-    # the deployed type: the MonitoredEndpoint section says so and gives AWS's procedure as deploys.
-    readme = (Path(__file__).resolve().parents[2] / "constructs" / "README.md").read_text()
-    section = readme[readme.index("## MonitoredEndpoint"):readme.index("## Dataset volumes")]
-    procedure = " ".join(section[section.index("### Changing the instance type of an autoscaled endpoint"):].split())
+    # the deployed type: the MonitoredEndpoint page says so and gives AWS's procedure as deploys.
+    page = (Path(__file__).resolve().parents[2] / "constructs" / "docs" / "MonitoredEndpoint.md").read_text()
+    section = page[page.index("## Changing the instance type of an autoscaled endpoint"):]
+    procedure = " ".join(section[:section.index("\n## ", 1)].split())
     for words in ("https://docs.aws.amazon.com/sagemaker/latest/dg/endpoint-scaling-update.html",
                   "1. Deploy with `auto_scaling=None`", "2. Deploy with the new `instance_type` and `auto_scaling` back",
                   "A synth cannot see the deployed instance type"):

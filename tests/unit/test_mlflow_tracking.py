@@ -127,9 +127,10 @@ def test_a_reader_of_a_tracking_server_reads_only_without_a_warning(synth_stack)
     assert Annotations.from_stack(stacks[0]).find_warning("*", Match.string_like_regexp("mlflow-app")) == []
 
 
-def test_the_readme_says_the_apps_grants_include_deletes():
-    readme = " ".join((Path(__file__).resolve().parents[2] / "constructs" / "README.md").read_text().split())
-    section = readme[readme.index("## MlflowTracking"):readme.index("### Recording a run")]
+def test_the_library_docs_say_the_apps_grants_include_deletes():
+    page = (Path(__file__).resolve().parents[2] / "constructs" / "docs" / "MlflowTracking.md").read_text()
+    page = " ".join(page.split())
+    section = page[:page.index("## Recording a run")]
     assert ("So on the app both grants (`CallMlflowAppApi` and `DescribeMlflowApp`, with the `sagemaker-mlflow:` "
             "actions above) let the grantee also delete runs and experiments") in section
     assert "on this app or server (no delete" not in section
