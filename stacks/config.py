@@ -26,6 +26,7 @@ from ml_platform_constructs.training.training_queue import is_tagged_ecr_image
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "environments.toml"
 ENVIRONMENT_NAMES = ("dev", "staging", "prod")
+TOP_LEVEL = ""  # the file's own keys, outside any [table]
 # Short names of the interface endpoints an environment may ask for (com.amazonaws.<region>.<name>).
 INTERFACE_ENDPOINT_NAMES = frozenset({
     "ssm", "ssmmessages", "ec2messages", "monitoring", "logs", "kms", "sts", "ec2", "autoscaling", "events", "sns",
@@ -266,7 +267,7 @@ def load(path: Path = DEFAULT_CONFIG) -> PlatformConfig:
 
 
 def parse(raw: Mapping[str, Any]) -> PlatformConfig:
-    _keys("<top level>", raw, required={"project", "environments"})
+    _keys(TOP_LEVEL, raw, required={"project", "environments"})
     project = _string("project", raw["project"], r"^[a-z][a-z0-9-]{1,30}[a-z0-9]$",
                       "3-32 lowercase letters, digits and hyphens", "use a short name such as 'ml-platform'")
     environments = raw["environments"]
@@ -696,6 +697,7 @@ def _budget(at: str, raw: Any) -> BudgetConfig:
 
 
 def _keys(at: str, raw: Any, *, required: set[str], optional: set[str] = frozenset()) -> None:
+    table = f"[{at}]" if at != TOP_LEVEL else "the file's top level"
     if not isinstance(raw, Mapping):
         raise ConfigError(at, raw, "a table", f"write [{at}] with keys {sorted(required)}")
     # Unknown keys first: a misspelled required key is reported as the misspelling, not as a missing key.
@@ -703,12 +705,22 @@ def _keys(at: str, raw: Any, *, required: set[str], optional: set[str] = frozens
     unknown = raw.keys() - required - optional
     if unknown:
         key = sorted(unknown)[0]
-        closest = difflib.get_close_matches(key, known, n=1)
-        raise ConfigError(f"{at}.{key}", raw[key], f"not a known key of [{at}] (known: {known})",
-                          f"rename it to {closest[0]!r}" if closest else "remove it or rename it to a known key")
+        # A rename only to a key that is not set already: renaming `environment` to `environments` beside an
+        # [environments] table would make a second one.
+        unset = difflib.get_close_matches(key, [k for k in known if k not in raw], n=1)
+        taken = difflib.get_close_matches(key, [k for k in known if k in raw], n=1)
+        if unset:
+            fix = f"rename it to {unset[0]!r}"
+        elif taken:
+            fix = f"remove it ({taken[0]!r}, the known key closest to it, is set already)"
+        else:
+            fix = "remove it or rename it to a known key"
+        raise ConfigError(f"{at}.{key}" if at != TOP_LEVEL else key, raw[key],
+                          f"not a known key of {table} (known: {known})", fix)
     missing = required - raw.keys()
     if missing:
-        raise ConfigError(f"{at}.{sorted(missing)[0]}", None, "a required key", f"add {sorted(missing)} to [{at}]")
+        raise ConfigError(f"{at}.{sorted(missing)[0]}" if at != TOP_LEVEL else sorted(missing)[0], None,
+                          "a required key", f"add {sorted(missing)} to {table}")
 
 
 def _string(key: str, value: Any, pattern: str, allowed: str, fix: str) -> str:

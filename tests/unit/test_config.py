@@ -252,3 +252,28 @@ def test_staging_may_opt_into_efa_behind_its_nat_gateway():
     raw = copy.deepcopy(RAW)
     raw["environments"]["staging"]["queues"][0]["multi_node_efa"] = True
     assert parse(raw).environments["staging"].queues[0].multi_node_efa is True
+
+
+@pytest.mark.parametrize("key,fix", [
+    ("environment", "remove it ('environments', the known key closest to it, is set already)"),
+    ("projects", "remove it ('project', the known key closest to it, is set already)"),
+    ("colour", "remove it or rename it to a known key"),
+])
+def test_an_unknown_top_level_key_is_never_to_be_renamed_to_a_key_already_set(key, fix):
+    raw = copy.deepcopy(RAW)
+    raw[key] = "x"
+    with pytest.raises(ConfigError) as error:
+        parse(raw)
+    assert str(error.value) == (f"config: {key}='x' is invalid: not a known key of the file's top level (known: "
+                                f"['environments', 'project']). Fix: {fix}")
+
+
+def test_an_unknown_key_beside_a_missing_one_is_to_be_renamed_to_it():
+    raw = copy.deepcopy(RAW)
+    raw["environments"]["dev"]["fleet"] = raw["environments"]["dev"].pop("fleets")
+    with pytest.raises(ConfigError, match=r"environments.dev.fleet=.* Fix: rename it to 'fleets'$"):
+        parse(raw)
+    raw = copy.deepcopy(RAW)
+    raw["projects"] = raw.pop("project")
+    with pytest.raises(ConfigError, match=r"^config: projects='ml-platform' is invalid: .* Fix: rename it to 'project'$"):
+        parse(raw)
