@@ -1,14 +1,15 @@
-"""Issue 20's breaks at the joins between parts, one at a time: each is applied to the source, the tests that
-guard that join run, and the script reports the first that failed. A break no test notices fails the script.
+"""Deliberate breaks at the joins between parts, one at a time: each is applied to the source, the tests that guard
+that join run, and the script reports the first that failed. A break no test notices fails the script.
 
-Usage: ./platform bench joins   (or .venv/bin/python bench/join_breaks.py [NAME...]); a benchmark, not part of the
-suite: it edits source files while it runs (each is restored, also on Ctrl-C). Prints a Markdown table.
+  ./platform bench joins [NAME...]   every break (or those whose name contains a NAME), as a Markdown table
+  ./platform bench joins --list      the breaks' names and the tests that guard each
+
+A benchmark, not part of the suite: it edits source files while it runs (each is restored, also on Ctrl-C).
 """
 
 from __future__ import annotations
 
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -16,6 +17,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as bench/join_breaks.py: the app's modules by their names
+from ops import terminal  # noqa: E402
+from ops.cli import Parser  # noqa: E402
+
 LIB = "constructs/ml_platform_constructs"
 
 
@@ -97,28 +102,43 @@ def run(item: Break) -> tuple[list[str], float]:
     try:
         path.write_text(source.replace(item.old, item.new))
         # -x: the first test that notices is the answer (a broken loop may otherwise wait out its timeouts).
-        result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--no-header",
-                                 "-rf", *item.tests], cwd=ROOT, capture_output=True, text=True)
+        result = terminal.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--no-header",
+                               "-rf", *item.tests], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     finally:
-        path.write_text(source)
+        path.write_text(source)  # also on Ctrl-C or SIGTERM: the pytest run has been ended first
     return re.findall(r"^FAILED (\S+)", result.stdout, re.M), time.monotonic() - started
 
 
+def parser() -> Parser:
+    joins = Parser("./platform bench joins", description=__doc__)
+    joins.add_argument("names", nargs="*", metavar="NAME", help="run the breaks whose name contains NAME")
+    joins.add_argument("--list", action="store_true", help="list the breaks and the tests that guard each, run none")
+    return joins
+
+
 def main(argv: list[str]) -> int:
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still restores the file it broke
-    if any(arg in ("-h", "--help") for arg in argv):
-        print(__doc__.strip())
+    joins = parser()
+    args = joins.parse_args(argv)
+    unmatched = [name for name in args.names if not any(name in b.name for b in BREAKS)]
+    if unmatched:
+        joins.error(f"no break's name contains {unmatched[0]!r}: ./platform bench joins --list names them")
+    chosen = [b for b in BREAKS if not args.names or any(name in b.name for name in args.names)]
+    if args.list:
+        print("| break | the tests that guard it |\n|---|---|")
+        for item in chosen:
+            print(f"| {item.name} | {', '.join(f'`{t}`' for t in item.tests)} |")
         return 0
-    chosen = [b for b in BREAKS if not argv or any(name in b.name for name in argv)]
-    print("| break | the first test that fails | seconds |\n|---|---|---|")
+    print("| break | the first test that fails | seconds |\n|---|---|---|", flush=True)
     unnoticed = 0
-    for item in chosen:
-        failed, seconds = run(item)
-        unnoticed += not failed
-        shown = ", ".join(f"`{f}`" for f in failed)
-        print(f"| {item.name} | {shown or '**none: unnoticed**'} | {seconds:.0f} |", flush=True)
+    with terminal.progress("applying each break and running its tests", total=len(chosen)) as shown:
+        for item in chosen:
+            shown.advance(item.name)
+            failed, seconds = run(item)
+            unnoticed += not failed
+            listed = ", ".join(f"`{f}`" for f in failed)
+            print(f"| {item.name} | {listed or '**none: unnoticed**'} | {seconds:.0f} |", flush=True)
     return 1 if unnoticed else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    terminal.entry_point(main)

@@ -19,7 +19,6 @@ mutants a line; the moto-backed tests take seconds each): the score of a sample 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -29,6 +28,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as bench/mutation.py: the app's modules by their names
+from ops import terminal  # noqa: E402
+from ops.cli import Parser, bounded  # noqa: E402
+
 WORK = ROOT / "build" / "mutation"
 PACKAGE = ROOT / "constructs" / "ml_platform_constructs"
 # What the tests need beside the code (copied into each work folder).
@@ -98,8 +101,8 @@ def ensure_mutmut() -> Path:
     tool = Path(sys.executable).parent / "mutmut"
     if not tool.exists():
         print("==> installing mutmut into .venv (bench/requirements-mutation.txt)", file=sys.stderr)
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                        "-r", ROOT / "bench" / "requirements-mutation.txt", "-c", ROOT / "constraints.txt"], check=True)
+        terminal.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                      "-r", ROOT / "bench" / "requirements-mutation.txt", "-c", ROOT / "constraints.txt"], check=True)
     return tool
 
 
@@ -143,7 +146,7 @@ def results(work: Path, module: str) -> dict[str, str]:
 
 
 def diff(tool: Path, work: Path, name: str) -> str:
-    shown = subprocess.run([tool, "show", name], cwd=work, capture_output=True, text=True).stdout
+    shown = terminal.run([tool, "show", name], cwd=work, capture_output=True, text=True).stdout
     return "\n".join(line for line in shown.splitlines()
                      if line.startswith(("-", "+")) and not line.startswith(("---", "+++")))
 
@@ -151,8 +154,8 @@ def diff(tool: Path, work: Path, name: str) -> str:
 def mutmut(tool: Path, work: Path, args: list[str], log: Path) -> int:
     env = {**os.environ, "PYTHONPATH": str(work / "mutants"), "PYTHONDONTWRITEBYTECODE": "1"}
     with log.open("a") as out:
-        return subprocess.run(["nice", "-n", "10", tool, "run", *args], cwd=work, env=env, stdout=out,
-                              stderr=subprocess.STDOUT).returncode
+        return terminal.run(["nice", "-n", "10", tool, "run", *args], cwd=work, env=env, stdout=out,
+                            stderr=subprocess.STDOUT).returncode
 
 
 def run(tool: Path, module: str, tests: tuple[str, ...], sample: int, keep: bool) -> dict:
@@ -208,10 +211,11 @@ def report(outcomes: list[dict]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser("./platform bench mutation", description=__doc__)
     parser.add_argument("modules", nargs="*", help="module paths as in --list (default: all)")
     parser.add_argument("--list", action="store_true", help="list the modules and their tests")
-    parser.add_argument("--sample", type=int, default=150, metavar="N",
+    parser.add_argument("--sample", type=bounded(0, 100_000, "mutants a module (0: all of them)", example="--sample 150",
+                                                 integer=True), default=150, metavar="N",
                         help="at most N mutants a module, evenly spread (default 150; 0: all of them)")
     parser.add_argument("--keep", action="store_true", help="keep build/mutation/<module>/ for `mutmut show`")
     parser.add_argument("--json", type=Path, help="also write the outcomes to this file")
@@ -225,14 +229,16 @@ def main(argv: list[str]) -> int:
         parser.error(f"unknown module {unknown[0]!r}: one of --list")
     tool = ensure_mutmut()
     outcomes = []
-    for module in args.modules or MODULES:
-        print(f"==> {module}", file=sys.stderr)
-        outcomes.append(run(tool, module, MODULES[module], args.sample, args.keep))
-        if args.json:
-            args.json.write_text(json.dumps(outcomes, indent=1))
+    chosen = args.modules or list(MODULES)
+    with terminal.progress("mutation testing, module by module (minutes each)", total=len(chosen)) as shown:
+        for module in chosen:
+            shown.advance(module)
+            outcomes.append(run(tool, module, MODULES[module], args.sample, args.keep))
+            if args.json:
+                args.json.write_text(json.dumps(outcomes, indent=1))
     print(report(outcomes))
     return 0 if all("error" not in o for o in outcomes) else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    terminal.entry_point(main)

@@ -6,11 +6,11 @@
   ./platform advise custom --params 11.7e6 --images 12e6 --forward-gflops 3.6 [--activation-gib-per-image 0.02]
   ./platform advise PRESET --measured ENV|FILE   # prefer throughput measured by examples/gpu_benchmark.py
 
-Presets: resnet50-imagenet, bert-large-finetune, llm-7b-lora, llm-7b-full, llm-70b-lora. The library function
-behind it is ml_platform_constructs.advice.advisor.advise(). --measured ENV reads the JSON records under benchmarks/ in
+Presets: resnet50-imagenet, bert-large-finetune, llm-7b-lora, llm-7b-full, llm-70b-lora (the library's advisor, which a
+team without the platform app calls itself). --measured ENV reads the JSON records under benchmarks/ in
 ENV's dataset bucket (found from the ENV-Data stack's DatasetBucketName output) with ENV's credentials, checked
 first (sts:GetCallerIdentity, cloudformation:DescribeStacks, s3:ListObjectsV2, s3:GetObject); --measured FILE
-reads records from a local file (the JSON lines gpu_benchmark.py prints). Otherwise it makes no AWS call.
+reads records from a local file (the JSON lines examples/gpu_benchmark.py prints). Otherwise it makes no AWS call.
 --presets-table and --throughput-table print the Markdown that README.md and docs/THROUGHPUT.md show.
 """
 
@@ -38,6 +38,8 @@ from ml_platform_constructs.advice.advisor import (
 )
 from ml_platform_constructs.runtime.benchmark import BENCHMARK_PREFIX
 
+from ops.cli import Parser
+
 RULES = [
     ("runs", "the platform can run it for the target: NVIDIA GPUs on x86_64 with the platform's driver for a fleet "
              "or a queue (arm64 T4G needs AWS's ARM64 DLAMI with PyTorch; V100 an AMI of your own; Trainium a model "
@@ -58,6 +60,11 @@ TRANSFORMER_FLAGS = ("tokens", "seq_len", "hidden", "layers", "vocab", "lora_par
 POSITIVE = ("deadline_hours", "dataset_gib", "samples", "checkpoint_minutes", "startup_minutes", "params",
             "lora_params", "tokens", "images", "forward_gflops", "activation_gib_per_image", "s3_mibps")
 NON_NEGATIVE = ("value_of_hour", "spot_wait_minutes", "interruptions_per_hour")
+# The most a figure can sensibly be (beyond it, a typo): the limit and what it stands for.
+MAXIMA = {"deadline_hours": (8760, "a year"), "max_instances": (1000, "config's max_capacity bound"),
+          "value_of_hour": (1_000_000, "USD an hour"), "checkpoint_minutes": (10_080, "a week"),
+          "startup_minutes": (1440, "a day"), "spot_wait_minutes": (1440, "a day"),
+          "s3_mibps": (100_000, "100 GiB/s per instance"), "dataset_gib": (10_000_000, "10 PB")}
 INTEGERS = ("seq_len", "hidden", "layers", "vocab", "global_batch", "max_instances")
 
 
@@ -83,6 +90,10 @@ def validate(args: argparse.Namespace) -> None:
         value = getattr(args, name, None)
         if value is not None and value < 1:
             fail(f"{_flag(name)}={value}: must be 1 or more")
+    for name, (most, meaning) in MAXIMA.items():
+        value = getattr(args, name, None)
+        if value is not None and value > most:
+            fail(f"{_flag(name)}={value:g}: out of range: at most {most:,} ({meaning}); pass a figure up to that")
     if getattr(args, "interruptions_per_hour", None) is not None and args.interruptions_per_hour >= 1:
         fail(f"--interruptions-per-hour={args.interruptions_per_hour}: a rate per instance-hour below 1")
     given = {name for name in (*CUSTOM_COMMON, *IMAGE_FLAGS, *TRANSFORMER_FLAGS) if getattr(args, name) is not None}
@@ -422,8 +433,7 @@ def throughput_table() -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="./platform advise", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser("./platform advise", description=__doc__)
     parser.add_argument("workload", nargs="?", choices=[*PRESETS, "custom"])
     parser.add_argument("--json", action="store_true", help="print {schema_version, region, workload, assumptions, "
                                                             "options, recommended, pareto} as JSON")
@@ -487,4 +497,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from ops.terminal import entry_point
+
+    entry_point(main)

@@ -10,11 +10,11 @@
                                 [--on-demand TYPE=COUNT[@HOURS]]... [--now ISO-8601] [--json]
                                         what the guard would decide for these figures (no AWS access)
 
-what-if runs the guard's own decision (runtime/budget_guard.py: decide) with the environment's budget and its
-Region's prices (the library's `python -m ml_platform_constructs budget what-if` with config's figures). --running counts Spot instances, --on-demand On-Demand ones; @HOURS is how long they have
-run (default 0: just launched). Defaults: nothing spent, Budgets' figure fresh, nothing running, now.
-status and resume need the environment's credentials, activate-tags the payer account's (both checked first:
-ops/aws_access.py).
+what-if runs the guard's own decision with the environment's budget and its Region's prices (the same as the
+library's `python -m ml_platform_constructs budget what-if`, with config's figures). --running counts Spot
+instances, --on-demand On-Demand ones: COUNT 1 to 1,000 of a type; @HOURS is how long they have run this month (0 to
+744; default 0: just launched). Defaults: nothing spent, Budgets' figure fresh, nothing running, now.
+status and resume need the environment's credentials, activate-tags the payer account's (both checked first).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from ml_platform_constructs.operations.cli import budget_status
 from ml_platform_constructs.runtime import budget_guard
 
 from ops.aws_access import environment, payer_session, session_for
-from ops.cli import Parser, aws_errors_in_one_line
+from ops.cli import Parser, add_what_if_figures, aws_errors_in_one_line
 from stacks.config import EnvironmentConfig
 
 COST_TAGS = ("environment", "project", "cost-center", "component")
@@ -65,10 +65,7 @@ def main(argv: list[str]) -> int:
     parser = Parser("./platform budget", description=__doc__)
     parser.add_argument("command", choices=["status", "resume", "activate-tags", "what-if"])
     parser.add_argument("env")
-    parser.add_argument("--actual", type=float, default=0.0, help="Budgets' actual spend this month (USD)")
-    parser.add_argument("--budget-age-hours", type=float, default=0.0, help="how old Budgets' figure is")
-    parser.add_argument("--running", action="append", default=[], metavar="TYPE=COUNT[@HOURS]", help="Spot")
-    parser.add_argument("--on-demand", action="append", default=[], metavar="TYPE=COUNT[@HOURS]")
+    add_what_if_figures(parser)
     parser.add_argument("--now", type=datetime.fromisoformat, default=None, help="ISO 8601 (default: now, UTC)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -98,4 +95,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from ops.terminal import entry_point
+
+    entry_point(main)

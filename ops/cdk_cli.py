@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from ops import terminal
 from ops.aws_access import environment
 from ops.cli import Parser
 
@@ -26,18 +27,27 @@ _STARTED: set[Path] = set()  # logs this process has begun (each command's run s
 def run_logged(command: list[str], what: str, *, log: Path, env: Optional[dict[str, str]] = None) -> float:
     """Runs ``command`` in the repository with its output appended to ``log``; returns its seconds. On failure the
     lines the app itself wrote as errors (or else the output's last lines) go to stderr and the command ends with
-    one line naming the log."""
+    one line naming the log. The command runs in its own process group (``ops.terminal.run``): a Ctrl-C ends the
+    whole group, and the log says it was interrupted."""
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    result = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    with log.open("a" if log in _STARTED else "w") as handle:
-        handle.write(f"$ {' '.join(command)}    ({what}: exit {result.returncode})\n{result.stdout}\n")
-    _STARTED.add(log)
+    try:
+        result = terminal.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    except BaseException:
+        _log(log, f"$ {' '.join(command)}    ({what}: interrupted)\n")
+        raise
+    _log(log, f"$ {' '.join(command)}    ({what}: exit {result.returncode})\n{result.stdout}\n")
     if result.returncode != 0:
         lines = result.stdout.splitlines()
         print("\n".join([line for line in lines if line.startswith("error: ")] or lines[-25:]), file=sys.stderr)
         raise SystemExit(f"error: {what} failed (exit {result.returncode}); its whole output is in {_shown(log)}")
     return time.monotonic() - started
+
+
+def _log(log: Path, text: str) -> None:
+    with log.open("a" if log in _STARTED else "w") as handle:
+        handle.write(text)
+    _STARTED.add(log)
 
 
 def synth(outdir: Path, *, environments: Optional[str] = None, target: Optional[str] = None,
@@ -63,12 +73,16 @@ def main(argv: list[str]) -> int:
                     "with cdk-nag and aws-cdk-lib's template checks; the CDK CLI's output goes to logs/cdk.log.")
     parser.add_argument("env", nargs="?", help="one environment (only its stage is built, which is quicker)")
     args = parser.parse_args(argv)
+    if args.env:
+        environment(args.env)  # before the progress line: an unknown name is one line
     started = time.monotonic()
-    templates = synth(ROOT / "cdk.out", environments=args.env)
+    with terminal.progress(f"synthesizing {args.env or 'every environment'} into cdk.out (cdk-nag and CDK's "
+                           "template checks run inside)"):
+        templates = synth(ROOT / "cdk.out", environments=args.env)
     print(f"synthesized and validated (cdk-nag, CDK template checks): {len(templates)} templates in cdk.out "
           f"({time.monotonic() - started:.1f} s)")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    terminal.entry_point(main)

@@ -7,6 +7,19 @@ import functools
 from typing import Callable, NoReturn
 
 from botocore.exceptions import BotoCoreError, ClientError
+# Figures on the command line are checked for their range as they are parsed, in one place for the app's commands
+# and the library's (python -m ml_platform_constructs): the argument, the value, the range and an example, exit 2.
+from ml_platform_constructs.operations.cli import (  # noqa: F401 - the app's commands take them from here
+    GIB_VOLUME,
+    INSTANCES,
+    MONTH_HOURS,
+    SPEND_USD,
+    add_drift_figures,
+    add_job_figures,
+    add_size_gib,
+    add_what_if_figures,
+    bounded,
+)
 
 
 class Parser(argparse.ArgumentParser):

@@ -2,11 +2,11 @@
 
   ./platform cost [ENV] [--utilization 0.25] [--storage-gb 1000] [--capture-gb 50]
 
-./platform cost synthesizes every environment first (an estimate of stale templates would misstate a changed
-config); python -m ops.cost_estimate [ENV] --assembly DIR estimates an assembly already synthesized.
+./platform cost checks its arguments, then synthesizes every environment (an estimate of stale templates would
+misstate a changed config); --assembly DIR estimates an app synthesized already instead.
 
-Everything the templates do not say is an assumption, printed with the estimate. Prices:
-constructs/ml_platform_constructs/runtime/prices.json (source and date inside; refresh with ops/refresh_prices.py).
+Everything the templates do not say is an assumption, printed with the estimate, and so are the price table's
+source and date.
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ from typing import Optional
 from ml_platform_constructs import GPU_CATALOG
 from ml_platform_constructs.runtime.budget_guard import FLEET_TAG, QUEUE_TAG, load_prices
 
-from ops import aws_access
+from ops import aws_access, terminal
 from ops.cdk_cli import synth
-from ops.cli import Parser
+from ops.cli import Parser, bounded
 
 HOURS_PER_MONTH = 730
+STORAGE_GB = (0, 10_000_000)  # 10 PB: a figure beyond is a typo, not a bucket
 PREFIX_SHARES = {"datasets/": 0.6, "checkpoints/": 0.3, "logs/": 0.1}  # of the dataset bucket's bytes
 ASSUMED_RETENTION_DAYS = 365  # for data no rule expires
 
@@ -301,11 +302,17 @@ def format_report(assumptions: Assumptions, found: list[EnvironmentEstimate]) ->
 def parser() -> Parser:
     costs = Parser("./platform cost", description=__doc__)
     costs.add_argument("env", nargs="?", help="one environment (default: every one)")
-    costs.add_argument("--utilization", type=float, default=0.25,
+    costs.add_argument("--utilization", type=bounded(0, 1, "the share of the month GPU fleets and queues run at max "
+                                                      "size", example="--utilization 0.25"), default=0.25,
                        help="share of the month GPU fleets and queues run at max size, 0-1 (default 0.25)")
-    costs.add_argument("--storage-gb", type=float, default=1000, help="GB in the dataset bucket (default 1000)")
-    costs.add_argument("--capture-gb", type=float, default=50, help="GB in each endpoint's capture bucket (default 50)")
-    costs.add_argument("--assembly", type=Path, default=Path("cdk.out"), help="a synthesized assembly (default cdk.out)")
+    costs.add_argument("--storage-gb", type=bounded(*STORAGE_GB, "GB in the dataset bucket",
+                                                     example="--storage-gb 1000"), default=1000,
+                       help="GB in the dataset bucket (default 1000)")
+    costs.add_argument("--capture-gb", type=bounded(*STORAGE_GB, "GB in each endpoint's capture bucket",
+                                                     example="--capture-gb 50"), default=50,
+                       help="GB in each endpoint's capture bucket (default 50)")
+    costs.add_argument("--assembly", type=Path, default=Path("cdk.out"),
+                       help="an app synthesized already (default cdk.out)")
     costs.add_argument("--synth", action="store_true", help=argparse.SUPPRESS)  # ./platform cost: synthesize first
     return costs
 
@@ -313,15 +320,12 @@ def parser() -> Parser:
 def main(argv: list[str]) -> int:
     costs = parser()
     args = costs.parse_args(argv)
-    if not 0 <= args.utilization <= 1:
-        costs.error(f"--utilization={args.utilization}: a fraction from 0 to 1, e.g. 0.25")
-    for name in ("storage_gb", "capture_gb"):
-        if getattr(args, name) < 0:
-            costs.error(f"--{name.replace('_', '-')}={getattr(args, name)}: a size in GB, 0 or more")
     if args.env:
         aws_access.environment(args.env)  # an unknown name ends here, naming the known ones
     if args.synth:
-        synth(args.assembly)  # every environment, like the estimate's budget lines
+        with terminal.progress("synthesizing every environment for the estimate (cdk-nag and CDK's template checks "
+                               "run inside)"):
+            synth(args.assembly)  # every environment, like the estimate's budget lines
     elif not (args.assembly / "manifest.json").exists():
         costs.error(f"--assembly {args.assembly}: no synthesized app there; run ./platform cost (it synthesizes)")
     assumptions = Assumptions(args.utilization, args.storage_gb, args.capture_gb)
@@ -330,4 +334,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from ops.terminal import entry_point
+
+    entry_point(main)

@@ -1,11 +1,12 @@
-"""Builds and lists an environment's dataset snapshots (phase 1 of dataset volumes) in its real AWS account.
+"""Builds and lists an environment's dataset snapshots in its real AWS account: the first of the two steps to a
+dataset volume on a fleet's instances.
 
   ./platform dataset build ENV NAME VERSION --prefix datasets/NAME/ --size-gib N
   ./platform dataset list ENV
 
 `build` starts the Data stack's snapshot runbook and prints how to follow it; when it succeeds the snapshot
-id is at /<project>/<env>/datasets/NAME/VERSION/snapshot-id and fleets can mount that version (phase 2:
-add it to the fleet's dataset_volumes in config and deploy).
+id is at /<project>/<env>/datasets/NAME/VERSION/snapshot-id and fleets can mount that version (the second
+step: add it to the fleet's dataset_volumes in config and deploy).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ops.aws_access import environment, session_for
-from ops.cli import Parser, aws_errors_in_one_line
+from ops.cli import Parser, add_size_gib, aws_errors_in_one_line
 from stacks.config import EnvironmentConfig
 
 
@@ -88,7 +89,7 @@ def main(argv: list[str]) -> int:
     for name in ("env", "name", "version"):
         build_parser.add_argument(name)
     build_parser.add_argument("--prefix", required=True)
-    build_parser.add_argument("--size-gib", type=int, required=True)
+    add_size_gib(build_parser)
     commands.add_parser("list", help="the dataset snapshot versions built").add_argument("env")
     args = parser.parse_args(argv)
     env = environment(args.env)
@@ -102,4 +103,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from ops.terminal import entry_point
+
+    entry_point(main)

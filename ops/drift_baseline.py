@@ -19,7 +19,7 @@ from pathlib import Path
 from ml_platform_constructs.operations.cli import baseline_from_sample, baseline_key
 
 from ops.aws_access import environment, require_known, session_for
-from ops.cli import Parser, aws_errors_in_one_line
+from ops.cli import Parser, add_drift_figures, aws_errors_in_one_line
 from ops.dataset import stack_output
 from stacks import config as platform_config
 
@@ -36,8 +36,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("endpoint")
     parser.add_argument("sample", type=Path)
     parser.add_argument("--exclude", action="append", default=[], help="a column that is not a model input")
-    parser.add_argument("--bins", type=int, default=10)
-    parser.add_argument("--max-categories", type=int, default=20)
+    add_drift_figures(parser)
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--bucket", help="upload to this bucket (default: the environment's dataset bucket)")
     target.add_argument("--output", type=Path, help="write to a local file instead of uploading (no AWS call)")
@@ -61,4 +60,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from ops.terminal import entry_point
+
+    entry_point(main)

@@ -5,8 +5,8 @@
   ./platform fleet preflight ENV        quotas, the Auto Scaling service-linked role, dataset snapshots, and
                                         every instance type offered in every AZ it is meant to run in
 
-Every command checks first that the environment and fleet names are configured and that the credentials are
-those of the environment's account (ops/aws_access.py).
+Every command checks first that the environment and fleet names are configured (and scale, that N is within the
+fleet's max_capacity in config), then that the credentials are those of the environment's account.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ml_platform_constructs.data.dataset_snapshots import DEFAULT_BUILDER_INSTAN
 from ml_platform_constructs.training.spot_gpu_fleet import FLEET_TAG
 
 from ops.aws_access import environment, require_known, session_for
-from ops.cli import Parser, aws_errors_in_one_line
+from ops.cli import INSTANCES, Parser, aws_errors_in_one_line, bounded
 from ops.dataset import missing_volumes
 from stacks.config import EnvironmentConfig, FleetConfig, QueueConfig
 
@@ -161,15 +161,24 @@ def main(argv: list[str]) -> int:
     parser = Parser("./platform fleet", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     scale_parser = commands.add_parser("scale", help="set a fleet's desired capacity (0 stops it)")
-    scale_parser.add_argument("env")
-    scale_parser.add_argument("fleet")
-    scale_parser.add_argument("capacity", type=int)
-    commands.add_parser("status", help="each fleet's desired, in-service and max instances").add_argument("env")
-    commands.add_parser("preflight", help="quotas, service-linked role, snapshots, offerings").add_argument("env")
+    scale_parser.add_argument("env", metavar="ENV", help="the environment, e.g. dev")
+    scale_parser.add_argument("fleet", metavar="FLEET", help="a fleet of ENV in config, e.g. training")
+    scale_parser.add_argument("capacity", metavar="N", help="instances: 0 to the fleet's max_capacity in config",
+                              type=bounded(0, INSTANCES[1], "the fleet's desired capacity in instances (0 stops it)",
+                                           example="./platform fleet scale dev training 2", integer=True))
+    commands.add_parser("status", help="each fleet's desired, in-service and max instances").add_argument(
+        "env", metavar="ENV", help="the environment, e.g. dev")
+    commands.add_parser("preflight", help="quotas, service-linked role, snapshots, offerings").add_argument(
+        "env", metavar="ENV", help="the environment, e.g. dev")
     args = parser.parse_args(argv)
     env = environment(args.env)
-    if args.command == "scale":
+    if args.command == "scale":  # everything config can tell, before the credentials are asked for
         require_known("fleet", args.fleet, [f.name for f in env.fleets], env)
+        fleet = next(f for f in env.fleets if f.name == args.fleet)
+        if args.capacity > fleet.max_capacity:
+            scale_parser.error(f"N={args.capacity} is out of range: {args.fleet}'s desired capacity, from 0 to its "
+                               f"max_capacity {fleet.max_capacity} in config/environments.toml (raise max_capacity "
+                               f"there and deploy to go higher)")
     session = session_for(env)
     if args.command == "scale":
         print(scale(session.client("autoscaling"), env, args.fleet, args.capacity))
@@ -184,4 +193,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from ops.terminal import entry_point
+
+    entry_point(main)

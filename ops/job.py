@@ -4,10 +4,10 @@
   ./platform job list ENV [QUEUE]
   ./platform job logs ENV JOB_ID
   ./platform job cancel ENV JOB_ID
-  ./platform job cost ENV JOB_ID [--json]    what the job really cost (ops/job_cost.py)
+  ./platform job cost ENV JOB_ID [--json]    what the job really cost (./platform job cost --help)
 
-The commands are the library's (ml_platform_constructs.operations.jobs, also `python -m ml_platform_constructs job ...`), with
-ENV's queues from config and the Compute and Data stacks' outputs. `submit` checks everything it can before calling
+The commands are the library's (`python -m ml_platform_constructs job ...` for a team without the platform app),
+with ENV's queues from config and the Compute and Data stacks' outputs. `submit` checks everything it can before calling
 AWS (the queue exists in config, the job fits its instance types, the image is in ECR with a tag or digest),
 registers a revision of the queue's job definition when the image differs, and submits with the job contract's
 ML_PLATFORM_CHECKPOINT_URI=s3://BUCKET/checkpoints/<queue>/<NAME>/ and ML_PLATFORM_JOB_NAME: every attempt of the
@@ -26,7 +26,7 @@ from ml_platform_constructs.operations import jobs
 from ml_platform_constructs.operations.jobs import JobError, Submission
 
 from ops.aws_access import environment, require_known, session_for
-from ops.cli import Parser, aws_errors_in_one_line
+from ops.cli import Parser, add_job_figures, aws_errors_in_one_line
 from ops.dataset import stack_output
 from stacks.compute_stack import queue_output_key
 from stacks.config import EnvironmentConfig, QueueConfig
@@ -120,8 +120,7 @@ def parser() -> Parser:
     submit_parser.add_argument("queue")
     submit_parser.add_argument("--image", required=True, help="the job's image in Amazon ECR")
     submit_parser.add_argument("--name", help="the job's identity: a resubmission under the same name resumes")
-    submit_parser.add_argument("--gpus", type=int, help="GPUs per instance (default: all of the smallest type's)")
-    submit_parser.add_argument("--nodes", type=int, default=1, help="instances of a multi-node job (default 1)")
+    add_job_figures(submit_parser)
     list_parser = commands.add_parser("list", help="the queues' jobs by state")
     list_parser.add_argument("env")
     list_parser.add_argument("queue", nargs="?")
@@ -169,4 +168,6 @@ def main(argv: list[str], session_factory=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from ops.terminal import entry_point
+
+    entry_point(main)

@@ -1,8 +1,9 @@
-"""What an environment's training job really cost: ml_platform_constructs.advice.job_cost in ENV's account and Region.
+"""What an environment's training job really cost, read in ENV's account and Region (read-only calls).
 
   ./platform job cost ENV JOB_ID [--json] [--instance-type T --lifecycle spot|on-demand]
 
-The read-only calls, the prices and what is counted: ml_platform_constructs/advice/job_cost.py (the library's
+Each attempt is priced at its instance type's rate in the price table ./platform cost uses, with the job's own
+metrics read back for its cost per accuracy point and per million tokens (the library's
 `python -m ml_platform_constructs job cost JOB_ID` is the same command for a team without the platform app).
 """
 
@@ -38,4 +39,6 @@ def main(argv: list[str], session_factory=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from ops.terminal import entry_point
+
+    entry_point(main)

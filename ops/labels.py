@@ -90,4 +90,6 @@ def main(argv: list[str], now: Optional[datetime] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from ops.terminal import entry_point
+
+    entry_point(main)

@@ -14,9 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from cfnlint.api import decode_str, run_template_by_data
-from cfnlint.config import ConfigMixIn
-from cfnlint.runner import Runner
+from ops import terminal
 
 _RULES: dict[tuple[str, ...], tuple] = {}
 
@@ -28,8 +26,14 @@ def templates(assembly_dir: Path) -> list[Path]:
 def lint_template(path: Path, regions: list[str]) -> list[str]:
     """cfn-lint findings at error level (E*) for one template, as printable lines.
 
-    The rule set is loaded once per Region list and reused: loading it is most of cfn-lint's time.
+    The rule set is loaded once per Region list and reused: loading it is most of cfn-lint's time. cfn-lint is
+    imported here, not with the module: importing it takes about 0.6 s, which every test file paid through the
+    tests' conftest (which imports this module for the background scans) and every command that never lints.
     """
+    from cfnlint.api import decode_str, run_template_by_data
+    from cfnlint.config import ConfigMixIn
+    from cfnlint.runner import Runner
+
     key = tuple(regions)
     if key not in _RULES:
         config = ConfigMixIn(regions=regions)
@@ -61,11 +65,11 @@ def start_checkov(paths: list[Path]) -> subprocess.Popen:
                *[arg for path in paths for arg in ("--file", str(path))]]
     # --skip-download and no API key: nothing leaves the machine.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BC_", "PRISMA_"))}
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return terminal.start(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def checkov_result(process: subprocess.Popen) -> CheckovResult:
-    stdout, stderr = process.communicate()
+    stdout, stderr = _communicate(process)
     if process.returncode not in (0, 1) or not stdout.strip():  # 1: findings
         raise SystemExit(f"lint: checkov failed (exit {process.returncode}):\n{stderr[-2000:]}")
     reports = json.loads(stdout)
@@ -84,14 +88,25 @@ def checkov_result(process: subprocess.Popen) -> CheckovResult:
 def start_cfn_lint(paths: list[Path]) -> subprocess.Popen:
     """cfn-lint over ``paths`` in a background process (``cfn_lint_result`` waits for it), so that a test
     session overlaps its CPU time with other work."""
-    return subprocess.Popen([sys.executable, "-m", "ops.lint", "--cfn-lint-json", *map(str, paths)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=Path(__file__).resolve().parent.parent)
+    return terminal.start([sys.executable, "-m", "ops.lint", "--cfn-lint-json", *map(str, paths)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          cwd=Path(__file__).resolve().parent.parent)
+
+
+def _communicate(process: subprocess.Popen) -> tuple[str, str]:
+    """The scan's output; an interrupt (or any error) while waiting ends its process group."""
+    try:
+        stdout, stderr = process.communicate()
+    except BaseException:
+        terminal.stop(process)
+        raise
+    terminal.forget(process)
+    return stdout, stderr
 
 
 def cfn_lint_result(process: subprocess.Popen) -> dict[str, list[str]]:
     """Each template's cfn-lint errors (``lint_template`` lines), by path."""
-    stdout, stderr = process.communicate()
+    stdout, stderr = _communicate(process)
     if process.returncode != 0:
         raise SystemExit(f"lint: cfn-lint failed (exit {process.returncode}):\n{stderr[-2000:]}")
     return json.loads(stdout)
@@ -117,7 +132,11 @@ class LintResult:
 def lint_assembly(paths: list[Path]) -> LintResult:
     """cfn-lint and checkov (in parallel) over the templates."""
     scanning = start_checkov(paths)
-    errors = [line for path in paths for line in lint_template(path, _regions(path))]
+    try:
+        errors = [line for path in paths for line in lint_template(path, _regions(path))]
+    except BaseException:
+        terminal.stop(scanning)
+        raise
     return LintResult(len(paths), errors, checkov_result(scanning))
 
 
@@ -142,7 +161,8 @@ def main(argv: list[str]) -> int:
     if not paths:
         print(f"error: lint: no templates under {assembly_dir}; synthesize first (./platform synth)", file=sys.stderr)
         return 1
-    result = lint_assembly(paths)
+    with terminal.progress(f"cfn-lint and checkov over {len(paths)} templates"):
+        result = lint_assembly(paths)
     print("\n".join(result.lines()))
     return 1 if result.failed else 0
 
@@ -158,4 +178,6 @@ def _regions(path: Path) -> list[str]:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from ops.terminal import entry_point
+
+    entry_point(main)

@@ -1,21 +1,21 @@
 """The promotion gate: a model version reaches an endpoint only when its run's held-out score is no worse than the
 live model's, and then through a blue/green rollout that takes itself back on the endpoint's alarms.
 
-  python -m ops.model promote ENV ENDPOINT RUN_ID [--no-wait]
-  python -m ops.model status ENV ENDPOINT
+  ./platform model promote ENV ENDPOINT RUN_ID [--no-wait]
+  ./platform model status ENV ENDPOINT
 
 `promote`, in ENV's account (credentials checked first, as every operator command):
 
 1. reads the candidate run from the environment's MLflow (finished, with a model and the endpoint's promotion
    metric, ``holdout_accuracy`` unless config says otherwise) and the live version: the Serving stack's model
-   version parameter (``runtime.promotion.model_version_parameter``);
+   version parameter;
 2. refuses, saying both numbers, when the candidate's score is worse than the live run's by more than the
    endpoint's tolerance (config ``promotion``, default 0); records the decision in the candidate run either way
    (tag ``ml_platform.promotion.<env>.<endpoint>.<time>``);
 3. copies the run's model.tar.gz to the endpoint's model key for that version (``models/<name>/<run id>/...``);
 4. updates the Serving stack with its deployed template and only that parameter changed (and, for an endpoint with a
-   quality check, its quality baseline parameter set to the run's held-out score, ``runtime.promotion.
-   quality_baseline_parameter``, which the check then judges production against): CloudFormation replaces
+   quality check, its quality baseline parameter set to the run's held-out score, which the check then judges
+   production against): CloudFormation replaces
    the model and endpoint configuration and SageMaker shifts the traffic blue/green, rolling back if the latency or
    error alarm fires while it bakes; a failed rollout rolls the stack back to the live version. The parameter is
    what CloudFormation declares, so the next ``cdk deploy`` (which keeps a parameter's previous value) serves the
@@ -27,7 +27,6 @@ s3:GetObject on the run's model and s3:PutObject under models/, the MLflow read 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import replace
@@ -40,6 +39,7 @@ from ml_platform_constructs.runtime.quality import Settings as QualitySettings
 from ml_platform_constructs.runtime.tracking import PROMOTION_TAG_PREFIX
 
 from ops.aws_access import environment, require_known, session_for
+from ops.cli import Parser
 from ops.dataset import stack_output
 from ops.runs import RunsError, environment_tracking_uri, run_record
 from stacks.config import EndpointConfig, EnvironmentConfig
@@ -207,8 +207,7 @@ def status(env: EnvironmentConfig, endpoint: EndpointConfig, *, client: Any, clo
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="./platform model", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser("./platform model", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     promote_parser = commands.add_parser("promote", help="judge a run against the live model and roll it out")
     promote_parser.add_argument("env")
@@ -235,4 +234,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from ops.terminal import entry_point
+
+    entry_point(main)

@@ -79,4 +79,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from ops.terminal import entry_point
+
+    entry_point(main)

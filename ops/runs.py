@@ -1,7 +1,7 @@
 """Recorded training runs: their passports, metrics, cost and cost per accuracy point.
 
-  python -m ops.runs list ENV|--local [--json]
-  python -m ops.runs show ENV|--local RUN_ID [--json]
+  ./platform runs list ENV|--local [--json]
+  ./platform runs show ENV|--local RUN_ID [--json]
 
 ENV reads the environment's SageMaker MLflow (the Data stack's MlflowTrackingUri output; AWS credentials of ENV's
 account, checked first; the sagemaker-mlflow plugin signs the calls). --local reads the local store that
@@ -15,7 +15,6 @@ params, environment, ...), ``metrics``, ``cost_usd``, ``spot_interruptions``, ``
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ml_platform_constructs.runtime.tracking import PROMOTION_TAG_PREFIX, RECORD_NAME, TAG_PREFIX
+
+from ops.cli import Parser
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_STORE = ROOT / ".ml-platform"
@@ -193,8 +194,7 @@ def format_record(record: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="./platform runs", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser("./platform runs", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     listing = commands.add_parser("list", help="the newest runs")
     listing.add_argument("target", metavar="ENV|--local")
@@ -217,4 +217,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from ops.terminal import entry_point
+
+    entry_point(main)

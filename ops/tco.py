@@ -1,11 +1,10 @@
 """Lifecycle cost of an environment over months: storage by tier, training jobs, inference, monitoring, network.
 
   ./platform tco ENV [--months 12] [--workload PRESET|custom [advise's workload flags] | --job-usd X]
-                    [--jobs-per-month 20] [--models N]
-  python -m ops.tco ASSEMBLY_DIR ENV [same options]
+                    [--jobs-per-month 20] [--models N] [--assembly DIR]
 
-Extends ./platform cost (ops/cost_estimate.py, whose functions it reuses) from "this month at an assumed
-utilization" to the lifecycle:
+It checks its arguments, then synthesizes ENV afresh (--assembly DIR: an app synthesized already instead). It
+extends ./platform cost from "this month at an assumed utilization" to the lifecycle:
 
 - storage by tier, month by month: the dataset bucket starts with --storage-gb and grows by --ingest-gb-month;
   each month's data ages through the bucket's own lifecycle rules (read from the template), so data moves to
@@ -20,13 +19,13 @@ utilization" to the lifecycle:
 - network: interface endpoints and NAT gateways; other: KMS keys.
 
 Per model: the month's total divided by --models (default: the number of endpoints, at least 1).
-Prices: the shared table (runtime/prices.json) plus the CloudWatch and Lambda rates below (us-east-1).
+Prices: the price table ./platform cost uses (its source and date are printed), plus CloudWatch and Lambda
+at their us-east-1 rates.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -36,7 +35,11 @@ from typing import Optional
 from ml_platform_constructs.advice.advisor import PRESETS, Option, advise
 from ml_platform_constructs.advice.gpu_catalog import ACCELERATOR_CATALOG
 from ml_platform_constructs.runtime.budget_guard import load_prices
+from ops import terminal
 from ops.advise import add_workload_arguments, fail, workload_from_args
+from ops.aws_access import environment
+from ops.cdk_cli import synth
+from ops.cli import Parser, bounded
 from ops.cost_estimate import (
     HOURS_PER_MONTH,
     PREFIX_SHARES,
@@ -248,40 +251,53 @@ def queue_capacity(templates: list[dict], best: Option, jobs_per_month: float, j
     return None
 
 
+def parser() -> Parser:
+    costs = Parser("./platform tco", description=__doc__)
+    costs.add_argument("env", metavar="ENV", help="the environment, e.g. dev")
+    costs.add_argument("--assembly", type=Path, default=Path("cdk.out"),
+                       help="an app synthesized already (default cdk.out; ./platform tco synthesizes ENV there)")
+    costs.add_argument("--synth", action="store_true", help=argparse.SUPPRESS)  # ./platform tco: synthesize first
+
+    def figure(flag: str, low: float, high: float, meaning: str, example: str, **options) -> None:
+        integer = options.pop("integer", False)
+        costs.add_argument(flag, type=bounded(low, high, meaning, example=f"{flag} {example}", integer=integer),
+                           help=f"{meaning}, {low:,g} to {int(high):,}" + (f" (default {options['default']:g})"
+                                                                          if options.get("default") is not None else ""),
+                           **options)
+
+    figure("--months", 1, 120, "months of the lifecycle", "12", default=12, integer=True)
+    figure("--storage-gb", 0, 10_000_000, "GB in the dataset bucket at month 1", "1000", default=1000)
+    figure("--ingest-gb-month", 0, 1_000_000, "GB added to the dataset bucket each month", "100", default=100)
+    figure("--capture-gb", 0, 10_000_000, "GB in each endpoint's capture bucket", "50", default=50)
+    figure("--jobs-per-month", 0, 100_000, "training jobs a month", "20", default=20)
+    job = costs.add_mutually_exclusive_group()
+    job.add_argument("--workload", choices=[*PRESETS, "custom"], default="resnet50-imagenet",
+                     help="the job the advisor prices (default resnet50-imagenet)")
+    job.add_argument("--job-usd", type=bounded(0, 10_000_000, "USD per training job", example="--job-usd 25"),
+                     help="a given cost per job instead of the advisor's")
+    figure("--job-hours", 0, 10_000, "hours per job (with --job-usd, for its metrics)", "6")
+    figure("--models", 1, 10_000, "models the monthly cost is shared by", "2", integer=True)
+    figure("--log-gb-month", 0, 1_000_000, "GB of logs ingested a month", "5", default=5)
+    figure("--custom-metrics", 0, 1_000_000, "custom metrics sent all month", "50", default=50, integer=True)
+    add_workload_arguments(costs, positional=False)
+    return costs
+
+
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="./platform tco", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("assembly", type=Path)
-    parser.add_argument("env")
-    parser.add_argument("--months", type=int, default=12)
-    parser.add_argument("--storage-gb", type=float, default=1000)
-    parser.add_argument("--ingest-gb-month", type=float, default=100)
-    parser.add_argument("--capture-gb", type=float, default=50)
-    parser.add_argument("--jobs-per-month", type=float, default=20)
-    job = parser.add_mutually_exclusive_group()
-    job.add_argument("--workload", choices=[*PRESETS, "custom"], default="resnet50-imagenet")
-    job.add_argument("--job-usd", type=float)
-    parser.add_argument("--job-hours", type=float, help="with --job-usd: hours per job (for its metrics)")
-    parser.add_argument("--models", type=int)
-    parser.add_argument("--log-gb-month", type=float, default=5)
-    parser.add_argument("--custom-metrics", type=int, default=50)
-    add_workload_arguments(parser, positional=False)
-    args = parser.parse_args(argv)
-    if not 1 <= args.months <= 120:
-        fail(f"--months={args.months}: 1 to 120")
-    for flag in ("storage_gb", "ingest_gb_month", "capture_gb", "jobs_per_month", "log_gb_month"):
-        value = getattr(args, flag)
-        if not math.isfinite(value) or value < 0:
-            fail(f"--{flag.replace('_', '-')}={value}: a finite number, 0 or more")
-    if args.job_usd is not None and (not math.isfinite(args.job_usd) or args.job_usd < 0):
-        fail(f"--job-usd={args.job_usd}: a finite number, 0 or more")
+    costs = parser()
+    args = costs.parse_args(argv)
     workload_flags = sorted(f"--{name.replace('_', '-')}" for name in WORKLOAD_FLAGS if getattr(args, name))
     if args.job_usd is not None and workload_flags:
         fail(f"{', '.join(workload_flags)}: not read with --job-usd (a given cost per job); drop one or the other")
     if args.job_hours is not None and args.job_usd is None:
         fail("--job-hours: only with --job-usd (the advisor gives the hours of the jobs it prices)")
-    if args.models is not None and args.models < 1:
-        fail(f"--models={args.models}: 1 or more")
+    if args.job_usd is None:
+        workload = workload_from_args(args)  # its own checks, before the synth
+    if args.synth:
+        environment(args.env)  # an unknown name ends here, naming the known ones, before the synth
+        with terminal.progress(f"synthesizing {args.env} for its lifecycle cost (cdk-nag and CDK's template checks "
+                               "run inside)"):
+            synth(args.assembly, environments=args.env)
     found = [e for e in environments(args.assembly) if e[0] == args.env]
     if not found:
         fail(f"{args.env} is not in {args.assembly}: synthesize it first (./platform synth {args.env})")
@@ -291,7 +307,6 @@ def main(argv: list[str]) -> int:
     if args.job_usd is not None:
         job_usd, job_hours, label = args.job_usd, args.job_hours or 0.0, "given"
     else:
-        workload = workload_from_args(args)
         best = advise(workload, prices=prices, region=region, target="queue").recommended
         job_usd = best.usd if best else 0.0
         job_hours = best.expected_hours if best else 0.0
@@ -314,4 +329,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from ops.terminal import entry_point
+
+    entry_point(main)

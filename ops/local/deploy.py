@@ -24,7 +24,7 @@ from ..aws_access import environment
 from ..cdk_cli import CDK, LOGS, ROOT, run_logged, synth
 from ..cli import Parser
 from .emulator import client_environment, moto_server
-from .report import MISSING, PARTIAL, StackReport, format_reports, report_assembly
+from .report import MISSING, PARTIAL, StackReport, format_reports, gap_lines, report_assembly, unknown_gaps
 
 # What moto 5.2 creates without applying (shared/EMULATOR.md); the report shows it per resource.
 EMULATOR_LIMITS = """\
@@ -58,8 +58,13 @@ class LocalDeploy:
 
     def table(self) -> str:
         """The whole read-back, every resource of every stack, with what the statuses mean."""
+        unknown = unknown_gaps(self.reports)
         return "\n".join(["What was deployed to the emulator (read back from its service APIs):",
-                          format_reports(self.reports), "", EMULATOR_LIMITS, "", self.verdict()])
+                          format_reports(self.reports), "", EMULATOR_LIMITS, "",
+                          "What moto did not apply or create, by type"
+                          + (f" (not known from moto before: {', '.join(unknown)}):" if unknown
+                             else " (each a known gap of moto's, pinned by tests/emulator):"),
+                          *gap_lines(self.reports), "", self.verdict()])
 
 
 def synthesize(assembly: Path, logs: Path = LOGS) -> list[Path]:
@@ -151,4 +156,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from ops.terminal import entry_point
+
+    entry_point(main)

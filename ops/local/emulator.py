@@ -12,6 +12,8 @@ import urllib.request
 from contextlib import contextmanager
 from typing import Iterator
 
+from ops import terminal
+
 DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}
 # Settings that would point a client at a real account or another endpoint.
 _REAL_AWS_VARIABLES = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
@@ -41,22 +43,19 @@ def client_environment(port: int, region: str) -> dict[str, str]:
 
 @contextmanager
 def moto_server(account: str, log_path: str, start_timeout: float = 30.0) -> Iterator[int]:
-    """Runs moto_server on 127.0.0.1 for the given account id; yields its port and stops it on exit."""
+    """Runs moto_server on 127.0.0.1 for the given account id; yields its port and stops it on exit (its own
+    process group, ended on Ctrl-C too: ``ops.terminal``)."""
     executable = shutil.which("moto_server") or os.path.join(os.path.dirname(sys.executable), "moto_server")
     port = free_port()
     env = {**os.environ, "MOTO_ACCOUNT_ID": account}
     with open(log_path, "w") as log:
-        process = subprocess.Popen([executable, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT,
-                                   env=env)
+        process = terminal.start([executable, "-H", "127.0.0.1", "-p", str(port)], stdout=log,
+                                 stderr=subprocess.STDOUT, env=env)
         try:
             _wait_ready(port, process, start_timeout)
             yield port
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+            terminal.stop(process, grace=10)
 
 
 def _wait_ready(port: int, process: subprocess.Popen, timeout: float) -> None:

@@ -538,6 +538,35 @@ READERS: dict[str, Callable[[Reader, str, dict], list[Finding]]] = {
 }
 
 
+# What moto 5.2 does not do with the dev environment's templates, pinned by tests/emulator (a new gap, or one that
+# closes with a moto upgrade, fails them): (status, stack, type, aspect not as declared). ./platform up calls the
+# gaps it finds expected only when they are these (by type and aspect, whatever the stack).
+NOT_CREATED_TYPES = {  # moto has no CloudFormation support for these types (they exist only in a real account)
+    "dev-Core": ["AWS::SNS::Subscription", "AWS::SNS::TopicPolicy"],
+    "dev-Data": ["AWS::Rbin::Rule", "AWS::S3::BucketPolicy"],
+    "dev-Compute": ["AWS::AutoScaling::LifecycleHook", "AWS::CloudWatch::Alarm", "AWS::Lambda::Permission"],
+    "dev-Serving": ["AWS::ApplicationAutoScaling::ScalableTarget", "AWS::ApplicationAutoScaling::ScalingPolicy",
+                    "AWS::CloudWatch::Alarm", "AWS::CloudWatch::CompositeAlarm", "AWS::Lambda::Permission",
+                    "AWS::S3::BucketPolicy"],
+    "dev-Governance": ["AWS::Budgets::Budget", "AWS::CloudWatch::Alarm", "AWS::Lambda::EventInvokeConfig",
+                       "AWS::Lambda::Permission", "AWS::SNS::Subscription", "AWS::SNS::TopicPolicy",
+                       "AWS::SQS::QueuePolicy"],
+}
+_BUCKET = ["S3 Bucket Key", "access logs", "lifecycle rules", "public access block", "versioning"]
+_TOPIC = ["TLS-only policy", "subscriptions"]  # the topic policy and the subscriptions are not created
+NOT_APPLIED = {  # created, but these aspects read back not as declared
+    ("dev-Core", "AWS::Logs::LogGroup"): ["KMS key"], ("dev-Core", "AWS::SNS::Topic"): _TOPIC,
+    ("dev-Data", "AWS::S3::Bucket"): _BUCKET,
+    ("dev-Compute", "AWS::AutoScaling::AutoScalingGroup"): ["capacity rebalance"],
+    ("dev-Compute", "AWS::Logs::LogGroup"): ["KMS key"],
+    ("dev-Serving", "AWS::Logs::LogGroup"): ["KMS key"], ("dev-Serving", "AWS::S3::Bucket"): _BUCKET,
+    ("dev-Serving", "AWS::SageMaker::Endpoint"): ["name"],
+    ("dev-Governance", "AWS::Logs::LogGroup"): ["KMS key"], ("dev-Governance", "AWS::SNS::Topic"): _TOPIC,
+}
+KNOWN_GAPS = {(MISSING, stack, type_, "") for stack, types in NOT_CREATED_TYPES.items() for type_ in types} | {
+    (PARTIAL, stack, type_, aspect) for (stack, type_), aspects in NOT_APPLIED.items() for aspect in aspects}
+
+
 def gaps(reports: list[StackReport]) -> set[tuple[str, str, str, str]]:
     """What the emulator did not do, as (status, stack, resource type, aspect): each aspect of a PARTIAL resource
     that is not as declared, and each type it did not create (aspect "")."""
@@ -576,3 +605,11 @@ def gap_lines(reports: list[StackReport], width: int = 110) -> list[str]:
     if packed:
         lines.append(f"  {MISSING:<12} {packed}")
     return lines
+
+
+def unknown_gaps(reports: list[StackReport]) -> list[str]:
+    """The gaps that are not moto's known ones (KNOWN_GAPS, by type and aspect): "TYPE" for a type not created,
+    "TYPE: aspect" for a setting not applied."""
+    known = {(status, type_, aspect) for status, _, type_, aspect in KNOWN_GAPS}
+    return sorted({f"{type_}: {aspect}" if aspect else type_
+                   for status, _, type_, aspect in gaps(reports) if (status, type_, aspect) not in known})

@@ -3,8 +3,9 @@
   python -m ops.local.run [--store DIR]      (the end of ./platform up; needs no AWS account)
 
 moto on 127.0.0.1 stands in for S3: the dataset is uploaded under datasets/, checkpoints and the run record go to
-checkpoints/training/<job name>/. Attempt 1 gets a real SIGTERM after its first epochs (a simulated Spot reclaim)
-and must checkpoint and exit 143, which the queue's retry strategy retries; attempt 2 must resume from that
+checkpoints/training/<job name>/. Attempt 1 gets a real SIGTERM once it reports epoch 3 (a simulated Spot reclaim)
+and must checkpoint and exit 143, which the queue's retry strategy retries; the epoch it stops at is the one it
+says (it goes on training until the signal lands, one epoch or more under load). Attempt 2 must resume from that
 checkpoint and exit 0. The run goes to the local MLflow store (SQLite under .ml-platform/, git-ignored), one run
 for both attempts, priced as the queue's g5.xlarge on Spot would be.
 """
@@ -15,6 +16,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,6 +30,7 @@ import boto3
 from ml_platform_constructs.runtime.tracking import RECORD_NAME
 
 from .emulator import client_environment, moto_server
+from .. import terminal
 from ..runs import LOCAL_STORE, format_record, local_tracking_uri, run_record
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +40,7 @@ BUCKET = "ml-platform-local-datasets"
 QUEUE, INSTANCE_TYPE, LIFECYCLE = "training", "g5.xlarge", "spot"
 STOP_AFTER_EPOCH = 3
 STOPPED_EXIT_CODE = 143
+STOPPED_AT = re.compile(r"stopped at epoch (\d+) of \d+")  # the job's own line when it stops early
 
 
 def example_module():
@@ -49,22 +53,44 @@ def example_module():
 def run_attempt(command: list[str], env: dict[str, str], *, sigterm_after_epoch: Optional[int] = None,
                 timeout: float = 300) -> tuple[int, list[str]]:
     """Runs one attempt; with ``sigterm_after_epoch``, sends the process SIGTERM once it reports that epoch (what
-    the interruption watcher does on a Spot notice). Returns (exit code, output lines)."""
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    the interruption watcher does on a Spot notice). Returns (exit code, output lines). The attempt runs in its own
+    process group (``ops.terminal``): a Ctrl-C of the local run ends it too."""
+    process = terminal.start(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     deadline = time.monotonic() + timeout
     signalled = False
     assert process.stdout is not None
-    for line in process.stdout:
-        lines.append(line.rstrip("\n"))
-        if (sigterm_after_epoch is not None and not signalled
-                and line.startswith(f"epoch {sigterm_after_epoch}/")):
-            process.send_signal(signal.SIGTERM)
-            signalled = True
-        if time.monotonic() > deadline:
-            process.kill()
-            break
-    return process.wait(), lines
+    try:
+        for line in process.stdout:
+            lines.append(line.rstrip("\n"))
+            if (sigterm_after_epoch is not None and not signalled
+                    and line.startswith(f"epoch {sigterm_after_epoch}/")):
+                process.send_signal(signal.SIGTERM)
+                signalled = True
+            if time.monotonic() > deadline:
+                process.kill()
+                break
+        code = process.wait()
+    except BaseException:
+        terminal.stop(process)
+        raise
+    terminal.forget(process)
+    return code, lines
+
+
+def stopped_epoch(lines: list[str]) -> Optional[int]:
+    """The epoch the job says it stopped and checkpointed at, from its own output."""
+    found = [int(match[1]) for line in lines for match in [STOPPED_AT.search(line)] if match]
+    return found[-1] if found else None
+
+
+def reclaim_line(code: int, lines: list[str]) -> str:
+    """What attempt 1 really did: the signal came as it reported epoch STOP_AFTER_EPOCH, and it stopped where its
+    own output says, which under load is an epoch or more later (it trains on until the signal lands)."""
+    epoch = stopped_epoch(lines)
+    stopped = f"checkpointed at epoch {epoch}" if epoch is not None else "its output names no epoch it stopped at"
+    return (f"attempt 1: SIGTERM after it reported epoch {STOP_AFTER_EPOCH} (a simulated Spot reclaim); {stopped} "
+            f"-> exit {code}: {lines[-1] if lines else ''}")
 
 
 def job_environment(port: int, store: Path, work: Path, job_name: str) -> dict[str, str]:
@@ -92,8 +118,7 @@ def simulate(port: int, store: Path, work: Path, *, job_name: Optional[str] = No
     command = [sys.executable, str(EXAMPLE), "--epochs", str(epochs)]
     print(f"==> local run: {job_name}, checkpoints at {env['ML_PLATFORM_CHECKPOINT_URI']} (emulated S3)", flush=True)
     code, lines = run_attempt(command, {**env, "AWS_BATCH_JOB_ATTEMPT": "1"}, sigterm_after_epoch=STOP_AFTER_EPOCH)
-    print(f"    attempt 1: SIGTERM after epoch {STOP_AFTER_EPOCH} (a simulated Spot reclaim) -> exit {code}: "
-          f"{lines[-1] if lines else ''}", flush=True)
+    print(f"    {reclaim_line(code, lines)}", flush=True)
     if code != STOPPED_EXIT_CODE:
         raise SystemExit("local run: attempt 1 should have checkpointed and exited 143 on SIGTERM:\n" + "\n".join(lines))
     code, lines = run_attempt(command, {**env, "AWS_BATCH_JOB_ATTEMPT": "2"})
@@ -127,4 +152,6 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     os.environ.pop("MLFLOW_TRACKING_URI", None)
-    sys.exit(main(sys.argv[1:]))
+    from ops.terminal import entry_point
+
+    entry_point(main)

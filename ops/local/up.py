@@ -12,20 +12,28 @@ import sys
 import time
 from pathlib import Path
 
-from ops import cost_estimate
+from ops import cost_estimate, terminal
 from ops.local import deploy as local_deploy
 from ops.aws_access import environment
 from ops.cdk_cli import LOGS, ROOT, run_logged, synth
 from ops.cli import Parser
 from ops.lint import LintResult, lint_assembly, nag_acknowledgements
-from ops.local.report import CREATED, MISSING, NOT_READ, PARTIAL, gap_lines
+from ops.local.report import CREATED, MISSING, NOT_READ, PARTIAL, unknown_gaps
 from stacks import config as platform_config
 
 STEPS = 6  # setup (the platform script), synth, lint, cost, emulator, the example job
+SCREEN_LINES = 24  # the summary fits a terminal of this height
 
 
 def header(step: int, text: str) -> None:
     print(f"==> {step}/{STEPS} {text}", flush=True)
+
+
+def long_step(step: int, text: str) -> terminal.Progress:
+    """The header, and the step's work inside the Progress returned: on a terminal a spinner with its seconds under
+    the header (the header already says what it does, so no plain line repeats it in CI)."""
+    header(step, text)
+    return terminal.Progress(text.split(" (")[0], announce=False)
 
 
 def shown(path: Path) -> str:
@@ -49,14 +57,23 @@ def estimate_lines(estimates: list[cost_estimate.EnvironmentEstimate]) -> list[s
 
 
 def emulator_lines(deployed: local_deploy.LocalDeploy, table: str) -> list[str]:
-    """What the emulator created, in a few lines: the counts, and the PARTIAL and NOT CREATED rows by type."""
+    """What the emulator created, in two lines: the counts, and its gaps in one line, with why they are expected (or
+    which are not) and the file with the whole table."""
     resources = [r for stack in deployed.reports for r in stack.resources]
     counts = {status: sum(1 for r in resources if r.status == status) for status in (CREATED, PARTIAL, MISSING, NOT_READ)}
+    unread = f", {counts[NOT_READ]} not read back" if counts[NOT_READ] else ""
+    found = ", ".join(f"{counts[s]} {s}" for s in (PARTIAL, MISSING) if counts[s])
+    unknown = unknown_gaps(deployed.reports)
+    if not found:
+        gaps = f"  no gaps: moto created and applied everything it read back; table: {table}"
+    elif unknown:
+        gaps = (f"  {found}; {len(unknown)} of these gaps not known from moto before ({', '.join(unknown[:2])}"
+                f"{', ...' if len(unknown) > 2 else ''}): see {table}")
+    else:
+        gaps = f"  {found}: expected (moto skips those types and settings); each in {table}"
     return [f"Emulator: dev deployed to moto, {len(deployed.reports)} stacks "
-            f"{'CREATE_COMPLETE as reported' if deployed.complete else 'NOT complete'}; whole table: {table}",
-            f"  of {len(resources)} resources " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-            + "; what moto did not apply or create:",
-            *gap_lines(deployed.reports)]
+            f"{'CREATE_COMPLETE as reported' if deployed.complete else 'NOT complete'}; of {len(resources)} resources "
+            f"{counts[CREATED]} as declared{unread}", gaps]
 
 
 def local_run_lines(output: str) -> list[str]:
@@ -65,9 +82,9 @@ def local_run_lines(output: str) -> list[str]:
     attempts = re.findall(r"^    (attempt \d+: .*? -> exit \d+)", output, re.M)
     run = re.search(r"\(\./platform runs show --local (\w+)\)", output)
     result = re.search(r"finished: (holdout accuracy [\d.]+), \d+ attempt\(s\), (cost [\d.e-]+ USD)", output)
-    recorded = f"{result[1]}, {result[2]}; passport: " if result else ""
-    return [*(f"  {line}" for line in attempts),
-            f"  one run recorded: {recorded}./platform runs show --local {run[1] if run else '(not found)'}"]
+    recorded = f"{result[1]}, {result[2]}; " if result else ""
+    return [*(f"  {line}" for line in attempts), f"  one run recorded: {recorded}its passport:",
+            f"    ./platform runs show --local {run[1] if run else '(not found)'}"]
 
 
 def main(argv: list[str], *, assembly: Path = ROOT / "cdk.out", local_assembly: Path = ROOT / "cdk.out.local",
@@ -80,15 +97,16 @@ def main(argv: list[str], *, assembly: Path = ROOT / "cdk.out", local_assembly: 
     names, first = list(config.environments), next(iter(config.environments))
     logs.mkdir(exist_ok=True)
 
-    header(2, f"synthesize {', '.join(names)} into {shown(assembly)} (cdk-nag and CDK's template checks run inside)")
-    started = time.monotonic()
-    templates = synth(assembly, log=logs / "cdk.log")
-    acknowledged = nag_acknowledgements(assembly)
+    with long_step(2, f"synthesize {', '.join(names)} into {shown(assembly)} (cdk-nag and CDK's template checks run "
+                   "inside)"):
+        started = time.monotonic()
+        templates = synth(assembly, log=logs / "cdk.log")
+        acknowledged = nag_acknowledgements(assembly)
     print(f"    {len(templates)} templates, no unacknowledged cdk-nag finding ({time.monotonic() - started:.0f} s)")
 
-    header(3, "cfn-lint and checkov over every template")
-    started = time.monotonic()
-    lint = lint_assembly(templates)
+    with long_step(3, "cfn-lint and checkov over every template"):
+        started = time.monotonic()
+        lint = lint_assembly(templates)
     print(f"    cfn-lint {len(lint.cfn_lint_errors)} errors; checkov {len(lint.checkov.failed)} failed, "
           f"{lint.checkov.passed} passed ({time.monotonic() - started:.0f} s)")
     if lint.failed:
@@ -102,18 +120,19 @@ def main(argv: list[str], *, assembly: Path = ROOT / "cdk.out", local_assembly: 
     cost_file.write_text(cost_estimate.format_report(assumptions, estimates) + "\n")
     print(f"    {len(estimates)} environments; assumptions and every line in {shown(cost_file)}")
 
-    header(5, "deploy dev to the emulator (moto on 127.0.0.1) and read every resource back")
-    started = time.monotonic()
-    deployed = local_deploy.synthesize_and_deploy(local_assembly, environment("dev"), logs)
+    dev = environment("dev")
+    with long_step(5, "deploy dev to the emulator (moto on 127.0.0.1) and read every resource back"):
+        started = time.monotonic()
+        deployed = local_deploy.synthesize_and_deploy(local_assembly, dev, logs)
     table_file = logs / "emulator-report.txt"
     table_file.write_text(deployed.table() + "\n")
     print(f"    {len(deployed.reports)} stacks on moto at {deployed.endpoint} ({time.monotonic() - started:.0f} s)")
 
-    header(6, "run the example job as a queue runs it: a real SIGTERM, a resumed attempt, one recorded run")
     run_file = logs / "local-run.txt"
-    seconds = run_logged([sys.executable, "-m", "ops.local.run"], "the example job's local run", log=run_file)
+    with long_step(6, "run the example job as a queue runs it: a real SIGTERM, a resumed attempt, one recorded run"):
+        seconds = run_logged([sys.executable, "-m", "ops.local.run"], "the example job's local run", log=run_file)
     run_lines = local_run_lines(run_file.read_text())
-    print(f"    {len(run_lines) - 1} attempts, one run in .ml-platform/ ({seconds:.0f} s)")
+    print(f"    {len(run_lines) - 2} attempts, one run in .ml-platform/ ({seconds:.0f} s)")
 
     lines = [
         "",
@@ -136,4 +155,6 @@ def main(argv: list[str], *, assembly: Path = ROOT / "cdk.out", local_assembly: 
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from ops.terminal import entry_point
+
+    entry_point(main)

@@ -186,9 +186,12 @@ def test_the_command_estimates_each_environment_of_an_assembly(tmp_path, capsys)
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--utilization", "1.5"], "--utilization=1.5: a fraction from 0 to 1"),
-    (["--storage-gb", "-1"], "--storage-gb=-1.0: a size in GB, 0 or more"),
-    (["--capture-gb", "-2"], "--capture-gb=-2.0: a size in GB, 0 or more"),
+    (["--utilization", "1.5"], "argument --utilization: 1.5 is out of range: the share of the month GPU fleets and "
+                               "queues run at max size, from 0 to 1 (e.g. --utilization 0.25)"),
+    (["--storage-gb", "-1"], "argument --storage-gb: -1 is out of range: GB in the dataset bucket, from 0 to "
+                             "10,000,000 (e.g. --storage-gb 1000)"),
+    (["--capture-gb", "1e30"], "argument --capture-gb: 1e30 is out of range: GB in each endpoint's capture bucket, "
+                               "from 0 to 10,000,000 (e.g. --capture-gb 50)"),
     ([], "no synthesized app there; run ./platform cost"),
 ])
 def test_the_command_refuses_what_it_cannot_estimate(tmp_path, capsys, argv, message):

@@ -71,18 +71,21 @@ def test_an_unknown_environment_is_one_line_naming_the_known_ones_before_any_aws
 
 
 @pytest.mark.parametrize("module,argv,message", [
-    (fleet, ["scale", "dev"], "error: ./platform fleet scale: the following arguments are required: fleet, capacity "
+    (fleet, ["scale", "dev"], "error: ./platform fleet scale: the following arguments are required: FLEET, N "
                               "(usage: ./platform fleet scale --help)"),
     (job, ["logs", "dev"], "error: ./platform job logs: the following arguments are required: job_id "
                            "(usage: ./platform job logs --help)"),
     (job, ["list", "dev", "training", "extra"], "error: ./platform job: unrecognized arguments: extra "
                                                 "(usage: ./platform job --help)"),
-    (budget, ["what-if", "dev", "--actual", "lots"], "error: ./platform budget: argument --actual: invalid float "
-                                                     "value: 'lots' (usage: ./platform budget --help)"),
-    (cost_estimate, ["--utilization", "2"], "error: ./platform cost: --utilization=2.0: a fraction from 0 to 1, "
-                                            "e.g. 0.25 (usage: ./platform cost --help)"),
-    (cost_estimate, ["dev", "--storage-gb", "-5"], "error: ./platform cost: --storage-gb=-5.0: a size in GB, 0 or "
-                                                   "more (usage: ./platform cost --help)"),
+    (budget, ["what-if", "dev", "--actual", "lots"], "error: ./platform budget: argument --actual: 'lots' is not a "
+                                                     "number: Budgets' actual spend this month in USD, from 0 to "
+                                                     "10,000,000 (e.g. --actual 1200) (usage: ./platform budget --help)"),
+    (cost_estimate, ["--utilization", "2"], "error: ./platform cost: argument --utilization: 2 is out of range: the "
+                                            "share of the month GPU fleets and queues run at max size, from 0 to 1 "
+                                            "(e.g. --utilization 0.25) (usage: ./platform cost --help)"),
+    (cost_estimate, ["dev", "--storage-gb", "-5"], "error: ./platform cost: argument --storage-gb: -5 is out of "
+                                                   "range: GB in the dataset bucket, from 0 to 10,000,000 (e.g. "
+                                                   "--storage-gb 1000) (usage: ./platform cost --help)"),
     (labels, ["upload", "dev"], "error: ./platform labels upload: the following arguments are required: endpoint, "
                                 "file (usage: ./platform labels upload --help)"),
     (quality, ["check", "dev", "classifier", "--capture", "c"], "error: ./platform quality check: the following "

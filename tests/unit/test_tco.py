@@ -93,18 +93,18 @@ def assembly(tmp_path, dev_templates):
 
 
 def test_main_prints_months_and_per_model(assembly, capsys):
-    assert tco.main([str(assembly), "dev", "--months", "3", "--job-usd", "25", "--models", "2"]) == 0
+    assert tco.main(["dev", "--assembly", str(assembly), "--months", "3", "--job-usd", "25", "--models", "2"]) == 0
     out = capsys.readouterr().out
     assert "== TCO dev (us-east-1), 3 months" in out and "per model per month (2 model(s))" in out
     assert "20 jobs per month x 25.00 USD (given)" in out
     with pytest.raises(SystemExit, match="error: prod is not in"):
-        tco.main([str(assembly), "prod"])
+        tco.main(["prod", "--assembly", str(assembly)])
 
 
 def test_main_prices_a_custom_workload_as_advise_does(assembly, capsys):
     argv = ["--workload", "custom", "--params", "1.3e9", "--tokens", "1e8", "--seq-len", "2048", "--hidden", "2048",
             "--layers", "24"]
-    assert tco.main([str(assembly), "dev", "--months", "1", *argv]) == 0
+    assert tco.main(["dev", "--assembly", str(assembly), "--months", "1", *argv]) == 0
     out = capsys.readouterr().out
     best = advise(workload_from_args(_namespace(argv)), prices=PRICES, target="queue").recommended
     assert (f"20 jobs per month x {best.usd:,.2f} USD (custom on {best.instance_type} x{best.instances}, "
@@ -145,14 +145,33 @@ def test_capacity_warning_when_the_queue_does_not_list_the_type(dev_templates):
 
 
 def test_main_says_when_the_month_does_not_fit(assembly, capsys):
-    assert tco.main([str(assembly), "dev", "--months", "1", "--workload", "llm-7b-full", "--jobs-per-month", "5"]) == 0
+    assert tco.main(["dev", "--assembly", str(assembly), "--months", "1", "--workload", "llm-7b-full", "--jobs-per-month", "5"]) == 0
     assert "  ! capacity: one job on" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--months", "0"], "--months=0: 1 to 120"),
-    (["--jobs-per-month", "nan"], "--jobs-per-month=nan: a finite number, 0 or more"),
-    (["--job-usd", "-3"], "--job-usd=-3.0: a finite number, 0 or more"),
+    (["--months", "0"], "argument --months: 0 is out of range: months of the lifecycle, from 1 to 120 (e.g. --months "
+                        "12)"),
+    (["--jobs-per-month", "nan"], "argument --jobs-per-month: nan is out of range: training jobs a month, from 0 to "
+                                  "100,000 (e.g. --jobs-per-month 20)"),
+    (["--job-usd", "-3"], "argument --job-usd: -3 is out of range: USD per training job, from 0 to 10,000,000 (e.g. "
+                          "--job-usd 25)"),
+    (["--custom-metrics", "-1"], "argument --custom-metrics: -1 is out of range: custom metrics sent all month, from 0 "
+                                 "to 1,000,000 (e.g. --custom-metrics 50)"),
+    (["--job-usd", "5", "--job-hours", "-2"], "argument --job-hours: -2 is out of range: hours per job"),
+    (["--models", "1e9"], "argument --models: '1e9' is not a whole number: models the monthly cost is shared by"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_a_nonsense_figure_is_one_line_with_its_range_before_any_synth(argv, message, capsys, monkeypatch):
+    monkeypatch.setattr(tco, "synth", lambda *a, **k: pytest.fail("synthesized before the arguments were checked"))
+    with pytest.raises(SystemExit) as raised:
+        tco.main(["dev", "--synth", *argv])
+    assert raised.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: ./platform tco: {message}") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("argv,message", [
     (["--workload", "custom"], "custom: --params (the model's parameters) is required"),
     (["--workload", "llm-7b-full", "--qlora"], "--qlora: llm-7b-full trains every parameter"),
     (["--job-usd", "20", "--params", "1e9"], "--params: not read with --job-usd"),
@@ -160,5 +179,5 @@ def test_main_says_when_the_month_does_not_fit(assembly, capsys):
 ])
 def test_bad_input_is_one_line(assembly, argv, message):
     with pytest.raises(SystemExit) as raised:
-        tco.main([str(assembly), "dev", *argv])
+        tco.main(["dev", "--assembly", str(assembly), *argv])
     assert str(raised.value.code).startswith("error: ") and message in str(raised.value.code)

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from ops import cdk_cli
+from ops import cdk_cli, terminal
 from ops.local import deploy as local_deploy
 from ops.local import up
 from ops.cost_estimate import EnvironmentEstimate
@@ -15,11 +15,11 @@ from ops.local.report import MISSING, PARTIAL, Finding, ResourceReport, StackRep
 
 
 LOCAL_RUN = """==> local run: example-1, checkpoints at s3://b/checkpoints/training/example-1/ (emulated S3)
-    attempt 1: SIGTERM after epoch 3 (a simulated Spot reclaim) -> exit 143: attempt 1: stopped at epoch 3 of 30
-    attempt 2: resuming from the checkpoint of epoch 3 -> exit 0: run 169cfc6a finished: holdout accuracy 0.849, 2 attempt(s), cost 0.000281 USD
+    attempt 1: SIGTERM after it reported epoch 3 (a simulated Spot reclaim); checkpointed at epoch 4 -> exit 143: attempt 1: stopped at epoch 4 of 30
+    attempt 2: resuming from the checkpoint of epoch 4 -> exit 0: run 169cfc6a0d9e4b7c8a1f2e3d4c5b6a79 finished: holdout accuracy 0.849, 2 attempt(s), cost 0.000281 USD
 
-The run it recorded (./platform runs show --local 169cfc6a):
-Run 169cfc6a (example-1, experiment training): FINISHED
+The run it recorded (./platform runs show --local 169cfc6a0d9e4b7c8a1f2e3d4c5b6a79):
+Run 169cfc6a0d9e4b7c8a1f2e3d4c5b6a79 (example-1, experiment training): FINISHED
 """
 
 
@@ -70,19 +70,53 @@ def test_up_shows_every_step_and_ends_with_a_summary_on_one_screen(steps, capsys
         "  checkov    0 failed, 700 passed, 1 suppressed with a reason on the resource"]
     assert "  dev              900 USD  (60% of its 1,500 USD budget)" in summary
     assert "  prod           9,000 USD" in summary
-    assert "  PARTIAL       1 x AWS::S3::Bucket: lifecycle rules not as declared" in summary
-    assert "  NOT CREATED  1 x AWS::CloudWatch::Alarm" in summary
-    assert any("whole table: emulator-report.txt" in line for line in summary)
+    assert summary[summary.index("  prod           9,000 USD") + 1:][:2] == [
+        "Emulator: dev deployed to moto, 1 stacks CREATE_COMPLETE as reported; of 3 resources 1 as declared",
+        "  1 PARTIAL, 1 NOT CREATED: expected (moto skips those types and settings); each in emulator-report.txt"]
     assert summary[summary.index("Example job, as a queue runs it, on moto's S3 (the whole run record: "
-                                 "local-run.txt):") + 1:][:3] == [
-        "  attempt 1: SIGTERM after epoch 3 (a simulated Spot reclaim) -> exit 143",
-        "  attempt 2: resuming from the checkpoint of epoch 3 -> exit 0",
-        "  one run recorded: holdout accuracy 0.849, cost 0.000281 USD; "
-        "passport: ./platform runs show --local 169cfc6a"]
+                                 "local-run.txt):") + 1:][:4] == [
+        "  attempt 1: SIGTERM after it reported epoch 3 (a simulated Spot reclaim); checkpointed at epoch 4 -> exit 143",
+        "  attempt 2: resuming from the checkpoint of epoch 4 -> exit 0",
+        "  one run recorded: holdout accuracy 0.849, cost 0.000281 USD; its passport:",
+        "    ./platform runs show --local 169cfc6a0d9e4b7c8a1f2e3d4c5b6a79"]
     assert steps["called"] == ["deploy", "ops.local.run"]
     assert summary[-4:][0].startswith("  ./platform test")
-    assert (steps["logs"] / "emulator-report.txt").read_text().startswith("What was deployed to the emulator")
+    table = (steps["logs"] / "emulator-report.txt").read_text()
+    assert table.startswith("What was deployed to the emulator")
+    assert "  PARTIAL       1 x AWS::S3::Bucket: lifecycle rules not as declared" in table  # the gaps by type
+    assert "  NOT CREATED  1 x AWS::CloudWatch::Alarm" in table
     assert (steps["logs"] / "cost-estimate.txt").read_text().startswith("Monthly cost estimate. Assumptions:")
+
+
+def test_the_summary_fits_one_screen_of_24_lines(steps, capsys):
+    """A new user reads the summary as the verdict: all of it on a 24-line terminal, the emulator's gaps one line."""
+    assert steps["run"]() == 0
+    out = capsys.readouterr().out.splitlines()
+    summary = out[out.index("== Summary " + "=" * 60) - 1:]  # with the blank line before it
+    assert len(summary) <= up.SCREEN_LINES - 1, "\n".join(summary)  # and the shell's prompt after it
+    assert max(len(line) for line in summary) <= 120
+    assert [line for line in summary if "PARTIAL" in line or "NOT CREATED" in line] == [
+        summary[summary.index(next(line for line in summary if line.startswith("Emulator: "))) + 1]]
+
+
+def test_a_gap_moto_did_not_have_before_is_named_not_called_expected(steps, capsys):
+    steps["deployed"]["result"].reports[0].resources.append(ResourceReport("Queue", "AWS::SQS::Queue", None, MISSING))
+    assert steps["run"]() == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines() if "NOT CREATED" in line]
+    assert line == ("  1 PARTIAL, 2 NOT CREATED; 1 of these gaps not known from moto before (AWS::SQS::Queue): see "
+                    "emulator-report.txt")
+
+
+def test_each_long_step_shows_a_spinner_under_its_header_on_a_terminal(steps, monkeypatch, capsys):
+    monkeypatch.setattr(terminal, "on_terminal", lambda stream: True)
+    drawn = []
+    monkeypatch.setattr(terminal.Progress, "_write", lambda self, text: drawn.append(text))
+    assert steps["run"]() == 0
+    spinners = [text.split(" (")[0] for text in drawn if text.startswith("\r\033[K|")]
+    assert spinners == ["\r\033[K| synthesize dev, staging, prod into cdk.out", "\r\033[K| cfn-lint and checkov over every template",
+                        "\r\033[K| deploy dev to the emulator", "\r\033[K| run the example job as a queue runs it: a real SIGTERM, "
+                        "a resumed attempt, one recorded run"]
+    assert drawn.count("\r\033[K") == 4  # each cleared before the step's result line
 
 
 def test_a_lint_finding_ends_up_before_the_emulator_with_the_finding_and_one_line(steps, capsys):
@@ -98,7 +132,7 @@ def test_a_lint_finding_ends_up_before_the_emulator_with_the_finding_and_one_lin
 def test_an_incomplete_emulator_deploy_fails_up_after_its_summary(steps, capsys):
     steps["deployed"]["result"].reports[0].status = "CREATE_FAILED"
     assert steps["run"]() == 1
-    assert "Emulator: dev deployed to moto, 1 stacks NOT complete; whole table: emulator-report.txt" in \
+    assert "Emulator: dev deployed to moto, 1 stacks NOT complete; of 3 resources 1 as declared" in \
         capsys.readouterr().out.split("== Summary")[1]
 
 

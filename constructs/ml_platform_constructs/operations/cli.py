@@ -118,6 +118,61 @@ def budget_status(autoscaling: Any, scope: str, batch: Any = None, ec2: Any = No
     return lines or [f"no fleets or queues governed by budget scope {scope!r}"]
 
 
+# The ranges a figure on the command line must be in: nonsense (a negative spend, a million instances) is refused
+# before any work, naming the argument, the value, the range and an example. The same bounds as config's.
+SPEND_USD = (0, 10_000_000)  # a month's spend or budget; config's monthly_limit_usd is at most 10,000,000
+MONTH_HOURS = 744  # 31 days: Budgets' figure and a running instance are at most this month old
+INSTANCES = (1, 1000)  # of one type at once; config's max_capacity is at most 1,000
+GIB_VOLUME = (1, 65536)  # a gp3 volume
+
+
+def _figure(value: float) -> str:
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:,g}"
+
+
+def bounded(low: float, high: float, meaning: str, *, example: str, integer: bool = False) -> Callable[[str], Any]:
+    """An argparse ``type``: a number from ``low`` to ``high``; anything else is the argument's one-line error with
+    its value, what it means, the range and an example (argparse names the argument; exit 2, before any work)."""
+    import math
+
+    def parse(text: str) -> Any:
+        kind = "a whole number" if integer else "a number"
+        try:
+            value = int(text) if integer else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {kind}: {meaning}, from {_figure(low)} to "
+                                             f"{_figure(high)} (e.g. {example})") from None
+        if not math.isfinite(value) or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text} is out of range: {meaning}, from {_figure(low)} to "
+                                             f"{_figure(high)} (e.g. {example})")
+        return value
+
+    parse.__name__ = "integer" if integer else "number"
+    return parse
+
+
+def capacity_spec(option: str) -> Callable[[str], str]:
+    """An argparse ``type`` for TYPE=COUNT[@HOURS] (budget what-if's --running and --on-demand): COUNT instances
+    (1 to 1,000) that have run HOURS (0 to a month); the text itself is what the what-if parses."""
+    import re
+
+    def parse(text: str) -> str:
+        match = re.match(r"^(?P<type>[a-z0-9-]+\.[a-z0-9-]+)=(?P<count>\d+)(@(?P<hours>\d+(\.\d+)?))?$", text)
+        example = f"e.g. {option} g5.xlarge=4@2.5: 4 instances that have run 2.5 hours"
+        if not match:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected TYPE=COUNT[@HOURS] ({example})")
+        if not INSTANCES[0] <= int(match["count"]) <= INSTANCES[1]:
+            raise argparse.ArgumentTypeError(f"{text!r}: COUNT {match['count']} is out of range: instances of one "
+                                             f"type, from {INSTANCES[0]} to {INSTANCES[1]:,} ({example})")
+        if match["hours"] and not float(match["hours"]) <= MONTH_HOURS:
+            raise argparse.ArgumentTypeError(f"{text!r}: HOURS {match['hours']} is out of range: how long they have "
+                                             f"run this month, from 0 to {MONTH_HOURS} ({example})")
+        return text
+
+    parse.__name__ = "capacity"
+    return parse
+
+
 PROG = "python -m ml_platform_constructs"
 HOW_TO_SIGN_IN = ("sign in (aws sso login --profile NAME, after aws configure sso --profile NAME once) and run with "
                   "AWS_PROFILE=NAME, or export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
@@ -168,10 +223,31 @@ def _default_region(factory: Optional[Callable[..., Any]]) -> Optional[str]:
         return None
 
 
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, what a shell reports for a command ended by Ctrl-C
+
+
+def interrupted(main: Callable[..., int]) -> Callable[..., int]:
+    """An entry point that a Ctrl-C ends with one line and exit status 130, not a traceback (these commands start no
+    processes of their own: an AWS call in flight is simply abandoned)."""
+
+    @functools.wraps(main)
+    def run(*args: Any, **kwargs: Any) -> int:
+        try:
+            return main(*args, **kwargs)
+        except KeyboardInterrupt:
+            import sys
+
+            print("interrupted (Ctrl-C): stopped; run the command again to start over", file=sys.stderr)
+            raise SystemExit(INTERRUPTED_EXIT) from None
+
+    return run
+
+
 def one_line_errors(main: Callable[..., int]) -> Callable[..., int]:
     """An entry point whose AWS and file errors end it with one line (what failed, what to do), not a traceback."""
 
     @functools.wraps(main)
+    @interrupted
     def run(*args: Any, **kwargs: Any) -> int:
         try:
             from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
@@ -196,6 +272,52 @@ def one_line_errors(main: Callable[..., int]) -> Callable[..., int]:
     return run
 
 
+def add_size_gib(parser: argparse.ArgumentParser) -> None:
+    """dataset build's --size-gib, checked for its range as it is parsed (the app's command shares it)."""
+    parser.add_argument("--size-gib", type=bounded(*GIB_VOLUME, "the volume's size in GiB, at least the dataset's",
+                                                   example="--size-gib 200", integer=True),
+                        required=True, help="the volume's size, at least the dataset's (1 to 65,536 GiB)")
+
+
+def add_drift_figures(parser: argparse.ArgumentParser) -> None:
+    """drift-baseline's --bins and --max-categories, checked for their range as they are parsed (the app's command
+    shares them)."""
+    parser.add_argument("--bins", type=bounded(2, 100, "histogram bins per numeric feature", example="--bins 10",
+                                               integer=True), default=10,
+                        help="per numeric feature, 2 to 100 (default 10)")
+    parser.add_argument("--max-categories", type=bounded(1, 1000, "categories kept per categorical feature",
+                                                         example="--max-categories 20", integer=True), default=20,
+                        help="per categorical feature, 1 to 1,000 (default 20)")
+
+
+def add_what_if_figures(parser: argparse.ArgumentParser) -> None:
+    """budget what-if's figures, each checked for its range as it is parsed (the app's command shares them)."""
+    parser.add_argument("--actual", type=bounded(*SPEND_USD, "Budgets' actual spend this month in USD",
+                                                 example="--actual 1200"),
+                        default=0.0, help="Budgets' actual spend this month (USD, 0 to 10,000,000)")
+    parser.add_argument("--budget-age-hours", type=bounded(0, MONTH_HOURS, "how old Budgets' figure is, in hours",
+                                                           example="--budget-age-hours 8"),
+                        default=0.0, help=f"how old Budgets' figure is (0 to {MONTH_HOURS} hours)")
+    parser.add_argument("--running", action="append", default=[], metavar="TYPE=COUNT[@HOURS]",
+                        type=capacity_spec("--running"), help="Spot instances running (COUNT 1 to 1,000)")
+    parser.add_argument("--on-demand", action="append", default=[], metavar="TYPE=COUNT[@HOURS]",
+                        type=capacity_spec("--on-demand"), help="On-Demand instances running")
+
+
+def add_job_figures(parser: argparse.ArgumentParser) -> None:
+    """job submit's --gpus and --nodes, checked for their range as they are parsed (the app's command shares them);
+    whether the queue's types have that many GPUs is checked before any AWS call too."""
+    from ..advice.gpu_catalog import ACCELERATOR_CATALOG
+    from .jobs import MULTI_NODE_NODES
+
+    most = max(entry.gpu_count for entry in ACCELERATOR_CATALOG.values())
+    parser.add_argument("--gpus", type=bounded(1, most, "GPUs per instance", example="--gpus 1", integer=True),
+                        help="GPUs per instance (default: all of the smallest type's)")
+    parser.add_argument("--nodes", type=bounded(1, MULTI_NODE_NODES[1], "instances of the job (2 or more: a "
+                                                "multi-node job)", example="--nodes 2", integer=True),
+                        default=1, help=f"instances of a multi-node job, 1 to {MULTI_NODE_NODES[1]} (default 1)")
+
+
 def parser() -> Parser:
     # --region goes before or after the command: on the main parser and, without a default of its own (SUPPRESS),
     # on every command, so a value after the command is not reset by the main parser's default.
@@ -217,13 +339,12 @@ def parser() -> Parser:
                          ("--bucket", "DatasetBucket.bucket_name"), ("--name", "the dataset's name"),
                          ("--version", "its version, e.g. v3"), ("--prefix", "its prefix, e.g. datasets/imagenet/")):
         build.add_argument(option, required=True, help=text)
-    build.add_argument("--size-gib", type=int, required=True, help="the volume's size, at least the dataset's")
+    add_size_gib(build)
     drift = command(commands, "drift-baseline", "build an endpoint's drift baseline from a training sample")
     drift.add_argument("sample", type=Path, help="a CSV with a header, or JSON Lines (.jsonl)")
     drift.add_argument("--endpoint", required=True, help="the endpoint's name (MonitoredEndpoint.endpoint_name)")
     drift.add_argument("--exclude", action="append", default=[], help="a column that is not a model input")
-    drift.add_argument("--bins", type=int, default=10)
-    drift.add_argument("--max-categories", type=int, default=20)
+    add_drift_figures(drift)
     target = drift.add_mutually_exclusive_group(required=True)
     target.add_argument("--bucket", help="the endpoint's baseline_bucket: upload there")
     target.add_argument("--output", type=Path, help="write the baseline to this file instead")
@@ -234,12 +355,13 @@ def parser() -> Parser:
     command(budget, "status", "the governed fleets and queues, running or stopped").add_argument(
         "--scope", default=ACCOUNT_SCOPE, help="the guard's budget_scope (default: account)")
     what_if = command(budget, "what-if", "what the guard would decide for these figures (no AWS call)")
-    what_if.add_argument("--monthly-limit", type=float, required=True, help="BudgetGuard's monthly_limit (USD)")
-    what_if.add_argument("--stop-at-percent", type=float, default=80, help="its stop_at_percent (default 80)")
-    what_if.add_argument("--actual", type=float, default=0.0, help="Budgets' actual spend this month (USD)")
-    what_if.add_argument("--budget-age-hours", type=float, default=0.0, help="how old Budgets' figure is")
-    what_if.add_argument("--running", action="append", default=[], metavar="TYPE=COUNT[@HOURS]", help="Spot")
-    what_if.add_argument("--on-demand", action="append", default=[], metavar="TYPE=COUNT[@HOURS]")
+    what_if.add_argument("--monthly-limit", type=bounded(0.01, SPEND_USD[1], "BudgetGuard's monthly_limit in USD",
+                                                         example="--monthly-limit 2000"),
+                         required=True, help="BudgetGuard's monthly_limit (USD)")
+    what_if.add_argument("--stop-at-percent", type=bounded(0.01, 100, "the guard's stop_at_percent",
+                                                           example="--stop-at-percent 80"),
+                         default=80, help="its stop_at_percent (default 80)")
+    add_what_if_figures(what_if)
     what_if.add_argument("--now", type=datetime.fromisoformat, help="ISO 8601 (default: now, UTC)")
     what_if.add_argument("--price-table", type=Path, help="the guard's price_table file (default: the shipped one)")
     what_if.add_argument("--json", action="store_true")
@@ -250,8 +372,7 @@ def parser() -> Parser:
     submit.add_argument("queue", help="TrainingQueue.queue_name")
     submit.add_argument("--image", required=True, help="the job's image in Amazon ECR, with a tag or digest")
     submit.add_argument("--name", help="the job's identity: a resubmission under the same name resumes")
-    submit.add_argument("--gpus", type=int, help="GPUs per instance (default: all of the smallest type's)")
-    submit.add_argument("--nodes", type=int, default=1, help="instances of a multi-node job (default 1)")
+    add_job_figures(submit)
     command(job, "list", "the queue's jobs by state").add_argument("queue", help="TrainingQueue.queue_name")
     for name, text in (("logs", "every attempt's log"), ("cancel", "stop a job (running: SIGTERM, it checkpoints)")):
         sub = command(job, name, text)
