@@ -2,7 +2,7 @@
 """The CDK app: one Stage per environment of config/environments.toml.
 
 Context: -c target=aws|local (local: dev only, for the emulator), -c environments=dev,prod (default: all),
--c github_repository=OWNER/REPO (adds each environment's GitHubDeploy stack: see README, "Deploying from CI").
+-c github_repository=OWNER/REPO (adds each environment's GitHubDeploy stack: see docs/CI.md).
 A configuration or construct error ends the synth with its message alone (exit 1), never a traceback.
 """
 

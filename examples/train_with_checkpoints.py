@@ -25,6 +25,10 @@ into a BytesIO instead of JSON).
    train it; ``holdout_accuracy`` before training and at the end. At the end the run gets its cost (every
    attempt's instance-hours x prices), Spot interruptions and USD per accuracy point, and the model is written
    next to the checkpoints as model.tar.gz (what ``./platform model promote`` deploys).
+
+With ``--evaluate`` it is the queue's evaluation job instead (``runtime.evaluation``, started by ``./platform model
+evaluate``): it scores the candidate's model and the live model on every held-out example of the dataset and writes
+their per-example outcomes, the evidence the promotion gate judges.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ import tarfile
 from typing import Any, Optional
 from urllib.parse import urlparse
 
+from ml_platform_constructs.runtime import evaluation
 from ml_platform_constructs.runtime.holdout import describe, split
 from ml_platform_constructs.runtime.passport import DatasetRef
 from ml_platform_constructs.runtime.tracking import Location, TrackedRun
@@ -86,9 +91,18 @@ def probabilities(state: dict, x: list[float]) -> list[float]:
     return [e / total for e in exps]
 
 
+def predicted(state: dict, x: list[float]) -> int:
+    return max(enumerate(probabilities(state, x)), key=lambda p: p[1])[0]
+
+
 def accuracy(state: dict, rows: list) -> float:
-    right = sum(1 for _, label, x in rows if max(enumerate(probabilities(state, x)), key=lambda p: p[1])[0] == label)
+    right = sum(1 for _, label, x in rows if predicted(state, x) == label)
     return right / len(rows) if rows else 0.0
+
+
+def outcomes(state: dict, rows: list) -> dict[str, bool]:
+    """Per held-out example: did the model get it right (the promotion gate's evidence)."""
+    return {sample_id: predicted(state, x) == label for sample_id, label, x in rows}
 
 
 def train_epoch(state: dict, rows: list, *, seed: int, lr: float, momentum: float, batch_size: int) -> float:
@@ -181,6 +195,23 @@ class Job:
         return self.checkpoints.uri + MODEL_NAME
 
 
+def load_model(archive: bytes) -> dict:
+    """The weights of a model.tar.gz that save_model wrote."""
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+        return json.loads(tar.extractfile("model.json").read())
+
+
+def evaluate(env: dict[str, str], rows: list, s3: Any = None) -> dict:
+    """The evaluation job: both models on the candidate's held-out split, per example."""
+    contract = evaluation.Evaluation.from_environment(env, s3)
+    _, holdout_rows = split(rows, key=lambda row: row[0], fraction=contract.holdout_fraction, salt=contract.holdout_salt)
+    for which in (evaluation.CANDIDATE, evaluation.LIVE):
+        archive = contract.model(which, s3)
+        if archive is not None:
+            contract.write_outcomes(which, outcomes(load_model(archive), holdout_rows))
+    return contract.finish(dataset_rows=len(rows))
+
+
 def read_dataset(uri: str, s3: Any = None) -> str:
     if uri.startswith("s3://"):
         parsed = urlparse(uri)
@@ -230,16 +261,24 @@ def main(argv: list[str], env: Optional[dict[str, str]] = None, s3: Any = None) 
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--dataset", default="blobs", help="name under $ML_PLATFORM_DATASETS_URI")
     parser.add_argument("--dataset-version", default="v1")
+    parser.add_argument("--evaluate", action="store_true",
+                        help="the promotion's evaluation job: score the candidate and the live model (runtime.evaluation)")
     args = parser.parse_args(argv)
     env = dict(os.environ) if env is None else env
-    job = Job(env, s3)
-    job.install()
     datasets = env.get("ML_PLATFORM_DATASETS_URI")
     if not datasets:
         raise SystemExit("ML_PLATFORM_DATASETS_URI is not set: the queue and the fleet set it to the dataset bucket's "
                          "datasets/ prefix; locally, set it to an s3:// prefix or a directory")
     dataset = DatasetRef(args.dataset, args.dataset_version,
                          f"{datasets.rstrip('/')}/{args.dataset}/{args.dataset_version}/")
+    if args.evaluate:  # the candidate's own dataset when the evaluation names it
+        uri = env.get(evaluation.DATASET) or dataset.uri
+        manifest = evaluate(env, load_rows(read_dataset(uri, s3)), s3)
+        scored = ", ".join(f"{which} {manifest[which]['score']:.3f}" for which in ("candidate", "live") if which in manifest)
+        print(f"evaluated on {manifest['candidate']['examples']} held-out examples: {scored}", flush=True)
+        return 0
+    job = Job(env, s3)
+    job.install()
     rows = load_rows(read_dataset(dataset.uri, s3))
     params = {"epochs": args.epochs, "lr": args.lr, "momentum": args.momentum, "batch_size": args.batch_size,
               "seed": args.seed, "model": "multinomial-logistic-regression"}

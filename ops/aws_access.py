@@ -28,7 +28,7 @@ def how_to_provide(profile: str) -> str:
     """The fix, on the same line as the error: sign in to the profile and name it."""
     return (f"sign in (aws sso login --profile {profile}, after aws configure sso --profile {profile} once) and run "
             f"with AWS_PROFILE={profile}, or export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
-            "(README, \"Operator commands\")")
+            "(docs/COMMANDS.md)")
 
 
 def environment(name: str) -> EnvironmentConfig:

@@ -1,40 +1,53 @@
-"""The promotion gate: a model version reaches an endpoint only when its run's held-out score is no worse than the
-live model's, and then through a blue/green rollout that takes itself back on the endpoint's alarms.
+"""The promotion gate: a model version reaches an endpoint only when it is shown, on the same held-out examples as
+the live model, not to be worse than it by more than a tolerance, and then through a blue/green rollout that takes
+itself back on the endpoint's alarms.
 
+  ./platform model judge CANDIDATE LIVE [--tolerance POINTS] [--alpha A] [--json]
+  ./platform model judge CANDIDATE --baseline VALUE [--baseline-n N] [--tolerance POINTS] [--json]
+  ./platform model evaluate ENV ENDPOINT RUN_ID [--no-wait]
   ./platform model promote ENV ENDPOINT RUN_ID [--no-wait]
   ./platform model status ENV ENDPOINT
 
-`promote`, in ENV's account (credentials checked first, as every operator command):
+`judge` (no AWS): CANDIDATE and LIVE are JSON Lines of per-example held-out outcomes, `{"id": ..., "correct": true}`
+(classifiers) or `{"id": ..., "error": 0.3}` (regressors), of the same ids. The answer says whether to promote, why,
+on how many paired examples, and the difference the examples can resolve (--json: promote, judged, reason, examples,
+difference, bound, resolvable, examples_needed, ...). It guards against promoting a candidate truly worse by the
+tolerance (0.5 accuracy points, or percent of the live MAE) or more: at most alpha (5%) of such candidates pass.
 
-1. reads the candidate run from the environment's MLflow (finished, with a model and the endpoint's promotion
-   metric, ``holdout_accuracy`` unless config says otherwise) and the live version: the Serving stack's model
-   version parameter;
-2. refuses, saying both numbers, when the candidate's score is worse than the live run's by more than the
-   endpoint's tolerance (config ``promotion``, default 0); records the decision in the candidate run either way
-   (tag ``ml_platform.promotion.<env>.<endpoint>.<time>``);
-3. copies the run's model.tar.gz to the endpoint's model key for that version (``models/<name>/<run id>/...``);
-4. updates the Serving stack with its deployed template and only that parameter changed (and, for an endpoint with a
-   quality check, its quality baseline parameter set to the run's held-out score, which the check then judges
-   production against): CloudFormation replaces
-   the model and endpoint configuration and SageMaker shifts the traffic blue/green, rolling back if the latency or
-   error alarm fires while it bakes; a failed rollout rolls the stack back to the live version. The parameter is
-   what CloudFormation declares, so the next ``cdk deploy`` (which keeps a parameter's previous value) serves the
-   promoted version too.
+`evaluate`, in ENV's account (credentials checked first, as every operator command): submits the training queue's
+evaluation job (config `promotion.evaluate_command`, the candidate's image), which scores the candidate run's model
+and the live model on the candidate's held-out examples and writes their outcomes under
+`evaluations/<queue>/<run id>/<live version>/` of the dataset bucket. Its role alone writes there: no training job
+can write its own evidence. It refuses runs whose held-out split differs from the live run's (salt or fraction: the
+live model may have trained on the candidate's held-out examples).
+
+`promote`: judges that evidence as `judge` does (config `promotion`: tolerance_points, alpha; against the configured
+baseline when the live version is not a recorded run, the first promotion), records the decision in the candidate run
+either way (tag `ml_platform.promotion.<env>.<endpoint>.<time>`), copies the run's model.tar.gz to the endpoint's model
+key for that version, and updates the Serving stack with its deployed template and only the version parameter changed
+(and, with a quality check, its baseline: the candidate's score and the number of examples it was judged on):
+CloudFormation replaces the model and endpoint configuration and SageMaker shifts the traffic blue/green, rolling back
+if the latency or error alarm fires while it bakes.
 
 Calls: cloudformation:DescribeStacks and UpdateStack (with iam:PassRole for the stack's CloudFormation role),
-s3:GetObject on the run's model and s3:PutObject under models/, the MLflow read and SetTag API.
+batch:SubmitJob and DescribeJobs (evaluate), s3:GetObject on the evidence and the run's model and s3:PutObject under
+models/, the MLflow read and SetTag API.
 """
 
 from __future__ import annotations
 
 import json
-import sys
-from dataclasses import replace
+import time
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ml_platform_constructs.runtime.promotion import (baseline_value, judge, model_key, model_version_parameter,
-                                                      quality_baseline_parameter)
+from ml_platform_constructs.operations import jobs
+from ml_platform_constructs.runtime import evaluation
+from ml_platform_constructs.runtime.promotion import (DEFAULT_ALPHA, DEFAULT_TOLERANCE, EvidenceError, Judgement,
+                                                      Outcomes, baseline_value, judge_outcomes, model_key,
+                                                      model_version_parameter, quality_baseline_parameter,
+                                                      read_outcomes, split_problem)
 from ml_platform_constructs.runtime.quality import Settings as QualitySettings
 from ml_platform_constructs.runtime.tracking import PROMOTION_TAG_PREFIX
 
@@ -45,6 +58,7 @@ from ops.runs import RunsError, environment_tracking_uri, run_record
 from stacks.config import EndpointConfig, EnvironmentConfig
 
 CAPABILITIES = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]
+EVALUATION_POLL_SECONDS = 30
 
 
 class PromotionError(SystemExit):
@@ -91,14 +105,110 @@ def baseline_parameter(stack: dict, env: EnvironmentConfig, endpoint: EndpointCo
     return parameter, values[parameter]
 
 
-def live_score(client: Any, version: str, metric: str) -> tuple[Optional[float], bool]:
-    """(the live run's score, whether the live version is a recorded run)."""
+def live_run(client: Any, version: str) -> Optional[dict]:
+    """The live version's run record, or None when the version is not a recorded run (the initial upload)."""
     try:
-        record = run_record(client, version)
+        return run_record(client, version)
     except RunsError:
-        return None, False
-    return record["metrics"].get(metric), True
+        return None
 
+
+def evaluation_queue(env: EnvironmentConfig, endpoint: EndpointConfig) -> str:
+    """The queue whose evaluation job definition scores candidates: config promotion.queue, else the endpoint's
+    retraining queue, else the environment's first queue."""
+    name = endpoint.promotion.queue or (endpoint.retrain.queue if endpoint.retrain else None) or \
+        (env.queues[0].name if env.queues else None)
+    if name is None:
+        raise PromotionError(f"{env.name} has no training queue to evaluate candidates on: add one (its evaluation "
+                             "job scores the candidate and the live model), or set promotion.queue")
+    require_known("queue", name, [q.name for q in env.queues], env)
+    return name
+
+
+def configured_baseline(env: EnvironmentConfig, endpoint: EndpointConfig) -> tuple[float, Optional[int]]:
+    """What the first promotion is judged against: the endpoint's quality baseline and its examples."""
+    if endpoint.quality is None:
+        raise PromotionError(f"the live version of {endpoint.name} in {env.name} is not a recorded run and the "
+                             "endpoint has no quality baseline to judge the candidate against: set quality = { "
+                             "problem_type, baseline, baseline_examples } for it")
+    return endpoint.quality.baseline, endpoint.quality.baseline_examples
+
+
+def candidate_run(client: Any, run_id: str) -> dict:
+    candidate = run_record(client, run_id)
+    if candidate["status"] != "FINISHED":
+        raise PromotionError(f"run {run_id} is {candidate['status']}: only a finished run can be promoted")
+    if not (candidate.get("model_uri") or "").startswith("s3://"):
+        raise PromotionError(f"run {run_id} recorded no model in S3 (TrackedRun.record_model with the model.tar.gz "
+                             "next to its checkpoints)")
+    return candidate
+
+
+def check_splits(candidate: dict, live: Optional[dict], run_id: str) -> None:
+    if live is None:
+        return
+    problem = split_problem(candidate["passport"].get("holdout"), live["passport"].get("holdout"))
+    if problem:
+        raise PromotionError(f"run {run_id} cannot be judged against the live run {live['run_id']}: {problem}")
+
+
+# --- evaluate -----------------------------------------------------------------------------------------------------
+
+def evaluate(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, client: Any, cloudformation: Any,
+             batch: Any, wait: bool = True, out: Callable[[str], None] = print,
+             sleep: Callable[[float], None] = time.sleep) -> str:
+    """Submits the evaluation job of ``run_id`` against the live version; returns where its evidence goes."""
+    command = list(endpoint.promotion.evaluate_command)
+    if not command:
+        raise PromotionError(f"{endpoint.name} in {env.name} has no promotion.evaluate_command: set the command that "
+                             'scores a candidate and the live model (e.g. ["python", "train.py", "--evaluate"]; '
+                             "runtime.evaluation's contract)")
+    queue = evaluation_queue(env, endpoint)
+    candidate = candidate_run(client, run_id)
+    _, _, live = serving_stack(cloudformation, env, endpoint)
+    if live == run_id:
+        raise PromotionError(f"{endpoint.name} in {env.name} already serves run {run_id}: nothing to evaluate")
+    live_record = live_run(client, live)
+    check_splits(candidate, live_record, run_id)
+    bucket = stack_output(cloudformation, f"{env.name}-Data", "DatasetBucketName")
+    where = evaluation.evidence_uri(bucket, queue, run_id, live if live_record else None)
+    holdout = candidate["passport"].get("holdout") or {}
+    dataset = candidate["passport"].get("dataset") or {}
+    variables = {evaluation.CANDIDATE_MODEL: candidate["model_uri"], evaluation.OUTPUT: where,
+                 evaluation.LIVE_MODEL: (f"s3://{bucket}/{model_key(endpoint.model_data_key, live)}"
+                                         if live_record else ""),
+                 evaluation.SALT: str(holdout.get("salt", "")), evaluation.FRACTION: str(holdout.get("fraction", 0.05))}
+    if dataset.get("uri"):
+        variables[evaluation.DATASET] = dataset["uri"]
+    target = jobs.find_queue(batch, queue)
+    image = (candidate["passport"].get("image") or {}).get("uri") or _definition_image(batch, target)
+    job = jobs.submit_evaluation(batch, target, name=f"evaluate-{run_id[:24]}-{(live if live_record else 'baseline')[:24]}",
+                                 image=image, command=command, environment=variables)
+    out(f"evaluating run {run_id} against {'the live run ' + live if live_record else 'the configured baseline'}: "
+        f"job {job['job_id']} on {queue}; its evidence goes to {where}")
+    if not wait:
+        out(f"  not waiting: promote when it succeeds (./platform job logs {env.name} {job['job_id']} shows its output)")
+        return where
+    started = time.monotonic()
+    while True:
+        status = batch.describe_jobs(jobs=[job["job_id"]])["jobs"][0]
+        if status["status"] in jobs.FINISHED:
+            break
+        out(f"  {status['status'].lower()} ({time.monotonic() - started:.0f} s)")
+        sleep(EVALUATION_POLL_SECONDS)
+    if status["status"] != "SUCCEEDED":
+        raise PromotionError(f"the evaluation job {job['job_id']} {status['status']}: {status.get('statusReason', '')}"
+                             f" (./platform job logs {env.name} {job['job_id']})")
+    out(f"  evaluated: ./platform model promote {env.name} {endpoint.name} {run_id}")
+    return where
+
+
+def _definition_image(batch: Any, target: jobs.QueueTarget) -> str:
+    definition = batch.describe_job_definitions(jobDefinitions=[target.evaluation_job_definition])["jobDefinitions"][0]
+    return definition["containerProperties"]["image"]
+
+
+# --- promote ------------------------------------------------------------------------------------------------------
 
 def record_decision(client: Any, run_id: str, env: EnvironmentConfig, endpoint: EndpointConfig, decision: dict,
                     at: str) -> None:
@@ -118,57 +228,74 @@ def update_parameters(cloudformation: Any, stack: dict, values: dict[str, str]) 
     cloudformation.update_stack(**request)
 
 
+def judge_evidence(env: EnvironmentConfig, endpoint: EndpointConfig, candidate: Outcomes,
+                   live: Optional[Outcomes]) -> Judgement:
+    promotion = endpoint.promotion
+    if live is not None:
+        return judge_outcomes(candidate, live, tolerance=promotion.tolerance_points, alpha=promotion.alpha)
+    value, examples = configured_baseline(env, endpoint)
+    return judge_outcomes(candidate, baseline=value, baseline_examples=examples,
+                          tolerance=promotion.tolerance_points, alpha=promotion.alpha)
+
+
 def promote(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, client: Any, cloudformation: Any,
             s3: Any, caller: str, wait: bool = True, now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
             out: Callable[[str], None] = print) -> int:
-    candidate = run_record(client, run_id)
-    if candidate["status"] != "FINISHED":
-        raise PromotionError(f"run {run_id} is {candidate['status']}: only a finished run can be promoted")
-    model_uri = candidate.get("model_uri") or ""
-    if not model_uri.startswith("s3://"):
-        raise PromotionError(f"run {run_id} recorded no model in S3 (TrackedRun.record_model with the model.tar.gz "
-                             "next to its checkpoints)")
+    candidate = candidate_run(client, run_id)
     stack, parameter, live = serving_stack(cloudformation, env, endpoint)
     baseline = baseline_parameter(stack, env, endpoint)
     if live == run_id:
         out(f"{endpoint.name} in {env.name} already serves run {run_id}: nothing to do")
         return 0
-    promotion = endpoint.promotion
-    live_value, live_is_run = live_score(client, live, promotion.metric)
-    decision = judge(promotion.metric, candidate["metrics"].get(promotion.metric), live_value,
-                     tolerance=promotion.tolerance, higher_is_better=promotion.higher_is_better)
-    if baseline is not None and decision.promote:
-        # The promoted score becomes the quality check's baseline: one the check refuses would stop every run of it.
+    live_record = live_run(client, live)
+    check_splits(candidate, live_record, run_id)
+    bucket = stack_output(cloudformation, f"{env.name}-Data", "DatasetBucketName")
+    where = evaluation.evidence_uri(bucket, evaluation_queue(env, endpoint), run_id, live if live_record else None)
+    try:
+        candidate_outcomes, live_outcomes, manifest = evaluation.read_evidence(where, s3)
+    except SystemExit:
+        against = f"the live run {live}" if live_record else "the configured baseline"
+        raise PromotionError(f"no evaluation of run {run_id} against {against} at {where}: run ./platform model "
+                             f"evaluate {env.name} {endpoint.name} {run_id} and promote when it succeeds") from None
+    if live_record is not None and live_outcomes is None:
+        raise PromotionError(f"the evaluation at {where} has no outcomes of the live model: evaluate again")
+    judgement = judge_evidence(env, endpoint, candidate_outcomes, live_outcomes)
+    promoted = judgement.promote
+    reason = judgement.reason
+    if baseline is not None and promoted:
+        # The judged score becomes the quality check's baseline: one the check refuses would stop every run of it.
         try:
-            QualitySettings(problem_type=endpoint.quality.problem_type, baseline=decision.candidate)
+            QualitySettings(problem_type=endpoint.quality.problem_type, baseline=judgement.candidate,
+                            baseline_examples=judgement.examples)
         except ValueError as error:
-            decision = replace(decision, promote=False, reason=f"{promotion.metric} {decision.candidate:g} cannot be "
-                                                               f"the quality check's baseline ({error})")
+            promoted, reason = False, (f"the candidate's score {judgement.candidate:g} cannot be the quality check's "
+                                       f"baseline ({error})")
     at = now().isoformat(timespec="seconds")
-    entry = {**decision.to_json(), "environment": env.name, "endpoint": endpoint.name, "candidate_run": run_id,
-             "live_version": live, "live_run": live if live_is_run else None, "at": at, "by": caller,
-             "outcome": "promoting" if decision.promote else "refused"}
-    # The gate judged the quality check's own held-out metric (config checks it): the promoted score is its baseline.
+    entry = {**judgement.to_json(), "promote": promoted, "reason": reason, "environment": env.name,
+             "endpoint": endpoint.name, "candidate_run": run_id, "live_version": live,
+             "live_run": live if live_record else None, "evidence": where,
+             "evidence_manifest": {k: manifest.get(k) for k in ("candidate", "live")}, "at": at, "by": caller,
+             "outcome": "promoting" if promoted else "refused"}
     updates = {parameter: run_id}
-    if baseline is not None and decision.promote:
-        updates[baseline[0]] = baseline_value(decision.candidate)
+    if baseline is not None and promoted:
+        updates[baseline[0]] = baseline_value(judgement.candidate, judgement.examples)
         entry["quality_baseline"] = {"parameter": baseline[0], "from": baseline[1] or None, "to": updates[baseline[0]]}
     record_decision(client, run_id, env, endpoint, entry, at)
-    if not decision.promote:
-        raise PromotionError(f"refusing to promote run {run_id} to {endpoint.name} in {env.name}: {decision.reason}; "
+    if not promoted:
+        raise PromotionError(f"refusing to promote run {run_id} to {endpoint.name} in {env.name}: {reason}; "
                              f"live version {live}. Recorded in the run.")
-    out(f"promoting run {run_id} to {endpoint.name} in {env.name}: {decision.reason}")
-    source_bucket, _, source_key = model_uri[len("s3://"):].partition("/")
-    bucket = stack_output(cloudformation, f"{env.name}-Data", "DatasetBucketName")
+    out(f"promoting run {run_id} to {endpoint.name} in {env.name}: {reason}")
+    source_bucket, _, source_key = candidate["model_uri"][len("s3://"):].partition("/")
     key = model_key(endpoint.model_data_key, run_id)
     s3.copy({"Bucket": source_bucket, "Key": source_key}, bucket, key)
-    out(f"  model: {model_uri} -> s3://{bucket}/{key}")
+    out(f"  model: {candidate['model_uri']} -> s3://{bucket}/{key}")
     update_parameters(cloudformation, stack, updates)
     out(f"  {stack['StackName']}: {parameter} {live} -> {run_id}; CloudFormation replaces the model and endpoint "
         "configuration, SageMaker shifts the traffic blue/green and rolls back if the latency or error alarm fires")
     if baseline is not None:
-        out(f"  {baseline[0]} {baseline[1] or '(configured ' + format(endpoint.quality.baseline, 'g') + ')'} -> "
-            f"{updates[baseline[0]]}: the quality check's baseline, {promotion.metric} of run {run_id}")
+        configured = f"(configured {endpoint.quality.baseline:g})"
+        out(f"  {baseline[0]} {baseline[1] or configured} -> {updates[baseline[0]]}: the quality check's baseline, "
+            f"the candidate's score on the {judgement.examples} examples it was judged on")
     if not wait:
         out(f"  not waiting: follow it with ./platform model status {env.name} {endpoint.name}")
         return 0
@@ -197,29 +324,96 @@ def status(env: EnvironmentConfig, endpoint: EndpointConfig, *, client: Any, clo
     stack, parameter, live = serving_stack(cloudformation, env, endpoint)
     name = f"{env.project}-{env.name}-{endpoint.name}"
     described = sagemaker.describe_endpoint(EndpointName=name)
-    value, is_run = live_score(client, live, endpoint.promotion.metric)
+    record = live_run(client, live)
     baseline = baseline_parameter(stack, env, endpoint)
+    value = record["metrics"].get(endpoint.promotion.metric) if record else None
     return (f"{name}: {described['EndpointStatus']}; declared version {live} ({stack['StackName']} parameter "
             f"{parameter}, stack {stack['StackStatus']})"
-            + (f"; run {live}: {endpoint.promotion.metric} {value}" if is_run else "; not a recorded run")
+            + (f"; run {live}: {endpoint.promotion.metric} {value}" if record else "; not a recorded run")
             + ("" if baseline is None else f"; quality baseline {baseline[1]} (promoted)" if baseline[1] else
                f"; quality baseline {endpoint.quality.baseline:g} (configured: no promotion yet)"))
+
+
+# --- judge (files) ------------------------------------------------------------------------------------------------
+
+def read_outcomes_file(path: Path, flag: str) -> Outcomes:
+    if not path.is_file():
+        raise PromotionError(f"{flag} {path} does not exist (JSON Lines of per-example held-out outcomes: "
+                             '{"id": ..., "correct": true} or {"id": ..., "error": 0.3})')
+    try:
+        return read_outcomes(path.read_text().splitlines(), source=str(path))
+    except EvidenceError as error:
+        raise PromotionError(str(error)) from None
+
+
+def describe(judgement: Judgement) -> str:
+    verdict = "PROMOTE" if judgement.promote else "NOT JUDGED" if not judgement.judged else "REFUSE"
+    return f"{verdict}: {judgement.reason}"
+
+
+def judge_files(args: Any) -> Judgement:
+    """``model judge``: every argument checked before the files are read."""
+    if args.live is None and args.baseline is None:
+        raise PromotionError("judge against the live model's outcomes (LIVE) or a baseline (--baseline VALUE "
+                             "--baseline-n N)")
+    if args.live is not None and (args.baseline is not None or args.baseline_n is not None):
+        raise PromotionError("LIVE and --baseline exclude each other: a paired judgement needs no baseline")
+    if args.baseline_n is not None and args.baseline_n < 1:
+        raise PromotionError(f"--baseline-n {args.baseline_n}: the number of examples the baseline was measured on, "
+                             "1 or more")
+    if not 0 <= args.tolerance < 100:
+        raise PromotionError(f"--tolerance {args.tolerance}: points of accuracy (or percent of the live MAE), from 0 "
+                             "to under 100")
+    if not 0 < args.alpha < 0.5:
+        raise PromotionError(f"--alpha {args.alpha}: a one-sided error rate above 0 and under 0.5, e.g. 0.05")
+    candidate = read_outcomes_file(args.candidate, "CANDIDATE")
+    try:
+        if args.live is not None:
+            live = read_outcomes_file(args.live, "LIVE")
+            if live.kind != candidate.kind:
+                raise PromotionError(f"CANDIDATE holds {candidate.kind!r} outcomes and LIVE {live.kind!r}: score both "
+                                     "models the same way")
+            return judge_outcomes(candidate, live, tolerance=args.tolerance, alpha=args.alpha)
+        return judge_outcomes(candidate, baseline=args.baseline, baseline_examples=args.baseline_n,
+                              tolerance=args.tolerance, alpha=args.alpha)
+    except ValueError as error:
+        raise PromotionError(str(error)) from None
 
 
 def main(argv: list[str]) -> int:
     parser = Parser("./platform model", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    promote_parser = commands.add_parser("promote", help="judge a run against the live model and roll it out")
-    promote_parser.add_argument("env")
-    promote_parser.add_argument("endpoint")
-    promote_parser.add_argument("run_id")
-    promote_parser.add_argument("--no-wait", action="store_true", help="start the rollout and return")
+    judge_parser = commands.add_parser("judge", help="the gate on local outcome files (no AWS)")
+    judge_parser.add_argument("candidate", type=Path, metavar="CANDIDATE")
+    judge_parser.add_argument("live", type=Path, nargs="?", metavar="LIVE")
+    judge_parser.add_argument("--baseline", type=float, metavar="VALUE", help="without LIVE: an accuracy share or MAE")
+    judge_parser.add_argument("--baseline-n", type=int, metavar="N", help="the examples the baseline was measured on "
+                                                                          "(without it: a fixed requirement)")
+    judge_parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, metavar="POINTS",
+                              help=f"accuracy points (or percent of the MAE) the candidate may be worse by "
+                                   f"(default {DEFAULT_TOLERANCE:g})")
+    judge_parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
+                              help=f"the largest chance of promoting a worse candidate (default {DEFAULT_ALPHA:g})")
+    judge_parser.add_argument("--json", action="store_true")
+    for name, text in (("evaluate", "score a run and the live model on the run's held-out examples (a queue job)"),
+                       ("promote", "judge a run's evaluation against the live model and roll it out")):
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("env")
+        sub.add_argument("endpoint")
+        sub.add_argument("run_id")
+        sub.add_argument("--no-wait", action="store_true", help="start it and return")
     status_parser = commands.add_parser("status", help="the declared model version and the endpoint's state")
     status_parser.add_argument("env")
     status_parser.add_argument("endpoint")
     args = parser.parse_args(argv)
+    if args.command == "judge":
+        judgement = judge_files(args)
+        print(json.dumps(judgement.to_json(), indent=1) if args.json else describe(judgement))
+        return 0
     env = environment(args.env)
     endpoint = versioned_endpoint(env, args.endpoint)
+    if args.command in ("evaluate", "promote"):
+        evaluation_queue(env, endpoint)  # a config without a queue to evaluate on fails before sign-in
     session = session_for(env)
     from mlflow.tracking import MlflowClient
 
@@ -227,6 +421,10 @@ def main(argv: list[str]) -> int:
     cloudformation = session.client("cloudformation")
     if args.command == "status":
         print(status(env, endpoint, client=client, cloudformation=cloudformation, sagemaker=session.client("sagemaker")))
+        return 0
+    if args.command == "evaluate":
+        evaluate(env, endpoint, args.run_id, client=client, cloudformation=cloudformation,
+                 batch=session.client("batch"), wait=not args.no_wait)
         return 0
     caller = session.client("sts").get_caller_identity()["Arn"]
     return promote(env, endpoint, args.run_id, client=client, cloudformation=cloudformation, s3=session.client("s3"),

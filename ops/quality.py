@@ -1,12 +1,18 @@
 """An endpoint's quality check on local files: the scheduled function's join and decision, without AWS.
 
-  ./platform quality check ENV ENDPOINT --capture DIR --labels FILE [--json]
+  ./platform quality check ENV ENDPOINT --capture DIR --labels FILE [--baseline VALUE --baseline-n N]
+                           [--labels-per-hour R] [--json]
 
 DIR holds captured records as SageMaker writes them (JSON Lines, *.jsonl at any depth, e.g. a copy of
 s3://<capture bucket>/capture/<endpoint name>/); FILE holds labels as ./platform labels upload takes them. The
-settings (problem type, prediction path, baseline, sample floor, drop) are the endpoint's quality settings in
-config/environments.toml. --json prints metric, value, labelled, matched, unmatched_labels, unmatched_predictions,
-baseline and decision (ok, alarm, not_significant or too_few_labels), with the shortfall, its p-value and the other
+settings (problem type, prediction path, baseline and its examples, sample floor, drop, false-alarm budget) are the
+endpoint's quality settings in config/environments.toml; --baseline and --baseline-n judge against another reference
+(the live model's held-out score and the examples behind it: the test counts the baseline's own noise).
+
+The joined labels are judged as one batch, as the scheduled check judges one, at the level of a batch that took as
+long as these labels did (--labels-per-hour; default: all of them in one day). --json prints metric, value, labelled,
+matched, unmatched_labels, unmatched_predictions, the reference (baseline, baseline_examples), decision (ok, alarm or
+not_judged), shortfall, z, p_value and the plan (the batch a drop of max_drop needs at that rate), with the other
 counts the function stores.
 """
 
@@ -15,6 +21,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Optional
 
 from ml_platform_constructs.runtime.quality import Settings, check_files
 
@@ -24,31 +31,36 @@ from ops.labels import quality_endpoint
 from stacks import config as platform_config
 
 
-def settings_of(endpoint: platform_config.EndpointConfig) -> Settings:
+def settings_of(endpoint: platform_config.EndpointConfig, baseline: Optional[float] = None,
+                baseline_examples: Optional[int] = None) -> Settings:
     quality = endpoint.quality
-    return Settings(problem_type=quality.problem_type, baseline=quality.baseline,
+    return Settings(problem_type=quality.problem_type,
+                    baseline=quality.baseline if baseline is None else baseline,
+                    baseline_examples=quality.baseline_examples if baseline is None else baseline_examples,
                     prediction_path=quality.prediction_path, probability_threshold=quality.probability_threshold,
                     min_labelled=quality.min_labelled, max_drop=quality.max_drop_points,
-                    significance=quality.significance)
+                    false_alarms_per_90_days=quality.false_alarms_per_90_days, power=quality.power,
+                    max_batch_hours=quality.max_batch_hours, reference_labels=quality.reference_labels)
 
 
 def describe(name: str, result: dict) -> str:
     value = "no labelled prediction" if result["value"] is None else f"{result['value']:.4g}"
     unit = "percent over" if result["metric"] == "MAE" else "points under"
-    judged = ("not judged: fewer than the " f"{result['min_labelled']} labelled predictions needed"
-              if result["shortfall"] is None else
-              f"{result['shortfall']:.3g} {unit} the baseline {result['baseline']:g} (alarm from {result['max_drop']:g}"
-              f"{_p_value(result)})")
+    examples = (f"measured on {result['baseline_examples']} examples" if result["baseline_examples"]
+                else "taken as exact")
+    if result["decision"] == "not_judged":
+        judged = f"not judged: {result['reason']}"
+    else:
+        plan = result["plan"]
+        judged = (f"{result['shortfall']:.3g} {unit} the baseline {result['baseline']:g} ({examples}): z {result['z']:.2f}"
+                  f" against {result['critical_z']:.2f} (a healthy model alarms about "
+                  f"{result['false_alarms_per_90_days']:g} times in 90 days); a batch at this rate catches a "
+                  f"{result['max_drop']:g}-point drop with {plan['power']:.0%} power"
+                  + (f", {plan['detectable_drop']:.2f} points with 90%" if plan["detectable_drop"] else ""))
     return (f"{name}: {result['metric']} {value} from {result['labelled']} labelled predictions "
             f"({result['matched']} labels matched; unmatched: {result['unmatched_labels']} labels, "
             f"{result['unmatched_predictions']} predictions; malformed: {result['malformed_records']} records, "
             f"{result['malformed_labels']} labels)\n{judged}: {result['decision'].upper()}")
-
-
-def _p_value(result: dict) -> str:
-    if result["p_value"] is None:
-        return ", no p-value from a single error"
-    return f" with a p-value of at most {result['significance']:g}; this window's: {result['p_value']:.2g}"
 
 
 def main(argv: list[str]) -> int:
@@ -59,10 +71,23 @@ def main(argv: list[str]) -> int:
     check.add_argument("endpoint")
     check.add_argument("--capture", type=Path, required=True, metavar="DIR")
     check.add_argument("--labels", type=Path, required=True, metavar="FILE")
+    check.add_argument("--baseline", type=float, metavar="VALUE", help="judge against this accuracy share (or MAE)")
+    check.add_argument("--baseline-n", type=int, metavar="N", help="the examples --baseline was measured on")
+    check.add_argument("--labels-per-hour", type=float, metavar="R",
+                       help="the labels' rate: the batch's length, and so its critical value (default: a day)")
     check.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     env = environment(args.env)
     endpoint = quality_endpoint(env, args.endpoint)
+    if args.baseline_n is not None and (args.baseline is None or args.baseline_n < 1):
+        raise SystemExit(f"error: --baseline-n {args.baseline_n}: the examples --baseline was measured on, 1 or more, "
+                         "with --baseline")
+    if args.labels_per_hour is not None and not args.labels_per_hour > 0:
+        raise SystemExit(f"error: --labels-per-hour {args.labels_per_hour}: the labels' rate, above 0")
+    try:
+        settings = settings_of(endpoint, args.baseline, args.baseline_n)
+    except ValueError as error:
+        raise SystemExit(f"error: --baseline {args.baseline}: {error}") from None
     if not args.capture.is_dir():
         raise SystemExit(f"error: --capture {args.capture} is not a directory (a copy of the endpoint's capture "
                          "prefix: <variant>/yyyy/mm/dd/hh/*.jsonl)")
@@ -73,7 +98,7 @@ def main(argv: list[str]) -> int:
     if not args.labels.is_file():
         raise SystemExit(f"error: --labels {args.labels} does not exist (JSON Lines, one "
                          '{"inferenceId": ..., "label": ...} a line)')
-    result = check_files(settings_of(endpoint), captures, [args.labels])
+    result = check_files(settings, captures, [args.labels], labels_per_hour=args.labels_per_hour)
     print(json.dumps(result, indent=1) if args.json else describe(f"{env.project}-{env.name}-{args.endpoint}", result))
     return 0
 

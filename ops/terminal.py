@@ -35,6 +35,7 @@ _children: set[subprocess.Popen] = set()
 _children_lock = threading.Lock()
 interrupted = threading.Event()  # set by the first SIGINT or SIGTERM; the command is ending
 _signal_received: list[int] = []
+_main_running = threading.Event()  # entry_point has called main: an interrupt unwinds it; before, it just exits
 
 
 def start(command: Sequence[str], **popen: Any) -> subprocess.Popen:
@@ -114,13 +115,38 @@ def run(command: Sequence[str], *, input: Optional[str] = None, timeout: Optiona
     return result
 
 
+class _MainThreadOnly:
+    """A stream that, once the command is interrupted, takes writes from the main thread only: what other threads
+    would still relay (the jsii kernel's stderr, where the terminal's Ctrl-C made its Node.js wrapper print a
+    traceback) is dropped, so the interrupt's line is the last one."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, data: Any) -> int:
+        if threading.current_thread() is threading.main_thread():
+            return self._stream.write(data)
+        return len(data)
+
+    @property
+    def buffer(self) -> Any:
+        return _MainThreadOnly(self._stream.buffer)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def _on_signal(signum: int, frame: Any) -> None:
     """The first SIGINT or SIGTERM: every child's group gets SIGTERM at once (so a finally that waits for one ends
-    soon), further signals are ignored while the command cleans up, and KeyboardInterrupt unwinds the main thread."""
+    soon), further signals are ignored while the command cleans up, other threads' output is muted, and
+    KeyboardInterrupt unwinds the main thread."""
     if interrupted.is_set():
         return
     _signal_received.append(signum)
     interrupted.set()
+    sys.stdout, sys.stderr = _MainThreadOnly(sys.stdout), _MainThreadOnly(sys.stderr)
+    if not _main_running.is_set():  # still loading the command's modules: nothing of its own to unwind
+        _exit_interrupted()
     for name in ("SIGINT", "SIGTERM"):
         signal.signal(getattr(signal, name), signal.SIG_IGN)
     with _children_lock:
@@ -131,6 +157,8 @@ def _on_signal(signum: int, frame: Any) -> None:
 
 
 def install_handlers() -> None:
+    """From the start of a command (ops/__init__.py does it for python -m ops.<command>, before the command's
+    modules load: aws-cdk-lib's import alone takes a second), Ctrl-C and SIGTERM end it with one line."""
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
 
@@ -146,25 +174,32 @@ def entry_point(main: Callable[[list[str]], int], argv: Optional[list[str]] = No
     It exits without Python's exit handlers then, which would only report on what the interrupt already ended (the
     jsii kernel's closed pipe)."""
     install_handlers()
+    _main_running.set()
     try:
         code = main(sys.argv[1:] if argv is None else argv)
     except BaseException as error:  # noqa: B902 - an interrupt shows as whatever it broke
         if not interrupted.is_set() and not isinstance(error, KeyboardInterrupt):
             raise
-        for name in ("SIGINT", "SIGTERM"):
-            signal.signal(getattr(signal, name), signal.SIG_IGN)
-        stop_all()
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        try:
-            os.write(2, (_CLEAR if _spinning.is_set() else b"") + (interrupted_line() + "\n").encode())
-        except OSError:
-            pass
-        os._exit(TERMINATED_EXIT if _signal_received[-1:] == [signal.SIGTERM] else INTERRUPTED_EXIT)
+        _exit_interrupted()
     sys.exit(code)
+
+
+def _exit_interrupted() -> NoReturn:
+    for name in ("SIGINT", "SIGTERM"):
+        signal.signal(getattr(signal, name), signal.SIG_IGN)
+    if not _signal_received:
+        _signal_received.append(signal.SIGINT)  # a KeyboardInterrupt without the handler: Ctrl-C all the same
+    stop_all()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    try:
+        os.write(2, (_CLEAR if _spinning.is_set() else b"") + (interrupted_line() + "\n").encode())
+    except OSError:
+        pass
+    os._exit(TERMINATED_EXIT if _signal_received[-1:] == [signal.SIGTERM] else INTERRUPTED_EXIT)
 
 
 # --- progress ---------------------------------------------------------------------------------------------------

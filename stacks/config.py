@@ -141,9 +141,13 @@ class QualityConfig:
     baseline: float  # the live model's held-out accuracy (a share) or MAE
     prediction_path: str = ""
     probability_threshold: Optional[float] = None
+    baseline_examples: Optional[int] = None  # the held-out examples behind baseline (its noise counts)
     min_labelled: int = 200
     max_drop_points: float = 1.5
-    significance: float = 0.001  # the one-sided test level a shortfall must pass to alarm
+    false_alarms_per_90_days: float = 0.25  # a healthy model's expected alarms, baseline noise included
+    power: float = 0.9  # one batch detects a drop of max_drop_points with this chance
+    max_batch_hours: int = 168
+    reference_labels: int = 10_000  # production labels after a promotion: the reference later ones are judged against
     schedule_hours: int = 1
     label_lateness_hours: int = 24
     retrain_cooldown_hours: int = 24  # with the endpoint's retrain: the quality trigger's own cooldown
@@ -158,10 +162,13 @@ class FeatureWatchConfig:
 
 @dataclass(frozen=True)
 class PromotionConfig:
-    """What ./platform model promote compares: the candidate's held-out score against the live model's."""
+    """What ./platform model promote judges: the candidate against the live model on the same held-out examples."""
     metric: str = "holdout_accuracy"
-    tolerance: float = 0.0  # how much worse than the live model a candidate may be
+    tolerance_points: float = 0.5  # how much worse a candidate may be: accuracy points, or percent of the live MAE
+    alpha: float = 0.05  # the largest chance of promoting a candidate worse by the tolerance or more
     higher_is_better: bool = True
+    evaluate_command: tuple[str, ...] = ()  # the evaluation job's command (runtime.evaluation's contract)
+    queue: Optional[str] = None  # whose evaluation job definition runs it; default: the retraining queue, else the first
 
 
 @dataclass(frozen=True)
@@ -261,8 +268,7 @@ def load(path: Path = DEFAULT_CONFIG) -> PlatformConfig:
     except tomllib.TOMLDecodeError as error:
         raise ConfigSyntaxError(path, error) from None
     except FileNotFoundError:
-        raise ConfigError("config file", str(path), "an existing TOML file", "create it (see README, "
-                          "Environments and configuration)") from None
+        raise ConfigError("config file", str(path), "an existing TOML file", "create it (see docs/CONFIGURATION.md)") from None
     return parse(raw)
 
 
@@ -548,18 +554,31 @@ def _declared_version(at: str, endpoint: Mapping[str, Any]) -> Optional[str]:
 
 
 def _promotion(at: str, raw: Any) -> PromotionConfig:
-    _keys(at, raw, required=set(), optional={"metric", "tolerance", "higher_is_better"})
-    tolerance = raw.get("tolerance", 0.0)
-    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 <= tolerance <= 1000:
-        raise ConfigError(f"{at}.tolerance", tolerance, "a number from 0 (the candidate must be at least as good)",
-                          "e.g. tolerance = 0.005 to accept half a point less accuracy")
+    if isinstance(raw, Mapping) and "tolerance" in raw:
+        raise ConfigError(f"{at}.tolerance", raw["tolerance"], "no longer a key: the gate judges a tolerance in "
+                          "points since 0.5.0 (a paired test on the same held-out examples)",
+                          "replace it with tolerance_points = 0.5 (points of accuracy, or percent of the live MAE)")
+    _keys(at, raw, required=set(), optional={"metric", "tolerance_points", "alpha", "higher_is_better",
+                                             "evaluate_command", "queue"})
     higher = raw.get("higher_is_better", True)
     if not isinstance(higher, bool):
         raise ConfigError(f"{at}.higher_is_better", higher, "true or false", "true for accuracy, false for a loss")
+    command = raw.get("evaluate_command", [])
+    if not isinstance(command, list) or not all(isinstance(c, str) and c for c in command):
+        raise ConfigError(f"{at}.evaluate_command", command, "a list of strings: the evaluation job's command",
+                          'e.g. evaluate_command = ["python", "/opt/ml/code/train.py", "--evaluate"]')
+    queue = raw.get("queue")
+    if queue is not None:
+        _string(f"{at}.queue", queue, r"^[A-Za-z0-9][A-Za-z0-9-]{0,39}$", "a queue name of this environment",
+                "name one of the environment's queues")
     return PromotionConfig(
         metric=_string(f"{at}.metric", raw.get("metric", "holdout_accuracy"), r"^holdout_[A-Za-z0-9_.-]{1,200}$",
                        "a held-out metric (holdout_<name>, as runtime.tracking logs it)", 'e.g. "holdout_accuracy"'),
-        tolerance=float(tolerance), higher_is_better=higher)
+        tolerance_points=_in_range(f"{at}.tolerance_points", raw.get("tolerance_points", 0.5), 0, 100, "[)",
+                                   "points of accuracy (or percent of the live MAE) from 0 to under 100", "e.g. 0.5"),
+        alpha=_in_range(f"{at}.alpha", raw.get("alpha", 0.05), 0, 0.5, "()",
+                        "a one-sided error rate above 0 and under 0.5", "e.g. 0.05 (at most 5% of worse candidates pass)"),
+        higher_is_better=higher, evaluate_command=tuple(command), queue=queue)
 
 
 def _mlflow(at: str, raw: Any) -> MlflowConfig:
@@ -625,8 +644,15 @@ def _check_promoted_baseline(at: str, endpoint: EndpointConfig) -> None:
 
 
 def _quality(at: str, raw: Any) -> QualityConfig:
+    if isinstance(raw, Mapping) and "significance" in raw:
+        raise ConfigError(f"{at}.significance", raw["significance"], "no longer a key: since 0.5.0 the check plans "
+                          "batches of labels for a stated false-alarm rate (a per-window test level gave a healthy "
+                          "model frequent false alarms)",
+                          "remove it; false_alarms_per_90_days = 0.25 is the default (the expected false alarms of a "
+                          "healthy model in 90 days)")
     _keys(at, raw, required={"problem_type", "baseline"},
-          optional={"prediction_path", "probability_threshold", "min_labelled", "max_drop_points", "significance",
+          optional={"prediction_path", "probability_threshold", "min_labelled", "max_drop_points",
+                    "baseline_examples", "false_alarms_per_90_days", "power", "max_batch_hours", "reference_labels",
                     "schedule_hours", "label_lateness_hours", "retrain_cooldown_hours"})
     problem = raw["problem_type"]
     if problem not in ("binary", "multiclass", "regression"):
@@ -650,9 +676,14 @@ def _quality(at: str, raw: Any) -> QualityConfig:
         min_labelled=_integer(f"{at}.min_labelled", raw.get("min_labelled", 200), 1, 1_000_000),
         max_drop_points=_number(f"{at}.max_drop_points", raw.get("max_drop_points", 1.5), 0, 100,
                                 "percentage points of accuracy (MAE: percent) above 0"),
-        significance=_number(f"{at}.significance", raw.get("significance", 0.001), 0, 0.5,
-                             "a one-sided test level above 0 and at most 0.5 (0.001: a healthy model alarms in at "
-                             "most 0.1% of windows)"),
+        baseline_examples=(_integer(f"{at}.baseline_examples", raw["baseline_examples"], 1, 100_000_000)
+                           if "baseline_examples" in raw else None),
+        false_alarms_per_90_days=_number(f"{at}.false_alarms_per_90_days", raw.get("false_alarms_per_90_days", 0.25),
+                                         0, 10, "expected false alarms of a healthy model in 90 days, above 0"),
+        power=_in_range(f"{at}.power", raw.get("power", 0.9), 0.5, 1, "[)",
+                        "the chance one batch detects a drop of max_drop_points, from 0.5 to under 1", "e.g. 0.9"),
+        max_batch_hours=_integer(f"{at}.max_batch_hours", raw.get("max_batch_hours", 168), 1, 744),
+        reference_labels=_integer(f"{at}.reference_labels", raw.get("reference_labels", 10_000), 0, 10_000_000),
         schedule_hours=_integer(f"{at}.schedule_hours", raw.get("schedule_hours", 1), 1, 24),
         label_lateness_hours=_integer(f"{at}.label_lateness_hours", raw.get("label_lateness_hours", 24), 0, 168),
         retrain_cooldown_hours=_integer(f"{at}.retrain_cooldown_hours", raw.get("retrain_cooldown_hours", 24),
@@ -674,6 +705,15 @@ def _number(key: str, value: Any, low: float, high: float, allowed: str) -> floa
     """A number in (low, high]."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value <= high:
         raise ConfigError(key, value, allowed, f"set a number above {low:g} and at most {high:g}")
+    return float(value)
+
+
+def _in_range(key: str, value: Any, low: float, high: float, bounds: str, allowed: str, fix: str) -> float:
+    """A number between low and high, each end open "(" ")" or closed "[" "]"."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not ((low <= value) if bounds[0] == "[" else (low < value)) or \
+            not ((value <= high) if bounds[1] == "]" else (value < high)):
+        raise ConfigError(key, value, allowed, fix)
     return float(value)
 
 

@@ -19,8 +19,8 @@ What the roles trust. IAM evaluates only the ``aud`` and ``sub`` claims of GitHu
 claims for OIDC is unavailable in AWS", GitHub's page above), and GitHub's default ``sub`` for a job in an
 environment, ``repo:OWNER/REPO:environment:ENV``, does not say which branch's workflow asked: any branch whose
 workflow names the environment would get a token, unless the environment's branch policy stops it first.
-So the repository's subject template is customised to include the ref (SUB_CLAIM_KEYS; README, "Deploying
-from CI", sets it with the REST API) and the deploy role matches the whole subject:
+So the repository's subject template is customised to include the ref (SUB_CLAIM_KEYS; docs/CI.md sets it with the REST
+API) and the deploy role matches the whole subject:
 
     repo:OWNER/REPO:environment:prod:ref:refs/heads/main     a job of main in GitHub environment prod
     repo:OWNER/REPO:pull_request:ref:refs/pull/42/merge      a pull request's job (the diff role)
@@ -70,7 +70,7 @@ def subject_template() -> dict[str, Any]:
 
 
 def subject_template_command(repository: str = "OWNER/REPO") -> str:
-    """The README's command that sets the repository's subject template (GitHub CLI)."""
+    """docs/CI.md's command that sets the repository's subject template (GitHub CLI)."""
     return (f"echo '{json.dumps(subject_template(), separators=(',', ':'))}' | "
             f"gh api --method PUT repos/{repository}/actions/oidc/customization/sub --input -")
 

@@ -27,9 +27,11 @@ def serving_quality(endpoint: EndpointConfig) -> dict[str, Any]:
             latency_scale_out_cooldown=Duration.minutes(endpoint.latency_scale_out_cooldown_minutes))
         if endpoint.max_instances > 1 else None,
         "quality": ModelQuality(
-            problem_type=quality.problem_type, baseline=quality.baseline, prediction_path=quality.prediction_path,
-            probability_threshold=quality.probability_threshold, min_labelled=quality.min_labelled,
-            max_drop=quality.max_drop_points, significance=quality.significance,
+            problem_type=quality.problem_type, baseline=quality.baseline, baseline_examples=quality.baseline_examples,
+            prediction_path=quality.prediction_path, probability_threshold=quality.probability_threshold,
+            min_labelled=quality.min_labelled, max_drop=quality.max_drop_points,
+            false_alarms_per_90_days=quality.false_alarms_per_90_days, power=quality.power,
+            max_batch_hours=quality.max_batch_hours, reference_labels=quality.reference_labels,
             schedule=Duration.hours(quality.schedule_hours),
             label_lateness=Duration.hours(quality.label_lateness_hours)) if quality else None,
         "feature_watch": FeatureWatch(std_ratio_low=watch.std_ratio_low, std_ratio_high=watch.std_ratio_high,

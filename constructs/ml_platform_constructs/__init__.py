@@ -15,7 +15,7 @@ and, importable without aws-cdk-lib (the standard library and boto3 only):
 - ``runtime``: code that runs in Lambda functions, in jobs and on instances.
 
 The public names below load on first use (PEP 562), so importing the package costs nothing until a construct is
-used. The module paths of 0.3's flat layout still import, with a DeprecationWarning naming the new path, until 0.5.
+used. The module paths of 0.3's flat layout still import, with a DeprecationWarning naming the new path, until 1.0.0.
 """
 
 from __future__ import annotations

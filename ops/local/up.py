@@ -145,10 +145,10 @@ def main(argv: list[str], *, assembly: Path = ROOT / "cdk.out", local_assembly: 
         *run_lines,
         "Next:",
         "  ./platform test                       the whole test suite (about 2 minutes on 2 cores)",
-        "  config/environments.toml              your accounts, Regions, fleets, queues (README: Environments)",
+        "  config/environments.toml              your accounts, Regions, fleets, queues (docs/CONFIGURATION.md)",
         f"  AWS_PROFILE={config.project}-{first} ./platform diff {first}   then ./platform deploy {first} "
-        "(README: Operator commands)",
-        "  CI/CD from GitHub with OIDC roles     README: Deploying from CI",
+        "(docs/COMMANDS.md)",
+        "  CI/CD from GitHub with OIDC roles     docs/CI.md",
     ]
     print("\n".join(lines))
     return 0 if deployed.complete else 1

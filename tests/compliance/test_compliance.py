@@ -36,6 +36,11 @@ EXPECTED_ACKNOWLEDGEMENTS = {
     "Compute/training/ScaleToZeroFunction/ServiceRole": {LAMBDA_BASIC, FLEETS},
     "Compute/trainingQueue/Container/ExecutionRole": {ANY_RESOURCE},
     "Compute/trainingQueue/MultiNodeContainer/ExecutionRole": {ANY_RESOURCE},
+    "Compute/trainingQueue/EvaluationContainer/ExecutionRole": {ANY_RESOURCE},
+    "Compute/trainingQueue/EvaluationRole": {*KMS_GRANT, *S3_GRANT},
+    "Compute/trainingQueue/EvaluationRole/DefaultPolicy": {
+        f"AwsSolutions-IAM5[Resource::{DATASETS}/{prefix}/*]"
+        for prefix in ("checkpoints/training", "datasets", "evaluations/training", "models")},
     "Compute/trainingQueue/JobRole": {*KMS_GRANT, *S3_GRANT, MLFLOW_WRITE, ANY_RESOURCE},
     "Compute/trainingQueue/JobRole/DefaultPolicy": {
         f"AwsSolutions-IAM5[Resource::{DATASETS}/{prefix}/*]"
@@ -71,7 +76,8 @@ EXPECTED_ACKNOWLEDGEMENTS = {
     "Serving/classifier/Quality/Resource/ServiceRole/DefaultPolicy": {
         f"AwsSolutions-IAM5[Resource::<classifierCaptureBucket4BB71E88.Arn>/{prefix}/ml-platform-<env>-classifier/*]"
         for prefix in ("capture", "ground-truth")} | {
-        f"AwsSolutions-IAM5[Resource::{DATASETS}/quality/results/ml-platform-<env>-classifier/*]"},
+        f"AwsSolutions-IAM5[Resource::{DATASETS}/quality/{part}/ml-platform-<env>-classifier/*]"
+        for part in ("results", "state")},
     "Serving/classifier/ModelRole": {
         *KMS_GRANT, *S3_GRANT, ANY_RESOURCE, "AwsSolutions-IAM5[Resource::arn:aws:logs:<region>:<account>:log-group:"
         "/aws/sagemaker/Endpoints/ml-platform-<env>-classifier:*]"},

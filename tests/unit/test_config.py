@@ -136,9 +136,11 @@ def test_endpoints_default_to_full_capture_and_one_instance():
 def test_shipped_dev_endpoint_judges_quality_and_scales_on_latency():
     endpoint = parse(RAW).environments["dev"].endpoints[0]
     assert (endpoint.max_instances, endpoint.p99_latency_ms) == (2, 500)
-    assert (endpoint.quality.problem_type, endpoint.quality.baseline, endpoint.quality.min_labelled,
-            endpoint.quality.max_drop_points, endpoint.quality.significance, endpoint.quality.label_lateness_hours,
-            endpoint.quality.retrain_cooldown_hours) == ("binary", 0.92, 200, 1.5, 0.001, 24, 24)
+    quality = endpoint.quality
+    assert (quality.problem_type, quality.baseline, quality.baseline_examples, quality.min_labelled,
+            quality.max_drop_points, quality.false_alarms_per_90_days, quality.power, quality.reference_labels,
+            quality.label_lateness_hours, quality.retrain_cooldown_hours) == (
+        "binary", 0.92, 5000, 200, 1.5, 0.25, 0.9, 10_000, 24, 24)
 
 
 QUALITY = {"problem_type": "binary", "baseline": 0.92}
@@ -155,7 +157,11 @@ QUALITY = {"problem_type": "binary", "baseline": 0.92}
      "quality.probability_threshold=0.5 is invalid: a threshold for problem_type binary only"),
     ({"quality": {**QUALITY, "prediction_path": "a[0]"}}, "quality.prediction_path='a[0]' is invalid"),
     ({"quality": {**QUALITY, "max_drop": 2}}, "quality.max_drop=2 is invalid: not a known key"),
-    ({"quality": {**QUALITY, "significance": 0.9}}, "quality.significance=0.9 is invalid: a one-sided test level"),
+    ({"quality": {**QUALITY, "significance": 0.001}}, "quality.significance=0.001 is invalid: no longer a key: since "
+                                                       "0.5.0 the check plans batches"),
+    ({"quality": {**QUALITY, "baseline_examples": 0}}, "quality.baseline_examples=0 is invalid"),
+    ({"quality": {**QUALITY, "power": 1}}, "quality.power=1 is invalid: the chance one batch detects"),
+    ({"quality": {**QUALITY, "false_alarms_per_90_days": 0}}, "quality.false_alarms_per_90_days=0 is invalid"),
     ({"quality": {**QUALITY, "label_lateness_hours": 200}}, "quality.label_lateness_hours=200 is invalid"),
     ({"quality": {**QUALITY, "retrain_cooldown_hours": 0}}, "quality.retrain_cooldown_hours=0 is invalid: a whole number from 1"),
     ({"feature_watch": {"std_ratio_low": 1.5}}, "feature_watch.std_ratio_low=1.5 is invalid"),

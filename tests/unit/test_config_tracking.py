@@ -29,7 +29,9 @@ def test_the_shipped_config_declares_the_classifiers_version_and_serverless_mlfl
     assert dev.mlflow == MlflowConfig()
     classifier = dev.endpoints[0]
     assert (classifier.model_version, classifier.model_data_key) == ("initial", "models/classifier/{version}/model.tar.gz")
-    assert classifier.promotion == PromotionConfig(metric="holdout_accuracy", tolerance=0.0, higher_is_better=True)
+    assert classifier.promotion == PromotionConfig(
+        metric="holdout_accuracy", tolerance_points=0.5, alpha=0.05, higher_is_better=True,
+        evaluate_command=("python", "/opt/ml/code/train.py", "--evaluate"))
     assert parse(RAW).environments["staging"].mlflow.tracking_server_size is None
 
 
@@ -52,8 +54,15 @@ def test_a_tracking_server_of_a_size_with_its_version():
      "{version} where model_version is set"),
     ({"endpoints__0__promotion": {"metric": "val_accuracy"}},
      "environments.dev.endpoints[0].promotion.metric='val_accuracy' is invalid: a held-out metric"),
-    ({"endpoints__0__promotion": {"tolerance": -0.01}},
-     "environments.dev.endpoints[0].promotion.tolerance=-0.01 is invalid: a number from 0"),
+    ({"endpoints__0__promotion": {"tolerance": 0.005}},
+     "environments.dev.endpoints[0].promotion.tolerance=0.005 is invalid: no longer a key: the gate judges a "
+     "tolerance in points since 0.5.0 (a paired test on the same held-out examples). Fix: replace it with "
+     "tolerance_points = 0.5"),
+    ({"endpoints__0__promotion": {"tolerance_points": -1}},
+     "environments.dev.endpoints[0].promotion.tolerance_points=-1 is invalid: points of accuracy"),
+    ({"endpoints__0__promotion": {"alpha": 0.5}}, "environments.dev.endpoints[0].promotion.alpha=0.5 is invalid"),
+    ({"endpoints__0__promotion": {"evaluate_command": "python x.py"}},
+     "environments.dev.endpoints[0].promotion.evaluate_command='python x.py' is invalid: a list of strings"),
     ({"network__interface_endpoints": ["ssm", "ssmmessages", "ec2messages", "monitoring", "logs", "ec2", "autoscaling",
                                        "ecs", "ecs-agent", "ecs-telemetry", "ecr.api", "ecr.dkr"]},
      "with no NAT gateway, jobs and fleet instances record their runs in SageMaker's MLflow through the interface "

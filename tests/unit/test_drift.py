@@ -3,6 +3,7 @@
 import base64
 import json
 import math
+import random
 from statistics import NormalDist
 
 import pytest
@@ -19,8 +20,13 @@ def normal_sample(mean, n=20000):
 def counts(baseline, feature, values):
     window = drift.Window(baseline)
     for value in values:
-        window.counts[feature][window._bin(baseline["features"][feature], value)] += 1
+        window.add_row({feature: value})
     return window.counts[feature]
+
+
+def random_sample(mean, n, seed):
+    rng = random.Random(seed)
+    return [rng.gauss(mean, 1) for _ in range(n)]
 
 
 def test_identical_distributions_have_zero_psi_and_kl():
@@ -58,8 +64,11 @@ def test_no_shift_scores_near_zero():
 def test_baseline_uses_quantile_bins_for_numbers_and_top_categories_plus_other():
     rows = [{"age": str(a), "color": c} for a, c in zip(range(100), ["red"] * 60 + ["blue"] * 30 + ["green"] * 10)]
     baseline = drift.build_baseline(rows, ["age", "color"], bins=4, max_categories=2)
-    assert baseline["features"]["age"] == {"type": "numeric", "edges": [25.0, 50.0, 75.0], "counts": [26, 25, 25, 24],
-                                           "mean": 49.5, "std": pytest.approx(29.0115, abs=1e-4)}
+    age = baseline["features"]["age"]
+    assert {k: age[k] for k in ("type", "edges", "counts", "mean", "std", "q25", "q75")} == {
+        "type": "numeric", "edges": [25.0, 50.0, 75.0], "counts": [26, 25, 25, 24], "mean": 49.5,
+        "std": pytest.approx(29.0115, abs=1e-4), "q25": 24.75, "q75": 74.25}
+    assert set(age["iqr_log_sd"]) == {"50", "100"}  # the spread ratio's noise, resampled at the sizes it can
     assert baseline["features"]["color"] == {"type": "categorical", "categories": ["red", "blue"], "counts": [60, 30, 10]}
     assert (baseline["sample_size"], baseline["feature_order"]) == (100, ["age", "color"])
 
@@ -115,3 +124,52 @@ def test_missing_and_non_numeric_values_are_counted(baseline):
 
 def test_empty_window_scores_nothing(baseline):
     assert drift.Window(baseline).scores() == {}
+
+
+# --- the decision: real and large ----------------------------------------------------------------------------------
+
+def window_of(baseline, values):
+    window = drift.Window(baseline)
+    for value in values:
+        window.add_row({"x": value})
+    return window
+
+
+def test_a_feature_with_too_few_values_per_bin_is_not_judged_and_says_why():
+    """20 records from the training distribution scored PSI above 0.25 in every window in 0.4.0 (and retrained)."""
+    baseline = drift.build_baseline(({"x": v} for v in normal_sample(0)), ["x"])
+    small = drift.decide(window_of(baseline, random_sample(0, 20, seed=1)))
+    assert small["scores"]["x"]["psi"] > 0.25  # the noise of 20 values
+    assert (small["judged"], small["alarm"]) == (False, False)
+    assert small["features_not_judged"] == {"x": "20 values, needs 101 (10 expected in its smallest bin)"}
+    assert small["reason"].startswith("not judged: 20 records")
+
+
+def test_a_large_significant_shift_alarms_and_a_tiny_significant_one_does_not():
+    baseline = drift.build_baseline(({"x": v} for v in normal_sample(0)), ["x"])
+    large = drift.decide(window_of(baseline, random_sample(0.65, 1000, seed=2)))
+    assert large["alarm"] and large["drifted"] == ["x"] and large["significant_psi"] > 0.25
+    tiny = drift.decide(window_of(baseline, random_sample(0.15, 5000, seed=3)))
+    assert tiny["scores"]["x"]["significant"] and not tiny["alarm"]  # real, but under PSI 0.25: no retraining
+
+
+def test_non_finite_values_are_missing_on_both_sides_and_a_mostly_numeric_column_stays_numeric():
+    """One nan in a numeric training column made it categorical, after which a 3-SD shift scored PSI 0.0002."""
+    values = [str(v) for v in normal_sample(0)]
+    values[7], values[8] = "nan", "inf"
+    baseline = drift.build_baseline(({"x": v} for v in values), ["x"])
+    assert baseline["features"]["x"]["type"] == "numeric" and sum(baseline["features"]["x"]["counts"]) == len(values) - 2
+    shifted = drift.decide(window_of(baseline, [v + 3 for v in normal_sample(0, n=500)] + [float("nan")]))
+    assert shifted["alarm"] and shifted["scores"]["x"]["psi"] > 5
+    assert drift.is_numeric(["1", "2", "x"] + ["3"] * 297) and not drift.is_numeric(["1", "red", "blue"])
+
+
+def test_the_chi_square_level_is_shared_over_the_judged_features():
+    rows = [{"a": x, "b": y} for x, y in zip(normal_sample(0), reversed(normal_sample(0)))]
+    baseline = drift.build_baseline(rows, ["a", "b"])
+    window = drift.Window(baseline)
+    for row in rows[::4]:
+        window.add_row(row)
+    scores = window.scores(significance=0.01)
+    # significant means p <= 0.01 / 2 here (Bonferroni over the two judged features)
+    assert all(score["significant"] == (score["p_value"] <= 0.005) for score in scores.values())

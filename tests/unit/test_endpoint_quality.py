@@ -35,7 +35,8 @@ def built(synth_stack):
 
     def body(stack):
         parts["endpoint"] = endpoint(stack, quality=ModelQuality(
-            problem_type="binary", baseline=0.92, prediction_path="predictions.*.score", label_lateness=Duration.hours(48)))
+            problem_type="binary", baseline=0.92, baseline_examples=5000, prediction_path="predictions.*.score",
+            label_lateness=Duration.hours(48)))
         parts["labeller"] = iam.Role(stack, "Labeller", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
         parts["endpoint"].quality.grant_label_upload(parts["labeller"])
     return synth_stack(body), parts
@@ -46,49 +47,74 @@ def quality_function(template):
                 if v["Properties"]["Handler"] == "quality_handler.handler")
 
 
-def test_the_join_runs_hourly_on_a_window_that_waited_for_its_labels(built):
+def test_the_join_runs_hourly_with_the_settings_the_decision_needs(built):
     template, _ = built
     variables = quality_function(template)["Environment"]["Variables"]
-    assert {k: variables[k] for k in ("WINDOW_HOURS", "LATENESS_HOURS", "MIN_LABELLED", "MAX_DROP", "SIGNIFICANCE",
-                                      "BASELINE", "PROBLEM_TYPE", "PREDICTION_PATH", "LABELS_PREFIX",
-                                      "METRIC_NAMESPACE")} == {
-        "WINDOW_HOURS": "1", "LATENESS_HOURS": "48", "MIN_LABELLED": "200", "MAX_DROP": "1.5",
-        "SIGNIFICANCE": "0.001", "BASELINE": "0.92",
-        "PROBLEM_TYPE": "binary", "PREDICTION_PATH": "predictions.*.score",
-        "LABELS_PREFIX": "ground-truth/classifier-dev/", "METRIC_NAMESPACE": "MLPlatform/Quality"}
-    assert "PROBABILITY_THRESHOLD" not in variables
+    assert {k: variables[k] for k in ("LATENESS_HOURS", "MIN_LABELLED", "MAX_DROP", "FALSE_ALARMS_PER_90_DAYS",
+                                      "POWER", "MAX_BATCH_HOURS", "REFERENCE_LABELS", "BASELINE", "BASELINE_EXAMPLES",
+                                      "PROBLEM_TYPE", "PREDICTION_PATH", "LABELS_PREFIX", "STATE_PREFIX",
+                                      "METRIC_NAMESPACE", "MODEL_VERSION", "MAX_LABELS")} == {
+        "LATENESS_HOURS": "48", "MIN_LABELLED": "200", "MAX_DROP": "1.5", "FALSE_ALARMS_PER_90_DAYS": "0.25",
+        "POWER": "0.9", "MAX_BATCH_HOURS": "168", "REFERENCE_LABELS": "10000", "BASELINE": "0.92",
+        "BASELINE_EXAMPLES": "5000", "PROBLEM_TYPE": "binary", "PREDICTION_PATH": "predictions.*.score",
+        "LABELS_PREFIX": "ground-truth/classifier-dev/", "STATE_PREFIX": "quality/state/classifier-dev/",
+        "METRIC_NAMESPACE": "MLPlatform/Quality", "MODEL_VERSION": "static", "MAX_LABELS": "200000"}
+    assert "PROBABILITY_THRESHOLD" not in variables and "SIGNIFICANCE" not in variables
     rules = template.find_resources("AWS::Events::Rule", {"Properties": {"ScheduleExpression": "rate(1 hour)"}})
     assert any("QualitySchedule" in k for k in rules)
 
 
-def test_the_quality_alarm_judges_only_significant_shortfalls_and_keeps_its_state_without_them(built):
-    # SignificantShortfall: the shortfall of a window whose test is significant, else 0 (QualityShortfall would alarm
-    # on a healthy model's noise)
+def test_the_quality_alarm_watches_the_latest_judged_batch(built):
+    # SignificantShortfall: the latest judged batch's shortfall when its test alarmed, else 0, republished every run
     built[0].has_resource_properties("AWS::CloudWatch::Alarm", {
-        "Namespace": "MLPlatform/Quality", "MetricName": "SignificantShortfall", "Threshold": 1.5,
-        "Statistic": "Maximum",
-        "ComparisonOperator": "GreaterThanOrEqualToThreshold", "EvaluationPeriods": 1, "Period": 3600,
+        "Namespace": "MLPlatform/Quality", "MetricName": "SignificantShortfall", "Threshold": 0,
+        "Statistic": "Maximum", "ComparisonOperator": "GreaterThanThreshold", "EvaluationPeriods": 1, "Period": 3600,
         "TreatMissingData": "ignore", "Dimensions": [{"Name": "EndpointName", "Value": "classifier-dev"}],
         "AlarmActions": [{"Ref": Match.string_like_regexp("^Alerts")}],
-        "AlarmDescription": Match.string_like_regexp("accuracy 1.5 percentage points under the baseline 0.92, "
-                                                     "significant at 0.001 \\(one-sided\\), from at least 200 "
-                                                     "labelled")})
+        "AlarmDescription": Match.string_like_regexp("accuracy of a judged batch significantly under the reference "
+                                                     "\\(designed to catch a drop of 1.5 points with 90% power\\) "
+                                                     "against the baseline 0.92, then the first 10000 production "
+                                                     "labels; a healthy model alarms about 0.25 times in 90 days")})
+
+
+def test_not_judged_and_a_label_backlog_have_their_own_alarms(built):
+    template = built[0]
+    template.has_resource_properties("AWS::CloudWatch::Alarm", {
+        "MetricName": "QualityJudged", "Statistic": "Minimum", "Threshold": 1, "ComparisonOperator": "LessThanThreshold",
+        "AlarmDescription": Match.string_like_regexp("quality not judged: no batch reached its labels within 168 hours"),
+        "AlarmActions": [{"Ref": Match.string_like_regexp("^Alerts")}]})
+    template.has_resource_properties("AWS::CloudWatch::Alarm", {
+        "MetricName": "LabelObjectsPending", "Threshold": 1, "EvaluationPeriods": 6,
+        "AlarmActions": [{"Ref": Match.string_like_regexp("^Alerts")}]})
+
+
+def test_a_baseline_without_its_examples_warns_that_it_is_taken_as_exact(synth_stack):
+    from aws_cdk.assertions import Annotations
+
+    stack = Stack(App(), "W", env={"account": "123456789012", "region": "us-east-1"})
+    endpoint(stack, quality=ModelQuality(problem_type="binary", baseline=0.92, significance=0.001))
+    warnings = " ".join(str(w.entry.data) for w in Annotations.from_stack(stack).find_warning("*", Match.any_value()))
+    assert "no baseline_examples, so the baseline 0.92 is taken as exact" in warnings
+    assert "significance=0.001) has no effect since 0.5.0" in warnings
 
 
 def test_the_endpoint_lists_the_quality_alarms(built):
-    alarms = built[1]["endpoint"].alarms
-    assert alarms["quality"] is built[1]["endpoint"].quality.alarm
-    assert alarms["quality_check"] is built[1]["endpoint"].quality.check_failing_alarm
+    alarms, quality = built[1]["endpoint"].alarms, built[1]["endpoint"].quality
+    assert alarms["quality"] is quality.alarm and alarms["quality_check"] is quality.check_failing_alarm
+    assert alarms["quality_not_judged"] is quality.not_judged_alarm
+    assert alarms["quality_labels_backlog"] is quality.labels_backlog_alarm
 
 
-def test_the_function_reads_capture_and_labels_and_writes_only_its_results(built):
+def test_the_function_reads_capture_and_labels_and_writes_only_its_results_and_state(built):
     template, _ = built
     policy = next(v for k, v in template.find_resources("AWS::IAM::Policy").items() if k.startswith("ClassifierQuality"))
     statements = policy["Properties"]["PolicyDocument"]["Statement"]
     reads = json.dumps([s["Resource"] for s in statements if "s3:GetObject*" in s["Action"]])
     assert "/capture/classifier-dev/*" in reads and "/ground-truth/classifier-dev/*" in reads
-    puts = [s for s in statements if "s3:PutObject" in s["Action"]]
-    assert len(puts) == 1 and "quality/results/classifier-dev/*" in json.dumps(puts[0]["Resource"])
+    assert "/quality/state/classifier-dev/*" in reads
+    puts = json.dumps([s["Resource"] for s in statements if "s3:PutObject" in s["Action"]])
+    assert "quality/results/classifier-dev/*" in puts and "quality/state/classifier-dev/*" in puts
+    assert "capture/" not in puts and "ground-truth" not in puts
     metrics = next(s for s in statements if s["Action"] == "cloudwatch:PutMetricData")
     assert metrics["Condition"] == {"StringEquals": {"cloudwatch:namespace": "MLPlatform/Quality"}}
 
@@ -111,8 +137,8 @@ def test_a_labelling_job_can_be_granted_the_upload_only(built):
 
 def test_the_dashboard_shows_quality_and_the_feature_watch(built):
     body = json.dumps(next(iter(built[0].find_resources("AWS::CloudWatch::Dashboard").values())))
-    for fragment in ("Quality: Accuracy against the baseline", "labelled predictions", "std ratio per feature",
-                     "ShortfallPValue"):
+    for fragment in ("Quality: Accuracy against the baseline", "labels joined", "spread ratio per feature",
+                     "DetectionDelayHours", "BatchTarget"):
         assert fragment in body
 
 
@@ -120,8 +146,12 @@ def test_regression_alarm_reads_percent_over_the_baseline_mae(synth_stack):
     template = synth_stack(lambda stack: endpoint(stack, quality=ModelQuality(
         problem_type="regression", baseline=3.2, max_drop=5, min_labelled=50, schedule=Duration.hours(6))))
     template.has_resource_properties("AWS::CloudWatch::Alarm", {
-        "MetricName": "SignificantShortfall", "Threshold": 5, "Period": 21600,
-        "AlarmDescription": Match.string_like_regexp("MAE 5% over the baseline 3.2, significant at 0.001 .one-sided., from at least 50")})
+        "MetricName": "SignificantShortfall", "Threshold": 0, "Period": 21600,
+        "AlarmDescription": Match.string_like_regexp("MAE of a judged batch significantly over the reference "
+                                                     ".designed to catch a rise of 5% with 90% power.")})
+    # the check's interim looks take their share of the false-alarm budget per run: it must know how often it runs
+    template.has_resource_properties("AWS::Lambda::Function", {
+        "Environment": {"Variables": Match.object_like({"SCHEDULE_HOURS": "6"})}})
 
 
 def make(**quality):
@@ -137,7 +167,11 @@ def make(**quality):
     ({"problem_type": "multiclass", "probability_threshold": 0.5}, "quality.probability_threshold=0.5 is invalid"),
     ({"min_labelled": 0}, "quality.min_labelled=0 is invalid"),
     ({"max_drop": 0}, "quality.max_drop=0 is invalid"),
-    ({"significance": 0.9}, "quality.significance=0.9 is invalid: a one-sided test level"),
+    ({"baseline_examples": 0}, "quality.baseline_examples=0 is invalid: the held-out examples behind the baseline"),
+    ({"false_alarms_per_90_days": 0}, "quality.false_alarms_per_90_days=0 is invalid"),
+    ({"power": 0.99999, "max_batch_hours": 0}, "quality.max_batch_hours=0 is invalid"),
+    ({"power": 1.0}, "quality.power=1.0 is invalid"),
+    ({"reference_labels": -1}, "quality.reference_labels=-1 is invalid"),
     ({"schedule": Duration.minutes(30)}, "quality.schedule='30 minutes' is invalid"),
     ({"label_lateness": Duration.days(8)}, "quality.label_lateness='8 days' is invalid"),
 ])

@@ -103,6 +103,30 @@ def test_ctrl_c_during_a_synth_is_one_line_exit_130_and_ends_the_cli_and_its_app
         "synthesizing dev into cdk.out (cdk-nag and CDK's template checks run inside) ..."]
 
 
+def test_ctrl_c_while_the_commands_modules_load_is_one_line_too(stand_in_cli):
+    """python -m ops.<command>: the handler is there before the command's modules load (aws-cdk-lib's import alone
+    takes a second), so a Ctrl-C during the imports is the same one line, not an import traceback. Python reports
+    each import as it completes (PYTHONPROFILEIMPORTTIME): the signal goes once the ops package has loaded."""
+    env, pids = stand_in_cli
+    command = subprocess.Popen([sys.executable, "-m", "ops.cdk_cli", "dev"], cwd=ROOT, text=True,
+                               env={**env, "PYTHONPROFILEIMPORTTIME": "1"}, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        for line in command.stderr:
+            if line.rstrip().endswith("| ops"):  # the package, ops/__init__.py, has been imported
+                break
+        os.killpg(command.pid, signal.SIGINT)
+        err = command.stderr.read()
+        command.wait(timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(command.pid, signal.SIGKILL)
+    assert "| stacks.config" not in err  # the signal came while the command's modules were loading
+    assert (command.returncode, [line for line in err.splitlines() if not line.startswith("import time:")]) == (
+        130, [INTERRUPTED])
+    assert not pids.exists()
+
+
 MOTO_THEN_WAIT = textwrap.dedent("""\
     import os, sys, time
     from ops.local.emulator import moto_server
@@ -175,6 +199,16 @@ def test_ctrl_c_during_setup_is_one_line_not_the_tools_failure(tmp_path):
     assert err.splitlines()[-1] == ("interrupted (Ctrl-C): setup stopped, nothing left running; run the command again "
                                     "to finish it")
     assert "error:" not in err and not (checkout / ".venv" / ".setup-stamp").exists()
+
+
+def test_the_platform_script_lifts_its_trap_before_a_command_it_waits_for():
+    """A Python command the script runs and waits for (lint's synth, diff's credential check) prints its own one line
+    on Ctrl-C; the script's trap must not add a second."""
+    lines = [line.strip() for line in (ROOT / "platform").read_text().splitlines()]
+    waited = [number for number, line in enumerate(lines) if line.startswith("python -m ops.")]
+    assert [lines[number] for number in waited] == ["python -m ops.cdk_cli",
+                                                    'python -m ops.aws_access "$env_name" "${profile[@]}"']
+    assert [lines[number - 1] for number in waited] == ["trap - INT TERM"] * 2
 
 
 def test_every_python_entry_point_ends_on_ctrl_c_through_the_one_handler():
@@ -359,8 +393,15 @@ def test_fleet_scale_checks_the_count_before_it_asks_for_credentials(no_work, ca
 
 
 def test_tco_checks_every_flag_before_its_synth_through_the_platform_script():
-    answer = subprocess.run([str(ROOT / "platform"), "tco", "dev", "--bogus"], capture_output=True, text=True, cwd=ROOT,
-                            timeout=120)
+    # What ./platform tco runs after setup, and nothing before it: the command checks, then synthesizes. (Not the
+    # script itself: in a checkout whose setup is stale it would set up first, minutes of pip and npm.)
+    script = (ROOT / "platform").read_text()
+    case = script[script.index("\n  tco)\n"):].split(";;", 1)[0]
+    assert [line.strip() for line in case.splitlines() if line.strip() and not line.strip().startswith("#")] == [
+        "tco)", "setup", 'exec python -m ops.tco --synth "$@"']
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
+    answer = subprocess.run([sys.executable, "-m", "ops.tco", "--synth", "dev", "--bogus"], capture_output=True,
+                            text=True, cwd=ROOT, env=env, timeout=120)
     assert (answer.returncode, answer.stdout) == (2, "")
     assert answer.stderr == "error: ./platform tco: unrecognized arguments: --bogus (usage: ./platform tco --help)\n"
 

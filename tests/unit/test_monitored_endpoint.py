@@ -102,23 +102,48 @@ def test_drift_check_reads_capture_and_baseline_and_writes_only_results(built):
     assert put_metrics["Condition"] == {"StringEquals": {"cloudwatch:namespace": "MLPlatform/Drift"}}
 
 
-@pytest.mark.parametrize("metric,threshold", [("MaxPSI", 0.25), ("MaxKL", 0.3)])
-def test_drift_alarms(built, metric, threshold):
-    built[0].has_resource_properties("AWS::CloudWatch::Alarm", {
-        "Namespace": "MLPlatform/Drift", "MetricName": metric, "Threshold": threshold, "Statistic": "Maximum",
-        "ComparisonOperator": "GreaterThanThreshold", "TreatMissingData": "notBreaching",
+def test_the_drift_alarm_watches_significant_psi_and_a_window_too_small_says_so(built):
+    template = built[0]
+    template.has_resource_properties("AWS::CloudWatch::Alarm", {
+        "Namespace": "MLPlatform/Drift", "MetricName": "SignificantPSI", "Threshold": 0.25, "Statistic": "Maximum",
+        "ComparisonOperator": "GreaterThanOrEqualToThreshold", "TreatMissingData": "notBreaching",
         "Dimensions": [{"Name": "EndpointName", "Value": "classifier-dev"}]})
+    template.has_resource_properties("AWS::CloudWatch::Alarm", {
+        "MetricName": "DriftJudged", "Threshold": 1, "ComparisonOperator": "LessThanThreshold", "EvaluationPeriods": 24,
+        "AlarmDescription": Match.string_like_regexp("drift not judged for a day")})
+    metrics = {a["Properties"].get("MetricName") for a in template.find_resources("AWS::CloudWatch::Alarm").values()}
+    assert "MaxKL" not in metrics and "MaxPSI" not in metrics  # KL is published, it alarms on nothing
+    variables = next(f["Properties"]["Environment"]["Variables"] for f in
+                     template.find_resources("AWS::Lambda::Function").values()
+                     if f["Properties"]["Handler"] == "drift_handler.handler")
+    assert {k: variables[k] for k in ("PSI_THRESHOLD", "SIGNIFICANCE", "SPREAD_RATIO_LOW", "SPREAD_RATIO_HIGH",
+                                      "EXPLAINED_VARIANCE_CHANGE")} == {
+        "PSI_THRESHOLD": "0.25", "SIGNIFICANCE": "0.01", "SPREAD_RATIO_LOW": "0.5", "SPREAD_RATIO_HIGH": "2.0",
+        "EXPLAINED_VARIANCE_CHANGE": "5.0"}
 
 
-def test_one_composite_drift_alarm_changes_once_per_episode_of_psi_or_kl(built):
+def test_one_composite_drift_alarm_changes_once_per_episode(built):
     template = built[0]
     alarms = template.find_resources("AWS::CloudWatch::Alarm")
-    psi, kl = (next(k for k, a in alarms.items() if a["Properties"].get("MetricName") == m) for m in ("MaxPSI", "MaxKL"))
+    psi = next(k for k, a in alarms.items() if a["Properties"].get("MetricName") == "SignificantPSI")
     (composite,) = template.find_resources("AWS::CloudWatch::CompositeAlarm").values()
     rule = json.dumps(composite["Properties"]["AlarmRule"])
-    assert rule.count(" OR ") == 1 and psi in rule and kl in rule  # ALARM("psi") OR ALARM("kl")
-    assert "AlarmActions" not in composite["Properties"]  # its children notify; retraining listens to it
+    assert psi in rule and " OR " not in rule
+    assert "AlarmActions" not in composite["Properties"]  # its child notifies; retraining listens to it
     assert built[1]["endpoint"].alarms["drift"].alarm_name
+
+
+def test_a_kl_threshold_warns_that_it_no_longer_alarms():
+    from aws_cdk.assertions import Annotations
+
+    stack = Stack(App(), "K", env={"account": "123456789012", "region": "us-east-1"})
+    datasets = DatasetBucket(stack, "Datasets")
+    MonitoredEndpoint(stack, "Classifier", endpoint_name="classifier-dev", image_uri=IMAGE,
+                      model_data_bucket=datasets.bucket, model_data_key="models/classifier/model.tar.gz",
+                      instance_type="ml.m5.large", alerts=sns.Topic(stack, "Alerts"), baseline_bucket=datasets,
+                      vpc=isolated_vpc(stack), kl_threshold=0.3)
+    [warning] = Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp("kl_threshold"))
+    assert "has no effect since 0.5.0" in warning.entry.data
 
 
 def p99_alarm(template):
@@ -175,7 +200,7 @@ def test_target_tracking_on_invocations_per_instance(built):
 
 def test_dashboard_shows_traffic_latency_errors_and_drift_per_feature(built):
     body = json.dumps(resource(built[0], "AWS::CloudWatch::Dashboard"))
-    for fragment in ("Invocations", "Model latency", "5xx error rate", "max PSI and KL", "PSI per feature", "SEARCH("):
+    for fragment in ("Invocations", "Model latency", "5xx error rate", "max PSI, significant PSI (alarms) and KL", "PSI per feature", "SEARCH("):
         assert fragment in body
 
 

@@ -13,8 +13,10 @@ from ml_platform_constructs.runtime.promotion import baseline_value, quality_bas
 from ml_platform_constructs.runtime.quality import Settings
 from ops import model as model_ops
 from stacks.config import DEFAULT_CONFIG, ConfigError, parse
-from tests.unit.test_quality_handler import ENV, NOW, aws, captured, labels, metric  # noqa: F401 (aws: a fixture)
-from tests.unit.test_runs_ops import BASELINE, CloudFormation, decisions, gate, promote, recorded_run  # noqa: F401
+from tests.unit.test_quality_handler import (ENV, NOW, aws, captured, first_run, hours_before,  # noqa: F401
+                                             labels, metric)
+from tests.unit.test_runs_ops import (BASELINE, CloudFormation, decisions, evidence, gate, promote,  # noqa: F401
+                                     recorded_run)
 
 SETTINGS_KEYS = ("PROBLEM_TYPE", "BASELINE", "PROMOTED_BASELINE", "PREDICTION_PATH", "PROBABILITY_THRESHOLD",
                  "MIN_LABELLED", "MAX_DROP")
@@ -88,18 +90,20 @@ def test_an_endpoint_without_a_declared_version_has_no_baseline_parameter(synth_
 
 def test_a_promotion_sets_the_promoted_runs_held_out_score_and_the_function_judges_against_it(gate, templates):
     better = recorded_run(gate["tmp"], gate["uri"], "better", 0.9, s3=gate["s3"])
+    evidence(gate, better, gate["live"])
     cloudformation = CloudFormation(live=gate["live"])
     lines = []
     assert promote(gate, better, cloudformation, lines) == 0
-    assert deployed(cloudformation)[BASELINE] == "0.9"
+    assert deployed(cloudformation)[BASELINE] == "0.9:2000"  # the judged score and the examples it was judged on
     settings = function_settings(templates["dev/Serving"], deployed(cloudformation))
-    assert (settings.baseline, settings.baseline_source) == (0.9, "promotion")
-    assert decisions(gate, better)[-1]["quality_baseline"] == {"parameter": BASELINE, "from": None, "to": "0.9"}
-    assert any(f"{BASELINE} (configured 0.92) -> 0.9: the quality check's baseline" in line for line in lines)
+    assert (settings.baseline, settings.baseline_examples, settings.baseline_source) == (0.9, 2000, "promotion")
+    assert decisions(gate, better)[-1]["quality_baseline"] == {"parameter": BASELINE, "from": None, "to": "0.9:2000"}
+    assert any(f"{BASELINE} (configured 0.92) -> 0.9:2000: the quality check's baseline" in line for line in lines)
 
 
 def test_a_refused_candidate_leaves_the_baseline_as_it_was(gate, templates):
     worse = recorded_run(gate["tmp"], gate["uri"], "worse", 0.8, s3=gate["s3"])
+    evidence(gate, worse, gate["live"], candidate=0.8)
     cloudformation = CloudFormation(live=gate["live"], baseline="0.85")  # set by the live model's promotion
     with pytest.raises(SystemExit, match="refusing to promote"):
         promote(gate, worse, cloudformation, [])
@@ -108,19 +112,26 @@ def test_a_refused_candidate_leaves_the_baseline_as_it_was(gate, templates):
     assert "quality_baseline" not in decisions(gate, worse)[-1]
 
 
-def test_a_held_out_score_the_quality_check_cannot_take_as_its_baseline_is_not_promoted(gate):
-    """An MAE of 0 passes any gate but leaves the check nothing to measure a shortfall in percent of: it would refuse
+def test_a_score_the_quality_check_cannot_take_as_its_baseline_is_not_promoted(gate):
+    """An MAE of 0 passes the gate but leaves the check nothing to measure a shortfall in percent of: it would refuse
     the baseline on every run, so the promotion is refused before anything changes."""
     from dataclasses import replace
+
+    from ml_platform_constructs.runtime import evaluation
 
     endpoint = gate["endpoint"]
     regression = replace(endpoint, quality=replace(endpoint.quality, problem_type="regression", baseline=3.2),
                          promotion=replace(endpoint.promotion, metric="holdout_mae", higher_is_better=False))
     perfect = recorded_run(gate["tmp"], gate["uri"], "perfect", 0.9, s3=gate["s3"])
-    gate["client"].log_metric(perfect, "holdout_mae", 0.0, step=100)
-    cloudformation = CloudFormation(live=gate["live"])  # the live run has no holdout_mae: not compared
-    with pytest.raises(SystemExit, match=r"refusing to promote run \w+ to classifier in dev: holdout_mae 0 cannot be "
-                                         r"the quality check's baseline \(baseline=0.0: the live model's MAE, above 0\)"):
+    where = evaluation.evidence_uri("datasets", "training", perfect, gate["live"])
+    out = evaluation.Evaluation("s3://runs/x/model.tar.gz", None, evaluation._Place(where, gate["s3"]))
+    out.write_outcomes(evaluation.CANDIDATE, {f"s{i}": 0.0 for i in range(500)}, kind="error")
+    out.write_outcomes(evaluation.LIVE, {f"s{i}": 3.0 for i in range(500)}, kind="error")
+    out.finish()
+    cloudformation = CloudFormation(live=gate["live"])
+    with pytest.raises(SystemExit, match=r"refusing to promote run \w+ to classifier in dev: the candidate's score 0 "
+                                         r"cannot be the quality check's baseline \(baseline=0.0: the live model's MAE, "
+                                         r"above 0\)"):
         model_ops.promote(gate["env"], regression, perfect, client=gate["client"], cloudformation=cloudformation,
                           s3=gate["s3"], caller="arn:aws:iam::111111111111:user/ops", out=[].append)
     assert cloudformation.updates == []
@@ -157,6 +168,7 @@ def test_model_status_says_which_baseline_the_check_uses(gate):
 
 def test_baseline_values_are_what_the_parameter_allows():
     assert [baseline_value(v) for v in (0.9, 1, 3.25e-05)] == ["0.9", "1.0", "3.25e-05"]
+    assert baseline_value(0.9213, 5000) == "0.9213:5000"
     for bad in (float("nan"), float("inf"), -0.5):
         with pytest.raises(ValueError):
             baseline_value(bad)
@@ -164,17 +176,21 @@ def test_baseline_values_are_what_the_parameter_allows():
 
 # --- the function -----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("promoted, decision", [("", "ok"), ("0.98", "alarm")])
-def test_the_scheduled_check_judges_against_the_promoted_baseline_when_there_is_one(aws, promoted, decision):  # noqa: F811
+@pytest.mark.parametrize("promoted, decision, reference", [("", "ok", (0.92, 10_000, "config")),
+                                                       ("0.98:5000", "alarm", (0.98, 5000, "promotion"))])
+def test_the_scheduled_check_judges_against_the_promoted_baseline_when_there_is_one(aws, promoted, decision,  # noqa: F811
+                                                                                     reference):
     s3, cloudwatch = aws
-    ids = [f"r{i}" for i in range(300)]
-    captured(s3, "2026/11/28/20", ids)  # predicts 1 for all; 93% of the labels are 1
-    labels(s3, "2026/11/29/10", [(i, 1 if n % 100 < 93 else 0) for n, i in enumerate(ids)])
-    summary = quality_handler.run({**ENV, "PROMOTED_BASELINE": promoted}, s3, cloudwatch, NOW)
-    assert summary["value"] == pytest.approx(0.93)
-    assert (summary["baseline"], summary["baseline_source"], summary["decision"]) == (
-        (0.92, "config", "ok") if not promoted else (0.98, "promotion", "alarm"))  # 5 points under: significant
-    assert metric(cloudwatch, "QualityBaseline") == [summary["baseline"]]
+    env = {**ENV, "PROMOTED_BASELINE": promoted}
+    first_run(s3, cloudwatch, env)
+    ids = [f"r{i}" for i in range(20_000)]
+    captured(s3, hours_before(5), ids)  # predicts 1 for all; 93% of the labels are 1
+    labels(s3, hours_before(4), [(i, 1 if n % 100 < 93 else 0) for n, i in enumerate(ids)])
+    summary = quality_handler.run(env, s3, cloudwatch, NOW)
+    assert summary["last"]["value"] == pytest.approx(0.93)
+    got = summary["reference"]
+    assert (got["value"], got["examples"], got["source"], summary["status"]) == (*reference, decision)
+    assert metric(cloudwatch, "QualityBaseline") == [pytest.approx(reference[0])] * 2
 
 
 # --- config: the gate judges the score that becomes the baseline ------------------------------------------------

@@ -93,12 +93,25 @@ def test_quality_check_json_has_the_documented_fields(local_files, capsys):
                                  "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert {k: result[k] for k in ("metric", "value", "labelled", "matched", "unmatched_labels",
-                                   "unmatched_predictions", "baseline", "decision")} == {
+                                   "unmatched_predictions", "baseline", "baseline_examples", "decision")} == {
         "metric": "Accuracy", "value": 0.9, "labelled": 200, "matched": 200, "unmatched_labels": 1,
-        "unmatched_predictions": 50, "baseline": 0.92, "decision": "not_significant"}
-    # 2 points under on 200 labels: a model as good as its baseline does that in 1 window of 5 or 6
-    assert (result["shortfall"], result["significance"]) == (2.0, 0.001)
-    assert result["p_value"] == pytest.approx(0.1789, abs=1e-4)
+        "unmatched_predictions": 50, "baseline": 0.92, "baseline_examples": 5000, "decision": "ok"}
+    # 2 points under on 200 labels: a healthy model does that in 1 batch of 7; judged at a day's batch level
+    assert result["shortfall"] == 2.0 and result["z"] == pytest.approx(1.02, abs=0.01)
+    assert result["plan"]["power"] < 0.9 and result["reference_examples"] == 5000
+
+
+def test_the_baseline_and_its_examples_from_the_command_line(local_files, capsys):
+    capture_dir, labels = local_files
+    argv = ["check", "dev", "classifier", "--capture", str(capture_dir), "--labels", str(labels), "--json"]
+    quality_command.main([*argv, "--baseline", "0.99", "--baseline-n", "100000"])
+    strict = json.loads(capsys.readouterr().out)
+    assert (strict["baseline"], strict["baseline_examples"], strict["decision"]) == (0.99, 100_000, "alarm")
+    quality_command.main([*argv, "--baseline", "0.99", "--baseline-n", "20"])
+    noisy = json.loads(capsys.readouterr().out)
+    assert noisy["decision"] == "ok"  # 0.99 from 20 examples could be 0.86: 9 points under is not shown
+    with pytest.raises(SystemExit, match=r"^error: --baseline-n 5: the examples --baseline was measured on"):
+        quality_command.main([*argv, "--baseline-n", "5"])
 
 
 def test_quality_check_in_words(local_files, capsys):
@@ -106,8 +119,8 @@ def test_quality_check_in_words(local_files, capsys):
     quality_command.main(["check", "dev", "classifier", "--capture", str(capture_dir), "--labels", str(labels)])
     out = capsys.readouterr().out
     assert "ml-platform-dev-classifier: Accuracy 0.9 from 200 labelled predictions" in out
-    assert out.strip().endswith("2 points under the baseline 0.92 (alarm from 1.5 with a p-value of at most 0.001; "
-                                "this window's: 0.18): NOT_SIGNIFICANT")
+    assert "2 points under the baseline 0.92 (measured on 5000 examples): z 1.02 against" in out
+    assert out.strip().endswith(": OK")
 
 
 def test_quality_check_alarms_on_a_significant_drop(tmp_path, capsys):

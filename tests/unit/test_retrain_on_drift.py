@@ -105,7 +105,7 @@ def test_a_new_retraining_image_changes_nothing_the_other_stack_imports(built, t
 
 def test_the_job_definition_lives_with_the_retraining_with_the_queues_settings_and_tags(built):
     serving, compute = Template.from_json(built["Serving"]), Template.from_json(built["Compute"])
-    compute.resource_count_is("AWS::Batch::JobDefinition", 1)  # the queue's own
+    compute.resource_count_is("AWS::Batch::JobDefinition", 2)  # the queue's own: training and evaluation
     (definition,) = serving.find_resources("AWS::Batch::JobDefinition").values()
     properties = definition["Properties"]
     assert properties["ContainerProperties"]["Command"] == ["python", "train.py"]

@@ -2,6 +2,7 @@
 and acceptance, the rollout's parameter update and its rollback, each recorded in the run."""
 
 import json
+import random
 from datetime import datetime, timezone
 
 import boto3
@@ -9,7 +10,7 @@ import pytest
 from botocore.exceptions import WaiterError
 from moto import mock_aws
 
-from ml_platform_constructs.runtime import promotion
+from ml_platform_constructs.runtime import evaluation, promotion
 from ml_platform_constructs.runtime.budget_guard import load_prices
 from ml_platform_constructs.runtime.tracking import TrackedRun
 from ops import model as model_ops
@@ -19,14 +20,17 @@ PASSPORT_KEYS = {"seed", "git_commit", "image", "python", "packages", "framework
                  "queue", "job_id", "attempts", "dataset", "params", "environment"}
 
 
-def recorded_run(tmp_path, uri, name, accuracy, *, s3=None, model=True):
+HOLDOUT = {"fraction": 0.05, "salt": "", "samples": 2000, "ids_sha256": "a" * 64}
+
+
+def recorded_run(tmp_path, uri, name, accuracy, *, s3=None, model=True, holdout=HOLDOUT):
     """A finished run of two attempts (one Spot interruption) with a held-out accuracy and, in S3, a model."""
     checkpoints = f"s3://runs/checkpoints/training/{name}/" if s3 else str(tmp_path / name)
     env = {"ML_PLATFORM_CHECKPOINT_URI": checkpoints, "ML_PLATFORM_QUEUE_NAME": "training", "AWS_REGION": "us-east-1",
            "ML_PLATFORM_INSTANCE_TYPE": "g5.xlarge", "ML_PLATFORM_LIFECYCLE": "spot", "ML_PLATFORM_JOB_NAME": name}
     clock = iter(range(1_800_000_000, 1_800_100_000, 900)).__next__
     first = TrackedRun.start(params={"lr": 0.1}, seed=7, env=env, s3=s3, tracking_uri=uri, clock=clock,
-                             prices=load_prices("us-east-1"))
+                             prices=load_prices("us-east-1"), holdout=holdout)
     first.log_holdout(accuracy=0.5, step=0)
     first.stop()
     second = TrackedRun.start(env=env, s3=s3, tracking_uri=uri, clock=clock, prices=load_prices("us-east-1"))
@@ -81,25 +85,9 @@ def test_runs_of_an_environment_need_its_credentials_first(monkeypatch, tmp_path
 
 # --- the gate -----------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("candidate, live, tolerance, higher, promote", [
-    (0.90, 0.85, 0.0, True, True),
-    (0.85, 0.85, 0.0, True, True),
-    (0.84, 0.85, 0.0, True, False),
-    (0.845, 0.85, 0.01, True, True),
-    (0.30, 0.25, 0.0, False, False),  # a loss: lower is better
-    (None, 0.85, 0.0, True, False),
-    (0.80, None, 0.0, True, True),    # a live model never judged by the gate: nothing to compare
-    (float("nan"), 0.85, 0.0, True, False),  # NaN is never "worse by more than the tolerance"
-    (float("nan"), 3.0, 0.0, False, False),
-    (float("inf"), 0.85, 0.0, True, False),
-    (92.0, 0.85, 0.0, True, False),   # a percentage against a fraction
-    (0.80, float("nan"), 0.0, True, True),  # a live score that is not a number: nothing to compare
-])
-def test_the_gate(candidate, live, tolerance, higher, promote):
-    decision = promotion.judge("holdout_accuracy", candidate, live, tolerance=tolerance, higher_is_better=higher)
-    assert decision.promote is promote
-    if live is not None and live != live:
-        assert "live model's holdout_accuracy is nan, not a number" in decision.reason
+def test_the_deprecated_point_estimate_gate_still_answers():
+    with pytest.warns(DeprecationWarning):
+        assert promotion.judge("holdout_accuracy", 0.9, 0.85).promote
 
 
 def test_model_versions_have_one_parameter_and_key_per_endpoint():
@@ -164,24 +152,49 @@ def promote(gate, run_id, cloudformation, lines):
                              now=lambda: datetime(2026, 12, 1, 9, 30, tzinfo=timezone.utc))
 
 
+def evidence(gate, run_id, live, *, candidate=0.90, reference=0.85, n=2000, against_live=True):
+    """What the evaluation job writes: per-example outcomes of both models on the same held-out ids (the candidate
+    right on ``candidate`` of them, the live model on ``reference``), where ./platform model promote reads them."""
+    rng = random.Random(run_id)
+    ids = [f"s{i}" for i in range(n)]
+    live_right = {i: k < reference * n for k, i in enumerate(ids)}
+    extra = round((candidate - reference) * n)
+    order = sorted(ids, key=lambda i: (live_right[i], rng.random()))  # the live model's misses first
+    candidate_right = dict(live_right)
+    for i in (order[:extra] if extra > 0 else order[extra:]):
+        candidate_right[i] = extra > 0
+    where = evaluation.evidence_uri("datasets", "training", run_id, live if against_live else None)
+    out = evaluation.Evaluation("s3://runs/x/model.tar.gz", None, evaluation._Place(where, gate["s3"]))
+    out.write_outcomes(evaluation.CANDIDATE, candidate_right)
+    if against_live:
+        out.write_outcomes(evaluation.LIVE, live_right)
+    out.finish()
+    return where
+
+
 def decisions(gate, run_id):
     tags = gate["client"].get_run(run_id).data.tags
     return [json.loads(v) for k, v in sorted(tags.items()) if k.startswith("ml_platform.promotion.dev.classifier.")]
 
 
-def test_a_worse_candidate_is_refused_with_both_numbers_and_the_refusal_is_recorded(gate):
+def test_a_worse_candidate_is_refused_with_the_judgement_and_the_refusal_is_recorded(gate):
     worse = recorded_run(gate["tmp"], gate["uri"], "worse", 0.80, s3=gate["s3"])
+    evidence(gate, worse, gate["live"], candidate=0.80)
     cloudformation = CloudFormation(live=gate["live"])
-    with pytest.raises(SystemExit, match=r"^error: refusing to promote run \w+ to classifier in dev: holdout_accuracy "
-                                         r"0.8 is worse than the live model's 0.85 \(by 0.05; tolerance 0\)"):
+    with pytest.raises(SystemExit, match=r"^error: refusing to promote run \w+ to classifier in dev: not shown to be "
+                                         r"within 0.5 points of the live model: on 2000 paired examples the difference "
+                                         r"is -5.00"):
         promote(gate, worse, cloudformation, [])
     assert cloudformation.updates == []  # nothing reaches the endpoint
-    assert [d["outcome"] for d in decisions(gate, worse)] == ["refused"]
+    [refused] = decisions(gate, worse)
+    assert refused["outcome"] == "refused" and refused["examples"] == 2000 and refused["test"].startswith("paired")
+    assert refused["evidence"].endswith(f"/evaluations/training/{worse}/{gate['live']}/")
     assert "models/classifier/" not in str(gate["s3"].list_objects_v2(Bucket="datasets"))
 
 
 def test_a_better_candidate_is_copied_and_rolled_out_through_the_declared_parameter(gate):
     better = recorded_run(gate["tmp"], gate["uri"], "better", 0.90, s3=gate["s3"])
+    evidence(gate, better, gate["live"])
     cloudformation = CloudFormation(live=gate["live"])
     lines = []
     assert promote(gate, better, cloudformation, lines) == 0
@@ -191,39 +204,52 @@ def test_a_better_candidate_is_copied_and_rolled_out_through_the_declared_parame
     assert update["UsePreviousTemplate"] is True and update["StackName"] == "dev-Serving"
     assert update["Parameters"] == [{"ParameterKey": "BootstrapVersion", "UsePreviousValue": True},
                                     {"ParameterKey": PARAMETER, "ParameterValue": better},
-                                    {"ParameterKey": BASELINE, "ParameterValue": "0.9"}]
+                                    {"ParameterKey": BASELINE, "ParameterValue": "0.9:2000"}]
     assert update["RoleARN"].endswith("cdk-cfn-exec-role")
     assert [d["outcome"] for d in decisions(gate, better)] == ["promoting", "rolled out"] or \
         {d["outcome"] for d in decisions(gate, better)} == {"rolled out"}
-    assert decisions(gate, better)[-1]["live"] == 0.85 and decisions(gate, better)[-1]["candidate"] == 0.9
-    assert any("holdout_accuracy 0.9 against the live model's 0.85" in line for line in lines)
+    last = decisions(gate, better)[-1]
+    assert (last["reference"], last["candidate"], last["examples"]) == (0.85, 0.9, 2000)
+    assert any("not worse than the live model by 0.5 points or more: on 2000 paired examples" in line for line in lines)
 
 
 def test_a_rollout_that_rolls_back_is_reported_and_recorded(gate):
     better = recorded_run(gate["tmp"], gate["uri"], "better", 0.90, s3=gate["s3"])
+    evidence(gate, better, gate["live"])
     with pytest.raises(SystemExit, match=r"did not complete \(dev-Serving is UPDATE_ROLLBACK_COMPLETE\): the endpoint "
                                          rf"keeps serving {gate['live']}"):
         promote(gate, better, CloudFormation(live=gate["live"], rollout_fails=True), [])
     assert decisions(gate, better)[-1]["outcome"] == "rolled back"
 
 
-@pytest.mark.parametrize("score, says", [(float("nan"), "holdout_accuracy is nan, not a number"),
-                                          (92.0, "holdout_accuracy is 92, not a fraction from 0 to 1")])
-def test_a_candidate_whose_score_cannot_be_compared_is_refused(gate, score, says):
-    candidate = recorded_run(gate["tmp"], gate["uri"], "odd", 0.90, s3=gate["s3"])
-    gate["client"].log_metric(candidate, "holdout_accuracy", score, step=100)  # logged outside log_holdout
-    cloudformation = CloudFormation(live=gate["live"])
-    with pytest.raises(SystemExit, match=f"refusing to promote run {candidate} to classifier in dev: the candidate's "
-                                         f"{says}"):
-        promote(gate, candidate, cloudformation, [])
-    assert cloudformation.updates == []
-    assert [d["outcome"] for d in decisions(gate, candidate)] == ["refused"]
+def test_without_an_evaluation_the_promotion_says_how_to_get_one(gate):
+    better = recorded_run(gate["tmp"], gate["uri"], "better", 0.90, s3=gate["s3"])
+    with pytest.raises(SystemExit, match=rf"no evaluation of run {better} against the live run {gate['live']} at "
+                                         rf"s3://datasets/evaluations/training/{better}/{gate['live']}/: run ./platform "
+                                         rf"model evaluate dev classifier {better}"):
+        promote(gate, better, CloudFormation(live=gate["live"]), [])
 
 
-def test_the_first_promotion_over_an_unjudged_model_is_allowed_and_says_so(gate):
+def test_a_run_split_another_way_than_the_live_run_is_refused_with_the_digests(gate):
+    other = recorded_run(gate["tmp"], gate["uri"], "resalted", 0.95, s3=gate["s3"], holdout={**HOLDOUT, "salt": "v2"})
+    evidence(gate, other, gate["live"], candidate=0.95)
+    with pytest.raises(SystemExit, match=r"cannot be judged against the live run \w+: the held-out splits differ in salt "
+                                         r"\('v2' against ''; ids sha256 aaaaaaaaaaaa and aaaaaaaaaaaa\)"):
+        promote(gate, other, CloudFormation(live=gate["live"]), [])
+
+
+def test_the_first_promotion_is_judged_against_the_configured_baseline_never_waved_through(gate):
+    """0.4.0 let any candidate through over the documented model_version = "initial", 0.40 included."""
+    poor = recorded_run(gate["tmp"], gate["uri"], "poor", 0.40, s3=gate["s3"])
+    evidence(gate, poor, "initial", candidate=0.40, against_live=False)
+    with pytest.raises(SystemExit, match=r"not shown to be within 0.5 points of the baseline 0.92 \(measured on 5000 "
+                                         r"examples\)"):
+        promote(gate, poor, CloudFormation(live="initial"), [])
+    good = recorded_run(gate["tmp"], gate["uri"], "good", 0.95, s3=gate["s3"])
+    evidence(gate, good, "initial", candidate=0.95, against_live=False)
     lines = []
-    assert promote(gate, gate["live"], CloudFormation(live="initial"), lines) == 0
-    assert "the live model has no recorded holdout_accuracy" in lines[0]
+    assert promote(gate, good, CloudFormation(live="initial"), lines) == 0
+    assert "not worse than the baseline 0.92 (measured on 5000 examples)" in lines[0]
 
 
 def test_promotion_needs_a_finished_run_with_a_model_and_a_versioned_endpoint(gate, config):
@@ -236,3 +262,117 @@ def test_promotion_needs_a_finished_run_with_a_model_and_a_versioned_endpoint(ga
         promote(gate, nomodel, CloudFormation(live=gate["live"]), [])
     with pytest.raises(SystemExit, match=r"dev has no endpoint 'nosuch'"):
         model_ops.versioned_endpoint(config.environments["dev"], "nosuch")
+
+
+# --- ./platform model evaluate ------------------------------------------------------------------------------------
+
+class Batch:
+    """The queue as find_queue sees it, and the evaluation job's life."""
+
+    def __init__(self, ends="SUCCEEDED"):
+        self.submitted, self.ends = [], ends
+
+    def get_paginator(self, operation):
+        pages = {"describe_job_queues": [{"jobQueues": [{
+                     "jobQueueArn": "arn:aws:batch:us-east-1:111111111111:job-queue/q", "tags": {"ml-platform:queue": "training"},
+                     "computeEnvironmentOrder": [{"computeEnvironment": "ce"}]}]}],
+                 "describe_job_definitions": [{"jobDefinitions": [
+                     {"jobDefinitionName": "train", "jobDefinitionArn": "arn:def/train:1", "revision": 1,
+                      "tags": {"ml-platform:queue": "training", "ml-platform:job-definition": kind},
+                      "containerProperties": {"image": IMAGE}} for kind in ("single-node", "evaluation")]}]}
+
+        class Paginator:
+            def paginate(self, **kwargs):
+                return pages[operation]
+        return Paginator()
+
+    def describe_compute_environments(self, computeEnvironments):
+        return {"computeEnvironments": [{"computeEnvironmentArn": "ce", "computeResources": {
+            "instanceTypes": ["g5.xlarge"], "maxvCpus": 16}}]}
+
+    def describe_job_definitions(self, jobDefinitions):
+        return {"jobDefinitions": [{"jobDefinitionName": "train", "jobDefinitionArn": jobDefinitions[0],
+                                    "containerProperties": {"image": IMAGE}, "type": "container"}]}
+
+    def submit_job(self, **request):
+        self.submitted.append(request)
+        return {"jobId": "job-1"}
+
+    def describe_jobs(self, jobs):
+        return {"jobs": [{"status": self.ends, "statusReason": "Essential container in task exited"}]}
+
+
+IMAGE = "111111111111.dkr.ecr.us-east-1.amazonaws.com/train:1.0"
+
+
+def test_evaluate_submits_the_queues_evaluation_job_with_the_contract(gate):
+    candidate = recorded_run(gate["tmp"], gate["uri"], "candidate", 0.90, s3=gate["s3"])
+    batch, lines = Batch(), []
+    where = model_ops.evaluate(gate["env"], gate["endpoint"], candidate, client=gate["client"],
+                               cloudformation=CloudFormation(live=gate["live"]), batch=batch, out=lines.append,
+                               sleep=lambda seconds: None)
+    assert where == f"s3://datasets/evaluations/training/{candidate}/{gate['live']}/"
+    [job] = batch.submitted
+    assert job["jobDefinition"] == "arn:def/train:1" and job["containerOverrides"]["command"] == \
+        ["python", "/opt/ml/code/train.py", "--evaluate"]
+    variables = {v["name"]: v["value"] for v in job["containerOverrides"]["environment"]}
+    assert variables == {
+        "ML_PLATFORM_CANDIDATE_MODEL_URI": f"s3://runs/checkpoints/training/candidate/model.tar.gz",
+        "ML_PLATFORM_LIVE_MODEL_URI": f"s3://datasets/models/classifier/{gate['live']}/model.tar.gz",
+        "ML_PLATFORM_EVALUATION_URI": where, "ML_PLATFORM_HOLDOUT_SALT": "", "ML_PLATFORM_HOLDOUT_FRACTION": "0.05"}
+    assert lines[-1] == f"  evaluated: ./platform model promote dev classifier {candidate}"
+
+
+def test_a_failed_evaluation_says_where_its_logs_are(gate):
+    candidate = recorded_run(gate["tmp"], gate["uri"], "candidate", 0.90, s3=gate["s3"])
+    with pytest.raises(SystemExit, match=r"the evaluation job job-1 FAILED: Essential container in task exited "
+                                         r"\(./platform job logs dev job-1\)"):
+        model_ops.evaluate(gate["env"], gate["endpoint"], candidate, client=gate["client"],
+                           cloudformation=CloudFormation(live=gate["live"]), batch=Batch(ends="FAILED"),
+                           out=[].append, sleep=lambda seconds: None)
+
+
+# --- ./platform model judge ---------------------------------------------------------------------------------------
+
+def outcome_file(path, values, kind="correct"):
+    path.write_text(promotion.write_outcomes(values, kind))
+    return str(path)
+
+
+def test_model_judge_on_files_says_promote_with_the_numbers(tmp_path, capsys):
+    live = {f"s{i}": i % 10 != 0 for i in range(2000)}
+    better = {**live, **{f"s{i}": True for i in range(0, 400, 10)}}
+    args = [outcome_file(tmp_path / "candidate.jsonl", better), outcome_file(tmp_path / "live.jsonl", live)]
+    assert model_ops.main(["judge", *args, "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert (answer["promote"], answer["judged"], answer["examples"]) == (True, True, 2000)
+    assert answer["difference"] == pytest.approx(2.0) and answer["resolvable"] > 0
+    assert model_ops.main(["judge", *args, "--tolerance", "0"]) == 0
+    assert capsys.readouterr().out.startswith("PROMOTE: not worse than the live model by 0 points")
+
+
+def test_model_judge_against_a_baseline_and_its_examples(tmp_path, capsys):
+    candidate = outcome_file(tmp_path / "c.jsonl", {f"s{i}": i % 10 != 0 for i in range(300)})
+    assert model_ops.main(["judge", candidate, "--baseline", "0.92", "--baseline-n", "1000"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("REFUSE: not shown to be within 0.5 points of the baseline 0.92 (measured on 1000 examples)")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["judge", "c.jsonl"], "judge against the live model's outcomes (LIVE) or a baseline"),
+    (["judge", "c.jsonl", "l.jsonl", "--baseline", "0.9"], "LIVE and --baseline exclude each other"),
+    (["judge", "c.jsonl", "--baseline", "0.9", "--baseline-n", "0"], "--baseline-n 0: the number of examples"),
+    (["judge", "c.jsonl", "l.jsonl", "--tolerance", "-1"], "--tolerance -1.0: points of accuracy"),
+    (["judge", "c.jsonl", "l.jsonl", "--alpha", "0.7"], "--alpha 0.7: a one-sided error rate"),
+    (["judge", "nosuch.jsonl", "--baseline", "0.9"], "CANDIDATE nosuch.jsonl does not exist"),
+])
+def test_model_judge_checks_its_arguments_first_in_one_line(argv, message):
+    with pytest.raises(SystemExit, match="^error: " + message.replace("(", r"\(").replace(")", r"\)")):
+        model_ops.main(argv)
+
+
+def test_model_judge_refuses_an_outcomes_file_that_is_not_evidence(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "correct": 1}\n')
+    with pytest.raises(SystemExit, match=r"bad.jsonl line 1: \"correct\" is 1, not true or false"):
+        model_ops.main(["judge", str(bad), "--baseline", "0.9"])

@@ -1,5 +1,5 @@
 """The drift check's and the GPU benchmark's arithmetic and records where mutation testing found them unchecked:
-Welford's running spread, the Jacobi eigen-decomposition's values, vectors and order, categorical bins of numbers,
+The Jacobi eigen-decomposition's values, vectors and order, categorical bins of numbers,
 the benchmark's record fields (what the advisor reads), its metric's unit and its argument checks."""
 
 import json
@@ -9,16 +9,6 @@ from datetime import datetime, timezone
 import pytest
 
 from ml_platform_constructs.runtime import benchmark, drift
-
-
-def test_the_running_spread_is_the_sample_mean_and_variance():
-    spread = drift._Spread()
-    for x in (2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0):
-        spread.add(x)
-    assert (spread.n, spread.mean, spread.variance) == (8, 5.0, pytest.approx(32 / 7))
-    one = drift._Spread()
-    one.add(3.0)
-    assert (one.mean, one.variance) == (3.0, 0.0)
 
 
 def test_eigen_values_largest_first_with_their_unit_vectors():
@@ -37,11 +27,20 @@ def test_eigen_values_largest_first_with_their_unit_vectors():
 
 
 def test_a_number_in_a_categorical_feature_is_its_category():
-    window = drift.Window.__new__(drift.Window)
-    window.other_category_values = 0
-    spec = {"type": "categorical", "categories": ["1", "2", "red"]}
-    assert window._bin(spec, 2) == 1 and window._bin(spec, "red") == 2
-    assert window._bin(spec, "blue") == 3 and window.other_category_values == 1
+    baseline = {"feature_order": ["c"], "features": {"c": {"type": "categorical", "categories": ["1", "2", "red"],
+                                                           "counts": [1, 1, 1, 0]}}}
+    window = drift.Window(baseline)
+    for value in (2, "red", "blue"):
+        window.add_row({"c": value})
+    assert window.counts["c"] == [0, 1, 1, 1] and window.other_category_values == 1
+
+
+def test_quantiles_interpolate_and_the_noise_table_scales_beyond_its_sizes():
+    assert drift.quantile([1.0, 2.0, 3.0, 4.0], 0.25) == 1.75 and drift.quantile([5.0], 0.9) == 5.0
+    table = {"50": 0.2, "200": 0.1}
+    assert drift.noise_at(table, 49) is None and drift.noise_at(table, 50) == 0.2
+    assert drift.noise_at(table, 100) == pytest.approx(0.2 * (0.1 / 0.2) ** 0.5)
+    assert drift.noise_at(table, 800) == pytest.approx(0.05)
 
 
 def test_too_few_bins_are_refused_saying_how_many():

@@ -160,3 +160,31 @@ def test_simulated_reclaim_mid_run_resumes_from_the_checkpoint_and_finishes(tmp_
         assert (finished["epoch"], code, again.run_id) == (PARAMS["epochs"], 0, run.run_id)
         keys = [o["Key"].rsplit("/", 1)[1] for o in s3.list_objects_v2(Bucket="datasets")["Contents"]]
         assert keys == [*(f"ckpt-{n:06d}.json" for n in range(1, PARAMS["epochs"] + 1)), "model.tar.gz", "passport.json"]
+
+
+def test_the_evaluation_job_scores_both_models_on_the_candidates_held_out_examples(tmp_path):
+    """What ./platform model evaluate runs: per-example outcomes of the candidate and the live model on the same ids,
+    the evidence the promotion gate judges."""
+    from ml_platform_constructs.runtime import evaluation, promotion
+
+    env = job_env(tmp_path)
+    assert example.main(["--epochs", "6"], env=env) == 0  # the candidate
+    live = tmp_path / "live"
+    live_env = {**job_env(tmp_path), "ML_PLATFORM_CHECKPOINT_URI": str(live)}
+    assert example.main(["--epochs", "1", "--seed", "7"], env=live_env) == 0  # a weaker live model
+    out = tmp_path / "evaluations" / "training" / "run" / "live-version"
+    evaluate_env = {"ML_PLATFORM_DATASETS_URI": env["ML_PLATFORM_DATASETS_URI"],
+                    evaluation.CANDIDATE_MODEL: str(tmp_path / "ckpt" / "model.tar.gz"),
+                    evaluation.LIVE_MODEL: str(live / "model.tar.gz"), evaluation.OUTPUT: str(out)}
+    assert example.main(["--evaluate"], env=evaluate_env) == 0
+    candidate, live_outcomes, manifest = evaluation.read_evidence(str(out))
+    assert set(candidate.values) == set(live_outcomes.values) and manifest["candidate"]["examples"] == len(candidate.values)
+    assert manifest["candidate"]["score"] == pytest.approx(record(tmp_path)["metrics"]["holdout_accuracy"])
+    assert promotion.judge_outcomes(candidate, live_outcomes, min_examples=10).judged
+    assert not (tmp_path / "ckpt" / "evaluations").exists()  # nothing written beside the run's checkpoints
+
+
+def test_an_evaluation_without_its_contract_says_what_starts_it(tmp_path):
+    with pytest.raises(SystemExit, match="ML_PLATFORM_CANDIDATE_MODEL_URI, ML_PLATFORM_EVALUATION_URI not set: an "
+                                         "evaluation job is started by ./platform model evaluate"):
+        example.main(["--evaluate"], env={"ML_PLATFORM_DATASETS_URI": str(job_env(tmp_path)["ML_PLATFORM_DATASETS_URI"])})

@@ -548,13 +548,33 @@ def test_the_instance_role_a_job_can_read_holds_only_what_the_ecs_and_cloudwatch
 
 
 def test_the_queues_own_definitions_carry_what_the_library_finds_them_by(built):
-    """jobs.find_queue: the single- and multi-node definitions are tagged with their kind and the checkpoint root."""
+    """jobs.find_queue: the single-node, multi-node and evaluation definitions are tagged with their kind and the
+    checkpoint root."""
     from ml_platform_constructs.operations.jobs import CHECKPOINT_ROOT_TAG, DEFINITION_TAG
 
     definitions = [p["Properties"] for p in built[0].find_resources("AWS::Batch::JobDefinition").values()]
     kinds = sorted(d["Tags"].get(DEFINITION_TAG, "") for d in definitions)
-    assert [k for k in kinds if k] == ["multi-node", "single-node"]
+    assert [k for k in kinds if k] == ["evaluation", "multi-node", "single-node"]
     for definition in definitions:
         if definition["Tags"].get(DEFINITION_TAG):
             assert "checkpoints/training/" in json.dumps(definition["Tags"][CHECKPOINT_ROOT_TAG])
             assert definition["Tags"]["ml-platform:queue"] == "training"
+
+
+def test_the_evaluation_role_alone_writes_the_promotion_evidence(built):
+    """The gate's evidence (evaluations/<queue>/) is written by the evaluation definition's role: a training job
+    cannot write its own or another run's outcomes."""
+    template = built[0]
+    definitions = {p["Properties"]["Tags"].get("ml-platform:job-definition"): p["Properties"]
+                   for p in template.find_resources("AWS::Batch::JobDefinition").values()}
+    evaluation_role = definitions["evaluation"]["ContainerProperties"]["JobRoleArn"]["Fn::GetAtt"][0]
+    job_role = definitions["single-node"]["ContainerProperties"]["JobRoleArn"]["Fn::GetAtt"][0]
+    assert evaluation_role != job_role
+
+    def writes(role):
+        policies = [p["Properties"] for p in template.find_resources("AWS::IAM::Policy").values()
+                    if {"Ref": role} in p["Properties"]["Roles"]]
+        return json.dumps([s["Resource"] for p in policies for s in p["PolicyDocument"]["Statement"]
+                           if "s3:PutObject" in s["Action"]])
+    assert "evaluations/training/*" in writes(evaluation_role) and "checkpoints/" not in writes(evaluation_role)
+    assert "evaluations/" not in writes(job_role)

@@ -19,6 +19,8 @@ from ..errors import ValidationError
 DATASETS_PREFIX = "datasets/"
 CHECKPOINTS_PREFIX = "checkpoints/"
 LOGS_PREFIX = "logs/"
+MODELS_PREFIX = "models/"  # endpoint artifacts: models/<endpoint>/<version>/model.tar.gz
+EVALUATIONS_PREFIX = "evaluations/"  # the promotion gate's evidence, one writer per queue
 
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _PREFIX = re.compile(r"^[A-Za-z0-9!_.*'()/-]+/$")
@@ -43,7 +45,7 @@ def default_tiering_rules(
 
     S3 can move an object by age to Standard-IA only after 30 days, and Intelligent-Tiering moves an object
     to its Infrequent Access tier after 30 days without access, so "warm from day 7" is Intelligent-Tiering
-    from day 7 (see README, "Why the tiers look like this"):
+    from day 7 (constructs/docs/DatasetBucket.md, "Why the tiers look like this"):
 
     - ``datasets/``: Standard for ``warm_after`` (7 days), then Intelligent-Tiering, which cools unread objects
       to Infrequent Access (30 days unread) and Archive Instant Access (90 days unread), all readable in ms.
@@ -280,6 +282,23 @@ class DatasetBucket(Construct):
             for finding in ("Action::s3:GetObject*", "Action::s3:GetBucket*", "Action::s3:List*", "Action::s3:Abort*",
                             "Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*")])
         # The bucket ARN reads as an export name when the bucket is in another stack: named after synth resolves it.
+        policy = role.node.find_child("DefaultPolicy")
+        policy.node.add_validation(AcknowledgeWildcardResources(policy, [f"/{p}*" for p in prefixes], reason))
+
+    def grant_evaluation(self, role: iam.Role, *, checkpoint_prefix: str, evaluation_prefix: str, owner: str) -> None:
+        """What a promotion's evaluation job gets: read ``datasets/``, the candidates' models under
+        ``checkpoint_prefix`` and the live models under ``models/``, and write its evidence under ``evaluation_prefix``
+        (which no training role may write); with the cdk-nag acknowledgements next to the role."""
+        for prefix in (DATASETS_PREFIX, checkpoint_prefix, MODELS_PREFIX):
+            self.grant_read(role, prefix)
+        self.grant_write_prefix(role, evaluation_prefix)
+        prefixes = [DATASETS_PREFIX, checkpoint_prefix, MODELS_PREFIX, evaluation_prefix]
+        reason = (f"Object-level access is scoped to {owner} prefixes ({', '.join(prefixes)}); the wildcards are "
+                  "CDK's grant actions and the objects under those prefixes.")
+        Validations.of(role).acknowledge(*[
+            Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason)
+            for finding in ("Action::s3:GetObject*", "Action::s3:GetBucket*", "Action::s3:List*", "Action::s3:Abort*",
+                            "Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*")])
         policy = role.node.find_child("DefaultPolicy")
         policy.node.add_validation(AcknowledgeWildcardResources(policy, [f"/{p}*" for p in prefixes], reason))
 

@@ -60,7 +60,7 @@ class MlflowTracking(Construct):
 
     The service role may read, write and delete objects under that prefix only, and use the bucket's key for them.
     The SageMaker documentation suggests AmazonS3FullAccess; this narrower role is what the service needs to read
-    and write its artifact store (see README, "MlflowTracking").
+    and write its artifact store (constructs/docs/MlflowTracking.md).
 
     :param datasets: the environment's DatasetBucket (the artifact store).
     :param name: the app's or tracking server's name (1-256 letters, digits and hyphens); unique per account and

@@ -57,7 +57,7 @@ class BudgetGuard(Construct):
       it, deploy) notifies the alert topic and ``emails`` when actual
       or forecasted spend crosses each of ``notify_at_percent`` (50, 80, 100). It covers the whole account
       unless ``cost_filters`` narrow it (tag filters count only once the tags are activated for cost
-      allocation: see README).
+      allocation: constructs/docs/BudgetGuard.md).
     - At ``stop_at_percent`` (80) of actual spend, Budgets notifies a stop topic of its own; a Lambda
       (retries 2, failures to an encrypted queue, alarms on its errors and on that queue) stops every fleet
       governed by this guard's ``budget_scope`` (see ``ml_platform_constructs.governance``): Launch suspended,

@@ -34,7 +34,7 @@ CHECKPOINT_URI = "ML_PLATFORM_CHECKPOINT_URI"
 JOB_NAME_VARIABLE = "ML_PLATFORM_JOB_NAME"
 DEFINITION_TAG = "ml-platform:job-definition"
 CHECKPOINT_ROOT_TAG = "ml-platform:checkpoint-root"
-SINGLE_NODE, MULTI_NODE = "single-node", "multi-node"
+SINGLE_NODE, MULTI_NODE, EVALUATION = "single-node", "multi-node", "evaluation"
 
 
 class JobError(SystemExit):
@@ -74,6 +74,7 @@ class QueueTarget:
     multi_node_job_definition: Optional[str] = None
     multi_node_instance_types: tuple[str, ...] = ()
     capacity: str = ""  # how much the queue may run, for messages
+    evaluation_job_definition: Optional[str] = None  # the promotion gate's evidence (TrainingQueue with datasets)
 
     def job_queues(self) -> list[tuple[str, str]]:
         """(label, ARN) of each job queue."""
@@ -145,7 +146,8 @@ def find_queue(batch: Any, name: str) -> QueueTarget:
         multi_node_job_queue=multi[0] if multi_node else None,
         multi_node_job_definition=definitions[MULTI_NODE]["jobDefinitionArn"] if multi_node else None,
         multi_node_instance_types=multi[1] if multi_node else (),
-        capacity=f"up to {single[2]} vCPUs" + (f"; multi-node up to {multi[2]} vCPUs" if multi else ""))
+        capacity=f"up to {single[2]} vCPUs" + (f"; multi-node up to {multi[2]} vCPUs" if multi else ""),
+        evaluation_job_definition=definitions[EVALUATION]["jobDefinitionArn"] if EVALUATION in definitions else None)
 
 
 def check_submission(target: QueueTarget, image: str, command: Sequence[str], *, gpus: Optional[int] = None,
@@ -223,6 +225,27 @@ def submit(batch: Any, submission: Submission) -> dict:
         request["containerOverrides"] = overrides
     job = batch.submit_job(**request)
     return {"job_id": job["jobId"], "job_name": submission.name, "checkpoint_uri": submission.checkpoint_uri}
+
+
+def submit_evaluation(batch: Any, target: QueueTarget, *, name: str, image: str, command: Sequence[str],
+                      environment: Mapping[str, str], tags: Optional[Mapping[str, str]] = None) -> dict:
+    """Submits an evaluation job (the queue's evaluation definition: a role that reads datasets and models and alone
+    writes ``evaluations/<queue>/``) with ``environment`` added to the job contract's; returns its id and name."""
+    if not target.evaluation_job_definition:
+        raise JobError(f"training queue {target.name!r} has no evaluation job definition (a TrainingQueue with a "
+                       "dataset bucket has one since ml_platform_constructs 0.5.0): deploy it with this version")
+    problem = image_problem(image)
+    if problem:
+        raise JobError(f"the evaluation's image {image!r}: {problem}")
+    if not JOB_NAME.match(name):
+        raise JobError(f"evaluation name {name!r}: 1-128 letters, digits, '-' or '_'")
+    job = batch.submit_job(
+        jobName=name, jobQueue=target.job_queue,
+        jobDefinition=job_definition_for(batch, target.evaluation_job_definition, image),
+        containerOverrides={"command": list(command),
+                            "environment": [{"name": k, "value": v} for k, v in sorted(environment.items())]},
+        tags={QUEUE_TAG: target.name, **(tags or {})}, propagateTags=True)
+    return {"job_id": job["jobId"], "job_name": name}
 
 
 def submitted_lines(submission: Submission, job: Mapping[str, Any], follow: str) -> list[str]:

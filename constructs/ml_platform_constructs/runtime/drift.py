@@ -1,21 +1,37 @@
-"""Drift between an endpoint's captured inputs and a training baseline: PSI and KL divergence per feature, and a
-feature watch (each numeric feature's spread, and how much of the window's variance the baseline's principal
-components still explain).
+"""Drift between an endpoint's captured inputs and a training baseline, and the feature watch (standard library only:
+it runs in Lambda without packaging, and ``./platform drift check`` runs the same code on local files).
 
-Standard library only (runs in Lambda without packaging). Definitions (README, "Drift"):
+Definitions (README, "Drift"):
 
-- A baseline holds, per feature, the bins of a training sample: numeric features in quantile bins (edges from
-  the sample, open-ended first and last bins), categorical features as their most frequent categories plus
-  one ``__other__`` bin that also receives categories never seen in training.
-- Both distributions are smoothed additively: p_i = (count_i + ALPHA) / (total + ALPHA * bins), ALPHA = 0.5,
-  so an empty bin never makes a logarithm infinite.
-- PSI = sum_i (a_i - b_i) * ln(a_i / b_i); KL = sum_i a_i * ln(a_i / b_i) = KL(actual || baseline), with a the
-  window's distribution and b the baseline's.
-- Feature watch (README, "Feature watch"): per numeric feature, std ratio = the window's standard deviation / the
-  baseline's (sample standard deviations, from at least MIN_SPREAD_VALUES values); and, with the numeric
-  features standardized by the baseline's means and deviations, explained share = sum_k v_k' C v_k / trace(C), where
-  C is the window's covariance and v_k the baseline's top principal components (as many as explain
-  ``variance_target`` of the baseline's variance, 0.95 by default: scikit-learn's ``PCA(n_components=0.95)``).
+- A baseline holds, per feature, the bins of a training sample: numeric features in quantile bins (edges from the
+  sample, open-ended first and last bins), categorical features as their most frequent categories plus one
+  ``__other__`` bin that also receives categories never seen in training. A column is numeric when at least
+  ``NUMERIC_SHARE`` (99%) of its non-empty values parse as finite numbers; non-finite and unparsable values of a
+  numeric column are missing values, in the baseline and in every window alike.
+- PSI = sum_i (a_i - b_i) * ln(a_i / b_i) over additively smoothed shares (ALPHA = 0.5 per bin), a the window's, b the
+  baseline's. KL(a || b) is published beside it but alarms on nothing: PSI = KL(a||b) + KL(b||a), and for a symmetric
+  shift KL is about PSI / 2, so a KL alarm at 0.3 fired only after the PSI alarm at 0.25 had (docs: DECISIONS.md).
+
+The drift decision (``Window.scores``): a feature drifted when its shift is both real and large. Real: Pearson's
+chi-square test of the window's bin counts against the baseline's rejects "one distribution" at ``significance``
+(1%) divided over the features judged (Bonferroni), so a window drawn from the training distribution alarms in at
+most 1% of checks whatever its size. Large: its PSI is at least the alarm's threshold (0.25, the seed's), so a busy
+endpoint does not retrain on shifts too small to matter. A feature with fewer than ``MIN_PER_BIN`` (10) values
+expected in its smallest bin (100 for 10 quantile bins; more for a rare category) is not judged (published as such): at
+20 records from the training distribution, PSI alone was above 0.25 in every window. Under no drift, PSI's typical value is about (bins - 1) x (1/n + 1/m): 0.25 means what the seed
+meant only from a few hundred values per feature on.
+
+Feature watch (README, "Feature watch"), each with a band that depends on the window's size:
+
+- Spread: per numeric feature, the ratio of the window's interquartile range to the baseline's (robust: a standard
+  deviation from 30 values of a skewed feature halves or doubles by chance). It alarms outside the configured band
+  only when its log is also beyond the sampling noise the baseline measured for that many values (resampled at build
+  time: ``iqr_log_sd``), at a third of ``significance`` over the features (the watch's three questions share it).
+- Relations: the share of the window's (standardized) variance that the baseline's top principal components explain.
+  The components explain 80% of the baseline's variance and are at most d - 1 of the d numeric features (with all d
+  the share is identically 1 and sees nothing); the baseline's own share is measured on held-back rows it was not fit
+  on, with its sampling noise per window size; a change either way beyond the threshold and the noise alarms (a
+  broken join, one feature replaced by a copy of another, moves it). Fewer than 2 numeric features: inactive.
 """
 
 from __future__ import annotations
@@ -23,33 +39,70 @@ from __future__ import annotations
 import bisect
 import json
 import math
+import random
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 try:
-    from . import capture
-except ImportError:  # in Lambda the module sits at the top of the package
+    from . import capture, stats
+except ImportError:  # in Lambda the modules sit at the top of the package
     import capture  # type: ignore[no-redef]
+    import stats  # type: ignore[no-redef]
 
 ALPHA = 0.5
 OTHER = "__other__"
-BASELINE_VERSION = 2  # 2: numeric features carry mean and std, and the baseline its principal components
-MIN_SPREAD_VALUES = 30  # a standard deviation from fewer values is noise
+BASELINE_VERSION = 3  # 3: robust spreads and their noise, held-back explained share, components < features
+NUMERIC_SHARE = 0.99
+MIN_PER_BIN = 10  # a feature is judged from this many expected window values in its smallest bin
+DEFAULT_SIGNIFICANCE = 0.01  # per check, over the features judged
+MIN_SPREAD_VALUES = 50  # a spread ratio from fewer values is not judged
+MIN_DISTINCT = 20  # a feature with fewer distinct training values has no interquartile "spread" to judge
+MIN_BIN_SHARE = 0.01  # bins (and categories) rarer than this in training are pooled for the test
+SCORE_GRID = 199  # the quantiles a baseline keeps per numeric feature for its normal scores
+MIN_RELATION_ROWS = 300  # the explained share and the correlations are judged from this many complete rows
+MIN_CORRELATION_CHANGE = 0.3  # a pair's correlation must move this much (and beyond its noise) to count
 PCA_MAX_FEATURES = 50  # the window's cost grows with features x components per record
+VARIANCE_TARGET = 0.8
+HELD_BACK = 0.3  # of the complete baseline rows: the explained share is measured there
+NOISE_SIZES = (50, 100, 300, 1000, 3000)  # window sizes at which the baseline measures its sampling noise
+NOISE_RESAMPLES = 60
 
 
 # --- baseline ---------------------------------------------------------------------------------------------------
 
+def parse_number(value: Any) -> Optional[float]:
+    """A finite number, or None (empty, unparsable, NaN or infinite)."""
+    if value in (None, ""):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def is_numeric(values: Sequence[Any]) -> bool:
+    """At least NUMERIC_SHARE of the non-empty values parse as finite numbers (NaN and inf count as missing)."""
+    present = [v for v in values if v not in (None, "")]
+    if not present:
+        return False
+    missing_words = {"nan", "-nan", "inf", "-inf", "+inf", "infinity", "-infinity"}
+    usable = [v for v in present if not (isinstance(v, str) and v.strip().lower() in missing_words)
+              and not (isinstance(v, float) and not math.isfinite(v))]
+    if not usable:
+        return False
+    return sum(1 for v in usable if parse_number(v) is not None) >= NUMERIC_SHARE * len(usable)
+
+
 def build_baseline(rows: Iterable[Mapping[str, Any]], feature_order: Sequence[str], *, bins: int = 10,
-                   max_categories: int = 20, variance_target: float = 0.95) -> dict:
-    """A baseline from training rows (dicts). A feature whose every non-empty value parses as a number is numeric;
-    its mean and standard deviation, and the principal components of the numeric features that explain
-    ``variance_target`` of their (standardized) variance, are what the feature watch compares with."""
+                   max_categories: int = 20, variance_target: float = VARIANCE_TARGET, seed: int = 0) -> dict:
+    """A baseline from training rows (dicts): bins per feature, and for the feature watch each numeric feature's
+    quartiles with their sampling noise, and the principal components of the numeric features."""
     if bins < 2:
         raise ValueError(f"bins={bins}: at least 2 bins are needed")
     if not 0 < variance_target < 1:
-        raise ValueError(f"variance_target={variance_target}: a share between 0 and 1, e.g. 0.95")
+        raise ValueError(f"variance_target={variance_target}: a share between 0 and 1, e.g. 0.8")
     values: dict[str, list] = {name: [] for name in feature_order}
     table = []
     for row in rows:
@@ -60,39 +113,82 @@ def build_baseline(rows: Iterable[Mapping[str, Any]], feature_order: Sequence[st
                 values[name].append(value)
     if not table:
         raise ValueError("the training sample is empty")
+    rng = random.Random(seed)
     features = {}
     for name in feature_order:
-        numbers = _as_numbers(values[name])
-        if numbers is not None and numbers:
-            edges = _quantile_edges(sorted(numbers), bins)
+        if is_numeric(values[name]):
+            numbers = [n for n in (parse_number(v) for v in values[name]) if n is not None]
+            ordered = sorted(numbers)
+            edges = _quantile_edges(ordered, bins)
             mean, std = _mean_std(numbers)
+            q25, q75 = quantile(ordered, 0.25), quantile(ordered, 0.75)
+            distinct = len(set(numbers))
             features[name] = {"type": "numeric", "edges": edges, "counts": _numeric_counts(numbers, edges),
-                              "mean": mean, "std": std}
+                              "mean": mean, "std": std, "q25": q25, "q75": q75, "distinct": distinct,
+                              "iqr_log_sd": _iqr_noise(numbers, rng) if q75 > q25 and distinct >= MIN_DISTINCT else {},
+                              "grid": [quantile(ordered, (i + 1) / (SCORE_GRID + 1)) for i in range(SCORE_GRID)]}
         else:
             counts = Counter(str(v) for v in values[name])
-            top = [category for category, _ in counts.most_common(max_categories)]
+            # A category rarer than MIN_BIN_SHARE goes to __other__: its bin would need thousands of values to test.
+            floor = MIN_BIN_SHARE * sum(counts.values())
+            top = [category for category, n in counts.most_common(max_categories) if n >= floor]
             other = sum(n for category, n in counts.items() if category not in top)
             features[name] = {"type": "categorical", "categories": top,
                               "counts": [counts[c] for c in top] + [other]}
     baseline = {"version": BASELINE_VERSION, "feature_order": list(feature_order), "sample_size": len(table),
-                "features": features}
-    pca = _principal_components(table, list(feature_order), features, variance_target)
-    if pca:
-        baseline["pca"] = pca
+                "bins": bins, "features": features}
+    pca = _principal_components(table, list(feature_order), features, variance_target, rng)
+    baseline["pca"] = pca if isinstance(pca, dict) else None
+    if not isinstance(pca, dict):
+        baseline["pca_inactive"] = pca
     return baseline
 
 
-def _as_numbers(raw: list) -> Optional[list[float]]:
-    numbers = []
-    for value in raw:
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            return None
-        if math.isnan(number) or math.isinf(number):
-            return None
-        numbers.append(number)
-    return numbers
+def quantile(ordered: Sequence[float], q: float) -> float:
+    """The q-quantile of sorted values, linearly interpolated (numpy's default)."""
+    if not ordered:
+        raise ValueError("no values")
+    position = q * (len(ordered) - 1)
+    low = int(math.floor(position))
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _iqr(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return quantile(ordered, 0.75) - quantile(ordered, 0.25)
+
+
+def _iqr_noise(numbers: Sequence[float], rng: random.Random) -> dict[str, float]:
+    """The SD of log(IQR) of resamples of ``size`` values, per size up to the sample's: the spread ratio's noise."""
+    noise = {}
+    for size in NOISE_SIZES:
+        if size > len(numbers):
+            break
+        logs = []
+        for _ in range(NOISE_RESAMPLES):
+            iqr = _iqr(rng.choices(numbers, k=size))
+            if iqr > 0:
+                logs.append(math.log(iqr))
+        if len(logs) >= NOISE_RESAMPLES // 2:
+            noise[str(size)] = _mean_std(logs)[1]
+    return noise
+
+
+def noise_at(table: Mapping[str, float], n: int) -> Optional[float]:
+    """A noise table's value at ``n`` values: interpolated in log-log between measured sizes, scaled by 1/sqrt(n)
+    beyond the largest, None below the smallest (too few values to judge)."""
+    sizes = sorted((int(k), v) for k, v in table.items())
+    if not sizes or n < sizes[0][0]:
+        return None
+    for (s0, v0), (s1, v1) in zip(sizes, sizes[1:]):
+        if s0 <= n <= s1:
+            if v0 <= 0 or v1 <= 0:
+                return max(v0, v1)
+            t = (math.log(n) - math.log(s0)) / (math.log(s1) - math.log(s0))
+            return math.exp(math.log(v0) + t * (math.log(v1) - math.log(v0)))
+    last, value = sizes[-1]
+    return value * math.sqrt(last / n)
 
 
 def _quantile_edges(ordered: list[float], bins: int) -> list[float]:
@@ -103,6 +199,7 @@ def _quantile_edges(ordered: list[float], bins: int) -> list[float]:
         if not edges or edge > edges[-1]:
             edges.append(edge)
     return edges
+
 
 
 def _numeric_counts(numbers: Iterable[float], edges: list[float]) -> list[int]:
@@ -119,43 +216,87 @@ def _mean_std(numbers: Sequence[float]) -> tuple[float, float]:
     return mean, math.sqrt(math.fsum((x - mean) ** 2 for x in numbers) / (len(numbers) - 1))
 
 
-def _principal_components(table: list[list], order: list[str], features: dict, variance_target: float) -> Optional[dict]:
-    """The baseline's top principal components of its standardized numeric features (None with fewer than two
-    features that vary, or too few complete rows to estimate them)."""
+def _principal_components(table: list[list], order: list[str], features: dict, variance_target: float,
+                          rng: random.Random):
+    """The baseline's top principal components of its standardized numeric features (at most d - 1, enough for
+    ``variance_target``), fit on most complete rows; the share they explain on the held-back rest, and its noise per
+    window size. A string saying why the watch is inactive where that is impossible."""
     names = [n for n in order if features[n]["type"] == "numeric" and features[n]["std"] > 0][:PCA_MAX_FEATURES]
     if len(names) < 2:
-        return None
+        return "fewer than 2 numeric features that vary"
     columns = [order.index(n) for n in names]
-    means, stds = [features[n]["mean"] for n in names], [features[n]["std"] for n in names]
-    vectors = [z for z in (_standardized(row, columns, means, stds) for row in table) if z is not None]
-    if len(vectors) < max(10, 2 * len(names)):
-        return None
-    covariance = _covariance(vectors)
+    grids = [features[n]["grid"] for n in names]
+    vectors = [z for z in (normal_scores([row[c] if c < len(row) else None for c in columns], grids) for row in table)
+               if z is not None]
+    if len(vectors) < max(100, 10 * len(names)):
+        return f"{len(vectors)} complete rows of {len(names)} numeric features, needs {max(100, 10 * len(names))}"
+    rng.shuffle(vectors)
+    held = max(MIN_SPREAD_VALUES, int(len(vectors) * HELD_BACK))
+    fit, held_back = vectors[held:], vectors[:held]
+    covariance = _covariance(fit)
     eigenvalues, eigenvectors = symmetric_eigen(covariance)
     total = sum(covariance[i][i] for i in range(len(names)))
     if total <= 0:
-        return None
+        return "no variance in the numeric features"
     explained, k = 0.0, 0
-    while k < len(names) and explained < variance_target * total:
+    while k < len(names) - 1 and explained < variance_target * total:
         explained += max(eigenvalues[k], 0.0)
         k += 1
-    return {"features": names, "mean": means, "std": stds, "components": eigenvectors[:k],
-            "explained": explained / total, "variance_target": variance_target, "rows": len(vectors)}
+    components = eigenvectors[:k]
+    share = explained_share(held_back, components)
+    noise = {}
+    for size in NOISE_SIZES:
+        if size > len(held_back):
+            break
+        shares = [explained_share(rng.choices(held_back, k=size), components) for _ in range(NOISE_RESAMPLES)]
+        noise[str(size)] = _mean_std(shares)[1]
+    scale = [math.sqrt(covariance[i][i]) or 1.0 for i in range(len(names))]
+    correlations = [[covariance[i][j] / (scale[i] * scale[j]) for j in range(len(names))] for i in range(len(names))]
+    return {"features": names, "components": components, "correlations": correlations,
+            "explained": share, "explained_fit": explained / total, "explained_noise": noise,
+            "variance_target": variance_target, "rows": len(vectors), "held_back_rows": len(held_back)}
 
 
-def _standardized(row: Sequence[Any], columns: Sequence[int], means: Sequence[float],
-                  stds: Sequence[float]) -> Optional[list[float]]:
-    """A row's values at ``columns`` as z-scores, or None if one is missing or not a finite number."""
-    z = []
-    for column, mean, std in zip(columns, means, stds):
-        try:
-            number = float(row[column])
-        except (TypeError, ValueError, IndexError):
+def explained_share(vectors: Sequence[Sequence[float]], components: Sequence[Sequence[float]]) -> float:
+    """The share of the vectors' variance along ``components`` (orthonormal): projected variance / total variance."""
+    n = len(vectors)
+    if n < 2:
+        return 0.0
+    d = len(vectors[0])
+    means = [math.fsum(v[j] for v in vectors) / n for j in range(d)]
+    total = math.fsum(math.fsum((v[j] - means[j]) ** 2 for v in vectors) for j in range(d))
+    if total <= 0:
+        return 0.0
+    projected = 0.0
+    for component in components:
+        center = math.fsum(c * m for c, m in zip(component, means))
+        projected += math.fsum((math.fsum(c * x for c, x in zip(component, v)) - center) ** 2 for v in vectors)
+    return min(1.0, projected / total)
+
+
+def normal_scores(values: Sequence[Any], grids: Sequence[Sequence[float]]) -> Optional[list[float]]:
+    """Each value as the normal quantile of its place among the baseline's (its ``grid`` of quantiles), or None if one
+    is missing or not a finite number. Ranks, not raw values, so that heavy tails and skew do not make the
+    covariance (and so the components and correlations) noisy: the watch compares how features move together."""
+    scores = []
+    for value, grid in zip(values, grids):
+        number = parse_number(value)
+        if number is None:
             return None
-        if math.isnan(number) or math.isinf(number):
-            return None
-        z.append((number - mean) / std)
-    return z
+        low, high = bisect.bisect_left(grid, number), bisect.bisect_right(grid, number)
+        if low == high:  # between two quantiles: its place, linearly
+            if low == 0:
+                place = 0.0
+            elif low == len(grid):
+                place = len(grid) + 1.0
+            else:
+                span = grid[low] - grid[low - 1]
+                place = low + ((number - grid[low - 1]) / span if span > 0 else 0.5)
+        else:  # on a run of tied quantiles: the middle of the run
+            place = (low + high + 1) / 2
+        share = min(max(place, 0.5), len(grid) + 0.5) / (len(grid) + 1)
+        scores.append(stats.z_quantile(share))
+    return scores
 
 
 def _covariance(vectors: Sequence[Sequence[float]]) -> list[list[float]]:
@@ -197,23 +338,6 @@ def symmetric_eigen(matrix: Sequence[Sequence[float]], *, sweeps: int = 100) -> 
     return [a[i][i] for i in order], [[v[k][i] for k in range(n)] for i in order]
 
 
-class _Spread:
-    """Running mean and variance (Welford), so large values lose no precision."""
-
-    def __init__(self) -> None:
-        self.n, self.mean, self.m2 = 0, 0.0, 0.0
-
-    def add(self, x: float) -> None:
-        self.n += 1
-        delta = x - self.mean
-        self.mean += delta / self.n
-        self.m2 += delta * (x - self.mean)
-
-    @property
-    def variance(self) -> float:
-        return self.m2 / (self.n - 1) if self.n > 1 else 0.0
-
-
 # --- divergences ------------------------------------------------------------------------------------------------
 
 def smoothed(counts: Sequence[float]) -> list[float]:
@@ -235,7 +359,8 @@ def kl_divergence(actual_counts: Sequence[float], baseline_counts: Sequence[floa
 
 @dataclass
 class Window:
-    """What one run read: per-feature bin counts, and what it could not use (counted, never silently dropped)."""
+    """What one run read: per-feature bin counts and numeric values, and what it could not use (counted, never
+    silently dropped)."""
     baseline: dict
     counts: dict[str, list[int]] = field(default_factory=dict)
     records: int = 0
@@ -244,13 +369,13 @@ class Window:
     other_category_values: int = 0  # values in a feature's __other__ bin: rare in training, or never seen there
 
     def __post_init__(self) -> None:
-        self.counts = {name: [0] * len(spec["counts"]) for name, spec in self.baseline["features"].items()}
-        self._spreads = {name: _Spread() for name, spec in self.baseline["features"].items()
-                         if spec["type"] == "numeric" and spec.get("std")}
+        features = self.baseline["features"]
+        self.counts = {name: [0] * len(spec["counts"]) for name, spec in features.items()}
+        self._values = {name: [] for name, spec in features.items() if spec["type"] == "numeric"}
         pca = self.baseline.get("pca")
-        self._pca_features = pca["features"] if pca else []
-        self._projections = [_Spread() for _ in pca["components"]] if pca else []
-        self._standardized = [_Spread() for _ in self._pca_features]
+        self._pca_features = pca["features"] if pca and "grid" in features.get(pca["features"][0], {}) else []
+        self._grids = [features[n]["grid"] for n in self._pca_features]
+        self._vectors: list[list[float]] = []
 
     def add_record(self, line: str) -> None:
         """One JSON Lines record of SageMaker data capture."""
@@ -262,69 +387,224 @@ class Window:
             self.malformed += 1
             return
         for row in rows:
-            self.records += 1
-            for name, spec in self.baseline["features"].items():
-                value = row.get(name)
-                if value in (None, ""):
+            self.add_row(row)
+
+    def add_row(self, row: Mapping[str, Any]) -> None:
+        self.records += 1
+        for name, spec in self.baseline["features"].items():
+            value = row.get(name)
+            if spec["type"] == "numeric":
+                number = parse_number(value)
+                if number is None:  # empty, unparsable or not finite: missing, as in the baseline
                     self.missing_values += 1
                     continue
-                index = self._bin(spec, value)
-                if index is None:
-                    self.missing_values += 1
+                self.counts[name][bisect.bisect_left(spec["edges"], number)] += 1
+                self._values[name].append(number)
+            elif value in (None, ""):
+                self.missing_values += 1
+            else:
+                category = str(value)
+                if category in spec["categories"]:
+                    self.counts[name][spec["categories"].index(category)] += 1
                 else:
-                    self.counts[name][index] += 1
-                    if name in self._spreads:
-                        self._spreads[name].add(float(value))
-            self._add_to_components(row)
+                    self.other_category_values += 1
+                    self.counts[name][-1] += 1
+        if self._pca_features:
+            z = normal_scores([row.get(n) for n in self._pca_features], self._grids)
+            if z is not None:
+                self._vectors.append(z)
 
-    def _add_to_components(self, row: Mapping[str, Any]) -> None:
-        if not self._pca_features:
-            return
-        pca = self.baseline["pca"]
-        z = _standardized([row.get(n) for n in self._pca_features], range(len(self._pca_features)), pca["mean"],
-                          pca["std"])
-        if z is None:
-            return
-        for spread, value in zip(self._standardized, z):
-            spread.add(value)
-        for spread, component in zip(self._projections, pca["components"]):
-            spread.add(math.fsum(c * x for c, x in zip(component, z)))
+    def scores(self, significance: float = DEFAULT_SIGNIFICANCE) -> dict[str, dict]:
+        """Per feature with values in this window: its count, PSI, KL, and, from ``MIN_PER_BIN`` expected values in its
+        smallest bin on, the chi-square test (``p_value``) and whether it is significant at ``significance`` over the
+        judged features; below that, ``judged`` False and why."""
+        out, judged = {}, []
+        for name, counts in self.counts.items():
+            n = sum(counts)
+            if not n:
+                continue
+            base = self.baseline["features"][name]["counts"]
+            score = {"n": n, "psi": psi(counts, base), "kl": kl_divergence(counts, base)}
+            pooled_window, pooled_base = pooled_bins(counts, base)
+            needed = values_needed(pooled_base)
+            if n < needed:
+                score.update(judged=False, reason=f"{n} values, needs {needed} ({MIN_PER_BIN} expected in its "
+                                                  "smallest bin)")
+            else:
+                statistic, df = stats.homogeneity(pooled_window, pooled_base)
+                score.update(judged=True, chi2=statistic, df=df, p_value=stats.chi2_sf(statistic, df))
+                judged.append(name)
+            out[name] = score
+        level = significance / max(1, len(judged))
+        for name in judged:
+            out[name]["significant"] = out[name]["p_value"] <= level
+        return out
 
-    def _bin(self, spec: dict, value: Any) -> Optional[int]:
-        if spec["type"] == "numeric":
-            try:
-                number = float(value)
-            except (TypeError, ValueError):
-                return None
-            # Not finite: a missing value (as in the baseline), never a spread of NaN that PutMetricData refuses.
-            return None if not math.isfinite(number) else bisect.bisect_left(spec["edges"], number)
-        category = str(value)
-        if category in spec["categories"]:
-            return spec["categories"].index(category)
-        self.other_category_values += 1
-        return len(spec["categories"])
-
-    def scores(self) -> dict[str, dict[str, float]]:
-        """PSI and KL per feature that received values in this window."""
-        return {name: {"psi": psi(counts, self.baseline["features"][name]["counts"]),
-                       "kl": kl_divergence(counts, self.baseline["features"][name]["counts"])}
-                for name, counts in self.counts.items() if sum(counts)}
-
-    def feature_watch(self) -> dict:
-        """Each numeric feature's std ratio (window / baseline, from at least MIN_SPREAD_VALUES values), and the
-        share of the window's variance the baseline's principal components explain, with its drop from the
-        baseline's share in percentage points (None without components in the baseline or enough complete rows)."""
+    def feature_watch(self, significance: float = DEFAULT_SIGNIFICANCE) -> dict:
+        """Each numeric feature's spread ratio (window IQR / baseline IQR) with the noise of that many values and
+        whether it is significant; the explained share of the baseline's components on the window, its change from
+        the baseline's held-back share in points, and whether that is significant; or why not judged."""
         features = self.baseline["features"]
-        ratios = {name: math.sqrt(spread.variance) / features[name]["std"]
-                  for name, spread in self._spreads.items() if spread.n >= MIN_SPREAD_VALUES}
-        watch = {"std_ratio": ratios, "explained_variance": None, "explained_variance_drop": None,
-                 "pca_rows": self._standardized[0].n if self._standardized else 0}
-        total = math.fsum(s.variance for s in self._standardized)
-        if self._standardized and watch["pca_rows"] >= max(MIN_SPREAD_VALUES, 2 * len(self._standardized)) and total > 0:
-            share = min(1.0, math.fsum(p.variance for p in self._projections) / total)
-            watch["explained_variance"] = share
-            watch["explained_variance_drop"] = (self.baseline["pca"]["explained"] - share) * 100
+        ratios, noise, inactive = {}, {}, {}
+        for name, values in self._values.items():
+            spec = features[name]
+            table = spec.get("iqr_log_sd")
+            if not table:
+                inactive[name] = ("a baseline without quartiles (version < 3): rebuild it" if "q25" not in spec else
+                                  f"{spec.get('distinct', 0)} distinct training values: no interquartile spread to "
+                                  "judge" if spec.get("distinct", MIN_DISTINCT) < MIN_DISTINCT else
+                                  "no spread in the baseline")
+                continue
+            sd = noise_at(table, len(values)) if len(values) >= MIN_SPREAD_VALUES else None
+            if sd is None:
+                inactive[name] = f"{len(values)} values, needs {max(MIN_SPREAD_VALUES, min(int(k) for k in table))}"
+                continue
+            window_iqr = _iqr(values)
+            if window_iqr <= 0:
+                ratios[name], noise[name] = 0.0, sd
+                continue
+            ratios[name] = window_iqr / (spec["q75"] - spec["q25"])
+            noise[name] = sd
+        # The watch asks three questions (spreads, explained share, correlations): each gets a third of the level.
+        part = significance / 3
+        z = stats.z_quantile(1 - part / (2 * max(1, len(ratios))))
+        significant = {name: ratio <= 0 or abs(math.log(ratio)) > z * noise[name] for name, ratio in ratios.items()}
+        watch = {"spread_ratio": ratios, "spread_significant": significant, "spread_not_judged": inactive,
+                 "explained_variance": None, "explained_variance_drop": None, "explained_significant": False,
+                 "pca_rows": len(self._vectors), "pca_inactive": None, "correlation_changes": {},
+                 "max_correlation_change": None}
+        pca = self.baseline.get("pca")
+        if not pca or self.baseline.get("version", 1) < 3 or not self._pca_features:
+            watch["pca_inactive"] = self.baseline.get("pca_inactive") or "a baseline without held-back components " \
+                                                                            "(version < 3): rebuild it"
+            return watch
+        needed = max(MIN_RELATION_ROWS, 5 * len(pca["features"]))
+        sd = noise_at(pca["explained_noise"], len(self._vectors)) if len(self._vectors) >= needed else None
+        if sd is None:
+            watch["pca_inactive"] = f"{len(self._vectors)} complete rows, needs {needed}"
+            return watch
+        share = explained_share(self._vectors, pca["components"])
+        drop = (pca["explained"] - share) * 100
+        # The baseline's own share was measured on held-back rows: its noise counts too.
+        own = noise_at(pca["explained_noise"], pca["held_back_rows"]) or 0.0
+        noise = math.sqrt(sd * sd + own * own)
+        watch.update(explained_variance=share, explained_variance_drop=drop,
+                     explained_significant=abs(drop) > stats.z_quantile(1 - part / 2) * noise * 100)
+        watch.update(self._correlation_changes(pca, part))
         return watch
+
+    def _correlation_changes(self, pca: dict, significance: float) -> dict:
+        """Pairs of numeric features whose correlation moved by at least MIN_CORRELATION_CHANGE and beyond its noise
+        (Fisher's z, both samples counted, Bonferroni over the pairs): a join that replaced a feature by a copy of
+        another makes their correlation 1, whatever the explained share does."""
+        if "correlations" not in pca:
+            return {"correlation_changes": {}, "max_correlation_change": None}
+        window = _correlation_matrix(self._vectors)
+        names, base = pca["features"], pca["correlations"]
+        pairs = len(names) * (len(names) - 1) // 2
+        z = stats.z_quantile(1 - significance / (2 * max(1, pairs)))
+        noise = math.sqrt(1 / max(1, len(self._vectors) - 3) + 1 / max(1, pca["rows"] - HELD_BACK * pca["rows"] - 3))
+        changes, largest = {}, 0.0
+        for i in range(len(names)):
+            for j in range(i + 1, len(names)):
+                change = window[i][j] - base[i][j]
+                largest = max(largest, abs(change))
+                fisher = math.atanh(_clamp(window[i][j])) - math.atanh(_clamp(base[i][j]))
+                if abs(change) >= MIN_CORRELATION_CHANGE and abs(fisher) > z * noise:
+                    changes[f"{names[i]}~{names[j]}"] = {"baseline": base[i][j], "window": window[i][j]}
+        return {"correlation_changes": changes, "max_correlation_change": largest}
+
+
+def _clamp(r: float) -> float:
+    return max(-0.9999, min(0.9999, r))
+
+
+def _correlation_matrix(vectors: Sequence[Sequence[float]]) -> list[list[float]]:
+    covariance = _covariance(vectors)
+    scale = [math.sqrt(covariance[i][i]) for i in range(len(covariance))]
+    return [[covariance[i][j] / (scale[i] * scale[j]) if scale[i] > 0 and scale[j] > 0 else 0.0
+             for j in range(len(covariance))] for i in range(len(covariance))]
+
+
+def pooled_bins(window: Sequence[float], baseline: Sequence[float]) -> tuple[list[float], list[float]]:
+    """The bins as the chi-square test sees them: bins rarer than MIN_BIN_SHARE in the baseline pooled together
+    (rarest first) until each pool holds that share, so that one rare category does not make a feature unjudgeable."""
+    total = sum(baseline)
+    order = sorted(range(len(baseline)), key=lambda i: baseline[i])
+    pools: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        current.append(i)
+        if sum(baseline[j] for j in current) >= MIN_BIN_SHARE * total:
+            pools.append(current)
+            current = []
+    if current:
+        if pools:
+            pools[0].extend(current)  # what is left joins the rarest pool
+        else:
+            pools.append(current)
+    return ([math.fsum(window[i] for i in pool) for pool in pools],
+            [math.fsum(baseline[i] for i in pool) for pool in pools])
+
+
+def values_needed(baseline_counts: Sequence[float]) -> int:
+    """Window values a feature needs before its chi-square test means what it says: MIN_PER_BIN expected in each bin
+    the baseline has values in (the textbook rule; below it the test alarms more often than its level)."""
+    total = sum(baseline_counts)
+    smallest = min((c for c in baseline_counts if c > 0), default=0)
+    return math.ceil(MIN_PER_BIN * total / smallest) if smallest else MIN_PER_BIN * len(baseline_counts)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When the drift check and the feature watch alarm (the MonitoredEndpoint's props)."""
+    psi: float = 0.25
+    significance: float = DEFAULT_SIGNIFICANCE
+    spread_low: float = 0.5
+    spread_high: float = 2.0
+    explained_change: float = 5.0  # points
+
+    @classmethod
+    def from_environment(cls, env: Mapping[str, str]) -> "Thresholds":
+        defaults = cls()
+        return cls(**{name: float(env[key]) if env.get(key) else getattr(defaults, name) for name, key in (
+            ("psi", "PSI_THRESHOLD"), ("significance", "SIGNIFICANCE"), ("spread_low", "SPREAD_RATIO_LOW"),
+            ("spread_high", "SPREAD_RATIO_HIGH"), ("explained_change", "EXPLAINED_VARIANCE_CHANGE"))})
+
+
+def decide(window: "Window", thresholds: Thresholds = Thresholds()) -> dict:
+    """The drift decision and the feature watch's, from one window: ``alarm`` (a feature drifted: significant and
+    PSI >= the threshold), ``judged`` (at least one feature had enough values), and the feature watch's."""
+    scores = window.scores(thresholds.significance)
+    watch = window.feature_watch(thresholds.significance)
+    judged = sorted(name for name, score in scores.items() if score["judged"])
+    significant = [name for name in judged if scores[name]["significant"]]
+    drifted = sorted(name for name in significant if scores[name]["psi"] >= thresholds.psi)
+    not_judged = {name: score["reason"] for name, score in scores.items() if not score["judged"]}
+    unseen = [name for name in window.baseline["features"] if name not in scores]
+    not_judged.update({name: "no values in this window" for name in unseen})
+    spread_out = sorted(name for name, ratio in watch["spread_ratio"].items()
+                        if watch["spread_significant"][name] and not thresholds.spread_low <= ratio <= thresholds.spread_high)
+    drop = watch["explained_variance_drop"]
+    shift = abs(drop) if drop is not None and watch["explained_significant"] and \
+        abs(drop) >= thresholds.explained_change else 0.0
+    if not judged:
+        reason = (f"not judged: {window.records} records; every feature needs {MIN_PER_BIN} expected values in its smallest "
+                  f"bin ({min((values_needed(pooled_bins(s['counts'], s['counts'])[1]) for s in window.baseline['features'].values()), default=0)}"
+                  " or more)")
+    elif drifted:
+        reason = "drift: " + ", ".join(f"{name} (PSI {scores[name]['psi']:.3f}, p {scores[name]['p_value']:.2g})"
+                                       for name in drifted)
+    else:
+        reason = f"no drift in {len(judged)} judged feature(s)" + (
+            f"; {len(not_judged)} not judged" if not_judged else "")
+    return {"alarm": bool(drifted), "judged": bool(judged), "reason": reason, "drifted": drifted,
+            "significant_psi": max((scores[name]["psi"] for name in significant), default=0.0),
+            "features_judged": len(judged), "features_not_judged": not_judged, "scores": scores,
+            "feature_watch": watch, "spread_out_of_band": spread_out, "explained_variance_shift": shift,
+            "relations_changed": shift > 0 or bool(watch["correlation_changes"]),
+            "feature_watch_alarm": bool(spread_out) or shift > 0 or bool(watch["correlation_changes"]),
+            "thresholds": asdict(thresholds)}
 
 
 def decode_input(data: str, encoding: str, content_type: str, feature_order: Sequence[str]) -> list[dict]:

@@ -1,4 +1,4 @@
-"""Production quality: captured predictions joined with ground-truth labels, and the decision against a baseline
+"""Production quality: captured predictions joined with ground-truth labels, and the decision against a reference
 (standard library only: the scheduled function and ``./platform quality check`` run this same code).
 
 - Predictions: SageMaker data capture records (``capture.py``). A record's join key is its ``inferenceId`` (what the
@@ -14,39 +14,45 @@
   label is then a list (or CSV line) of as many labels.
 - Metrics: binary and multiclass: accuracy, the share of labelled predictions equal to their label (numbers compare
   as numbers; for binary, a numeric prediction is first thresholded at ``probability_threshold``); regression: MAE.
-- Decision: ``too_few_labels`` under ``min_labelled`` labelled predictions. Otherwise the shortfall (accuracy:
-  baseline - value, in percentage points; MAE: (value - baseline) / baseline, in percent) alarms only when it is at
-  least ``max_drop`` and unlikely to be noise: its one-sided p-value, the chance that a model exactly as good as the
-  baseline scores this badly or worse on this many labels, is at most ``significance`` (default 0.001). Accuracy: the
-  exact binomial test of the correct predictions against the baseline; MAE: the normal test of the mean absolute
-  error against the baseline with the window's own spread of absolute errors. A shortfall of ``max_drop`` or more
-  that is not significant is ``not_significant``; anything else is ``ok``. Without the test, a model exactly as good as
-  a 0.92 baseline scores 0.905 or less in about a quarter of 200-label windows: an hourly alarm would fire on a healthy
-  model several times a day. With it, a healthy model alarms in at most ``significance`` of its windows.
-- Baseline: the live model's held-out score. An endpoint with a declared model version gets it from its promotion
-  (``PROMOTED_BASELINE``, the promoted run's ``holdout_accuracy`` or ``holdout_mae``: ``holdout_metric``); before any
-  promotion, and for an endpoint without one, it is the configured value (``BASELINE``).
+
+The decision (``Monitor``): labelled predictions are pooled into batches, each judged once against the reference
+with a two-sample test that counts the reference's own noise (a baseline measured on few examples is itself
+uncertain). The error it guards against is a false alarm on a healthy model: the batch size and each batch's
+critical value are planned (``plan``) from the observed label rate so that a healthy model alarms about
+``false_alarms_per_90_days`` times in 90 days (0.25 by default; simulated in ``./platform bench decisions``), and a
+drop of ``max_drop`` is detected by one batch with ``power`` (0.9), where the reference allows it. Where it does not
+(too few labels, or a reference of too few examples), the plan says the drop it can detect and the delay, and a batch
+that closes after ``max_batch_hours`` with fewer than ``min_labelled`` labels is "not judged", published as such.
+
+The reference: the promoted run's held-out score and the number of held-out examples behind it (or the configured
+baseline and ``baseline_examples``), until ``reference_labels`` labelled predictions of the current model version have
+arrived; from then on, those production labels (a reference of 10,000 has 0.27 points of noise at 92%, under a fifth
+of a 1.5-point drop; a 5,000-example held-out set has 0.38 points, a quarter of it).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-import statistics
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 try:
-    from . import capture
-except ImportError:  # in Lambda the module sits at the top of the package
+    from . import capture, stats
+except ImportError:  # in Lambda the modules sit at the top of the package
     import capture  # type: ignore[no-redef]
+    import stats  # type: ignore[no-redef]
 
 PROBLEM_TYPES = ("binary", "multiclass", "regression")
-DECISIONS = ("ok", "alarm", "not_significant", "too_few_labels")
-# A one-sided test per window, every hour: 0.001 (about 3.1 standard errors, a p-chart's 3-sigma limit) keeps a
-# healthy model's false alarms to at most 24 x 0.001 = 0.024 a day with hourly windows.
-DEFAULT_SIGNIFICANCE = 0.001
+DECISIONS = ("ok", "alarm", "filling", "not_judged")
+HOURS_90_DAYS = 90 * 24
+DEFAULT_FALSE_ALARMS = 0.25  # a healthy model's expected alarms in 90 days
+DEFAULT_POWER = 0.9
+DEFAULT_MAX_BATCH_HOURS = 168
+DEFAULT_REFERENCE_LABELS = 10_000
 BASELINE_SOURCES = ("config", "promotion")
 
 
@@ -56,17 +62,30 @@ def holdout_metric(problem_type: str) -> str:
     return "holdout_mae" if problem_type == "regression" else "holdout_accuracy"
 
 
+def parse_baseline(text: str) -> tuple[Optional[float], Optional[int]]:
+    """A quality baseline parameter's value: "" (none), "0.92" or "0.92:5000" (the score and its held-out examples)."""
+    text = (text or "").strip()
+    if not text:
+        return None, None
+    value, _, examples = text.partition(":")
+    return float(value), (int(examples) if examples else None)
+
+
 @dataclass(frozen=True)
 class Settings:
     """An endpoint's quality settings (the same on AWS and on a laptop)."""
     problem_type: str
     baseline: float
+    baseline_examples: Optional[int] = None  # the held-out examples behind the baseline; None: taken as exact
     prediction_path: str = ""
     probability_threshold: Optional[float] = None  # binary only: 0.5 when None
     min_labelled: int = 200
     max_drop: float = 1.5
     baseline_source: str = "config"  # or "promotion": the promoted run's held-out score
-    significance: float = DEFAULT_SIGNIFICANCE  # the largest p-value of a shortfall that alarms
+    false_alarms_per_90_days: float = DEFAULT_FALSE_ALARMS
+    power: float = DEFAULT_POWER
+    max_batch_hours: int = DEFAULT_MAX_BATCH_HOURS
+    reference_labels: int = DEFAULT_REFERENCE_LABELS  # 0: judge against the baseline only
 
     def __post_init__(self) -> None:
         if self.problem_type not in PROBLEM_TYPES:
@@ -79,10 +98,18 @@ class Settings:
             raise ValueError(f"baseline={self.baseline}: the live model's MAE, above 0")
         if self.problem_type != "regression" and not 0 < self.baseline <= 1:
             raise ValueError(f"baseline={self.baseline}: the live model's accuracy, a share in (0, 1] such as 0.92")
+        if self.baseline_examples is not None and self.baseline_examples < 1:
+            raise ValueError(f"baseline_examples={self.baseline_examples}: the held-out examples behind the baseline")
         if self.min_labelled < 1 or not self.max_drop > 0:
             raise ValueError("min_labelled must be at least 1 and max_drop above 0")
-        if not 0 < self.significance <= 0.5:
-            raise ValueError(f"significance={self.significance}: a one-sided test level in (0, 0.5] such as 0.001")
+        if not 0 < self.false_alarms_per_90_days <= 10:
+            raise ValueError(f"false_alarms_per_90_days={self.false_alarms_per_90_days}: above 0 and at most 10")
+        if not 0.5 <= self.power < 1:
+            raise ValueError(f"power={self.power}: from 0.5 to under 1, e.g. 0.9")
+        if not 1 <= self.max_batch_hours <= 24 * 31:
+            raise ValueError(f"max_batch_hours={self.max_batch_hours}: 1 to 744 hours")
+        if self.reference_labels < 0:
+            raise ValueError(f"reference_labels={self.reference_labels}: 0 (none) or more labelled predictions")
 
     @property
     def metric(self) -> str:
@@ -92,13 +119,21 @@ class Settings:
     def from_environment(cls, env: dict) -> "Settings":
         """The function's settings; the promoted baseline when a promotion has set one (an empty
         ``PROMOTED_BASELINE`` is the stack parameter's default), else the configured ``BASELINE``."""
-        threshold, promoted = env.get("PROBABILITY_THRESHOLD"), env.get("PROMOTED_BASELINE", "").strip()
-        return cls(problem_type=env["PROBLEM_TYPE"], baseline=float(promoted or env["BASELINE"]),
-                   baseline_source="promotion" if promoted else "config",
+        threshold = env.get("PROBABILITY_THRESHOLD")
+        promoted, promoted_examples = parse_baseline(env.get("PROMOTED_BASELINE", ""))
+        configured_examples = env.get("BASELINE_EXAMPLES")
+        return cls(problem_type=env["PROBLEM_TYPE"],
+                   baseline=promoted if promoted is not None else float(env["BASELINE"]),
+                   baseline_examples=(promoted_examples if promoted is not None else
+                                      int(configured_examples) if configured_examples else None),
+                   baseline_source="promotion" if promoted is not None else "config",
                    prediction_path=env.get("PREDICTION_PATH", ""),
                    probability_threshold=float(threshold) if threshold else None,
                    min_labelled=int(env["MIN_LABELLED"]), max_drop=float(env["MAX_DROP"]),
-                   significance=float(env.get("SIGNIFICANCE") or DEFAULT_SIGNIFICANCE))
+                   false_alarms_per_90_days=float(env.get("FALSE_ALARMS_PER_90_DAYS") or DEFAULT_FALSE_ALARMS),
+                   power=float(env.get("POWER") or DEFAULT_POWER),
+                   max_batch_hours=int(env.get("MAX_BATCH_HOURS") or DEFAULT_MAX_BATCH_HOURS),
+                   reference_labels=int(env.get("REFERENCE_LABELS") or DEFAULT_REFERENCE_LABELS))
 
 
 # --- decoding ---------------------------------------------------------------------------------------------------
@@ -159,6 +194,7 @@ class Join:
     malformed_labels: int = 0
     duplicate_predictions: int = 0  # a key seen again: the later record wins
     duplicate_labels: int = 0  # a label sent again (a correction): the later one wins
+    scores: list = field(default_factory=list)  # of the labelled predictions, after result()
 
     def add_capture_line(self, line: str) -> None:
         try:
@@ -194,25 +230,22 @@ class Join:
             if predicted is None:
                 continue
             matched += 1
-            if len(predicted) != len(labels):
-                unusable += 1  # a request of n rows needs n labels
-                continue
-            for prediction, label in zip(predicted, labels):
-                score = _score(settings, prediction, label)
-                if score is None:
-                    unusable += 1
-                else:
-                    errors.append(score)
-        judged = judge(settings, errors)
-        return {"metric": settings.metric, **judged, "matched": matched,
+            scores = scores_of(settings, predicted, labels)
+            if scores is None:
+                unusable += 1
+            else:
+                errors.extend(scores)
+        self.scores = errors
+        return {"metric": settings.metric, "value": Counts.of(errors).value(settings.problem_type),
+                "labelled": len(errors), "matched": matched,
                 "unmatched_labels": len(self.labels) - matched,
                 "unmatched_predictions": sum(1 for key in self.predictions if key not in self.labels),
                 "unusable_pairs": unusable, "malformed_records": self.malformed_records,
                 "malformed_labels": self.malformed_labels, "duplicate_predictions": self.duplicate_predictions,
                 "duplicate_labels": self.duplicate_labels, "baseline": settings.baseline,
-                "baseline_source": settings.baseline_source,
+                "baseline_source": settings.baseline_source, "baseline_examples": settings.baseline_examples,
                 "max_drop": settings.max_drop, "min_labelled": settings.min_labelled,
-                "significance": settings.significance}
+                "false_alarms_per_90_days": settings.false_alarms_per_90_days}
 
 
 def _number(value: Any) -> Optional[float]:
@@ -221,6 +254,15 @@ def _number(value: Any) -> Optional[float]:
     except (TypeError, ValueError):
         return None
     return number if math.isfinite(number) else None
+
+
+def scores_of(settings: Settings, predicted: list, labels: list) -> Optional[list[float]]:
+    """The scores of one labelled request (one per row), or None when its labels cannot be compared with its
+    predictions (a request of n rows needs n labels; a number against a class name)."""
+    if len(predicted) != len(labels):
+        return None
+    scores = [_score(settings, prediction, label) for prediction, label in zip(predicted, labels)]
+    return None if any(score is None for score in scores) else scores
 
 
 def _score(settings: Settings, prediction: Any, label: Any) -> Optional[float]:
@@ -238,81 +280,276 @@ def _score(settings: Settings, prediction: Any, label: Any) -> Optional[float]:
     return float(str(prediction).strip() != str(label).strip())
 
 
-def judge(settings: Settings, errors: list[float]) -> dict:
-    """``value``, ``labelled``, ``shortfall``, ``p_value`` and ``decision`` of a window's scores (``_score``: absolute
-    errors, or 1 per wrong prediction and 0 per right one)."""
-    labelled = len(errors)
-    value = (math.fsum(errors) / labelled) if labelled else None
-    if settings.problem_type != "regression" and value is not None:
-        value = 1 - value  # errors holds 1 per wrong prediction: accuracy is the rest
-    p = p_value(settings, errors) if labelled >= settings.min_labelled else None
-    decision, shortfall = decide(settings, value, labelled, p)
-    return {"value": value, "labelled": labelled, "shortfall": shortfall, "p_value": p, "decision": decision}
+# --- the decision ------------------------------------------------------------------------------------------------
 
+@dataclass
+class Counts:
+    """Labelled outcomes, summed: ``n`` labels, ``total`` of their scores (wrong predictions, or absolute errors),
+    ``squares`` of the scores (regression's spread)."""
+    n: int = 0
+    total: float = 0.0
+    squares: float = 0.0
 
-def p_value(settings: Settings, errors: list[float]) -> Optional[float]:
-    """The one-sided p-value of the window's shortfall: the chance that a model exactly as good as the baseline
-    scores this badly or worse on this many labelled predictions (None without a sample to test)."""
-    n = len(errors)
-    if settings.problem_type != "regression":
-        if n == 0:
+    def add(self, score: float) -> None:
+        self.n += 1
+        self.total += score
+        self.squares += score * score
+
+    def merge(self, other: "Counts") -> None:
+        self.n += other.n
+        self.total += other.total
+        self.squares += other.squares
+
+    def value(self, problem_type: str) -> Optional[float]:
+        """Accuracy (a share) or MAE."""
+        if not self.n:
             return None
-        correct = n - round(math.fsum(errors))
-        return binomial_cdf(correct, n, settings.baseline)
-    if n < 2:
-        return None
-    mean, spread = math.fsum(errors) / n, statistics.stdev(errors)
-    if spread == 0:
-        return 0.0 if mean > settings.baseline else 1.0
-    return 1 - statistics.NormalDist().cdf((mean - settings.baseline) / (spread / math.sqrt(n)))
+        mean = self.total / self.n
+        return mean if problem_type == "regression" else 1 - mean
+
+    def variance(self) -> float:
+        """The scores' sample variance."""
+        if self.n < 2:
+            return 0.0
+        return max(0.0, (self.squares - self.total * self.total / self.n) / (self.n - 1))
+
+    @classmethod
+    def of(cls, scores: Iterable[float]) -> "Counts":
+        counts = cls()
+        for score in scores:
+            counts.add(score)
+        return counts
 
 
-def binomial_cdf(k: int, n: int, p: float) -> float:
-    """P(X <= k) for X ~ Binomial(n, p), exact: each tail summed from its start outwards, where its terms shrink."""
-    if k >= n or p <= 0:
-        return 1.0
-    if k < 0 or p >= 1:
-        return 0.0
-    if k < n * p:
-        return _binomial_tail(k, n, p, step=-1)
-    return max(0.0, 1.0 - _binomial_tail(k + 1, n, p, step=1))
+@dataclass(frozen=True)
+class Reference:
+    """What production quality is judged against: ``value`` (accuracy share or MAE) from ``examples`` examples
+    (None: exact, a fixed requirement), ``spread`` the SD of absolute errors (regression), and where it came from."""
+    value: float
+    examples: Optional[int]
+    source: str  # "config", "promotion" (held-out) or "production" (the first labels after a promotion)
+    spread: Optional[float] = None
+
+    @classmethod
+    def of(cls, settings: Settings) -> "Reference":
+        return cls(settings.baseline, settings.baseline_examples, settings.baseline_source)
 
 
-def _binomial_tail(start: int, n: int, p: float, step: int) -> float:
-    """P(X <= start) (step -1) or P(X >= start) (step 1), for a start on the far side of the mean."""
-    log_first = (math.lgamma(n + 1) - math.lgamma(start + 1) - math.lgamma(n - start + 1)
-                 + start * math.log(p) + (n - start) * math.log1p(-p))
-    total = term = 1.0
-    i = start
-    while (i > 0) if step < 0 else (i < n):
-        term *= (i / (n - i + 1) * (1 - p) / p) if step < 0 else ((n - i) / (i + 1) * p / (1 - p))
-        i += step
-        total += term
-        if term < 1e-17 * total:
-            break
-    return min(1.0, math.exp(log_first) * total)
+def _label_variance(problem_type: str, reference: Reference, fallback: float) -> float:
+    if problem_type == "regression":
+        return (reference.spread if reference.spread is not None else fallback) ** 2
+    return reference.value * (1 - reference.value)
 
 
-def decide(settings: Settings, value: Optional[float], labelled: int,
-           p: Optional[float]) -> tuple[str, Optional[float]]:
-    """``(decision, shortfall)``: judged only from ``min_labelled`` labelled predictions on; a shortfall of
-    ``max_drop`` or more alarms only with a p-value (``p_value``) of at most ``significance``."""
-    if value is None or labelled < settings.min_labelled:
-        return "too_few_labels", None
+def _drop(settings: Settings, reference: Reference) -> float:
+    """``max_drop`` in the metric's units: accuracy points as a share, or percent of the reference MAE."""
+    return settings.max_drop / 100 * (reference.value if settings.problem_type == "regression" else 1.0)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The batch one decision needs: ``labels`` in about ``hours`` at the observed rate, judged at ``critical_z``;
+    ``power`` to detect a drop of max_drop, and the drop it detects with the settings' power (``detectable_drop``, in
+    points or percent); ``false_alarms_per_90_days`` is the design rate."""
+    labels: int
+    hours: int
+    critical_z: float
+    power: float
+    detectable_drop: Optional[float]
+    false_alarms_per_90_days: float
+    labels_per_hour: float
+
+
+INTERIM_SHARE = 0.1  # of the false-alarm budget, spent on looks at the batch still filling (big drops, early)
+
+
+def batch_level(settings: Settings, hours: float) -> float:
+    """The one-sided level of a full batch of ``hours``: about HOURS_90_DAYS / hours batches in 90 days share
+    (1 - INTERIM_SHARE) of the false-alarm budget."""
+    return min(0.5, (1 - INTERIM_SHARE) * settings.false_alarms_per_90_days * max(1.0, hours) / HOURS_90_DAYS)
+
+
+def interim_level(settings: Settings, run_hours: float) -> float:
+    """The level of each run's look at the batch still filling: INTERIM_SHARE of the budget over every run."""
+    return INTERIM_SHARE * settings.false_alarms_per_90_days * max(1.0, run_hours) / HOURS_90_DAYS
+
+
+@functools.lru_cache(maxsize=4096)
+def critical_z(settings: Settings, hours: float) -> float:
+    """The normal critical value of a full batch of ``hours`` (the plan's; the decision itself is exact)."""
+    return stats.z_quantile(1 - batch_level(settings, hours))
+
+
+@functools.lru_cache(maxsize=1024)  # a pure function of hashable values, asked every run with the same ones
+def plan(settings: Settings, reference: Reference, labels_per_hour: float, spread: float = 1.0) -> Plan:
+    """The shortest batch (in whole hours, up to ``max_batch_hours``) that detects a drop of ``max_drop`` with
+    ``power`` at the false-alarm budget; where none does, the one that comes closest."""
+    variance = _label_variance(settings.problem_type, reference, spread)
+    reference_variance = 0.0 if reference.examples is None else variance / reference.examples
+    drop = _drop(settings, reference)
+    z_power = stats.z_quantile(settings.power)
+    unit = 100 / (reference.value if settings.problem_type == "regression" else 1.0)
+    if labels_per_hour <= 0:  # no labels yet: nothing is detected before the longest batch closes
+        return Plan(settings.min_labelled, settings.max_batch_hours, critical_z(settings, settings.max_batch_hours),
+                    0.0, None, settings.false_alarms_per_90_days, 0.0)
+    best = None
+    for hours in range(1, settings.max_batch_hours + 1):
+        labels = max(settings.min_labelled, math.ceil(hours * labels_per_hour))
+        z = critical_z(settings, hours)
+        error = math.sqrt(variance / labels + reference_variance)
+        power = stats._NORMAL.cdf(drop / error - z) if error > 0 else 1.0
+        candidate = Plan(labels, hours, z, power, (z + z_power) * error * unit,
+                         settings.false_alarms_per_90_days, labels_per_hour)
+        if power >= settings.power:
+            return candidate
+        if best is None or power > best.power:
+            best = candidate
+    return best
+
+
+def judge_batch(settings: Settings, reference: Reference, batch: Counts, hours: float,
+                level: Optional[float] = None) -> dict:
+    """One batch against the reference: a one-sided test of "worse than the reference" at the batch's level
+    (``batch_level``, or ``level``), the reference's own sample counted. Accuracy: exact (the binomial tail against a
+    reference taken as exact, Fisher's exact test against a measured one: a normal approximation alarms far more than
+    its level at accuracies near 1); MAE: a z-test of the mean absolute errors with each sample's spread."""
+    level = batch_level(settings, hours) if level is None else level
+    value = batch.value(settings.problem_type)
     if settings.problem_type == "regression":
-        shortfall = (value - settings.baseline) / settings.baseline * 100
+        spread = reference.spread if reference.spread is not None else math.sqrt(batch.variance())
+        reference_variance = 0.0 if reference.examples is None else spread ** 2 / reference.examples
+        error = math.sqrt(batch.variance() / batch.n + reference_variance)
+        shortfall = (value - reference.value) / reference.value * 100
+        z = (value - reference.value) / error if error > 0 else (math.inf if value > reference.value else 0.0)
+        p_value = stats.normal_sf(z)
     else:
-        shortfall = (settings.baseline - value) * 100
-    shortfall = round(shortfall, 9)  # 0.92 - 0.905 is 1.5000000000000013 points: judge the points, not the float noise
-    if shortfall < settings.max_drop:
-        return "ok", shortfall
-    return ("alarm" if p is not None and p <= settings.significance else "not_significant"), shortfall
+        correct = round(batch.n - batch.total)
+        if reference.examples is None:
+            pooled, reference_share = reference.value, 0.0
+            p_value = stats.binomial_cdf(correct, batch.n, reference.value)
+        else:
+            reference_correct = round(reference.value * reference.examples)
+            pooled = (correct + reference_correct) / (batch.n + reference.examples)
+            reference_share = 1 / reference.examples
+            p_value = stats.fisher_lower(correct, batch.n, reference_correct, reference.examples)
+        error = math.sqrt(max(pooled * (1 - pooled), 1e-12) * (1 / batch.n + reference_share))
+        shortfall = (reference.value - value) * 100
+        z = (reference.value - value) / error
+    decision = "alarm" if p_value <= level else "ok"
+    return {"decision": decision, "value": value, "labelled": batch.n, "shortfall": round(shortfall, 9), "z": z,
+            "p_value": p_value, "level": level, "critical_z": stats.z_quantile(1 - level), "batch_hours": hours,
+            "reference": reference.value, "reference_examples": reference.examples,
+            "reference_source": reference.source}
+
+
+def settings_key(settings: Settings) -> str:
+    """What the Monitor's state depends on besides the model version: a change restarts it."""
+    return json.dumps([settings.problem_type, settings.baseline, settings.baseline_examples, settings.reference_labels,
+                       settings.max_drop, settings.prediction_path, settings.probability_threshold])
+
+
+class Monitor:
+    """The decision over time: labelled outcomes in, a judged batch out whenever one is full, and an interim look at
+    the batch still filling every run (a collapse is caught within the hour, not when the batch closes). State (a
+    dict, JSON) carries the current batch, the production reference being built, and the last judgement; it restarts
+    when the model version or the settings change."""
+
+    def __init__(self, settings: Settings, state: Optional[dict] = None, *, model_version: str = "static",
+                 run_hours: float = 1.0) -> None:
+        self.settings = settings
+        self.run_hours = run_hours  # what one run covers: a batch's first run counts its hour
+        state = dict(state or {})
+        key = settings_key(settings)
+        if state.get("model_version") != model_version or state.get("settings") != key:
+            state = {"model_version": model_version, "settings": key, "batch": None, "production": asdict(Counts()),
+                     "reference": None, "reference_rejected": None, "last": None, "previous_rate": None}
+        self.state = state
+
+    def reference(self) -> Reference:
+        if self.state.get("reference"):
+            return Reference(**self.state["reference"])
+        return Reference.of(self.settings)
+
+    def add(self, counts: Counts, now: datetime) -> None:
+        """This run's newly labelled outcomes (of the current model version)."""
+        if self.state["batch"] is None:
+            self.state["batch"] = {"counts": asdict(Counts()), "started": now.isoformat()}
+        batch = Counts(**self.state["batch"]["counts"])
+        batch.merge(counts)
+        self.state["batch"]["counts"] = asdict(batch)
+        if self.state["reference"] is None and self.settings.reference_labels and not self.state["reference_rejected"]:
+            production = Counts(**self.state["production"])
+            production.merge(counts)
+            self.state["production"] = asdict(production)
+            if production.n >= self.settings.reference_labels:
+                self._adopt(production, now)
+
+    def _adopt(self, production: Counts, now: datetime) -> None:
+        """The first production labels become the reference, unless they are themselves significantly worse than the
+        held-out one (a model that dropped while they were collected would otherwise become its own standard)."""
+        settings = self.settings
+        value = production.value(settings.problem_type)
+        if settings.problem_type == "regression" and not value > 0:
+            self.state["reference_rejected"] = "an MAE of 0 leaves no percent to measure a rise in"
+            return
+        check = judge_batch(settings, Reference.of(settings), production, hours=HOURS_90_DAYS / 4,
+                            level=batch_level(settings, settings.max_batch_hours))
+        if check["decision"] == "alarm":
+            self.state["reference_rejected"] = (f"the first {production.n} production labels score {value:.4g}, "
+                                                f"significantly worse than the held-out {settings.baseline:g} "
+                                                f"(p {check['p_value']:.2g}): kept the held-out reference")
+            return
+        self.state["reference"] = asdict(Reference(
+            value, production.n, "production",
+            math.sqrt(production.variance()) if settings.problem_type == "regression" else None))
+
+    def step(self, now: datetime) -> dict:
+        """Judges the batch when it is full (or has run ``max_batch_hours``), else looks at it at the interim level;
+        returns what to publish: this run's status, the plan, and the latest judgement."""
+        settings, reference = self.settings, self.reference()
+        batch_state = self.state["batch"]
+        batch = Counts(**batch_state["counts"]) if batch_state else Counts()
+        started = datetime.fromisoformat(batch_state["started"]) if batch_state else now
+        age = (now - started).total_seconds() / 3600 + self.run_hours
+        rate = self.state.get("previous_rate") or (batch.n / age)
+        spread = math.sqrt(batch.variance()) if settings.problem_type == "regression" and batch.n > 1 else 1.0
+        the_plan = plan(settings, reference, rate, spread)
+        status = "filling"
+        full = bool(batch_state) and (batch.n >= the_plan.labels or age >= settings.max_batch_hours)
+        if full and batch.n < settings.min_labelled:
+            status = "not_judged"
+            self.state["last"] = {"decision": "not_judged", "at": now.isoformat(), "labelled": batch.n,
+                                  "batch_hours": age, "reason": f"{batch.n} labelled predictions in {age:.0f} h, "
+                                                                f"needs {settings.min_labelled}"}
+        elif batch_state and batch.n >= settings.min_labelled:
+            result = judge_batch(settings, reference, batch, age,
+                                 level=None if full else interim_level(settings, self.run_hours))
+            if full or result["decision"] == "alarm":  # an interim look closes the batch only when it alarms
+                result.update(at=now.isoformat(), power=the_plan.power, detectable_drop=the_plan.detectable_drop,
+                              interim=not full)
+                status = result["decision"]
+                self.state["last"] = result
+                full = True
+        if full:
+            self.state["previous_rate"] = batch.n / age
+            self.state["batch"] = None
+        last = self.state.get("last")
+        recent = bool(last and last["decision"] in ("ok", "alarm") and
+                      now - datetime.fromisoformat(last["at"]) <= timedelta(hours=settings.max_batch_hours + 2))
+        building = None
+        if not self.state["reference"] and settings.reference_labels:
+            building = {"labels": self.state["production"]["n"], "needs": settings.reference_labels,
+                        "rejected": self.state.get("reference_rejected")}
+        return {"status": status, "judged": recent, "batch_labels": batch.n if self.state["batch"] else 0,
+                "batch_target": the_plan.labels, "plan": asdict(the_plan), "last": last,
+                "reference": asdict(reference), "reference_building": building,
+                # a drop lands mid-batch: about two batch lengths until the batch that holds it is judged
+                "detection_delay_hours": 2 * the_plan.hours}
 
 
 # --- on a laptop ------------------------------------------------------------------------------------------------
 
-def check_files(settings: Settings, capture_paths: Iterable[Path], label_paths: Iterable[Path]) -> dict:
-    """The join of local capture files (JSON Lines, as SageMaker writes them) and label files."""
+def join_files(settings: Settings, capture_paths: Iterable[Path], label_paths: Iterable[Path]) -> "Join":
     join = Join(settings)
     for path in capture_paths:
         for line in path.read_text().splitlines():
@@ -322,7 +559,27 @@ def check_files(settings: Settings, capture_paths: Iterable[Path], label_paths: 
         for line in path.read_text().splitlines():
             if line.strip():
                 join.add_label_line(line)
-    return join.result()
+    return join
+
+
+def check_files(settings: Settings, capture_paths: Iterable[Path], label_paths: Iterable[Path], *,
+                labels_per_hour: Optional[float] = None) -> dict:
+    """The join of local capture files (JSON Lines, as SageMaker writes them) and label files, judged as the
+    scheduled check judges one batch: against the baseline and its examples, at the critical value of a batch that
+    took as long as these labels (``labels_per_hour``; default: all of them in one day)."""
+    join = join_files(settings, capture_paths, label_paths)
+    result = join.result()
+    batch = Counts.of(join.scores)
+    reference = Reference.of(settings)
+    rate = labels_per_hour if labels_per_hour else batch.n / 24
+    the_plan = plan(settings, reference, rate, math.sqrt(batch.variance()) if batch.n > 1 else 1.0)
+    hours = batch.n / rate if rate > 0 else settings.max_batch_hours
+    if batch.n < settings.min_labelled:
+        judged = {"decision": "not_judged", "value": batch.value(settings.problem_type), "shortfall": None, "z": None,
+                  "p_value": None, "reason": f"{batch.n} labelled predictions, needs {settings.min_labelled}"}
+    else:
+        judged = judge_batch(settings, reference, batch, max(1.0, hours))
+    return {**result, **judged, "labelled": batch.n, "plan": asdict(the_plan)}
 
 
 def validate_labels(text: str) -> tuple[int, list[str]]:

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from aws_cdk import Acknowledgment, CfnParameter, Duration, RemovalPolicy, Validations
+from aws_cdk import Acknowledgment, Annotations, CfnParameter, Duration, RemovalPolicy, Validations
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_events as events
@@ -28,13 +28,14 @@ from ..data.dataset_bucket import DatasetBucket
 from ..errors import ValidationError
 from ..foundation.nag_support import AcknowledgeWildcardResources, suppress_checkov
 from ..runtime.promotion import BASELINE, quality_baseline_parameter
-from ..runtime.quality import DEFAULT_SIGNIFICANCE, PROBLEM_TYPES, holdout_metric
+from ..runtime.quality import (DEFAULT_FALSE_ALARMS, DEFAULT_MAX_BATCH_HOURS, DEFAULT_POWER, DEFAULT_REFERENCE_LABELS,
+                               PROBLEM_TYPES, holdout_metric)
 from ..foundation.runtime_function import runtime_function
 
 QUALITY_NAMESPACE = "MLPlatform/Quality"
 GROUND_TRUTH_PREFIX = "ground-truth/"
 # The quality check's code: the handler and what it imports (in Lambda, each sits at the top of the package).
-FUNCTION_FILES = ("capture.py", "quality.py", "quality_handler.py")
+FUNCTION_FILES = ("capture.py", "quality.py", "quality_handler.py", "stats.py")
 # A dotted path of keys, list indexes and '*', or a CSV column index (Model Monitor's InferenceAttribute).
 _PREDICTION_PATH = re.compile(r"^$|^\d+$|^[A-Za-z0-9_*-]+(\.[A-Za-z0-9_*-]+)*$")
 
@@ -50,29 +51,50 @@ class ModelQuality:
     :param prediction_path: where the prediction sits in a response: a column index for CSV responses, a dotted path
         of keys, list indexes and ``*`` for JSON ones (``predictions.*.score``). Default: the whole response.
     :param probability_threshold: binary only: a numeric prediction at or above it is class 1. Default: 0.5.
-    :param min_labelled: the quality is judged only from this many labelled predictions in a window. Default: 200.
-    :param max_drop: alarm when accuracy is this many percentage points under the baseline (MAE: this many percent
-        over it) and the shortfall is significant (``significance``). Default: 1.5.
-    :param significance: the level of the one-sided test a shortfall must pass to alarm: its p-value, the chance that
-        a model exactly as good as the baseline scores this badly or worse on this many labels, is at most this
-        (accuracy: exact binomial test; MAE: normal test with the window's spread of absolute errors). A healthy model
-        alarms in at most this share of its windows. Default: 0.001 (with hourly windows, at most one false alarm in
-        about six weeks; an observed 1.5-point shortfall under a 0.92 baseline is significant from about 3,200 labels).
-    :param schedule: how often the check runs; also the length of the judged window. Default: 1 hour.
-    :param label_lateness: how long labels may take: each run judges the predictions of the window that ended this
-        long ago, with every label uploaded since. Default: 24 hours.
-    :param max_records_per_run: the sample bound of one run (captured records, and label records). Default: 10,000.
+    :param baseline_examples: the number of held-out examples ``baseline`` was measured on: the quality test counts the
+        baseline's own noise (0.92 from 1,000 examples is 0.92 +/- 0.86 points). Without it the baseline is taken as
+        exact, and a healthy model alarms more often than stated when it came from a small held-out set (a synth
+        warning says so). A promotion passes its own number. Default: none.
+    :param min_labelled: a batch that closes after ``max_batch_hours`` with fewer labelled predictions is not judged
+        (published as such: ``QualityJudged`` 0, and ``.not_judged_alarm``). Default: 200.
+    :param max_drop: the drop to detect: accuracy this many percentage points under the reference (MAE: this many
+        percent over it). Default: 1.5 (the seed's retraining trigger).
+    :param false_alarms_per_90_days: the error the check guards against: a healthy model's alarms expected in 90
+        days, baseline noise included. Each batch's critical value is set from it and the batch's length (about
+        2,160 / hours batches share it). Default: 0.25 (simulated: 0.2-0.4 over label rates of 100-50,000 an hour
+        and references of 1,000-50,000 examples, ./platform bench decisions).
+    :param power: the chance that one batch detects a drop of ``max_drop``; the batch is the shortest (in whole hours)
+        that reaches it at the observed label rate, up to ``max_batch_hours``. Default: 0.9.
+    :param max_batch_hours: the longest batch. Default: 168 (7 days).
+    :param reference_labels: after a new model version, this many labelled production predictions become the
+        reference the later ones are judged against (they are judged against the baseline meanwhile). 0: the
+        baseline only. Default: 10,000 (0.27 points of noise at 92%, under a fifth of a 1.5-point drop).
+    :param significance: no effect since 0.5.0 (a warning says so): the per-window test it set gave a healthy model
+        0.3-0.45 alarms on day one with a 150-example baseline. Use ``false_alarms_per_90_days``.
+    :param schedule: how often the check runs (it joins every new label file and judges a full batch). Default: 1 hour.
+    :param label_lateness: how long labels may take: a label file is joined with the predictions of this many hours
+        before it was uploaded. Default: 24 hours.
+    :param max_records_per_run: captured records indexed per capture hour (a random sample of its files beyond:
+        counted as CaptureRecordsSkipped). Default: 100,000.
+    :param max_labels_per_run: label records one run joins; files beyond wait for the next run
+        (``LabelObjectsPending``, alarmed after 6 runs). Default: 200,000.
     """
     problem_type: str
     baseline: float
     prediction_path: str = ""
     probability_threshold: Optional[float] = None
+    baseline_examples: Optional[int] = None
     min_labelled: int = 200
     max_drop: float = 1.5
-    significance: float = DEFAULT_SIGNIFICANCE
+    false_alarms_per_90_days: float = DEFAULT_FALSE_ALARMS
+    power: float = DEFAULT_POWER
+    max_batch_hours: int = DEFAULT_MAX_BATCH_HOURS
+    reference_labels: int = DEFAULT_REFERENCE_LABELS
+    significance: Optional[float] = None
     schedule: Duration = Duration.hours(1)
     label_lateness: Duration = Duration.hours(24)
-    max_records_per_run: int = 10_000
+    max_records_per_run: int = 100_000
+    max_labels_per_run: int = 200_000
 
     def validate(self) -> None:
         def fail(prop: str, value, allowed: str, fix: str) -> None:
@@ -96,9 +118,22 @@ class ModelQuality:
             fail("min_labelled", self.min_labelled, "1 to 1,000,000 labelled predictions", "e.g. 200")
         if not 0 < self.max_drop <= 100:
             fail("max_drop", self.max_drop, "above 0 and at most 100 points (or percent for MAE)", "e.g. 1.5")
-        if not (isinstance(self.significance, (int, float)) and 0 < self.significance <= 0.5):
-            fail("significance", self.significance, "a one-sided test level above 0 and at most 0.5",
-                 "e.g. 0.001 (0.01 alarms on smaller samples, and on a healthy model in up to 1% of windows)")
+        if self.baseline_examples is not None and not (isinstance(self.baseline_examples, int)
+                                                      and 1 <= self.baseline_examples <= 100_000_000):
+            fail("baseline_examples", self.baseline_examples, "the held-out examples behind the baseline, 1 or more",
+                 "e.g. 5000 (the run's held-out set size), or leave it out to take the baseline as exact")
+        if not (isinstance(self.false_alarms_per_90_days, (int, float)) and 0 < self.false_alarms_per_90_days <= 10):
+            fail("false_alarms_per_90_days", self.false_alarms_per_90_days, "above 0 and at most 10 expected false "
+                 "alarms of a healthy model in 90 days", "e.g. 0.25")
+        if not (isinstance(self.power, (int, float)) and 0.5 <= self.power < 1):
+            fail("power", self.power, "0.5 to under 1 (the chance one batch detects a drop of max_drop)", "e.g. 0.9")
+        if not (isinstance(self.max_batch_hours, int) and 1 <= self.max_batch_hours <= 744):
+            fail("max_batch_hours", self.max_batch_hours, "1 to 744 whole hours (31 days)", "e.g. 168")
+        if not (isinstance(self.reference_labels, int) and 0 <= self.reference_labels <= 10_000_000):
+            fail("reference_labels", self.reference_labels, "0 (judge against the baseline only) to 10,000,000",
+                 "e.g. 10000")
+        if not 1 <= self.max_labels_per_run <= 10_000_000:
+            fail("max_labels_per_run", self.max_labels_per_run, "1 to 10,000,000 label records", "e.g. 200000")
         hours = self.schedule.to_seconds() / 3600
         if hours != int(hours) or not 1 <= hours <= 24:
             fail("schedule", self.schedule.to_human_string(), "1 to 24 whole hours (capture files are grouped by hour)",
@@ -118,27 +153,42 @@ class EndpointQuality(Construct):
     the captured requests they label, expiring with them): ``grant_label_upload(grantee)`` lets a labelling job
     write them. Each run's result goes to ``results_bucket`` under ``quality/results/<endpoint>/``.
 
-    The baseline is ``settings.baseline``, or, with ``promoted_baseline=True``, the live model's held-out score: a
-    stack parameter (``runtime.promotion.quality_baseline_parameter(endpoint_name)``, ``.baseline_parameter``),
-    empty by default, that a promotion sets to the promoted run's ``holdout_accuracy`` (``holdout_mae`` for
-    regression) in the same stack update as the model version (``./platform model promote``); ``cdk deploy`` keeps
-    its value. While it is empty (before the first promotion) ``settings.baseline`` applies.
+    The baseline is ``settings.baseline`` (with ``settings.baseline_examples``), or, with ``promoted_baseline=True``,
+    the live model's held-out score: a stack parameter (``runtime.promotion.quality_baseline_parameter(endpoint_name)``,
+    ``.baseline_parameter``), empty by default, that a judged promotion sets to the promoted run's score and its number
+    of held-out examples ("0.92:5000") in the same stack update as the model version (``./platform model promote``);
+    ``cdk deploy`` keeps its value. While it is empty (before the first promotion) ``settings.baseline`` applies.
+    ``model_version`` (the endpoint's declared version) restarts the batch and the production reference when it
+    changes. The check's state (capture indexes, label files joined, the batch) is under ``quality/state/<endpoint>/``.
 
-    Attributes: ``.function`` (main child ``Resource``), ``.rule``, ``.alarm`` (quality under the baseline),
-    ``.check_failing_alarm``, ``.labels_prefix``, ``.results_prefix``, ``.baseline_parameter`` (or None).
+    Attributes: ``.function`` (main child ``Resource``), ``.rule``, ``.alarm`` (a batch significantly under the
+    reference), ``.not_judged_alarm``, ``.labels_backlog_alarm``, ``.check_failing_alarm``, ``.labels_prefix``,
+    ``.results_prefix``, ``.state_prefix``, ``.baseline_parameter`` (or None).
     """
 
     def __init__(self, scope: Construct, id: str, *, endpoint_name: str, variant_name: str,
                  capture_bucket: DatasetBucket, capture_prefix: str, results_bucket: DatasetBucket,
                  settings: ModelQuality, alerts: sns.ITopic, logs_key: Optional[kms.IKey] = None,
-                 removal_policy: RemovalPolicy = RemovalPolicy.RETAIN, promoted_baseline: bool = False) -> None:
+                 removal_policy: RemovalPolicy = RemovalPolicy.RETAIN, promoted_baseline: bool = False,
+                 model_version: Optional[str] = None) -> None:
         super().__init__(scope, id)
         settings.validate()
+        if settings.significance is not None:
+            Annotations.of(self).add_warning_v2("ml-platform:quality-significance-ignored", (
+                f"{endpoint_name}: ModelQuality(significance={settings.significance!r}) has no effect since 0.5.0 "
+                "(a per-window test gave a healthy model frequent false alarms): the check plans each batch for "
+                f"false_alarms_per_90_days ({settings.false_alarms_per_90_days:g}). Remove significance."))
+        if settings.baseline_examples is None:
+            Annotations.of(self).add_warning_v2("ml-platform:quality-baseline-exact", (
+                f"{endpoint_name}: ModelQuality has no baseline_examples, so the baseline {settings.baseline:g} is "
+                "taken as exact until a promotion or the production reference replaces it: from a small held-out set "
+                "a healthy model alarms more often than stated. Pass the number of held-out examples."))
         self.settings = settings
         self.endpoint_name = endpoint_name
         self.capture_bucket = capture_bucket
         self.labels_prefix = f"{GROUND_TRUTH_PREFIX}{endpoint_name}/"
         self.results_prefix = f"quality/results/{endpoint_name}/"
+        self.state_prefix = f"quality/state/{endpoint_name}/"
         capture_endpoint_prefix = f"{capture_prefix}{endpoint_name}/"
 
         log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.THREE_MONTHS, encryption_key=logs_key,
@@ -150,23 +200,28 @@ class EndpointQuality(Construct):
             "CAPTURE_BUCKET": capture_bucket.bucket_name, "CAPTURE_PREFIX": capture_endpoint_prefix,
             "VARIANT_NAME": variant_name, "LABELS_PREFIX": self.labels_prefix,
             "RESULTS_BUCKET": results_bucket.bucket_name, "RESULTS_PREFIX": self.results_prefix,
-            "ENDPOINT_NAME": endpoint_name, "METRIC_NAMESPACE": QUALITY_NAMESPACE,
-            "WINDOW_HOURS": str(int(settings.schedule.to_hours())),
+            "STATE_PREFIX": self.state_prefix, "ENDPOINT_NAME": endpoint_name, "METRIC_NAMESPACE": QUALITY_NAMESPACE,
             "LATENESS_HOURS": str(int(settings.label_lateness.to_hours())),
-            "MAX_RECORDS": str(settings.max_records_per_run), "PROBLEM_TYPE": settings.problem_type,
-            "BASELINE": repr(float(settings.baseline)), "PREDICTION_PATH": settings.prediction_path,
-            "MIN_LABELLED": str(settings.min_labelled), "MAX_DROP": repr(float(settings.max_drop)),
-            "SIGNIFICANCE": repr(float(settings.significance)),
+            "MAX_RECORDS": str(settings.max_records_per_run), "MAX_LABELS": str(settings.max_labels_per_run),
+            "PROBLEM_TYPE": settings.problem_type, "BASELINE": repr(float(settings.baseline)),
+            "PREDICTION_PATH": settings.prediction_path, "MIN_LABELLED": str(settings.min_labelled),
+            "MAX_DROP": repr(float(settings.max_drop)),
+            "FALSE_ALARMS_PER_90_DAYS": repr(float(settings.false_alarms_per_90_days)),
+            "POWER": repr(float(settings.power)), "MAX_BATCH_HOURS": str(settings.max_batch_hours),
+            "REFERENCE_LABELS": str(settings.reference_labels), "MODEL_VERSION": model_version or "static",
+            "SCHEDULE_HOURS": str(round(settings.schedule.to_seconds() / 3600)),
         }
+        if settings.baseline_examples is not None:
+            environment["BASELINE_EXAMPLES"] = str(settings.baseline_examples)
         if settings.probability_threshold is not None:
             environment["PROBABILITY_THRESHOLD"] = repr(float(settings.probability_threshold))
         self.baseline_parameter: Optional[CfnParameter] = None
         if promoted_baseline:
             self.baseline_parameter = CfnParameter(
                 self, "PromotedBaseline", type="String", default="", allowed_pattern=BASELINE.pattern,
-                description=f"{endpoint_name}: the promoted model's {holdout_metric(settings.problem_type)}, the "
-                            f"quality check's baseline; empty: {settings.baseline:g} (configured). Set by ./platform "
-                            "model promote")
+                description=f"{endpoint_name}: the promoted model's {holdout_metric(settings.problem_type)} and its "
+                            f"held-out examples (VALUE:N), the quality check's baseline; empty: {settings.baseline:g} "
+                            "(configured). Set by ./platform model promote")
             self.baseline_parameter.override_logical_id(quality_baseline_parameter(endpoint_name))
             environment["PROMOTED_BASELINE"] = self.baseline_parameter.value_as_string
         self.function = runtime_function(
@@ -178,6 +233,8 @@ class EndpointQuality(Construct):
         capture_bucket.grant_read(self.function, capture_endpoint_prefix)
         capture_bucket.grant_read(self.function, self.labels_prefix)
         results_bucket.grant_write_prefix(self.function, self.results_prefix)
+        results_bucket.grant_read(self.function, self.state_prefix)
+        results_bucket.grant_write_prefix(self.function, self.state_prefix)
         self.function.add_to_role_policy(iam.PolicyStatement(
             actions=["cloudwatch:PutMetricData"], resources=["*"],
             conditions={"StringEquals": {"cloudwatch:namespace": QUALITY_NAMESPACE}}))
@@ -189,32 +246,52 @@ class EndpointQuality(Construct):
                         "Action::s3:Abort*", "Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*")])
         policy = self.function.role.node.find_child("DefaultPolicy")
         policy.node.add_validation(AcknowledgeWildcardResources(
-            policy, [f"/{capture_endpoint_prefix}*", f"/{self.labels_prefix}*", f"/{self.results_prefix}*"], reason))
+            policy, [f"/{capture_endpoint_prefix}*", f"/{self.labels_prefix}*", f"/{self.results_prefix}*",
+                     f"/{self.state_prefix}*"], reason))
         self.rule = events.Rule(self, "Schedule", description=f"Runs the quality check of {endpoint_name}",
                                 schedule=events.Schedule.rate(settings.schedule),
                                 targets=[targets.LambdaFunction(self.function, retry_attempts=2)])
 
         notify = cw_actions.SnsAction(alerts)
-        below = (f"{settings.max_drop:g} percentage points under" if settings.problem_type != "regression"
-                 else f"{settings.max_drop:g}% over")
-        baseline = (f"the promoted model's {holdout_metric(settings.problem_type)} (configured {settings.baseline:g} "
-                    "before any promotion)" if promoted_baseline else f"the baseline {settings.baseline:g}")
-        # Judged runs only publish SignificantShortfall (0 for a shortfall that may be noise): a window with too few
-        # labels leaves the alarm where it was.
+        below = (f"under the reference (designed to catch a drop of {settings.max_drop:g} points"
+                 if settings.problem_type != "regression" else
+                 f"over the reference (designed to catch a rise of {settings.max_drop:g}%")
+        baseline = (f"the promoted model's {holdout_metric(settings.problem_type)}, then the first "
+                    f"{settings.reference_labels} production labels" if promoted_baseline else
+                    f"the baseline {settings.baseline:g}" + (f", then the first {settings.reference_labels} production "
+                                                             "labels" if settings.reference_labels else ""))
+        # Every run republishes the latest judged batch's SignificantShortfall (0 when it was fine), so the alarm
+        # changes state once per judged batch.
         self.alarm = self.metric_significant_shortfall().create_alarm(
-            self, "Alarm", threshold=settings.max_drop, evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            self, "Alarm", threshold=0, evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.IGNORE,
-            alarm_description=f"{endpoint_name}: {'MAE' if settings.problem_type == 'regression' else 'accuracy'} "
-                              f"{below} {baseline}, significant at {settings.significance:g} (one-sided), from at "
-                              f"least {settings.min_labelled} labelled predictions (results under "
-                              f"{self.results_prefix})")
+            alarm_description=f"{endpoint_name}: {'MAE' if settings.problem_type == 'regression' else 'accuracy'} of a "
+                              f"judged batch significantly {below} with {settings.power:.0%} power) against "
+                              f"{baseline}; a healthy model alarms about {settings.false_alarms_per_90_days:g} times "
+                              f"in 90 days (results under {self.results_prefix})")
+        self.not_judged_alarm = self._metric("QualityJudged", "Minimum").create_alarm(
+            self, "NotJudgedAlarm", threshold=1, evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description=f"{endpoint_name}: quality not judged: no batch reached its labels within "
+                              f"{settings.max_batch_hours} hours (fewer than {settings.min_labelled} labelled "
+                              "predictions). Upload labels (./platform labels upload), or check that callers pass "
+                              "InferenceId; the results say how many labels came and how many a batch needs")
+        self.labels_backlog_alarm = self._metric("LabelObjectsPending", "Minimum").create_alarm(
+            self, "LabelsBacklogAlarm", threshold=1, evaluation_periods=6,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description=f"{endpoint_name}: label files wait to be joined for 6 runs: more labels arrive than "
+                              f"max_labels_per_run ({settings.max_labels_per_run}) a run, or their capture hours are "
+                              "not indexed yet; raise the limit (files still waiting two days on are dropped, "
+                              "counted as LabelObjectsExpired)")
         self.check_failing_alarm = self.function.metric_errors(period=Duration.hours(1)).create_alarm(
             self, "CheckFailingAlarm", threshold=1, evaluation_periods=1,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             alarm_description=f"{endpoint_name}: the quality check fails (its logs say why)")
-        for alarm in (self.alarm, self.check_failing_alarm):
+        for alarm in (self.alarm, self.not_judged_alarm, self.labels_backlog_alarm, self.check_failing_alarm):
             alarm.add_alarm_action(notify)
 
     def _metric(self, name: str, statistic: str) -> cloudwatch.Metric:
@@ -222,26 +299,31 @@ class EndpointQuality(Construct):
                                  period=self.settings.schedule, dimensions_map={"EndpointName": self.endpoint_name})
 
     def metric_quality(self) -> cloudwatch.Metric:
-        """``Accuracy`` (a share) or ``MAE`` of the labelled predictions of each judged window."""
+        """``Accuracy`` (a share) or ``MAE`` of the latest judged batch (republished every run)."""
         return self._metric("MAE" if self.settings.problem_type == "regression" else "Accuracy", "Average")
 
     def metric_labelled(self) -> cloudwatch.Metric:
-        """``LabelledPredictions``: how many predictions of the window had a usable label."""
+        """``LabelledPredictions``: labels joined with their prediction in each run."""
         return self._metric("LabelledPredictions", "Sum")
 
     def metric_shortfall(self) -> cloudwatch.Metric:
-        """``QualityShortfall``: points of accuracy under the baseline (MAE: percent over it), judged windows only,
-        significant or not."""
+        """``QualityShortfall``: points of accuracy under the reference (MAE: percent over it) of the latest judged
+        batch, significant or not."""
         return self._metric("QualityShortfall", "Maximum")
 
     def metric_significant_shortfall(self) -> cloudwatch.Metric:
-        """``SignificantShortfall``: the shortfall of a window that alarms (at least ``max_drop`` and significant),
-        else 0; judged windows only. What ``.alarm`` watches."""
+        """``SignificantShortfall``: the latest judged batch's shortfall when it alarmed, else 0. What ``.alarm``
+        watches."""
         return self._metric("SignificantShortfall", "Maximum")
 
-    def metric_p_value(self) -> cloudwatch.Metric:
-        """``ShortfallPValue``: the one-sided p-value of each judged window's shortfall (0 under 1e-100)."""
-        return self._metric("ShortfallPValue", "Minimum")
+    def metric_judged(self) -> cloudwatch.Metric:
+        """``QualityJudged``: 1 while the latest judged batch is recent (within ``max_batch_hours``), else 0."""
+        return self._metric("QualityJudged", "Minimum")
+
+    def metric_detection_delay(self) -> cloudwatch.Metric:
+        """``DetectionDelayHours``: the planned batch's hours at the observed label rate (how long a drop of
+        ``max_drop`` takes to be judged)."""
+        return self._metric("DetectionDelayHours", "Maximum")
 
     def grant_label_upload(self, grantee: iam.IGrantable) -> iam.Grant:
         """Lets ``grantee`` put label files under ``ground-truth/<endpoint>/`` (with the capture bucket's key)."""
@@ -251,11 +333,13 @@ class EndpointQuality(Construct):
         return [
             cloudwatch.GraphWidget(title=f"Quality: {self.metric_quality().metric_name} against the baseline",
                                    width=12, left=[self.metric_quality(), self._metric("QualityBaseline", "Average")]),
-            cloudwatch.GraphWidget(title="Quality: shortfall, significant shortfall (alarms) and p-value", width=12,
-                                   left=[self.metric_shortfall(), self.metric_significant_shortfall()],
-                                   right=[self.metric_p_value()]),
-            cloudwatch.GraphWidget(title="Quality: labelled predictions and what did not join", width=12,
+            cloudwatch.GraphWidget(title="Quality: shortfall and significant shortfall (alarms) of judged batches",
+                                   width=12, left=[self.metric_shortfall(), self.metric_significant_shortfall()]),
+            cloudwatch.GraphWidget(title="Quality: labels joined, unmatched and waiting", width=12,
                                    left=[self.metric_labelled(), self._metric("UnmatchedLabels", "Sum"),
-                                         self._metric("UnmatchedPredictions", "Sum")]),
+                                         self._metric("LabelObjectsPending", "Maximum")]),
+            cloudwatch.GraphWidget(title="Quality: batch (labels, target) and detection delay (hours)", width=12,
+                                   left=[self._metric("BatchLabels", "Maximum"), self._metric("BatchTarget", "Maximum")],
+                                   right=[self.metric_detection_delay(), self._metric("DetectableDrop", "Maximum")]),
         ]
 

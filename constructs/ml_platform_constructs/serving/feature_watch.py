@@ -1,5 +1,6 @@
-"""The feature watch of a MonitoredEndpoint's drift check: alarms on each numeric feature's spread and on the variance
-the baseline's principal components still explain (what ``runtime/drift.py`` publishes to ``MLPlatform/Drift``)."""
+"""The feature watch of a MonitoredEndpoint's drift check: alarms on each numeric feature's spread and on the features'
+relations (the variance the baseline's principal components still explain, and pairwise correlations), as
+``runtime/drift.py`` judges them and publishes to ``MLPlatform/Drift``."""
 
 from __future__ import annotations
 
@@ -18,15 +19,23 @@ from ..errors import ValidationError
 class FeatureWatch:
     """When the feature watch alarms.
 
-    :param std_ratio_low: a numeric feature's standard deviation in the window below this share of the baseline's.
-        Default: 0.5.
+    :param std_ratio_low: a numeric feature's spread in the window (its interquartile range, robust to skew) below
+        this share of the baseline's, and beyond the sampling noise of that many values (measured when the baseline
+        was built; significance 1% over the features). Default: 0.5.
     :param std_ratio_high: ... above this multiple of it. Default: 2.0.
     :param explained_variance_drop: the share of the window's variance that the baseline's top principal components
-        explain falls by this many percentage points below the baseline's own share. Default: 5.
+        (80% of its variance, at most one fewer than the numeric features) explain moves by this many percentage
+        points from the baseline's own share (on held-back rows), either way, beyond its noise. A pair of features
+        whose correlation moves by 0.3 or more beyond its noise (a broken join) alarms too. Default: 5.
     """
     std_ratio_low: float = 0.5
     std_ratio_high: float = 2.0
     explained_variance_drop: float = 5.0
+
+    def environment(self) -> dict[str, str]:
+        """The drift check's settings for the watch."""
+        return {"SPREAD_RATIO_LOW": repr(float(self.std_ratio_low)), "SPREAD_RATIO_HIGH": repr(float(self.std_ratio_high)),
+                "EXPLAINED_VARIANCE_CHANGE": repr(float(self.explained_variance_drop))}
 
     def validate(self) -> None:
         if not 0 < self.std_ratio_low < 1 < self.std_ratio_high:
@@ -39,35 +48,35 @@ class FeatureWatch:
 
 
 def feature_watch_metric(namespace: str, endpoint_name: str, name: str, period: Duration) -> cloudwatch.Metric:
-    """MaxStdRatio, MinStdRatio, ExplainedVariance or ExplainedVarianceDrop of the endpoint."""
+    """SpreadOutOfBand, MaxSpreadRatio, MinSpreadRatio, ExplainedVariance, ExplainedVarianceDrop, RelationsChanged or
+    MaxCorrelationChange of the endpoint."""
     return cloudwatch.Metric(namespace=namespace, metric_name=name, period=period,
-                             statistic="Minimum" if name == "MinStdRatio" else "Maximum",
+                             statistic="Minimum" if name == "MinSpreadRatio" else "Maximum",
                              dimensions_map={"EndpointName": endpoint_name})
 
 
 def feature_watch_alarms(scope: Construct, *, namespace: str, endpoint_name: str, settings: FeatureWatch,
                          period: Duration, alerts: sns.ITopic) -> dict[str, cloudwatch.Alarm]:
-    """``feature_spread`` (a ratio left its band) and ``explained_variance`` (the explained share dropped), both
-    notifying ``alerts``. A window without enough values publishes no ratio or share: missing data, not breaching."""
+    """``feature_spread`` (a spread ratio left its band, significantly) and ``explained_variance`` (the features'
+    relations changed: the explained share or a pairwise correlation, significantly), both notifying ``alerts``. A
+    window without enough values publishes neither: missing data, not breaching."""
     low, high = settings.std_ratio_low, settings.std_ratio_high
-    spread = cloudwatch.MathExpression(
-        expression=f"IF(highest > {high:g} OR lowest < {low:g}, 1, 0)", label="std ratio out of band", period=period,
-        using_metrics={"highest": feature_watch_metric(namespace, endpoint_name, "MaxStdRatio", period),
-                       "lowest": feature_watch_metric(namespace, endpoint_name, "MinStdRatio", period)})
     alarms = {
-        "feature_spread": spread.create_alarm(
+        "feature_spread": feature_watch_metric(namespace, endpoint_name, "SpreadOutOfBand", period).create_alarm(
             scope, "FeatureSpreadAlarm", threshold=1, evaluation_periods=1,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            alarm_description=f"{endpoint_name}: a numeric feature's standard deviation left {low:g}-{high:g} times the "
-                              "baseline's (the dashboard's std ratio per feature shows which)"),
-        "explained_variance": feature_watch_metric(namespace, endpoint_name, "ExplainedVarianceDrop", period).create_alarm(
-            scope, "ExplainedVarianceAlarm", threshold=settings.explained_variance_drop, evaluation_periods=1,
+            alarm_description=f"{endpoint_name}: a numeric feature's spread (interquartile range) left {low:g}-{high:g} "
+                              "times the baseline's beyond its sampling noise (the dashboard's spread ratio per "
+                              "feature shows which)"),
+        "explained_variance": feature_watch_metric(namespace, endpoint_name, "RelationsChanged", period).create_alarm(
+            scope, "ExplainedVarianceAlarm", threshold=1, evaluation_periods=1,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            alarm_description=f"{endpoint_name}: the baseline's principal components explain "
-                              f"{settings.explained_variance_drop:g} points less of the inputs' variance than in "
-                              "training (the features' relations changed)"),
+            alarm_description=f"{endpoint_name}: the features' relations changed: the baseline's principal components "
+                              f"explain {settings.explained_variance_drop:g} points more or less of the inputs' variance "
+                              "than on held-back training rows, or a pair's correlation moved by 0.3 or more, beyond "
+                              "the noise (a broken join, a feature replaced by another)"),
     }
     for alarm in alarms.values():
         alarm.add_alarm_action(cw_actions.SnsAction(alerts))
@@ -75,11 +84,12 @@ def feature_watch_alarms(scope: Construct, *, namespace: str, endpoint_name: str
 
 
 def feature_watch_widgets(namespace: str, endpoint_name: str, period: Duration) -> list[cloudwatch.IWidget]:
-    search = (f"SEARCH('{{{namespace},EndpointName,Feature}} MetricName=\"StdRatio\" "
+    search = (f"SEARCH('{{{namespace},EndpointName,Feature}} MetricName=\"SpreadRatio\" "
               f"EndpointName=\"{endpoint_name}\"', 'Maximum', {int(period.to_seconds())})")
     return [
-        cloudwatch.GraphWidget(title="Feature watch: std ratio per feature (window / baseline)", width=12,
+        cloudwatch.GraphWidget(title="Feature watch: spread ratio per feature (window IQR / baseline IQR)", width=12,
                                left=[cloudwatch.MathExpression(expression=search, label="", period=period)]),
         cloudwatch.GraphWidget(title="Feature watch: variance explained by the baseline's components", width=12,
-                               left=[feature_watch_metric(namespace, endpoint_name, "ExplainedVariance", period)]),
+                               left=[feature_watch_metric(namespace, endpoint_name, "ExplainedVariance", period)],
+                               right=[feature_watch_metric(namespace, endpoint_name, "MaxCorrelationChange", period)]),
     ]

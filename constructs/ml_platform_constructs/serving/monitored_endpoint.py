@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Optional, Sequence
 
@@ -45,7 +46,7 @@ ROLLBACK_ALARM_PERIODS = 3
 # traffic shift rarely falls on a period's start and a period's data arrives after it ends. Shorter, a regression
 # cannot roll back before SageMaker ends the bake and terminates the old fleet.
 MIN_ROLLOUT_BAKE_TIME = Duration.minutes(int(ENDPOINT_ALARM_PERIOD.to_minutes()) * (ROLLBACK_ALARM_PERIODS + 1))
-DRIFT_FUNCTION_FILES = ("capture.py", "drift.py", "drift_handler.py")  # the drift check's handler and its imports
+DRIFT_FUNCTION_FILES = ("capture.py", "drift.py", "drift_handler.py", "stats.py")  # the drift check's handler and its imports
 CAPTURE_PREFIX = "capture/"
 # Nitro instance families with local (instance store) volumes: their storage is encrypted by hardware and
 # CreateEndpointConfig fails when KmsKeyId is set. https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateEndpointConfig.html
@@ -104,7 +105,13 @@ class MonitoredEndpoint(Construct):
     :param drift_schedule: how often the drift check runs. Default: 1 hour.
     :param drift_window: hours of capture each run reads (capture files are grouped by hour). Default: 1 hour.
     :param max_records_per_run: the sample bound of one run. Default: 10,000.
-    :param psi_threshold: Default: 0.25. :param kl_threshold: Default: 0.3.
+    :param psi_threshold: a feature drifted when its PSI is at least this and its shift is significant (chi-square at
+        ``drift_significance`` over the features judged); a feature with fewer than 5 window values per bin is not
+        judged. Default: 0.25.
+    :param drift_significance: the error the drift alarm guards against: a window drawn from the training
+        distribution alarms in at most this share of checks, at any window size. Default: 0.01.
+    :param kl_threshold: no effect since 0.5.0 (a warning says so): KL is about PSI / 2 for a symmetric shift, so its
+        alarm fired only after the PSI alarm. KL is still published (``MaxKL``).
     :param p99_latency_threshold: Default: 500 ms (ModelLatency is published in microseconds). The alarm reads the
         p99 of 5-minute periods with at least ``P99_MIN_REQUESTS`` (1000) requests and 0 in quieter ones
         (``metric_judged_p99_latency``): at low traffic it returns to OK and neither scales out nor rolls back.
@@ -161,7 +168,8 @@ class MonitoredEndpoint(Construct):
         drift_window: Duration = Duration.hours(1),
         max_records_per_run: int = 10_000,
         psi_threshold: float = 0.25,
-        kl_threshold: float = 0.3,
+        drift_significance: float = 0.01,
+        kl_threshold: Optional[float] = None,
         p99_latency_threshold: Duration = Duration.millis(500),
         error_rate_threshold: float = 0.01,
         auto_scaling: Optional[EndpointAutoScaling] = None,
@@ -177,7 +185,11 @@ class MonitoredEndpoint(Construct):
         self._validate_image(image_uri)
         self._validate(endpoint_name, instance_type, volume_key, initial_instance_count, sampling_percentage,
                        csv_content_types, json_content_types, drift_schedule, drift_window, max_records_per_run,
-                       psi_threshold, kl_threshold, p99_latency_threshold, error_rate_threshold, auto_scaling)
+                       psi_threshold, drift_significance, p99_latency_threshold, error_rate_threshold, auto_scaling)
+        if kl_threshold is not None:
+            Annotations.of(self).add_warning_v2("ml-platform:kl-threshold-ignored", (
+                f"MonitoredEndpoint(kl_threshold={kl_threshold!r}) has no effect since 0.5.0: KL is about PSI / 2 for "
+                "a symmetric shift, so its alarm fired only after the PSI alarm had. Remove kl_threshold."))
         for settings in (auto_scaling, quality, feature_watch):
             if settings is not None:
                 settings.validate()
@@ -251,9 +263,10 @@ class MonitoredEndpoint(Construct):
         self.endpoint = sagemaker.CfnEndpoint(self, "Resource", endpoint_name=endpoint_name,
                                               endpoint_config_name=self.endpoint_config.attr_endpoint_config_name)
 
-        self.drift_function = self._drift_check(baseline_bucket, drift_schedule, drift_window, max_records_per_run)
-        self.alarms = self._alarms(alerts, psi_threshold, kl_threshold, p99_latency_threshold, error_rate_threshold,
-                                   drift_schedule)
+        self.drift_function = self._drift_check(baseline_bucket, drift_schedule, drift_window, max_records_per_run, {
+            "PSI_THRESHOLD": repr(float(psi_threshold)), "SIGNIFICANCE": repr(float(drift_significance)),
+            **feature_watch.environment()})
+        self.alarms = self._alarms(alerts, psi_threshold, p99_latency_threshold, error_rate_threshold, drift_schedule)
         self.alarms.update(feature_watch_alarms(self, namespace=DRIFT_NAMESPACE, endpoint_name=endpoint_name,
                                                 settings=feature_watch, period=drift_schedule, alerts=alerts))
         self.scalable_target = scale_endpoint(
@@ -263,9 +276,13 @@ class MonitoredEndpoint(Construct):
             self, "Quality", endpoint_name=endpoint_name, variant_name=variant_name, capture_bucket=self.capture_bucket,
             capture_prefix=CAPTURE_PREFIX, results_bucket=baseline_bucket, settings=quality, alerts=alerts,
             logs_key=logs_key, removal_policy=removal_policy,
-            promoted_baseline=self.model_version_parameter is not None) if quality is not None else None
+            promoted_baseline=self.model_version_parameter is not None,
+            model_version=self.model_version_parameter.value_as_string if self.model_version_parameter else None
+        ) if quality is not None else None
         if self.quality is not None:
             self.alarms["quality"] = self.quality.alarm
+            self.alarms["quality_not_judged"] = self.quality.not_judged_alarm
+            self.alarms["quality_labels_backlog"] = self.quality.labels_backlog_alarm
             self.alarms["quality_check"] = self.quality.check_failing_alarm
         self.dashboard = self._dashboard(drift_schedule)
         self.dashboard.add_widgets(*feature_watch_widgets(DRIFT_NAMESPACE, endpoint_name, drift_schedule))
@@ -296,7 +313,8 @@ class MonitoredEndpoint(Construct):
     @staticmethod
     def _validate(endpoint_name, instance_type, volume_key, initial_instance_count, sampling_percentage,
                   csv_content_types, json_content_types, drift_schedule, drift_window, max_records_per_run,
-                  psi_threshold, kl_threshold, p99_latency_threshold, error_rate_threshold, auto_scaling) -> None:
+                  psi_threshold, drift_significance, p99_latency_threshold, error_rate_threshold,
+                  auto_scaling) -> None:
         def fail(prop, value, allowed, fix):
             raise ValidationError("MonitoredEndpoint", prop, value, allowed, fix)
 
@@ -327,10 +345,11 @@ class MonitoredEndpoint(Construct):
                  "e.g. Duration.hours(1)")
         if not 1 <= max_records_per_run <= 1_000_000:
             fail("max_records_per_run", max_records_per_run, "1 to 1,000,000 records", "e.g. 10000")
-        for prop, value in (("psi_threshold", psi_threshold), ("kl_threshold", kl_threshold),
-                            ("error_rate_threshold", error_rate_threshold)):
+        for prop, value in (("psi_threshold", psi_threshold), ("error_rate_threshold", error_rate_threshold)):
             if value <= 0:
-                fail(prop, value, "a positive number", "e.g. the defaults 0.25, 0.3, 0.01")
+                fail(prop, value, "a positive number", "e.g. the defaults 0.25, 0.01")
+        if not 0 < drift_significance <= 0.2:
+            fail("drift_significance", drift_significance, "above 0 and at most 0.2 (a share of checks)", "e.g. 0.01")
         if p99_latency_threshold.to_milliseconds() <= 0:
             fail("p99_latency_threshold", p99_latency_threshold.to_human_string(), "a positive duration",
                  "e.g. Duration.millis(500)")
@@ -446,7 +465,7 @@ class MonitoredEndpoint(Construct):
 
     # --- drift check ------------------------------------------------------------------------------------------
     def _drift_check(self, baseline_bucket: DatasetBucket, schedule: Duration, window: Duration,
-                     max_records: int) -> lambda_.Function:
+                     max_records: int, thresholds: dict[str, str]) -> lambda_.Function:
         log_group = logs.LogGroup(self, "DriftCheckLogs", retention=logs.RetentionDays.THREE_MONTHS,
                                   encryption_key=self._logs_key, removal_policy=self._removal_policy)
         if self._logs_key is None:
@@ -454,7 +473,7 @@ class MonitoredEndpoint(Construct):
                              "check's logs (feature statistics, no raw requests) with its own keys")
         function = runtime_function(
             self, "DriftCheck", handler="drift_handler.handler", files=DRIFT_FUNCTION_FILES,
-            description=f"Drift of {self.endpoint_name}'s captured inputs against its training baseline (PSI, KL)",
+            description=f"Drift of {self.endpoint_name}'s captured inputs against its training baseline (PSI, chi-square)",
             timeout=Duration.minutes(5), memory_size=1024, log_group=log_group,
             environment={
                 "CAPTURE_BUCKET": self.capture_bucket.bucket_name,
@@ -463,7 +482,7 @@ class MonitoredEndpoint(Construct):
                 "BASELINE_BUCKET": baseline_bucket.bucket_name, "BASELINE_KEY": self.baseline_key,
                 "RESULTS_PREFIX": self.results_prefix, "ENDPOINT_NAME": self.endpoint_name,
                 "METRIC_NAMESPACE": DRIFT_NAMESPACE, "WINDOW_HOURS": str(int(window.to_hours())),
-                "MAX_RECORDS": str(max_records),
+                "MAX_RECORDS": str(max_records), **thresholds,
             })
         suppress_checkov(function, "CKV_AWS_116", "A scheduled check: the next run repeats a failed one, and the "
                          "drift-check-failing alarm reports errors; a queue of missed schedule events helps no one")
@@ -516,9 +535,10 @@ class MonitoredEndpoint(Construct):
             using_metrics={"errors": self._endpoint_metric("Invocation5XXErrors", "Sum"),
                            "invocations": self.metric_invocations()})
 
-    def metric_drift(self, name: str, period: Duration) -> cloudwatch.Metric:
-        """``MLPlatform/Drift`` MaxPSI or MaxKL over the endpoint's features."""
-        return cloudwatch.Metric(namespace=DRIFT_NAMESPACE, metric_name=name, statistic="Maximum", period=period,
+    def metric_drift(self, name: str, period: Duration, statistic: str = "Maximum") -> cloudwatch.Metric:
+        """``MLPlatform/Drift`` metrics of the endpoint: ``SignificantPSI`` (the largest PSI among features whose
+        shift is significant; what the drift alarm watches), ``MaxPSI``, ``MaxKL``, ``DriftJudged``, ..."""
+        return cloudwatch.Metric(namespace=DRIFT_NAMESPACE, metric_name=name, statistic=statistic, period=period,
                                  dimensions_map={"EndpointName": self.endpoint_name})
 
     @property
@@ -527,21 +547,27 @@ class MonitoredEndpoint(Construct):
         scales the endpoint out, and its scaling policy's target depends on the endpoint (a Ref would be a cycle)."""
         return {"latency": f"{self.endpoint_name}-p99-latency", "errors": f"{self.endpoint_name}-5xx-error-rate"}
 
-    def _alarms(self, alerts, psi_threshold, kl_threshold, latency, error_rate, schedule) -> dict[str, cloudwatch.IAlarm]:
+    def _alarms(self, alerts, psi_threshold, latency, error_rate, schedule) -> dict[str, cloudwatch.IAlarm]:
         notify = cw_actions.SnsAction(alerts)
+        day = max(1, math.ceil(86400 / schedule.to_seconds()))
         alarms = {
-            "psi": self.metric_drift("MaxPSI", schedule).create_alarm(
+            # SignificantPSI is published only by judged windows: a window too small to judge leaves the alarm as
+            # it was (missing data is not breaching), and the not-judged alarm speaks for it.
+            "psi": self.metric_drift("SignificantPSI", schedule).create_alarm(
                 self, "PsiDriftAlarm", threshold=psi_threshold, evaluation_periods=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-                alarm_description=f"{self.endpoint_name}: a feature's PSI against the training baseline is above "
-                                  f"{psi_threshold:g}"),
-            "kl": self.metric_drift("MaxKL", schedule).create_alarm(
-                self, "KlDriftAlarm", threshold=kl_threshold, evaluation_periods=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                alarm_description=f"{self.endpoint_name}: a feature drifted: PSI against the training baseline of at "
+                                  f"least {psi_threshold:g} and a significant shift (a window from the training "
+                                  "distribution alarms in at most 1% of checks)"),
+            "drift_not_judged": self.metric_drift("DriftJudged", schedule, "Maximum").create_alarm(
+                self, "DriftNotJudgedAlarm", threshold=1, evaluation_periods=day,
+                comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-                alarm_description=f"{self.endpoint_name}: a feature's KL divergence from the baseline is above "
-                                  f"{kl_threshold:g}"),
+                alarm_description=f"{self.endpoint_name}: drift not judged for a day: no feature had 10 expected "
+                                  "captured values in its smallest bin in a window (little traffic, a low sampling "
+                                  "percentage, or requests that do not match the baseline's features; the results say "
+                                  "which)"),
             # A p99 over a handful of requests is noise, so a quiet period reads 0 (metric math). Not the alarm's
             # EvaluateLowSampleCountPercentile "ignore": that freezes the state at low traffic, so an alarm in ALARM
             # when traffic falls would stay there, and CloudWatch re-invokes Auto Scaling actions every period an
@@ -573,12 +599,12 @@ class MonitoredEndpoint(Construct):
         }
         for alarm in alarms.values():
             alarm.add_alarm_action(notify)
-        # PSI and KL are published together, so real drift moves both: one composite alarm changes state once per
-        # episode, which is what retraining listens to. No actions of its own: its children notify.
+        # The alarm retraining listens to (RetrainOnDrift): one state change per drift episode. A composite, so that
+        # what it combines can change without touching what listens to it. No actions of its own: its child notifies.
         alarms["drift"] = cloudwatch.CompositeAlarm(
-            self, "DriftAlarm", alarm_rule=cloudwatch.AlarmRule.any_of(alarms["psi"], alarms["kl"]),
-            alarm_description=f"{self.endpoint_name}: input drift (PSI or KL above its threshold), one state change "
-                              "per episode (RetrainOnDrift listens to it)")
+            self, "DriftAlarm", alarm_rule=cloudwatch.AlarmRule.any_of(alarms["psi"]),
+            alarm_description=f"{self.endpoint_name}: input drift (a significant shift with PSI of at least "
+                              f"{psi_threshold:g}), one state change per episode (RetrainOnDrift listens to it)")
         return alarms
 
     def _dashboard(self, schedule: Duration) -> cloudwatch.Dashboard:
@@ -589,8 +615,11 @@ class MonitoredEndpoint(Construct):
              cloudwatch.GraphWidget(title="Model latency (microseconds)", width=12,
                                     left=[self.metric_model_latency(s) for s in ("p50", "p90", "p99")])],
             [cloudwatch.GraphWidget(title="5xx error rate", left=[self.metric_5xx_error_rate()], width=12),
-             cloudwatch.GraphWidget(title="Drift: max PSI and KL over features", width=12,
-                                    left=[self.metric_drift("MaxPSI", schedule), self.metric_drift("MaxKL", schedule)])],
+             cloudwatch.GraphWidget(title="Drift: max PSI, significant PSI (alarms) and KL over features", width=12,
+                                    left=[self.metric_drift("MaxPSI", schedule),
+                                          self.metric_drift("SignificantPSI", schedule),
+                                          self.metric_drift("MaxKL", schedule)],
+                                    right=[self.metric_drift("FeaturesNotJudged", schedule)])],
             [cloudwatch.GraphWidget(title="Drift: PSI per feature", width=24,
                                     left=[cloudwatch.MathExpression(expression=search, label="", period=schedule)])],
         ])

@@ -136,7 +136,8 @@ def gpu_alarms(scope: Construct, *, subject: str, utilization: cloudwatch.IMetri
         memory = memory_used_ratio.create_alarm(
             scope, "GpuMemoryPressureAlarm",
             alarm_description=f"{subject}: GPU memory used/total above {memory_pressure_threshold:g} for "
-                              f"{evaluation_periods} periods (frameworks that preallocate memory keep this high: see README).",
+                              f"{evaluation_periods} periods (frameworks that preallocate memory keep this high: see the SpotGpuFleet page of the "
+                              "library docs).",
             threshold=memory_pressure_threshold, evaluation_periods=evaluation_periods,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING)

@@ -19,7 +19,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from ..data.dataset_bucket import DATASETS_PREFIX, DatasetBucket
+from ..data.dataset_bucket import DATASETS_PREFIX, EVALUATIONS_PREFIX, DatasetBucket
 from ..data.dataset_snapshots import DatasetVolume
 from ..errors import ValidationError
 from .instance_bootstrap import RUN_DIR
@@ -129,10 +129,26 @@ def job_role(scope: Construct, queue_name: str, datasets: Optional[DatasetBucket
     return role
 
 
+def evaluation_prefix(queue_name: str) -> str:
+    """Where a queue's evaluation jobs write the promotion gate's evidence: ``evaluations/<queue>/``."""
+    return f"{EVALUATIONS_PREFIX}{queue_name}/"
+
+
+def evaluation_role(scope: Construct, queue_name: str, datasets: DatasetBucket, checkpoint_prefix: str) -> iam.Role:
+    """The role of a queue's evaluation jobs: they score a candidate and the live model on the candidate's held-out
+    examples and write the outcomes, the evidence ``./platform model promote`` judges. A training job's role cannot
+    write there, so no training job can write its own (or another run's) evidence."""
+    role = iam.Role(scope, "EvaluationRole", assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
+                    description=f"Training queue {queue_name} evaluation jobs (promotion evidence)")
+    datasets.grant_evaluation(role, checkpoint_prefix=checkpoint_prefix,
+                              evaluation_prefix=evaluation_prefix(queue_name), owner="the queue's evaluation")
+    return role
+
+
 def container_environment(queue_name: str, datasets: Optional[DatasetBucket],
                           tracking: Optional[MlflowTracking] = None) -> dict[str, str]:
     """The job contract's variables every job of the queue gets (README, "The job contract"). A submission adds the
-    job's own, ML_PLATFORM_CHECKPOINT_URI and ML_PLATFORM_JOB_NAME (ml_platform_constructs.jobs)."""
+    job's own, ML_PLATFORM_CHECKPOINT_URI and ML_PLATFORM_JOB_NAME (ml_platform_constructs.operations.jobs)."""
     environment = {"ML_PLATFORM_QUEUE_NAME": queue_name, "ML_PLATFORM_STOP_FILE": f"{RUN_DIR}/stop-requested",
                    "ML_PLATFORM_JOB_NAMESPACE": JOB_NAMESPACE}
     if datasets is not None:

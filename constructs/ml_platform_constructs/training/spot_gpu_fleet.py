@@ -88,7 +88,7 @@ class SpotGpuFleet(Construct):
     :param idle_evaluation_periods: Default: 3.
     :param alarm_period: a multiple of one minute. Default: 5 minutes.
     :param scale_to_zero_after: also set the group to 0 when its GPUs have been idle this long with no job
-        process running on any instance (see README). Default: none (notify only).
+        process running on any instance (constructs/docs/SpotGpuFleet.md). Default: none (notify only).
     :param memory_pressure_threshold: GPU memory used/total that alarms; None switches the alarm off. Default: 0.7.
     :param checkpoint_timeout: how long scale-in waits for the job to checkpoint. Default: 5 minutes.
     :param interruption_alerts: the environment's SpotInterruptionAlerts, charted on the dashboard. Default: none.

@@ -17,6 +17,7 @@ AWS Batch facts used here: ../../../shared/BATCH.md and the pages linked next to
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Optional, Sequence, Union
 
 from aws_cdk import ArnFormat, Duration, RemovalPolicy, Size, Stack, Tags, Token
@@ -37,7 +38,8 @@ from ..governance.scope import ACCOUNT_SCOPE, govern, validate_budget_scope
 from .gpu_alarms import (as_instance_types, gpu_alarms, gpu_memory_used_ratio, gpu_metric, validate_alarm_props,
                          validate_gpu_types)
 from .instance_bootstrap import validate_dataset_volumes
-from ..operations.jobs import CHECKPOINT_ROOT_TAG, DEFINITION_TAG, MULTI_NODE, SINGLE_NODE, image_problem, is_tagged_ecr_image
+from ..operations.jobs import (CHECKPOINT_ROOT_TAG, DEFINITION_TAG, EVALUATION, MULTI_NODE, SINGLE_NODE, image_problem,
+                               is_tagged_ecr_image)
 from ..data.mlflow_tracking import MlflowTracking
 from ..foundation.network import require_private_subnets
 from ..foundation.platform_key import allow_log_groups
@@ -47,7 +49,7 @@ from .queue_compute import (EFA_INSTALL, ROOT_DEVICE, STOP_TIMEOUT_SECONDS, Comp
                             validate_capacity,
                             update_timeout_for, validate_multi_node)
 from .queue_jobs import (ATTEMPTS, EFA_DEVICE, JOB_NAMESPACE, MEMORY_HEADROOM, MULTI_NODE_NODES, JobSettings,
-                         container_environment, job_role, job_size, job_volumes,
+                         container_environment, evaluation_role, job_role, job_size, job_volumes,
                          smallest_fit, validate_job_props)
 from .queue_jobs import retry_strategies as _retry_strategies
 from .queue_monitoring import LogGroupTarget, job_event_rules, queue_dashboard, triggered_rules
@@ -96,7 +98,11 @@ class TrainingQueue(Construct):
         synth unless ``allow_public_subnets``.
     :param allow_public_subnets: accept such subnets, with a warning. Default: False.
     :param datasets: the environment's DatasetBucket: jobs read ``datasets/`` and read and write
-        ``checkpoints/<queue_name>/``. Default: no bucket access.
+        ``checkpoints/<queue_name>/``. With it, the queue also has an evaluation job definition
+        (``.evaluation_job_definition``, tag ``ml-platform:job-definition=evaluation``) whose role
+        (``.evaluation_role``) reads datasets, candidates' models and ``models/``, and alone writes
+        ``evaluations/<queue_name>/``: the promotion gate's evidence (``./platform model evaluate``). Default: no
+        bucket access (and no evaluation definition).
     :param queue_name: names the checkpoint prefix, the queue tag and the QueueName dimension. Default: the construct id.
     :param max_vcpus: Spot vCPUs at most (Batch may exceed it by one instance). Default: 256.
     :param on_demand_max_vcpus: an On-Demand environment behind Spot with this cap; 0 for none. Default: 0.
@@ -240,6 +246,15 @@ class TrainingQueue(Construct):
             volumes=job_volumes(dataset_volumes), attempts=job_attempts, timeout=job_timeout)
         self.job_definition = self.add_job_definition("JobDefinition", image_uri=image_uri)
         self._own_definition(self.job_definition, SINGLE_NODE)
+        self.evaluation_role = self.evaluation_job_definition = None
+        if datasets is not None:
+            # The promotion gate's evidence (README, "Promotion"): the same container, a role of its own.
+            self.evaluation_role = evaluation_role(self, self.queue_name, datasets, self.checkpoint_prefix)
+            evaluation = replace(self._jobs, job_role=self.evaluation_role)
+            container = evaluation.container(self, "EvaluationContainer", image_uri,
+                                             (self.gpus_per_job, self.job_vcpus, self.job_memory_mib))
+            self.evaluation_job_definition = evaluation.single_node(self, "EvaluationJobDefinition", container)
+            self._own_definition(self.evaluation_job_definition, EVALUATION)
 
         self.multi_node_environment = self.multi_node_job_queue = self.multi_node_job_definition = None
         self.multi_node_job_queue_arn = None
@@ -257,7 +272,7 @@ class TrainingQueue(Construct):
             evaluation_periods=idle_evaluation_periods, memory_pressure_threshold=memory_pressure_threshold,
             actions=[cw_actions.SnsAction(alerts)],
             idle_note="A running job whose GPUs sit this low is starved by its input pipeline (data loading, "
-                      "preprocessing): see README. An empty queue publishes nothing and does not alarm.")
+                      "preprocessing): see the TrainingQueue page of the library docs. An empty queue publishes nothing and does not alarm.")
         self.dashboard = queue_dashboard(
             self, queue_name=self.queue_name, log_group=self.log_group, period=alarm_period,
             idle_threshold=idle_threshold_percent, spot_retries=self.metric_spot_retries(),
@@ -378,13 +393,15 @@ class TrainingQueue(Construct):
             "batch:DescribeJobs", "batch:ListJobs"])
         # Another image is a "-submitted" revision of the definition, with its job and execution roles.
         iam.Grant.add_to_principal(grantee=grantee, actions=["batch:RegisterJobDefinition"], resource_arns=families)
-        roles = [self.job_role, *{id(r): r for r in (_execution_role(d) for d in definitions)}.values()]
+        roles = [self.job_role, *([self.evaluation_role] if self.evaluation_role else []),
+                 *{id(r): r for r in (_execution_role(d) for d in definitions)}.values()]
         iam.Grant.add_to_principal(grantee=grantee, actions=["iam:PassRole"], resource_arns=[r.role_arn for r in roles])
         return grant
 
 
 def definitions_of(queue: TrainingQueue) -> list[batch.IJobDefinition]:
-    return [queue.job_definition, *([queue.multi_node_job_definition] if queue.multi_node_job_definition else [])]
+    return [queue.job_definition, *([queue.multi_node_job_definition] if queue.multi_node_job_definition else []),
+            *([queue.evaluation_job_definition] if queue.evaluation_job_definition else [])]
 
 
 def _execution_role(definition: batch.IJobDefinition) -> iam.IRole:

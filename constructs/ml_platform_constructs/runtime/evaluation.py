@@ -1,0 +1,154 @@
+"""The promotion gate's evidence: per-example held-out outcomes of a candidate and of the live model, written by an
+evaluation job (standard library and boto3 only).
+
+Why a job of its own: the gate (``promotion.judge_outcomes``) is only as good as its evidence, and a training job
+can write to every run of its queue (checkpoints, MLflow). A TrainingQueue's evaluation job definition runs with a
+role that reads datasets, the candidates' models and the live models, and alone writes ``evaluations/<queue>/``.
+
+The contract (``./platform model evaluate`` sets it; README, "Promotion"):
+
+- ``ML_PLATFORM_CANDIDATE_MODEL_URI``: the candidate run's model (``s3://.../model.tar.gz``, or a local path);
+- ``ML_PLATFORM_LIVE_MODEL_URI``: the live model, empty when there is none (the first promotion);
+- ``ML_PLATFORM_HOLDOUT_SALT`` and ``ML_PLATFORM_HOLDOUT_FRACTION``: the candidate's held-out split;
+- ``ML_PLATFORM_EVALUATION_DATASET_URI``: the candidate's dataset (its passport's), when it recorded one;
+- ``ML_PLATFORM_EVALUATION_URI``: where the outcomes go (``evaluations/<queue>/<run id>/<live version>/``).
+
+The job scores each model on every held-out example of the candidate's dataset and calls ``write_outcomes`` for
+each, then ``finish``: ``candidate.jsonl``, ``live.jsonl`` (JSON Lines of ``{"id": ..., "correct": bool}`` or
+``{"id": ..., "error": x}``) and ``evaluation.json`` (the ids' digest and counts).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+try:
+    from . import promotion
+except ImportError:  # in Lambda the module sits at the top of the package
+    import promotion  # type: ignore[no-redef]
+
+CANDIDATE, LIVE = "candidate", "live"
+MANIFEST = "evaluation.json"
+CANDIDATE_MODEL = "ML_PLATFORM_CANDIDATE_MODEL_URI"
+LIVE_MODEL = "ML_PLATFORM_LIVE_MODEL_URI"
+OUTPUT = "ML_PLATFORM_EVALUATION_URI"
+SALT, FRACTION = "ML_PLATFORM_HOLDOUT_SALT", "ML_PLATFORM_HOLDOUT_FRACTION"
+DATASET = "ML_PLATFORM_EVALUATION_DATASET_URI"
+NO_LIVE = "none"  # the live version's place in the evidence path when there is no live model
+
+
+def evidence_uri(bucket: str, queue: str, run_id: str, live_version: Optional[str]) -> str:
+    """Where the evaluation of ``run_id`` against ``live_version`` lives."""
+    return f"s3://{bucket}/evaluations/{queue}/{run_id}/{live_version or NO_LIVE}/"
+
+
+class _Place:
+    """A prefix: ``s3://bucket/prefix/`` or a local directory."""
+
+    def __init__(self, uri: str, s3: Any = None) -> None:
+        self.uri = uri if uri.endswith("/") else uri + "/"
+        self._s3 = s3
+
+    @property
+    def s3(self) -> Any:
+        if self._s3 is None:
+            import boto3
+            self._s3 = boto3.client("s3")
+        return self._s3
+
+    def _split(self, name: str) -> tuple[str, str]:
+        bucket, _, prefix = self.uri[len("s3://"):].partition("/")
+        return bucket, prefix + name
+
+    def read(self, name: str) -> Optional[bytes]:
+        if self.uri.startswith("s3://"):
+            bucket, key = self._split(name)
+            try:
+                return self.s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+            except self.s3.exceptions.NoSuchKey:
+                return None
+        path = Path(self.uri) / name
+        return path.read_bytes() if path.exists() else None
+
+    def write(self, name: str, body: bytes) -> None:
+        if self.uri.startswith("s3://"):
+            bucket, key = self._split(name)
+            self.s3.put_object(Bucket=bucket, Key=key, Body=body)
+            return
+        Path(self.uri).mkdir(parents=True, exist_ok=True)
+        (Path(self.uri) / name).write_bytes(body)
+
+
+def read_uri(uri: str, s3: Any = None) -> bytes:
+    """The bytes of one object (``s3://``) or file."""
+    if uri.startswith("s3://"):
+        bucket, _, key = uri[len("s3://"):].partition("/")
+        if s3 is None:
+            import boto3
+            s3 = boto3.client("s3")
+        return s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    return Path(uri).read_bytes()
+
+
+@dataclass
+class Evaluation:
+    """One evaluation job's contract, from its environment."""
+    candidate_model_uri: str
+    live_model_uri: Optional[str]
+    output: _Place
+    holdout_salt: str = ""
+    holdout_fraction: float = 0.05
+    dataset_uri: Optional[str] = None
+
+    @classmethod
+    def from_environment(cls, env: Optional[Mapping[str, str]] = None, s3: Any = None) -> "Evaluation":
+        env = dict(os.environ) if env is None else env
+        missing = [name for name in (CANDIDATE_MODEL, OUTPUT) if not env.get(name)]
+        if missing:
+            raise SystemExit(f"{', '.join(missing)} not set: an evaluation job is started by ./platform model evaluate "
+                             "(or set them, and ML_PLATFORM_LIVE_MODEL_URI, by hand)")
+        return cls(env[CANDIDATE_MODEL], env.get(LIVE_MODEL) or None, _Place(env[OUTPUT], s3),
+                   env.get(SALT, ""), float(env.get(FRACTION) or 0.05), env.get(DATASET) or None)
+
+    def model(self, which: str, s3: Any = None) -> Optional[bytes]:
+        """The candidate's or the live model's archive (None: no live model)."""
+        uri = self.candidate_model_uri if which == CANDIDATE else self.live_model_uri
+        return None if uri is None else read_uri(uri, s3 or self.output._s3)
+
+    def write_outcomes(self, which: str, outcomes: Mapping[Any, Any], kind: str = "correct") -> None:
+        if which not in (CANDIDATE, LIVE):
+            raise ValueError(f"which={which!r}: {CANDIDATE!r} or {LIVE!r}")
+        self.output.write(f"{which}.jsonl", promotion.write_outcomes(outcomes, kind).encode())
+
+    def finish(self, **details: Any) -> dict:
+        """Writes the manifest: what was judged on what (ids digest, counts), and ``details`` (e.g. the dataset)."""
+        manifest = {"candidate_model_uri": self.candidate_model_uri, "live_model_uri": self.live_model_uri,
+                    "holdout": {"salt": self.holdout_salt, "fraction": self.holdout_fraction}, **details}
+        for which in (CANDIDATE, LIVE):
+            body = self.output.read(f"{which}.jsonl")
+            if body is not None:
+                outcomes = promotion.read_outcomes(body.decode().splitlines(), source=f"{which}.jsonl")
+                manifest[which] = {"examples": len(outcomes.values), "ids_sha256": outcomes.digest(),
+                                   "score": outcomes.score()}
+        self.output.write(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
+        return manifest
+
+
+def read_evidence(uri: str, s3: Any = None) -> tuple[promotion.Outcomes, Optional[promotion.Outcomes], dict]:
+    """(candidate outcomes, live outcomes or None, manifest) of an evaluation; SystemExit when it is not there."""
+    place = _Place(uri, s3)
+    manifest = place.read(MANIFEST)
+    if manifest is None:
+        raise SystemExit(f"error: no evaluation at {uri} (run ./platform model evaluate first, and wait for it)")
+    outcomes = {}
+    for which in (CANDIDATE, LIVE):
+        body = place.read(f"{which}.jsonl")
+        outcomes[which] = None if body is None else promotion.read_outcomes(body.decode().splitlines(),
+                                                                            source=f"{uri}{which}.jsonl")
+    if outcomes[CANDIDATE] is None:
+        raise SystemExit(f"error: the evaluation at {uri} has no {CANDIDATE}.jsonl: run it again")
+    return outcomes[CANDIDATE], outcomes[LIVE], json.loads(manifest)
