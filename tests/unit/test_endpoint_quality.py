@@ -103,6 +103,19 @@ def test_the_endpoint_lists_the_quality_alarms(built):
     assert alarms["quality"] is quality.alarm and alarms["quality_check"] is quality.check_failing_alarm
     assert alarms["quality_not_judged"] is quality.not_judged_alarm
     assert alarms["quality_labels_backlog"] is quality.labels_backlog_alarm
+    assert alarms["quality_labels_lost"] is quality.labels_lost_alarm
+
+
+def test_a_label_that_cannot_be_used_alarms_malformed_or_expired(built):
+    template, _ = built
+    alarm = next(v["Properties"] for k, v in template.find_resources("AWS::CloudWatch::Alarm").items()
+                 if "LabelsLostAlarm" in k)
+    assert alarm["Threshold"] == 1 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    metrics = {m["Id"]: m for m in alarm["Metrics"]}
+    assert any(m.get("Expression") == "malformed + expired" for m in metrics.values())
+    published = {m["MetricStat"]["Metric"]["MetricName"]: m["MetricStat"]["Stat"] for m in metrics.values()
+                 if "MetricStat" in m}
+    assert published == {"LabelsMalformed": "Sum", "LabelObjectsExpired": "Sum"}
 
 
 def test_the_function_reads_capture_and_labels_and_writes_only_its_results_and_state(built):

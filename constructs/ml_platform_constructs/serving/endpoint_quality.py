@@ -162,8 +162,9 @@ class EndpointQuality(Construct):
     changes. The check's state (capture indexes, label files joined, the batch) is under ``quality/state/<endpoint>/``.
 
     Attributes: ``.function`` (main child ``Resource``), ``.rule``, ``.alarm`` (a batch significantly under the
-    reference), ``.not_judged_alarm``, ``.labels_backlog_alarm``, ``.check_failing_alarm``, ``.labels_prefix``,
-    ``.results_prefix``, ``.state_prefix``, ``.baseline_parameter`` (or None).
+    reference), ``.not_judged_alarm``, ``.labels_backlog_alarm``, ``.labels_lost_alarm`` (malformed or expired
+    labels), ``.check_failing_alarm``, ``.labels_prefix``, ``.results_prefix``, ``.state_prefix``,
+    ``.baseline_parameter`` (or None).
     """
 
     def __init__(self, scope: Construct, id: str, *, endpoint_name: str, variant_name: str,
@@ -286,12 +287,26 @@ class EndpointQuality(Construct):
                               f"max_labels_per_run ({settings.max_labels_per_run}) a run, or their capture hours are "
                               "not indexed yet; raise the limit (files still waiting two days on are dropped, "
                               "counted as LabelObjectsExpired)")
+        # A label that cannot be read, or that waited past the two-day horizon, is missing from the judgement: any
+        # is an alarm (a wrong upload format or a starved check biases what is judged, silently otherwise).
+        self.labels_lost_alarm = cloudwatch.MathExpression(
+            expression="malformed + expired", label="Labels unreadable or expired", period=self.settings.schedule,
+            using_metrics={"malformed": self._metric("LabelsMalformed", "Sum"),
+                           "expired": self._metric("LabelObjectsExpired", "Sum")}).create_alarm(
+            self, "LabelsLostAlarm", threshold=1, evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description=f"{endpoint_name}: labels the quality check could not use: malformed lines "
+                              "(LabelsMalformed: upload with ./platform labels upload, which checks each line) or label "
+                              "files that "
+                              "waited two days unjoined (LabelObjectsExpired: see the backlog alarm)")
         self.check_failing_alarm = self.function.metric_errors(period=Duration.hours(1)).create_alarm(
             self, "CheckFailingAlarm", threshold=1, evaluation_periods=1,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             alarm_description=f"{endpoint_name}: the quality check fails (its logs say why)")
-        for alarm in (self.alarm, self.not_judged_alarm, self.labels_backlog_alarm, self.check_failing_alarm):
+        for alarm in (self.alarm, self.not_judged_alarm, self.labels_backlog_alarm, self.labels_lost_alarm,
+                      self.check_failing_alarm):
             alarm.add_alarm_action(notify)
 
     def _metric(self, name: str, statistic: str) -> cloudwatch.Metric:
