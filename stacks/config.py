@@ -310,7 +310,14 @@ def _environment(name: str, project: str, raw: Any) -> EnvironmentConfig:
     network = _network(f"{at}.network", raw["network"], len(azs))
     queues = _queues(f"{at}.queues", raw.get("queues", []), network)
     fleets = _fleets(f"{at}.fleets", raw.get("fleets", []))
+    mlflow = _mlflow(f"{at}.mlflow", raw.get("mlflow", {}))
     if (queues or fleets) and isinstance(network, CreatedNetworkConfig) and network.nat_gateways == 0:
+        # The serverless app's host (mlflow.sagemaker.<region>.app.aws) has no documented interface endpoint.
+        if mlflow.tracking_server_size is None:
+            raise ConfigError(f"{at}.network.nat_gateways", 0, "at least 1 for the serverless MLflow app: jobs and "
+                              "fleet instances reach it only with egress (no interface endpoint serves it)",
+                              f"set nat_gateways = 1, or {at}.mlflow.tracking_server_size (a tracking server is "
+                              f"reached through the interface endpoints {list(MLFLOW_ENDPOINTS)})")
         missing = [name for name in MLFLOW_ENDPOINTS if name not in network.interface_endpoints]
         if missing:
             raise ConfigError(f"{at}.network.interface_endpoints", list(network.interface_endpoints),
@@ -339,7 +346,7 @@ def _environment(name: str, project: str, raw: Any) -> EnvironmentConfig:
         endpoints=endpoints,
         queues=queues,
         budget=_budget(f"{at}.budget", raw["budget"]) if "budget" in raw else None,
-        mlflow=_mlflow(f"{at}.mlflow", raw.get("mlflow", {})),
+        mlflow=mlflow,
     )
 
 

@@ -43,7 +43,8 @@ class DataStack(Stack):
                 tracking_server_size=config.mlflow.tracking_server_size, mlflow_version=config.mlflow.mlflow_version,
                 weekly_maintenance_window_start=config.mlflow.weekly_maintenance_window_start,
                 automatic_model_registration=config.mlflow.automatic_model_registration,
-                vpc=vpc, vpc_subnets=subnets, removal_policy=config.removal_policy)
+                vpc=vpc, vpc_subnets=subnets, removal_policy=config.removal_policy,
+                uri_parameter_name=f"/{config.project}/{config.name}/mlflow/tracking-uri")
             # ./platform runs and model promote find the environment's MLflow by this output.
             CfnOutput(self, "MlflowTrackingUri", value=self.tracking.tracking_uri,
                       description="SageMaker MLflow ARN: mlflow.set_tracking_uri(it) with the sagemaker-mlflow plugin")

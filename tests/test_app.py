@@ -116,7 +116,7 @@ def test_prod_uses_the_imported_vpc_and_creates_none(templates):
 
 
 def test_nat_gateways_follow_config(templates):
-    templates["dev/Core"].resource_count_is("AWS::EC2::NatGateway", 0)
+    templates["dev/Core"].resource_count_is("AWS::EC2::NatGateway", 1)
     templates["staging/Core"].resource_count_is("AWS::EC2::NatGateway", 1)
 
 

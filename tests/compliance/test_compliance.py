@@ -50,7 +50,7 @@ EXPECTED_ACKNOWLEDGEMENTS = {
     "Compute/trainingQueue/MultiNodeSecurityGroup": {"AwsSolutions-EC23"},
     **{f"Core/Network/Resource/{service}Endpoint": {"AwsSolutions-EC23"} for service in (
         "Autoscaling", "Ec2", "Ec2Messages", "EcrApi", "EcrDkr", "Ecs-Agent", "Ecs-Telemetry", "Ecs", "Logs",
-        "Monitoring", "Ssm", "Ssmmessages", "Experiments", "SagemakerApi")},
+        "Monitoring", "Ssm", "Ssmmessages", "SagemakerApi")},
     "Data/DatasetSnapshots/AutomationRole": {
         ANY_RESOURCE, "AwsSolutions-IAM5[Resource::arn:aws:ec2:<region>:<account>:instance/*]",
         "AwsSolutions-IAM5[Resource::arn:aws:ssm:<region>:<account>:parameter/ml-platform/<env>/datasets/*]"},

@@ -534,8 +534,8 @@ alert_emails = ["a@example.com"]
 [environments.dev.network]
 mode = "create"
 cidr = "10.10.0.0/16"
-nat_gateways = 0
-interface_endpoints = ["sagemaker.experiments", "sagemaker.api"]
+nat_gateways = 1
+interface_endpoints = []
 [environments.dev.datasets]
 noncurrent_version_days = 7
 access_logs_retention_days = 90

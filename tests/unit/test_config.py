@@ -229,13 +229,18 @@ def test_a_misspelled_required_key_is_reported_as_unknown_with_the_closest_known
 
 
 def _dev_queue_with(**changes):
+    """dev without a NAT gateway: a tracking server, reached through its interface endpoints."""
     raw = copy.deepcopy(RAW)
     raw["environments"]["dev"]["queues"][0].update(changes)
+    dev = raw["environments"]["dev"]
+    dev["network"]["nat_gateways"] = 0
+    dev["network"]["interface_endpoints"] = [*dev["network"]["interface_endpoints"], "sagemaker.experiments"]
+    dev["mlflow"] = {**dev.get("mlflow", {}), "tracking_server_size": "Small"}
     return raw
 
 
 def test_multi_node_without_efa_needs_no_nat_gateway():
-    # dev has no NAT gateway; without EFA nothing installs a driver from the internet at boot.
+    # No NAT gateway (_dev_queue_with); without EFA nothing installs a driver from the internet at boot.
     queue = parse(_dev_queue_with(multi_node_instance_types=["g5.8xlarge", "g6.8xlarge"],
                                   multi_node_max_vcpus=64)).environments["dev"].queues[0]
     assert queue.multi_node_instance_types == ("g5.8xlarge", "g6.8xlarge") and queue.multi_node_efa is False

@@ -63,10 +63,16 @@ def test_a_tracking_server_of_a_size_with_its_version():
     ({"endpoints__0__promotion": {"alpha": 0.5}}, "environments.dev.endpoints[0].promotion.alpha=0.5 is invalid"),
     ({"endpoints__0__promotion": {"evaluate_command": "python x.py"}},
      "environments.dev.endpoints[0].promotion.evaluate_command='python x.py' is invalid: a list of strings"),
-    ({"network__interface_endpoints": ["ssm", "ssmmessages", "ec2messages", "monitoring", "logs", "ec2", "autoscaling",
+    ({"network__nat_gateways": 0, "mlflow__tracking_server_size": "Small",
+      "network__interface_endpoints": ["ssm", "ssmmessages", "ec2messages", "monitoring", "logs", "ec2", "autoscaling",
                                        "ecs", "ecs-agent", "ecs-telemetry", "ecr.api", "ecr.dkr"]},
      "with no NAT gateway, jobs and fleet instances record their runs in SageMaker's MLflow through the interface "
      "endpoints ['sagemaker.experiments', 'sagemaker.api']. Fix: add ['sagemaker.experiments', 'sagemaker.api']"),
+    # The serverless app's host has no interface endpoint: without egress its clients never reach it.
+    ({"network__nat_gateways": 0},
+     "environments.dev.network.nat_gateways=0 is invalid: at least 1 for the serverless MLflow app: jobs and fleet "
+     "instances reach it only with egress (no interface endpoint serves it). Fix: set nat_gateways = 1, or "
+     "environments.dev.mlflow.tracking_server_size"),
 ])
 def test_bad_tracking_and_promotion_values_fail_with_the_fix(changes, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
@@ -82,3 +88,9 @@ def test_a_versioned_key_without_a_version_is_refused():
 
 def test_with_a_nat_gateway_no_mlflow_endpoint_is_needed():
     parse(dev_with(network__nat_gateways=1, network__interface_endpoints=["ssm"]))
+
+
+def test_a_tracking_server_without_egress_is_reached_through_its_endpoints():
+    parse(dev_with(network__nat_gateways=0, mlflow__tracking_server_size="Small",
+                   network__interface_endpoints=[*RAW["environments"]["dev"]["network"]["interface_endpoints"],
+                                                 "sagemaker.experiments"]))

@@ -24,9 +24,7 @@ def built(synth_stack):
     def body(stack):
         key = kms.Key(stack, "PlatformKey")
         datasets = DatasetBucket(stack, "Datasets", encryption_key=key)
-        vpc = isolated_vpc(stack)
-        for service in MLFLOW_INTERFACE_ENDPOINTS:
-            vpc.add_interface_endpoint(service.short_name.replace(".", "-"), service=service)
+        vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-east-1a"], nat_gateways=1)
         parts["tracking"] = MlflowTracking(stack, "Tracking", datasets=datasets, name="team-a-dev", vpc=vpc)
         parts["job"] = iam.Role(stack, "JobRole", assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"))
         parts["grant"] = parts["tracking"].grant_log_runs(parts["job"])
@@ -163,6 +161,31 @@ def test_isolated_subnets_without_the_mlflow_endpoints_fail_at_synth_with_the_fi
     with pytest.raises(ValidationError, match=r"MlflowTracking: vpc=.* is invalid: isolated subnets with interface "
                                               r"endpoints for \['experiments', 'sagemaker.api'\].*missing: "
                                               r"\['experiments', 'sagemaker.api'\]\. Fix: PlatformNetwork\("):
+        MlflowTracking(stack, "Tracking", datasets=DatasetBucket(stack, "D"), name="x", vpc=vpc,
+                       tracking_server_size="Small")
+
+
+def test_a_tracking_server_in_isolated_subnets_with_its_endpoints_synthesizes():
+    from aws_cdk import App
+
+    stack = Stack(App(), "T", env={"account": "123456789012", "region": "us-east-1"})
+    vpc = isolated_vpc(stack)
+    for service in MLFLOW_INTERFACE_ENDPOINTS:
+        vpc.add_interface_endpoint(service.short_name.replace(".", "-"), service=service)
+    MlflowTracking(stack, "Tracking", datasets=DatasetBucket(stack, "D"), name="x", vpc=vpc, tracking_server_size="Small")
+
+
+def test_the_serverless_app_in_isolated_subnets_is_refused_even_with_every_endpoint():
+    # Its client calls mlflow.sagemaker.<region>.app.aws; the experiments endpoint serves tracking servers only.
+    from aws_cdk import App
+
+    stack = Stack(App(), "T", env={"account": "123456789012", "region": "us-east-1"})
+    vpc = isolated_vpc(stack)
+    for service in MLFLOW_INTERFACE_ENDPOINTS:
+        vpc.add_interface_endpoint(service.short_name.replace(".", "-"), service=service)
+    with pytest.raises(ValidationError, match=r"MlflowTracking: vpc='T/Vpc' is invalid: subnets with egress .* for "
+                                              r"the serverless MLflow app.*Fix: give the clients' subnets a NAT "
+                                              r"gateway, or set tracking_server_size"):
         MlflowTracking(stack, "Tracking", datasets=DatasetBucket(stack, "D"), name="x", vpc=vpc)
 
 
@@ -204,29 +227,83 @@ def test_every_environment_has_its_tracking_app_in_its_data_stack(templates):
             "Fn::GetAtt": [logical_id(templates[f"{env}/Data"], "AWS::SageMaker::MlflowApp"), "Arn"]}
 
 
+PARAMETER = "SsmParameterValuemlplatformdevmlflowtrackinguri"
+
+
 def test_fleet_instances_may_log_runs_and_find_the_tracking_uri(templates):
     compute = templates["dev/Compute"]
     policy = next(v for k, v in compute.find_resources("AWS::IAM::Policy").items() if k.startswith("trainingInstanceRole"))
     api = next(s for s in policy["Properties"]["PolicyDocument"]["Statement"]
                if "sagemaker-mlflow:LogBatch" in s["Action"])
-    assert "Fn::ImportValue" in json.dumps(api["Resource"])
+    assert PARAMETER in json.dumps(api["Resource"])
     user_data = json.dumps(next(iter(compute.find_resources("AWS::EC2::LaunchTemplate").values())))
-    assert "MLFLOW_TRACKING_URI=" in user_data
+    assert "MLFLOW_TRACKING_URI=" in user_data and PARAMETER in user_data
 
 
-def test_devs_private_subnets_reach_mlflow_through_its_interface_endpoints(templates):
+def test_the_tracking_uri_crosses_stacks_as_a_parameter_read_at_deploy_not_an_export(templates):
+    data = templates["dev/Data"]
+    parameter = resource(data, "AWS::SSM::Parameter")
+    assert parameter["Name"] == "/ml-platform/dev/mlflow/tracking-uri"
+    assert parameter["Value"] == {"Fn::GetAtt": [logical_id(data, "AWS::SageMaker::MlflowApp"), "Arn"]}
+    for stack in ("Compute", "Serving"):
+        body = json.dumps(templates[f"dev/{stack}"].to_json())
+        assert "Tracking" not in "".join(v for v in body.split('"') if v.startswith("dev-Data:"))
+        parameters = templates[f"dev/{stack}"].to_json()["Parameters"]
+        assert parameters[next(k for k in parameters if k.startswith(PARAMETER))] == {
+            "Type": "AWS::SSM::Parameter::Value<String>", "Default": "/ml-platform/dev/mlflow/tracking-uri"}
+
+
+def test_dev_reaches_the_serverless_app_through_its_nat_gateway(templates):
+    assert len(templates["dev/Core"].find_resources("AWS::EC2::NatGateway")) == 1
     services = [v["Properties"]["ServiceName"] for v in templates["dev/Core"].find_resources("AWS::EC2::VPCEndpoint").values()]
-    assert "aws.sagemaker.us-east-1.experiments" in services and "com.amazonaws.us-east-1.sagemaker.api" in services
+    assert "aws.sagemaker.us-east-1.experiments" not in services  # serves tracking servers only
 
 
 def test_queue_jobs_may_log_runs_and_find_the_tracking_uri(templates):
     compute = templates["dev/Compute"]
     policy = next(v for k, v in compute.find_resources("AWS::IAM::Policy").items() if k.startswith("trainingQueueJobRole"))
     api = next(s for s in policy["Properties"]["PolicyDocument"]["Statement"] if "sagemaker-mlflow:CreateRun" in s["Action"])
-    assert "Fn::ImportValue" in json.dumps(api["Resource"])
+    assert PARAMETER in json.dumps(api["Resource"])
     for definition in compute.find_resources("AWS::Batch::JobDefinition").values():
         environment = {e["Name"]: e["Value"] for e in definition["Properties"]["ContainerProperties"]["Environment"]}
-        assert "Fn::ImportValue" in json.dumps(environment["MLFLOW_TRACKING_URI"])
+        assert PARAMETER in json.dumps(environment["MLFLOW_TRACKING_URI"])
+
+
+def _two_stack_app(tmp_path, **tracking):
+    from aws_cdk import App
+    from aws_cdk import aws_sns as sns
+    from ml_platform_constructs import TrainingQueue
+    from tests.conftest import queue_vpc
+
+    app = App(outdir=str(tmp_path))
+    env = {"account": "123456789012", "region": "us-east-1"}
+    data = Stack(app, "Data", env=env)
+    key = kms.Key(data, "Key")
+    datasets = DatasetBucket(data, "Datasets", encryption_key=key)
+    mlflow = MlflowTracking(data, "Tracking", datasets=datasets, **{"name": "team-a", **tracking})
+    compute = Stack(app, "Compute", env=env)
+    TrainingQueue(compute, "Queue", vpc=queue_vpc(compute), instance_types=[ec2.InstanceType(t) for t in (
+                  "g5.xlarge", "g5.2xlarge", "g6.xlarge", "g6.2xlarge")],
+                  datasets=datasets, key=key, alerts=sns.Topic(compute, "Alerts"), tracking=mlflow,
+                  image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1", queue_name="training")
+    assembly = app.synth()
+    return {name: assembly.get_stack_by_name(name).template for name in ("Data", "Compute")}
+
+
+@pytest.mark.parametrize("change", [{"tracking_server_size": "Small"}, {"name": "team-a-renamed"}])
+def test_switching_kind_or_renaming_changes_no_imported_export_and_no_logical_ids_type(tmp_path, change):
+    before, after = _two_stack_app(tmp_path / "a"), _two_stack_app(tmp_path / "b", **change)
+    exports = {name: {o["Export"]["Name"]: o["Value"] for o in t.get("Outputs", {}).values() if "Export" in o}
+               for name, t in (("before", before["Data"]), ("after", after["Data"]))}
+    imported = {json.loads(chunk.split("}")[0]) for chunk in json.dumps(before["Compute"]).split('"Fn::ImportValue": ')[1:]}
+    mlflow_ids = {k for k, v in before["Data"]["Resources"].items() if v["Type"].startswith("AWS::SageMaker::Mlflow")}
+    for export_name in imported:
+        # A rename replaces the resource (Name is create-only): an export of its ARN would change under the import.
+        assert not any(i in json.dumps(exports["before"][export_name]) for i in mlflow_ids), export_name
+        assert exports["before"][export_name] == exports["after"].get(export_name), export_name
+    for stack in ("Data", "Compute"):
+        old, new = before[stack]["Resources"], after[stack]["Resources"]
+        assert [k for k in old.keys() & new.keys() if old[k]["Type"] != new[k]["Type"]] == []
 
 
 def test_the_cost_estimate_prices_the_tracking_service():

@@ -5,24 +5,28 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from aws_cdk import Acknowledgment, Annotations, Duration, RemovalPolicy, Token, Validations
+from aws_cdk import Acknowledgment, Annotations, Duration, Names, RemovalPolicy, Stack, Token, Validations
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sagemaker as sagemaker
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from .dataset_bucket import DatasetBucket
 from ..errors import ValidationError
-from ..foundation.network import missing_interface_endpoints
+from ..foundation.network import missing_interface_endpoints, selected_subnets
 from ..foundation.nag_support import AcknowledgeWildcardResources
 
 MLFLOW_PREFIX = "mlflow/"
 TRACKING_SERVER_SIZES = ("Small", "Medium", "Large")
-# What a client in a private subnet needs to reach managed MLflow without a NAT gateway: the MLflow endpoint
+# What a client in a private subnet needs to reach a tracking server without a NAT gateway: the MLflow endpoint
 # (aws.sagemaker.<region>.experiments) and the SageMaker API, "Connecting to an MLflow tracking server through an
 # Interface VPC Endpoint": https://docs.aws.amazon.com/sagemaker/latest/dg/mlflow-interface-endpoint.html
-# (artifacts go to S3 directly: the S3 gateway endpoint, which PlatformNetwork creates).
+# (artifacts go to S3 directly: the S3 gateway endpoint, which PlatformNetwork creates). The serverless app is not
+# served by it: the sagemaker-mlflow client sends app calls to https://mlflow.sagemaker.<region>.app.aws, and no
+# interface endpoint for that host is documented (December 2026; the endpoint policy page names tracking servers
+# only: https://docs.aws.amazon.com/sagemaker/latest/dg/mlflow-private-link-policy.html). Its clients need egress.
 MLFLOW_INTERFACE_ENDPOINTS = (ec2.InterfaceVpcEndpointAwsService.SAGEMAKER_EXPERIMENTS,
                               ec2.InterfaceVpcEndpointAwsService.SAGEMAKER_API)
 # The MLflow API a training job uses to record runs (https://docs.aws.amazon.com/service-authorization/latest/
@@ -72,10 +76,19 @@ class MlflowTracking(Construct):
     :param weekly_maintenance_window_start: ``Day:HH:MM`` in UTC. Default: ``Sun:03:00``.
     :param automatic_model_registration: register logged models in the SageMaker Model Registry. Default: False.
     :param artifact_prefix: Default: ``mlflow/``.
-    :param vpc: where clients log from. In isolated subnets of a VPC of this app (no NAT gateway), fails at synth
-        unless the VPC has the ``MLFLOW_INTERFACE_ENDPOINTS``. Default: none (no check).
+    :param vpc: where clients log from. In isolated subnets (no NAT gateway), the serverless app fails at synth (no
+        documented interface endpoint serves it: give the subnets egress, or use a tracking server), and a tracking
+        server fails unless a VPC of this app has the ``MLFLOW_INTERFACE_ENDPOINTS``. Default: none (no check).
     :param vpc_subnets: the clients' subnets in ``vpc``. Default: the VPC's private subnets.
     :param removal_policy: of the app or server (its runs) and its role. Default: RETAIN.
+    :param uri_parameter_name: the SSM parameter that holds the tracking URI for stacks other than this one: they
+        read it at deploy time rather than importing an export, so switching kinds or renaming (both replace the
+        resource, a new ARN) deploys. Default: ``/ml-platform/mlflow/<unique id of this construct>/tracking-uri``.
+
+    Each kind has its own logical id (the app ``Resource``, a tracking server ``TrackingServer``): CloudFormation
+    cannot change a resource's type in place, so a switch creates the new one and removes (or, retained, orphans) the
+    old. A tracking server deployed by 0.4 under ``Resource`` keeps its id with
+    ``tracking.resource.override_logical_id("<its logical id>")``.
     """
 
     def __init__(self, scope: Construct, id: str, *, datasets: DatasetBucket, name: str,
@@ -83,11 +96,19 @@ class MlflowTracking(Construct):
                  weekly_maintenance_window_start: str = "Sun:03:00", automatic_model_registration: bool = False,
                  artifact_prefix: str = MLFLOW_PREFIX, vpc: Optional[ec2.IVpc] = None,
                  vpc_subnets: Optional[ec2.SubnetSelection] = None,
-                 removal_policy: RemovalPolicy = RemovalPolicy.RETAIN) -> None:
+                 removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+                 uri_parameter_name: Optional[str] = None) -> None:
         super().__init__(scope, id)
         self._validate(name, tracking_server_size, mlflow_version, weekly_maintenance_window_start, artifact_prefix)
+        if uri_parameter_name is not None and not re.match(r"^/[A-Za-z0-9_./-]{1,1010}$", uri_parameter_name):
+            raise ValidationError("MlflowTracking", "uri_parameter_name", uri_parameter_name,
+                                  "an SSM parameter path starting with '/' (letters, digits, _ . - /)",
+                                  "e.g. '/ml-platform/dev/mlflow/tracking-uri'")
         if vpc is not None:
-            self._require_endpoints_without_egress(vpc, vpc_subnets)
+            if tracking_server_size is None:
+                self._refuse_isolated_subnets_for_the_app(vpc, vpc_subnets)
+            else:
+                self._require_endpoints_without_egress(vpc, vpc_subnets)
         self.name = name
         self.datasets = datasets
         self.artifact_prefix = artifact_prefix
@@ -113,7 +134,7 @@ class MlflowTracking(Construct):
             self.mlflow_version = self.resource.attr_mlflow_version
         else:
             self.resource = sagemaker.CfnMlflowTrackingServer(
-                self, "Resource", tracking_server_name=name, artifact_store_uri=self.artifact_store_uri,
+                self, "TrackingServer", tracking_server_name=name, artifact_store_uri=self.artifact_store_uri,
                 role_arn=self.role.role_arn, tracking_server_size=tracking_server_size, mlflow_version=mlflow_version,
                 weekly_maintenance_window_start=weekly_maintenance_window_start,
                 automatic_model_registration=automatic_model_registration)
@@ -124,7 +145,20 @@ class MlflowTracking(Construct):
         self.resource.apply_removal_policy(removal_policy)
         self.role.apply_removal_policy(removal_policy)
         self.tracking_uri = self.arn  # mlflow.set_tracking_uri(ARN) with the sagemaker-mlflow plugin
+        self.uri_parameter_name = uri_parameter_name or f"/ml-platform/mlflow/{Names.unique_id(self)}/tracking-uri"
+        self.uri_parameter = ssm.StringParameter(
+            self, "TrackingUri", parameter_name=self.uri_parameter_name, string_value=self.arn,
+            description=f"The tracking URI (ARN) of MLflow {name}, for stacks that log to it")
 
+    def tracking_uri_for(self, scope: Construct) -> str:
+        """The tracking URI as ``scope``'s stack should use it: the ARN itself in this stack; in another, the SSM
+        parameter's value, resolved by CloudFormation at each deploy of that stack (no export: an imported export
+        cannot change, and a kind switch or a rename gives a new ARN). The other stack then deploys after this one."""
+        consumer = Stack.of(scope)
+        if consumer is Stack.of(self):
+            return self.arn
+        consumer.add_dependency(Stack.of(self), "reads the MLflow tracking URI parameter")
+        return ssm.StringParameter.value_for_string_parameter(consumer, self.uri_parameter_name)
     # --- validation -------------------------------------------------------------------------------------------
     @staticmethod
     def _validate(name, size, version, window, prefix) -> None:
@@ -149,6 +183,19 @@ class MlflowTracking(Construct):
             fail("artifact_prefix", prefix, "an S3 prefix of its own ending in '/', not datasets/, checkpoints/, logs/ "
                  "or capture/", "use the default 'mlflow/'")
 
+    @staticmethod
+    def _refuse_isolated_subnets_for_the_app(vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection]) -> None:
+        isolated = {s.subnet_id for s in vpc.isolated_subnets}
+        subnets = selected_subnets(vpc, vpc_subnets)
+        if subnets and all(s.subnet_id in isolated for s in subnets):
+            raise ValidationError(
+                "MlflowTracking", "vpc", vpc.node.path,
+                "subnets with egress (a NAT gateway) for the serverless MLflow app: its clients call "
+                "https://mlflow.sagemaker.<region>.app.aws, and no documented interface endpoint serves it (the "
+                "sagemaker.experiments endpoint serves tracking servers)",
+                "give the clients' subnets a NAT gateway, or set tracking_server_size (a tracking server is reached "
+                "through MLFLOW_INTERFACE_ENDPOINTS)")
+
     def _require_endpoints_without_egress(self, vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection]) -> None:
         """Clients in isolated subnets of a VPC of this app reach MLflow only through its interface endpoints:
         without them every tracking call times out. (An imported VPC's endpoints cannot be seen from here.)"""
@@ -165,7 +212,9 @@ class MlflowTracking(Construct):
     def _api_grant(self, grantee: iam.IGrantable, actions: tuple[str, ...]) -> iam.Grant:
         sagemaker_actions = (["sagemaker:CallMlflowAppApi", "sagemaker:DescribeMlflowApp"] if self.serverless
                              else ["sagemaker:DescribeMlflowTrackingServer"])
-        return iam.Grant.add_to_principal(grantee=grantee, resource_arns=[self.arn],
+        principal = grantee.grant_principal
+        arn = self.tracking_uri_for(principal) if isinstance(principal, Construct) else self.arn
+        return iam.Grant.add_to_principal(grantee=grantee, resource_arns=[arn],
                                           actions=[*sagemaker_actions, *(f"sagemaker-mlflow:{a}" for a in actions)])
 
     def grant_log_runs(self, grantee: iam.IGrantable) -> iam.Grant:

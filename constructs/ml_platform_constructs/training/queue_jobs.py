@@ -145,17 +145,15 @@ def evaluation_role(scope: Construct, queue_name: str, datasets: DatasetBucket, 
     return role
 
 
-def container_environment(queue_name: str, datasets: Optional[DatasetBucket],
-                          tracking: Optional[MlflowTracking] = None) -> dict[str, str]:
-    """The job contract's variables every job of the queue gets (README, "The job contract"). A submission adds the
-    job's own, ML_PLATFORM_CHECKPOINT_URI and ML_PLATFORM_JOB_NAME (ml_platform_constructs.operations.jobs)."""
+def container_environment(queue_name: str, datasets: Optional[DatasetBucket]) -> dict[str, str]:
+    """The job contract's variables every job of the queue gets (constructs/docs/JobContract.md; MLFLOW_TRACKING_URI
+    is added per job definition, ``JobSettings.container``). A submission adds the job's own,
+    ML_PLATFORM_CHECKPOINT_URI and ML_PLATFORM_JOB_NAME (ml_platform_constructs.operations.jobs)."""
     environment = {"ML_PLATFORM_QUEUE_NAME": queue_name, "ML_PLATFORM_STOP_FILE": f"{RUN_DIR}/stop-requested",
                    "ML_PLATFORM_JOB_NAMESPACE": JOB_NAMESPACE}
     if datasets is not None:
         environment["ML_PLATFORM_DATASETS_URI"] = f"s3://{datasets.bucket_name}/{DATASETS_PREFIX}"
         environment["ML_PLATFORM_DATASET_BUCKET"] = datasets.bucket_name  # e.g. gpu_benchmark.py's records
-    if tracking is not None:
-        environment["MLFLOW_TRACKING_URI"] = tracking.tracking_uri  # runtime.tracking records runs there
     return environment
 
 
@@ -198,6 +196,8 @@ class JobSettings:
     :param volumes: from ``job_volumes``.
     :param attempts: attempts per job, Spot reclaims included.
     :param timeout: per attempt.
+    :param tracking: where runtime.tracking records runs (``MLFLOW_TRACKING_URI``), as the stack of each job
+        definition reads it (a definition may live in another stack: an endpoint's retraining job).
     """
     queue_name: str
     job_role: iam.IRole
@@ -206,11 +206,15 @@ class JobSettings:
     volumes: Sequence[batch.EcsVolume]
     attempts: int
     timeout: Duration
+    tracking: Optional[MlflowTracking] = None
 
     def container(self, scope: Construct, id: str, image_uri: str, size: tuple[int, int, int], *,
                   efa: bool = False, command: Sequence[str] = ()) -> batch.EcsEc2ContainerDefinition:
         """A container of ``size`` (GPUs, vCPUs, memory MiB) with the queue's role, variables, volumes and logs."""
         gpus, vcpus, memory_mib = size
+        environment = dict(self.environment)
+        if self.tracking is not None:
+            environment["MLFLOW_TRACKING_URI"] = self.tracking.tracking_uri_for(scope)
         linux = batch.LinuxParameters(scope, f"{id}Linux", init_process_enabled=True,
                                       # PyTorch's DataLoader workers share tensors through /dev/shm (64 MiB by default).
                                       shared_memory_size=Size.mebibytes(memory_mib // 4))
@@ -220,7 +224,7 @@ class JobSettings:
         container = batch.EcsEc2ContainerDefinition(
             scope, id, image=ecs.ContainerImage.from_registry(image_uri), cpu=vcpus,
             memory=Size.mebibytes(memory_mib), gpu=gpus, job_role=self.job_role, command=list(command) or None,
-            environment=dict(self.environment), volumes=list(self.volumes), linux_parameters=linux,
+            environment=environment, volumes=list(self.volumes), linux_parameters=linux,
             logging=ecs.LogDriver.aws_logs(stream_prefix=self.queue_name, log_group=self.log_group))
         grant_image_pull(container, image_uri)
         return container

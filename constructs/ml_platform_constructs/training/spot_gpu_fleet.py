@@ -331,7 +331,7 @@ class SpotGpuFleet(Construct):
             environment["ML_PLATFORM_DATASETS_URI"] = f"s3://{datasets.bucket_name}/{DATASETS_PREFIX}"
             environment["ML_PLATFORM_CHECKPOINT_URI"] = f"s3://{datasets.bucket_name}/{self.checkpoint_prefix}"
         if self._tracking is not None:
-            environment["MLFLOW_TRACKING_URI"] = self._tracking.tracking_uri
+            environment["MLFLOW_TRACKING_URI"] = self._tracking.tracking_uri_for(self)
         bootstrap = InstanceBootstrap(
             environment=environment, dataset_volumes=dataset_volumes,
             agent_config=gpu_agent_config(("AutoScalingGroupName", "${aws:AutoScalingGroupName}"), static=False),
