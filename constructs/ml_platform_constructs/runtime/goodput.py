@@ -1,0 +1,293 @@
+"""Where every paid GPU second went: a goodput ledger per attempt, job, queue or month. Standard library only.
+
+An attempt's paid instance time is split into buckets that add up to it exactly:
+
+- ``startup``: instance and container start to the job's first step (boot, image pull, dataset mount or copy);
+- ``restore``: loading the checkpoint;
+- ``productive``: inside training steps, not waiting on data, and not thrown away later;
+- ``data_wait``: inside steps, blocked on the input pipeline (time in ``next(loader)``: no GPU counter says why a
+  GPU idles, so the job times it itself, as profilers do);
+- ``checkpoint_save`` and ``evaluation``: the job's own phases;
+- ``lost``: step time since the last checkpoint of an attempt that a reclaim or a stop ended (redone later);
+- ``idle``: the rest: instance paid, no job stepping (scale-in delay, waits, teardown).
+
+Anchors: Google's ML Productivity Goodput (badput by initialization, data loading, checkpointing, disruption) and
+Meta's Effective Training Time. The ledger prices each bucket with the attempt's own rate (Spot or On-Demand per
+node, x nodes, x the share of the instance's GPUs the job used), so its dollars add up to what the attempt cost.
+
+The job times its phases with ``PhaseClock`` (a counter per phase, no I/O per step); the platform adds what the job
+cannot see (when the instance started and ended) in ``Attempt.from_clock``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Mapping, Optional
+
+BUCKETS = ("productive", "data_wait", "startup", "restore", "checkpoint_save", "evaluation", "lost", "idle")
+# The job's phases as PhaseClock times them (step includes the data wait inside it).
+PHASES = ("startup", "restore", "step", "data_wait", "checkpoint_save", "evaluation", "since_checkpoint")
+# Clocks of the instance and of the job differ by a little: a job's phases may exceed the paid time by this much.
+CLOCK_SLACK_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt's times in seconds. ``step_seconds`` includes ``data_wait_seconds`` and, when the attempt was
+    interrupted, ``lost_seconds`` (step time since its last checkpoint)."""
+
+    paid_seconds: float
+    startup_seconds: float = 0.0
+    restore_seconds: float = 0.0
+    step_seconds: float = 0.0
+    data_wait_seconds: float = 0.0
+    checkpoint_save_seconds: float = 0.0
+    evaluation_seconds: float = 0.0
+    lost_seconds: float = 0.0
+    usd_per_hour: float = 0.0  # per node, the attempt's own rate (Spot or On-Demand)
+    nodes: int = 1
+    gpu_share: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("paid_seconds", "startup_seconds", "restore_seconds", "step_seconds", "data_wait_seconds",
+                     "checkpoint_save_seconds", "evaluation_seconds", "lost_seconds", "usd_per_hour"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name}={value!r}: a finite number of 0 or more")
+        if not (isinstance(self.nodes, int) and self.nodes >= 1):
+            raise ValueError(f"nodes={self.nodes!r}: a whole number of 1 or more")
+        if not 0 < self.gpu_share <= 1:
+            raise ValueError(f"gpu_share={self.gpu_share!r}: more than 0 and at most 1")
+        if self.data_wait_seconds > self.step_seconds or self.lost_seconds > self.step_seconds:
+            raise ValueError(f"data_wait_seconds={self.data_wait_seconds:g} and lost_seconds={self.lost_seconds:g}: "
+                             f"each at most step_seconds={self.step_seconds:g} (both are parts of the step time)")
+        busy = self.busy_seconds
+        if busy > self.paid_seconds + CLOCK_SLACK_SECONDS:
+            raise ValueError(f"paid_seconds={self.paid_seconds:g}: less than the job's own phases ({busy:g} s); the "
+                             "instance's start and end must span the job's: check which clock each came from")
+
+    @property
+    def busy_seconds(self) -> float:
+        return (self.startup_seconds + self.restore_seconds + self.step_seconds + self.checkpoint_save_seconds
+                + self.evaluation_seconds)
+
+    @classmethod
+    def from_clock(cls, timings: Mapping[str, float], *, paid_seconds: float, before_job_seconds: float = 0.0,
+                   interrupted: bool, usd_per_hour: float, nodes: int = 1, gpu_share: float = 1.0) -> "Attempt":
+        """An attempt from the job's ``PhaseClock.summary()`` and the platform's records: ``paid_seconds`` from the
+        instance's start to its end, ``before_job_seconds`` from the instance's start to the job's process start
+        (counted as startup), ``interrupted`` when a reclaim or a stop ended it (its step time since the last
+        checkpoint is then lost)."""
+        unknown = set(timings) - set(PHASES)
+        if unknown:
+            raise ValueError(f"timings: unknown phases {sorted(unknown)}; known: {list(PHASES)}")
+        step = float(timings.get("step", 0.0))
+        return cls(paid_seconds=paid_seconds, startup_seconds=before_job_seconds + float(timings.get("startup", 0.0)),
+                   restore_seconds=float(timings.get("restore", 0.0)), step_seconds=step,
+                   data_wait_seconds=float(timings.get("data_wait", 0.0)),
+                   checkpoint_save_seconds=float(timings.get("checkpoint_save", 0.0)),
+                   evaluation_seconds=float(timings.get("evaluation", 0.0)),
+                   lost_seconds=min(step, float(timings.get("since_checkpoint", 0.0))) if interrupted else 0.0,
+                   usd_per_hour=usd_per_hour, nodes=nodes, gpu_share=gpu_share)
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """Seconds and dollars per bucket; ``seconds`` add up to the paid instance time (x nodes)."""
+
+    seconds: Mapping[str, float] = field(default_factory=lambda: dict.fromkeys(BUCKETS, 0.0))
+    usd: Mapping[str, float] = field(default_factory=lambda: dict.fromkeys(BUCKETS, 0.0))
+    attempts: int = 0
+
+    @property
+    def paid_seconds(self) -> float:
+        return sum(self.seconds.values())
+
+    @property
+    def paid_usd(self) -> float:
+        return sum(self.usd.values())
+
+    @property
+    def goodput(self) -> Optional[float]:
+        """Productive seconds over paid seconds; None when nothing was paid."""
+        return self.seconds["productive"] / self.paid_seconds if self.paid_seconds else None
+
+    def share(self, bucket: str) -> Optional[float]:
+        return self.seconds[bucket] / self.paid_seconds if self.paid_seconds else None
+
+    def __add__(self, other: "Ledger") -> "Ledger":
+        return Ledger({b: self.seconds[b] + other.seconds[b] for b in BUCKETS},
+                      {b: self.usd[b] + other.usd[b] for b in BUCKETS}, self.attempts + other.attempts)
+
+    def to_dict(self) -> dict:
+        return {"attempts": self.attempts, "paid_hours": round(self.paid_seconds / 3600, 4),
+                "paid_usd": round(self.paid_usd, 4),
+                "goodput": None if self.goodput is None else round(self.goodput, 4),
+                "buckets": {b: {"hours": round(self.seconds[b] / 3600, 4), "usd": round(self.usd[b], 4),
+                                "share": None if self.share(b) is None else round(self.share(b), 4)}
+                            for b in BUCKETS}}
+
+
+def attempt_ledger(attempt: Attempt) -> Ledger:
+    """One attempt's buckets. The lost step time is taken from productive and data-wait time in their proportion
+    (the redone steps waited on data as the others did); idle is what remains of the paid time."""
+    step, lost = attempt.step_seconds, attempt.lost_seconds
+    kept = 1 - lost / step if step else 0.0
+    seconds = {"productive": (step - attempt.data_wait_seconds) * kept, "data_wait": attempt.data_wait_seconds * kept,
+               "startup": attempt.startup_seconds, "restore": attempt.restore_seconds,
+               "checkpoint_save": attempt.checkpoint_save_seconds, "evaluation": attempt.evaluation_seconds,
+               "lost": lost, "idle": max(0.0, attempt.paid_seconds - attempt.busy_seconds)}
+    seconds = {b: seconds[b] * attempt.nodes for b in BUCKETS}
+    rate = attempt.usd_per_hour * attempt.gpu_share / 3600
+    return Ledger(seconds, {b: seconds[b] * rate for b in BUCKETS}, 1)
+
+
+def ledger(attempts: Iterable[Attempt]) -> Ledger:
+    """The sum of the attempts' ledgers: a run, a queue's month, any grouping the caller chooses."""
+    total = Ledger()
+    for attempt in attempts:
+        total = total + attempt_ledger(attempt)
+    return total
+
+
+class PhaseClock:
+    """The job's side of the ledger: it times its own phases with a monotonic clock (a few additions per step,
+    no I/O). Use one per attempt, from the process's start::
+
+        clock = PhaseClock()
+        with clock.phase("restore"): state = load_checkpoint()
+        for batch in clock.batches(loader):      # time blocked in next(loader) is data wait
+            with clock.step(): train_step(batch)
+        with clock.phase("checkpoint_save"): save(); clock.checkpoint_saved()
+
+    ``summary()`` gives the seconds per phase (``PHASES``) for the attempt's record.
+    """
+
+    def __init__(self, now=time.monotonic) -> None:
+        self._now = now
+        self._started = now()
+        self._first_step: Optional[float] = None
+        self._seconds = dict.fromkeys(PHASES, 0.0)
+        self._in_step = False
+
+    def _mark_first_step(self) -> None:
+        if self._first_step is None:
+            self._first_step = self._now()
+            # Startup: from the process's start to the first step, less the phases timed in it (a restore).
+            self._seconds["startup"] = max(0.0, self._first_step - self._started - self._seconds["restore"]
+                                           - self._seconds["evaluation"] - self._seconds["checkpoint_save"])
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        if name not in ("restore", "checkpoint_save", "evaluation"):
+            raise ValueError(f"phase {name!r}: one of restore, checkpoint_save, evaluation (steps: step())")
+        started = self._now()
+        try:
+            yield
+        finally:
+            self._seconds[name] += self._now() - started
+
+    @contextmanager
+    def step(self) -> Iterator[None]:
+        self._mark_first_step()
+        started = self._now()
+        self._in_step = True
+        try:
+            yield
+        finally:
+            self._in_step = False
+            elapsed = self._now() - started
+            self._seconds["step"] += elapsed
+            self._seconds["since_checkpoint"] += elapsed
+
+    def batches(self, loader: Iterable) -> Iterator:
+        """The loader's batches; the time blocked on each is data wait, counted as step time (the GPU waits)."""
+        iterator = iter(loader)
+        while True:
+            self._mark_first_step()
+            started = self._now()
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            finally:
+                waited = self._now() - started
+                self._seconds["data_wait"] += waited
+                self._seconds["step"] += waited
+                self._seconds["since_checkpoint"] += waited
+            yield batch
+
+    def checkpoint_saved(self) -> None:
+        """A checkpoint holds every step so far: an interruption from now loses only later steps."""
+        self._seconds["since_checkpoint"] = 0.0
+
+    def summary(self) -> dict[str, float]:
+        return {name: round(value, 3) for name, value in self._seconds.items()}
+
+
+# --- what to change when a job is input-bound -------------------------------------------------------------------
+
+# PyTorch DataLoader: prefetch_factor batches loaded in advance by each worker (default 2 with workers), pin_memory
+# for faster host-to-GPU copies. https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader
+PREFETCH_FACTOR = 2
+# The story's heuristics (../shared/seed), labelled as such: workers about 70% of the vCPUs; pinned memory caused
+# out-of-memory errors on a 32 GB host; datasets over 50 GB preloaded onto EBS rather than read from S3.
+WORKER_SHARE_OF_VCPUS = 0.7
+PIN_MEMORY_MIN_GIB = 32
+EBS_PRELOAD_MIN_GB = 50
+
+
+@dataclass(frozen=True)
+class LoaderSettings:
+    num_workers: int  # per training process (one process per GPU)
+    prefetch_factor: int
+    pin_memory: bool
+    persistent_workers: bool
+    ebs_preload: Optional[bool]  # None: the dataset's size is unknown
+    notes: tuple[str, ...]
+
+    def dataloader_kwargs(self) -> dict:
+        """The keyword arguments for ``torch.utils.data.DataLoader``."""
+        return {"num_workers": self.num_workers, "prefetch_factor": self.prefetch_factor if self.num_workers else None,
+                "pin_memory": self.pin_memory, "persistent_workers": self.persistent_workers and self.num_workers > 0}
+
+
+def loader_settings(*, vcpus: int, gpus: int, memory_gib: float, dataset_gb: Optional[float] = None,
+                    decodes_images_on_cpu: bool = False) -> LoaderSettings:
+    """Data-loader settings for an instance: workers about 70% of its vCPUs shared by its training processes,
+    prefetch 2, pinned memory except on hosts of 32 GiB or less, EBS preload for datasets over 50 GB."""
+    for name, value in (("vcpus", vcpus), ("gpus", gpus)):
+        if not (isinstance(value, int) and value >= 1):
+            raise ValueError(f"{name}={value!r}: a whole number of 1 or more")
+    if not memory_gib > 0:
+        raise ValueError(f"memory_gib={memory_gib!r}: more than 0")
+    workers = max(1, math.floor(vcpus * WORKER_SHARE_OF_VCPUS / gpus))
+    pin = memory_gib > PIN_MEMORY_MIN_GIB
+    notes = [f"num_workers {workers}: about {WORKER_SHARE_OF_VCPUS:.0%} of {vcpus} vCPUs over {gpus} training "
+             "process(es) (the story's heuristic; more workers than cores contend)",
+             f"prefetch_factor {PREFETCH_FACTOR} (PyTorch's default with workers)"]
+    notes.append("pin_memory on: faster host-to-GPU copies" if pin else
+                 f"pin_memory off: {memory_gib:g} GiB host (pinned memory ran out of memory on a 32 GB host)")
+    preload = None if dataset_gb is None else dataset_gb > EBS_PRELOAD_MIN_GB
+    if preload:
+        notes.append(f"{dataset_gb:g} GB dataset: preload it onto EBS (a DatasetSnapshotBuilder snapshot) rather "
+                     "than read it from S3 on every start")
+    if decodes_images_on_cpu:
+        notes.append("images decoded on the CPU: decode on the GPU (NVIDIA DALI) if the workers cannot keep up")
+    return LoaderSettings(workers, PREFETCH_FACTOR, pin, True, preload, tuple(notes))
+
+
+def loader_settings_for(instance_type: str, *, dataset_gb: Optional[float] = None,
+                        decodes_images_on_cpu: bool = False) -> LoaderSettings:
+    """``loader_settings`` for a GPU type of the catalog."""
+    from ..advice.gpu_catalog import GPU_CATALOG
+
+    entry = GPU_CATALOG.get(instance_type)
+    if entry is None:
+        raise ValueError(f"instance_type={instance_type!r}: not a GPU type of the catalog; give vcpus, gpus and "
+                         "memory_gib to loader_settings()")
+    return loader_settings(vcpus=entry.vcpus, gpus=entry.gpu_count, memory_gib=entry.memory_gib,
+                           dataset_gb=dataset_gb, decodes_images_on_cpu=decodes_images_on_cpu)
