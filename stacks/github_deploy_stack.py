@@ -56,6 +56,36 @@ REPOSITORY = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$|^[A-Za-z0-9_.-]+@[0-
 DIFF_ACTIONS = ("cloudformation:DescribeStacks", "cloudformation:GetTemplate", "cloudformation:ListStackResources")
 
 
+# How long a deploy may take. `./platform deploy ENV` deploys ENV's stacks one after another, Serving last. Each
+# endpoint update is a blue/green deployment that SageMaker ends, and rolls back, once it has run its
+# MaximumExecutionTimeoutInSeconds (https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_BlueGreenUpdatePolicy.html);
+# a failed update makes CloudFormation roll the stack back, which updates the endpoint to its old configuration: a
+# second blue/green deployment under the same timeout. The CDK CLI waits for the rollback to end. So the deploy job
+# (deploy-environment.yml: timeout-minutes), its OIDC session (role-duration-seconds) and the deploy role's
+# MaxSessionDuration must all last DEPLOY_SETUP + STACKS_BEFORE_SERVING + 2 x the slowest endpoint's timeout
+# (tests/test_github_deploy_window.py reads all three and the synthesized endpoints, and checks it).
+DEPLOY_SETUP = Duration.minutes(15)  # checkout, ./platform setup (pip, npm) and the synth before the first stack
+STACKS_BEFORE_SERVING = Duration.minutes(60)  # every other stack of ENV: the whole deploy job's window before issue 28
+# The longest a job may run on a GitHub-hosted runner ("Job execution time", 6 hours):
+# https://docs.github.com/en/actions/reference/limits
+GITHUB_HOSTED_JOB_LIMIT = Duration.hours(6)
+# The deploy job's timeout and session, and the deploy role's MaxSessionDuration (1-12 hours:
+# https://docs.aws.amazon.com/IAM/latest/APIReference/API_UpdateRole.html). AssumeRoleWithWebIdentity fails when
+# role-duration-seconds exceeds MaxSessionDuration, and configure-aws-credentials asks for 1 hour when it is unset.
+# The bootstrap roles the deploy role assumes are chained sessions, limited to 1 hour whatever their setting
+# (https://docs.aws.amazon.com/IAM/latest/UserGuide/id_roles_terms-and-concepts.html#iam-term-role-chaining): the
+# pinned CDK CLI (package.json) assumes them again from the job's session as they expire, so only the job's session
+# must last the whole deploy. CloudFormation itself acts with the bootstrap execution role, not with these sessions.
+DEPLOY_SESSION = Duration.hours(5)
+
+
+def deploy_window(rollout_timeout: Duration) -> Duration:
+    """The longest a deploy of an environment may take, for the slowest endpoint's blue/green timeout: every other
+    stack, then an endpoint update that runs to its timeout and the stack rollback's second one."""
+    return Duration.seconds(DEPLOY_SETUP.to_seconds() + STACKS_BEFORE_SERVING.to_seconds()
+                            + 2 * rollout_timeout.to_seconds())
+
+
 def deploy_role_name(environment: str) -> str:
     return f"ml-platform-github-deploy-{environment}"
 
@@ -98,20 +128,21 @@ class GitHubDeployStack(Stack):
         else:
             provider_arn = f"arn:{self.partition}:iam::{self.account}:oidc-provider/{GITHUB_OIDC_HOST}"
 
-        def github_role(name: str, subject: tuple[str, str], description: str) -> iam.Role:
+        def github_role(name: str, subject: tuple[str, str], description: str,
+                        max_session: Duration = Duration.hours(1)) -> iam.Role:
             operator, value = subject
             conditions = {"StringEquals": {f"{GITHUB_OIDC_HOST}:aud": "sts.amazonaws.com"}}
             conditions.setdefault(operator, {})[f"{GITHUB_OIDC_HOST}:sub"] = value
             principal = iam.WebIdentityPrincipal(provider_arn, conditions=conditions)
             role = iam.Role(self, name.title().replace("-", ""), role_name=name, assumed_by=principal,
-                            description=description, max_session_duration=Duration.hours(1))
+                            description=description, max_session_duration=max_session)
             CfnOutput(self, f"{name.title().replace('-', '')}Arn", value=role.role_arn)
             return role
 
         self.deploy_role = github_role(
             deploy_role_name(environment), ("StringEquals", deploy_subject(repository, environment)),
             f"GitHub Actions deploys {environment} from {repository} ({DEPLOY_BRANCH}, environment {environment}) "
-            "via the CDK bootstrap roles")
+            "via the CDK bootstrap roles", max_session=DEPLOY_SESSION)
         self.deploy_role.add_to_policy(iam.PolicyStatement(actions=["sts:AssumeRole"], resources=[
             f"arn:{self.partition}:iam::{self.account}:role/cdk-{BOOTSTRAP_QUALIFIER}-{kind}-role-{self.account}-{self.region}"
             for kind in ("deploy", "file-publishing", "image-publishing", "lookup")]))
