@@ -11,8 +11,10 @@ into a BytesIO instead of JSON).
 1. Write its PID to $ML_PLATFORM_JOB_PID_FILE first thing (before loading data): on a fleet the interruption
    watcher signals that process, and reports the fleet busy while it lives, so scale-to-zero never stops it.
 2. Start or continue its run (``TrackedRun.start``): the passport (seed, code, image, packages, GPU, instance,
-   dataset digest, parameters, filtered environment) next to the checkpoints and, where MLflow is set up, in MLflow.
-   Every attempt of the job continues the same run.
+   dataset content digest, parameters, filtered environment) next to the checkpoints and, where MLflow is set up,
+   in MLflow. Every attempt of the job continues the same run while its configuration is the run's; another
+   configuration under the same job name stops with one line saying what changed (a new run takes a new name).
+   Then seed every generator (``run.seed_everything``): what it set is recorded.
 3. Resume: load the newest checkpoint under $ML_PLATFORM_CHECKPOINT_URI, if any (on a queue,
    ``./platform job submit`` sets it to checkpoints/<queue>/<job name>/, the same for every attempt). Each epoch's
    shuffle comes from (seed, epoch), so a resumed run ends with exactly the model an uninterrupted one would.
@@ -21,8 +23,8 @@ into a BytesIO instead of JSON).
    attempt, which resumes here. Exit 0 only when training is finished: AWS Batch records 0 as SUCCEEDED and never
    runs the job again.
 5. Checkpoint every epoch: an instance can also vanish without notice.
-6. Judge the model on held-out data: 5% of the rows, chosen by a hash of their id (``runtime.holdout``), never
-   train it; ``holdout_accuracy`` before training and at the end. At the end the run gets its cost (every
+6. Judge the model on held-out data: 5% of the rows, chosen by a hash of their id column (``runtime.holdout``,
+   keyed by ``id``: a row's side never moves when a column is added), never train it; ``holdout_accuracy`` before training and at the end. At the end the run gets its cost (every
    attempt's instance-hours x prices), Spot interruptions and USD per accuracy point, and the model is written
    next to the checkpoints as model.tar.gz (what ``./platform model promote`` deploys).
 
@@ -288,6 +290,7 @@ def main(argv: list[str], env: Optional[dict[str, str]] = None, s3: Any = None) 
     if run.finished:  # an earlier attempt finished and only its exit was lost
         print(f"run {run.run_id} already finished", flush=True)
         return 0
+    run.seed_everything(args.seed)  # the shuffles below draw from (seed, epoch) themselves; torch jobs need this
     print(f"run {run.run_id}, attempt {run.attempt['number']}", flush=True)
     state, code = train(job, run, rows, params)
     if code:
@@ -295,8 +298,10 @@ def main(argv: list[str], env: Optional[dict[str, str]] = None, s3: Any = None) 
               "written, exit 143 (the queue retries it)", flush=True)
     else:
         record = run.record
+        cost = (f"cost {record['cost_usd']} USD" + (" (a lower bound)" if record.get("cost_lower_bound") else "")
+                if record["cost_usd"] is not None else f"cost unknown: {record['cost_note']}")
         print(f"run {run.run_id} finished: holdout accuracy {record['metrics']['holdout_accuracy']:.3f}, "
-              f"{len(record['passport']['attempts'])} attempt(s), cost {record['cost_usd']} USD", flush=True)
+              f"{len(record['passport']['attempts'])} attempt(s), {cost}", flush=True)
     return code
 
 

@@ -7,10 +7,13 @@ ENV reads the environment's SageMaker MLflow (the Data stack's MlflowTrackingUri
 account, checked first; the sagemaker-mlflow plugin signs the calls). --local reads the local store that
 ``./platform up``'s example run writes to (.ml-platform/mlflow.db, SQLite, git-ignored).
 
-``show --json`` prints the run record: ``run_id``, ``run_name``, ``experiment``, ``status``, ``passport`` (seed,
-git_commit, image, python, packages, frameworks, gpu, instance_type, lifecycle, queue, job_id, attempts, dataset,
-params, environment, ...), ``metrics``, ``cost_usd``, ``spot_interruptions``, ``usd_per_accuracy_point``,
-``usd_per_million_tokens``, ``improves_on``, ``model_uri`` and ``promotions`` (the gate's decisions).
+``show --json`` prints the run record: ``run_id``, ``run_name``, ``experiment``, ``status``, ``identity`` (the run's
+digest and what it covers), ``passport`` (seed, seeds, command, git_commit, image, python, packages, frameworks,
+gpu, instance_type, lifecycle, queue, job_id, attempts with each one's environment, environment_changes, dataset,
+params, environment, ...), ``metrics``, ``cost_usd`` (``cost_lower_bound``), ``spot_interruptions``,
+``usd_per_accuracy_point``, ``over_chance``, ``against_live`` (the gain over the live model on the same held-out
+ids, from the latest promotion's evaluation), ``usd_per_million_tokens``, ``improves_on``, ``model_uri`` and
+``promotions`` (the gate's decisions).
 """
 
 from __future__ import annotations
@@ -22,15 +25,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-from ml_platform_constructs.runtime.tracking import PROMOTION_TAG_PREFIX, RECORD_NAME, TAG_PREFIX
+from ml_platform_constructs.runtime.tracking import PROMOTION_TAG_PREFIX, RECORD_NAME, TAG_PREFIX, gain_over_live
 
 from ops.cli import Parser
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_STORE = ROOT / ".ml-platform"
 LIST_LIMIT = 50
-SUMMARY_KEYS = ("cost_usd", "spot_interruptions", "usd_per_accuracy_point", "usd_per_million_tokens", "improves_on",
-                "accuracy_points", "cost_note", "model_uri", "created_at", "finished_at")
+SUMMARY_KEYS = ("cost_usd", "cost_lower_bound", "spot_interruptions", "usd_per_accuracy_point", "usd_per_million_tokens",
+                "improves_on", "accuracy_points", "over_chance", "cost_note", "model_uri", "checkpoint_uri", "identity",
+                "created_at", "finished_at")
 
 
 class RunsError(SystemExit):
@@ -70,15 +74,15 @@ def open_store(target: str, *, local_store: Optional[Path] = None) -> tuple[Any,
     return MlflowClient(uri), f"{env.name}'s SageMaker MLflow ({uri})"
 
 
-def run_record(client: Any, run_id: str) -> dict:
-    """The run record of ``runs show --json``: the passport artifact, with MLflow's latest metrics and status and
-    the promotion decisions recorded in its tags."""
+def run_record(client: Any, run_id: str, target: str = "ENV|--local") -> dict:
+    """The run record of ``runs show --json``: the passport artifact, with MLflow's latest metrics and status, the
+    promotion decisions recorded in its tags and the gain over the live model the latest evaluation shows."""
     from mlflow.exceptions import MlflowException
 
     try:
         run = client.get_run(run_id)
     except MlflowException:
-        raise RunsError(f"no run {run_id} in this store (./platform runs list shows the runs)") from None
+        raise RunsError(f"no run {run_id} in this store (./platform runs list {target} shows the runs)") from None
     record: dict = {}
     with tempfile.TemporaryDirectory() as directory:
         try:
@@ -89,6 +93,9 @@ def run_record(client: Any, run_id: str) -> dict:
     tags = run.data.tags
     promotions = sorted((json.loads(v) for k, v in tags.items() if k.startswith(PROMOTION_TAG_PREFIX)),
                         key=lambda d: d.get("at", ""))
+    judged = [d for d in promotions if d.get("metric") == "holdout_accuracy" and d.get("evidence_manifest")]
+    against_live = ({**gain_over_live(record, judged[-1]["evidence_manifest"]), "evidence": judged[-1].get("evidence"),
+                     "live_run": judged[-1].get("live_run")} if judged else None)
     return {
         "run_id": run.info.run_id,
         "run_name": run.info.run_name,
@@ -100,6 +107,7 @@ def run_record(client: Any, run_id: str) -> dict:
         **{key: record.get(key) for key in SUMMARY_KEYS},
         "tags": {k: v for k, v in tags.items() if k.startswith(TAG_PREFIX) and not k.startswith(PROMOTION_TAG_PREFIX)},
         "promotions": promotions,
+        "against_live": against_live,
     }
 
 
@@ -117,7 +125,12 @@ def list_runs(client: Any, limit: int = LIST_LIMIT) -> list[dict]:
              "status": r.info.status, "started_at": _time(r.info.start_time),
              "holdout_accuracy": r.data.metrics.get("holdout_accuracy"), "cost_usd": r.data.metrics.get("cost_usd"),
              "usd_per_accuracy_point": r.data.metrics.get("usd_per_accuracy_point"),
-             "attempts": r.data.tags.get(f"{TAG_PREFIX}attempts")} for r in runs]
+             "attempts": _count(r.data.tags.get(f"{TAG_PREFIX}attempts"))} for r in runs]
+
+
+def _count(tag: Optional[str]) -> Optional[int]:
+    """A count MLflow keeps as a tag (text) as the number it is."""
+    return int(tag) if tag and tag.isdigit() else None
 
 
 def _number(value: Optional[float], digits: int = 6) -> str:
@@ -138,29 +151,48 @@ def format_list(runs: list[dict], where: str) -> str:
     return "\n".join(lines)
 
 
+def _gpu(gpu: dict) -> str:
+    return f"{gpu['count']} x {gpu['model']} ({gpu['memory_mib']} MiB)" if gpu.get("count") else "no GPU"
+
+
+def _seeds(seeds: Optional[dict]) -> str:
+    if not seeds:
+        return "not seeded by the helper (TrackedRun.seed_everything)"
+    what = [name for name in ("python", "numpy", "torch", "cuda") if seeds.get(name)]
+    flags = "deterministic algorithms on" if seeds.get("deterministic") else "deterministic algorithms off"
+    benchmark = "" if seeds.get("cudnn_benchmark") is None else f", cuDNN benchmark {'on' if seeds['cudnn_benchmark'] else 'off'}"
+    return f"{seeds['seed']} set for {', '.join(what)}; {flags}{benchmark}; PYTHONHASHSEED {seeds.get('PYTHONHASHSEED') or 'unset'}"
+
+
 def format_record(record: dict) -> str:
     p = record["passport"]
     lines = [f"Run {record['run_id']} ({record['run_name']}, experiment {record['experiment']}): {record['status']}"]
+    where = record.get("checkpoint_uri") or "(next to the checkpoints)"
     if p:
         commit = p.get("git_commit") or {}
         image = p.get("image") or {}
-        gpu = p.get("gpu") or {}
         frameworks = ", ".join(f"{k} {v}" for k, v in (p.get("frameworks") or {}).items() if v) or "none found"
         dataset = p.get("dataset")
         holdout = p.get("holdout")
+        identity = record.get("identity") or {}
+        dirty = {True: f" with uncommitted changes ({commit.get('changed_files', '?')} files, diff "
+                       f"{where}{commit.get('diff_artifact') or 'not kept'})",
+                 False: " (clean)", None: " (dirty state unknown)"}[commit.get("dirty")]
         lines += [
             "  passport:",
-            f"    seed {p.get('seed')}; code {commit.get('commit') or 'unknown'}"
-            + (" (with uncommitted changes)" if commit.get("dirty") else ""),
+            f"    run digest {identity.get('sha256', 'none (a record of format 1)')}: params, seed, dataset content, "
+            "code, image, held-out split",
+            f"    seed {p.get('seed')}; seeds: {_seeds(p.get('seeds'))}",
+            f"    code {commit.get('commit') or 'unknown'}{dirty}",
+            f"    command {' '.join(p['command']) if p.get('command') else '-'}",
             f"    image {image.get('uri') or '-'}" + (f" ({image['digest']})" if image.get("digest") else ""),
-            f"    python {p.get('python')}; {p['packages']['count']} packages (sha256 {p['packages']['sha256'][:16]}...,"
-            f" artifact {p['packages']['artifact']}); {frameworks}",
-            "    gpu: " + (f"{gpu['count']} x {gpu['model']} ({gpu['memory_mib']} MiB)" if gpu.get("count") else "none"),
+            f"    python {p.get('python')}; {p['packages']['count']} packages (sha256 {p['packages']['sha256'][:16]}...): "
+            f"{where}{p['packages']['artifact']}; {frameworks}",
             f"    instance {p.get('instance_type') or '-'} {p.get('lifecycle') or ''}; queue {p.get('queue') or '-'}; "
             f"job {p.get('job_id') or '-'}" + (f"; retraining started by {p['trigger']['trigger']} "
                                                 f"({p['trigger'].get('alarm')})" if p.get("trigger") else ""),
             "    dataset " + (f"{dataset['name']}@{dataset['version']} {dataset['uri']} ({dataset['objects']} objects, "
-                              f"{dataset['bytes']:,} bytes, list sha256 {dataset['list_sha256'][:16]}...)"
+                              f"{dataset['bytes']:,} bytes, sha256 {dataset['sha256'][:16]}... of {dataset['method']})"
                               if dataset else "-"),
             "    held out " + (f"{holdout['samples']} samples ({holdout['fraction']:.0%}, ids sha256 "
                                f"{holdout['ids_sha256'][:16]}...)" if holdout else "-"),
@@ -168,21 +200,44 @@ def format_record(record: dict) -> str:
             "    environment " + (", ".join(sorted(p.get("environment") or {})) or "-"),
             "  attempts:"]
         for a in p.get("attempts", []):
-            lines.append(f"    {a['number']}. {a.get('instance_type') or '?'} {a.get('lifecycle') or '?'} "
+            environment = a.get("environment") or {}
+            cuda = environment.get("cuda") or {}
+            ran_on = (f"; {_gpu(environment.get('gpu') or {})}, driver {environment.get('driver') or '-'}, CUDA "
+                      f"{cuda.get('build') or '-'} (driver supports {cuda.get('driver_supports') or '-'})"
+                      if environment else "")
+            nodes = f" x {a['nodes']} nodes" if a.get("nodes", 1) > 1 else ""
+            lines.append(f"    {a['number']}. {a.get('instance_type') or '?'} {a.get('lifecycle') or '?'}{nodes} "
                          f"{a['started_at']} to {a.get('ended_at') or a.get('last_seen_at')}: {a['outcome']}"
-                         + (f" ({a['reason']})" if a.get("reason") else ""))
+                         + (f" ({a['reason']})" if a.get("reason") else "") + ran_on)
+            if a.get("environment_changes"):
+                lines.append(f"       CHANGED from the attempt before: {'; '.join(a['environment_changes'])}")
     lines.append("  metrics: " + (", ".join(f"{k} {_number(v)}" for k, v in sorted(record["metrics"].items())) or "-"))
     cost = record.get("cost_usd")
     if cost is None:
         lines.append(f"  cost: unknown ({record.get('cost_note') or 'the run has not stopped or finished yet'})")
     else:
+        bound = f" (a lower bound: {record.get('cost_note')})" if record.get("cost_lower_bound") else ""
         lines.append(f"  cost: {cost:.6f} USD over {len(p.get('attempts', []))} attempt(s), "
-                     f"{record.get('spot_interruptions', 0)} Spot interruption(s)")
+                     f"{record.get('spot_interruptions', 0)} Spot interruption(s){bound}")
     baseline = record.get("improves_on")
     if record.get("usd_per_accuracy_point") is not None:
-        against = (f"run {baseline['run_id']}" if baseline.get("run_id") else baseline.get("note", "a given score"))
+        against = f"run {baseline['run_id']}" if baseline.get("run_id") else "the score given (improves_on)"
         lines.append(f"  {record['usd_per_accuracy_point']:.6f} USD per accuracy point: {record['accuracy_points']:+.2f} "
                      f"points over {against} ({baseline['holdout_accuracy']:.4f})")
+    live = record.get("against_live")
+    if live and live.get("accuracy_points") is not None:
+        per_point = (f"{live['usd_per_accuracy_point']:.6f} USD per accuracy point" if live["usd_per_accuracy_point"]
+                     is not None else f"no cost per accuracy point ({live['reason']})")
+        lines.append(f"  against the live model ({live.get('live_run') or 'its version'}): {per_point}: "
+                     f"{live['accuracy_points']:+.2f} points ({live['candidate_score']:.4f} vs {live['live_score']:.4f} "
+                     f"on the same {live['examples']} held-out examples)")
+    elif live:
+        lines.append(f"  against the live model: {live['reason']}")
+    chance = record.get("over_chance")
+    if chance and chance.get("usd_per_point") is not None:
+        lines.append(f"  {chance['usd_per_point']:.6f} USD per accuracy point over chance, the chance baseline: "
+                     f"{chance['accuracy_points']:+.2f} points over the untrained model ({chance['holdout_accuracy']:.4f}),"
+                     " not over a live model")
     if record.get("usd_per_million_tokens") is not None:
         lines.append(f"  {record['usd_per_million_tokens']:.6f} USD per million tokens")
     if record.get("model_uri"):
@@ -211,7 +266,7 @@ def main(argv: list[str]) -> int:
         runs = list_runs(client)
         print(json.dumps(runs, indent=1) if args.json else format_list(runs, where))
     else:
-        record = run_record(client, args.run_id)
+        record = run_record(client, args.run_id, target)
         print(json.dumps(record, indent=1) if args.json else format_record(record))
     return 0
 

@@ -36,19 +36,19 @@ def queue_env(tmp_path, attempt="1", **extra):
 
 def test_the_split_keeps_about_five_percent_out_deterministically_by_id():
     ids = [f"sample-{i}" for i in range(20000)]
-    train, held = holdout.split(ids)
+    train, held = holdout.split(ids, key=str)
     assert 0.045 < len(held) / len(ids) < 0.055
     assert set(train).isdisjoint(held) and len(train) + len(held) == len(ids)
     # Same answer in any order and for a grown dataset: a sample's side depends on its id alone.
-    assert holdout.split(list(reversed(ids)))[1] == list(reversed(held))
-    assert set(holdout.split(ids + [f"new-{i}" for i in range(500)])[1]) >= set(held)
+    assert holdout.split(list(reversed(ids)), key=str)[1] == list(reversed(held))
+    assert set(holdout.split(ids + [f"new-{i}" for i in range(500)], key=str)[1]) >= set(held)
     # A known id, so a change of the hash (and of every held-out set) fails here.
     assert holdout.holdout_position("sample-0") == pytest.approx(0.501284, abs=1e-6)  # sha256(b":sample-0")
 
 
 def test_the_salt_draws_another_held_out_set_and_the_fraction_is_checked():
     ids = range(5000)
-    assert holdout.split(ids, salt="a")[1] != holdout.split(ids, salt="b")[1]
+    assert holdout.split(ids, key=str, salt="a")[1] != holdout.split(ids, key=str, salt="b")[1]
     with pytest.raises(ValueError, match="fraction=1.5: a share between 0 and 1"):
         holdout.is_holdout("x", fraction=1.5)
     assert holdout.describe(["b", "a"])["ids_sha256"] == holdout.describe(["a", "b"])["ids_sha256"]
@@ -95,11 +95,11 @@ def test_nothing_that_looks_like_a_secret_reaches_the_passport(name, value):
     assert passport.filter_environment({name: value}) == {}
 
 
-def test_parameters_that_look_like_secrets_are_filtered_by_the_same_test():
+def test_parameters_that_look_like_secrets_are_kept_by_name_with_their_value_redacted():
     args = argparse.Namespace(lr=0.1, hf_token="hf_abcdefghijklmnopqrstuvwxyz012345", data="s3://datasets/blobs/v1/",
                               db="postgres://admin:s3cret@db.internal:5432/runs", epochs=20, resume=None)
-    assert passport.filter_params(vars(args)) == {"lr": 0.1, "data": "s3://datasets/blobs/v1/", "epochs": 20,
-                                                  "resume": None}
+    assert passport.redact_params(vars(args)) == {"lr": 0.1, "hf_token": "<redacted>", "data": "s3://datasets/blobs/v1/",
+                                                  "db": "<redacted>", "epochs": 20, "resume": None}
 
 
 class RecordingSink:
@@ -126,13 +126,22 @@ def test_a_token_passed_as_a_job_parameter_reaches_neither_the_passport_nor_mlfl
     tracking.TrackedRun.start(params=params, seed=1234, env=queue_env(tmp_path), clock=Clock(),
                               tracking_uri=sink.tracking_uri, prices=load_prices("us-east-1"))
     text = (tmp_path / "ckpt" / "passport.json").read_text()
-    assert json.loads(text)["passport"]["params"] == {"lr": 0.1, "epochs": 20} and "hf_abcdef" not in text
-    assert sink.logged_params == {"lr": 0.1, "epochs": 20, "seed": 1234}
+    assert json.loads(text)["passport"]["params"] == {"lr": 0.1, "hf_token": "<redacted>", "epochs": 20}
+    assert "hf_abcdef" not in text
+    assert sink.logged_params == {"lr": 0.1, "hf_token": "<redacted>", "epochs": 20, "seed": 1234}
 
 
 # --- one run across two attempts ----------------------------------------------------------------------------------
 
+class UnreadableBatch:
+    """A Batch client the job may not call (no batch:DescribeJobs): what a queue job's role gets today."""
+
+    def describe_jobs(self, jobs):
+        raise PermissionError("AccessDeniedException")
+
+
 def start(tmp_path, clock, env, **kwargs):
+    kwargs.setdefault("batch", UnreadableBatch())
     return tracking.TrackedRun.start(params={"lr": 0.1, "epochs": 20}, seed=1234, env=env, clock=clock,
                                      prices=load_prices("us-east-1"), **kwargs)
 
@@ -149,7 +158,7 @@ def test_the_passport_has_every_field_and_the_dataset_digest(tmp_path):
     assert (p["seed"], p["git_commit"]["commit"], p["instance_type"], p["lifecycle"], p["queue"], p["job_id"]) == \
         (1234, "3f2a9c0", "g5.xlarge", "spot", "training", "4f1c-job")
     assert p["params"] == {"lr": 0.1, "epochs": 20}
-    assert p["dataset"]["objects"] == 1 and p["dataset"]["bytes"] == 14 and len(p["dataset"]["list_sha256"]) == 64
+    assert p["dataset"]["objects"] == 1 and p["dataset"]["bytes"] == 14 and len(p["dataset"]["sha256"]) == 64
     assert p["packages"]["count"] > 10 and len(p["packages"]["sha256"]) == 64
     assert p["gpu"]["count"] == 0 and p["frameworks"]["torch"] is None  # no GPU, no torch here: said, not guessed
     assert "HOME" not in p["environment"] and p["environment"]["NCCL_DEBUG"] == "INFO"
@@ -187,13 +196,15 @@ def test_two_attempts_continue_one_run_with_cost_and_interruptions(tmp_path):
     hourly = prices["on_demand_hourly"]["g5.xlarge"] * (1 - prices["spot_discount"]["g5"])
     assert record["cost_usd"] == pytest.approx(hourly, rel=1e-4)
     assert record["spot_interruptions"] == 1
-    assert record["accuracy_points"] == pytest.approx(45.0)
-    assert record["usd_per_accuracy_point"] == pytest.approx(hourly / 45, rel=1e-3)
-    assert record["improves_on"]["note"] == "the run's own first held-out evaluation"
+    # No live model given: no cost per accuracy point; the points over chance (the untrained model) apart, labelled.
+    assert record["usd_per_accuracy_point"] is None and record["accuracy_points"] is None
+    assert record["over_chance"]["accuracy_points"] == pytest.approx(45.0)
+    assert record["over_chance"]["usd_per_point"] == pytest.approx(hourly / 45, rel=1e-3)
+    assert "the untrained model: chance" in record["over_chance"]["note"]
     assert json.loads((tmp_path / "ckpt" / "passport.json").read_text())["status"] == "FINISHED"
 
 
-def test_an_attempt_lost_without_a_word_is_counted_until_its_last_checkpoint(tmp_path):
+def test_an_attempt_lost_without_a_word_and_unseen_by_batch_is_a_lower_bound(tmp_path):
     clock = Clock()
     first = start(tmp_path, clock, queue_env(tmp_path))
     clock.now += 900
@@ -201,13 +212,14 @@ def test_an_attempt_lost_without_a_word_is_counted_until_its_last_checkpoint(tmp
     clock.now += 3000  # the instance vanished after its checkpoint; nothing more was recorded
     second = start(tmp_path, clock, queue_env(tmp_path, attempt="2"))
     lost = second.record["passport"]["attempts"][0]
-    assert (lost["outcome"], lost["ended_at"]) == ("lost", lost["last_seen_at"])
+    assert (lost["outcome"], lost["ended_at"], lost["end_known"]) == ("lost", lost["last_seen_at"], False)
     clock.now += 900
     record = second.finish(improves_on={"run_id": "live-run", "holdout_accuracy": 0.8})
     assert record["spot_interruptions"] == 1
     prices = load_prices("us-east-1")
     assert record["cost_usd"] == pytest.approx(0.5 * prices["on_demand_hourly"]["g5.xlarge"] *
                                                (1 - prices["spot_discount"]["g5"]), rel=1e-4)
+    assert record["cost_lower_bound"] is True and record["cost_note"].startswith("a lower bound: attempt(s) 1 lost")
     assert record["improves_on"] == {"run_id": "live-run", "holdout_accuracy": 0.8}
     assert record["usd_per_accuracy_point"] is None  # no holdout_accuracy logged: no per-point figure
 
@@ -294,7 +306,7 @@ def test_a_failing_tracking_store_never_stops_training(tmp_path, capsys):
                                "passport": {"attempts": [], "environment": {}, "packages": {"sha256": "x"}}},
                               tracking.Location(str(tmp_path)), Broken(), clock=Clock(),
                               prices=load_prices("us-east-1"))
-    run._begin_attempt(queue_env(tmp_path))
+    run._begin_attempt(queue_env(tmp_path), [])
     run.log_metrics({"loss": 1.0})
     run.log_metrics({"loss": 0.5})
     run.finish()

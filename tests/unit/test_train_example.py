@@ -41,8 +41,11 @@ def test_a_fresh_run_learns_checkpoints_every_epoch_and_records_a_finished_run(t
     env = job_env(tmp_path)
     assert example.main(["--epochs", "6"], env=env) == 0
     names = sorted(os.listdir(tmp_path / "ckpt"))
-    assert names == [*(f"ckpt-{n:06d}.json" for n in range(1, 7)), "model.tar.gz", "passport.json"]
     run = record(tmp_path)
+    # The code's diff is kept beside the passport when the checkout the example runs from has uncommitted changes.
+    diff = ["code.diff"] if run["passport"]["git_commit"]["dirty"] else []
+    assert names == [*(f"ckpt-{n:06d}.json" for n in range(1, 7)), *diff, "dataset-manifest.txt", "model.tar.gz",
+                     "packages.txt", "passport.json"]
     assert run["status"] == "FINISHED" and len(run["passport"]["attempts"]) == 1
     # A real model: from the untrained model's score (one class for everything) to well above it, on data it never
     # trained on.
@@ -159,7 +162,9 @@ def test_simulated_reclaim_mid_run_resumes_from_the_checkpoint_and_finishes(tmp_
         finished, code = example.train(second, again, rows, PARAMS)
         assert (finished["epoch"], code, again.run_id) == (PARAMS["epochs"], 0, run.run_id)
         keys = [o["Key"].rsplit("/", 1)[1] for o in s3.list_objects_v2(Bucket="datasets")["Contents"]]
-        assert keys == [*(f"ckpt-{n:06d}.json" for n in range(1, PARAMS["epochs"] + 1)), "model.tar.gz", "passport.json"]
+        diff = ["code.diff"] if again.record["passport"]["git_commit"]["dirty"] else []
+        assert keys == [*(f"ckpt-{n:06d}.json" for n in range(1, PARAMS["epochs"] + 1)), *diff, "model.tar.gz",
+                        "packages.txt", "passport.json"]
 
 
 def test_the_evaluation_job_scores_both_models_on_the_candidates_held_out_examples(tmp_path):

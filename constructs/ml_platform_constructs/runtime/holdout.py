@@ -3,6 +3,7 @@
     from ml_platform_constructs.runtime.holdout import split
 
     train, holdout = split(samples, key=lambda s: s["id"])      # 95% / 5%, the same on every machine and attempt
+    train, holdout = split(rows, key=lambda r: r["id"], group=lambda r: r["user_id"])  # a user's rows on one side
     ...
     run.log_holdout(accuracy=evaluate(model, holdout))          # logged as holdout_accuracy
 
@@ -10,12 +11,18 @@ A sample's side is decided by a SHA-256 of its id (and an optional salt), never 
 generator: a resumed attempt, a retraining job months later on a grown dataset, and the job that trained the live
 model all hold out the same samples, so their held-out scores compare (the promotion gate compares them). Keep the
 salt fixed for a model family; change it only to draw a new held-out set on purpose.
+
+The key is required and must be a sample's stable id, never the sample itself: a sample's side must not move when
+a column is added or a value is cleaned. Duplicates (the same example twice, or augmented copies) must share an id,
+or one copy trains while the other is held out. ``group`` keeps every sample of a group (a user, a patient, a
+document) on one side, as scikit-learn's GroupShuffleSplit does: the side is then decided by the group's id, and
+rows of one user never judge a model that trained on the same user's other rows.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Callable, Iterable, TypeVar, Union
+from typing import Callable, Iterable, Optional, TypeVar, Union
 
 HOLDOUT_FRACTION = 0.05
 SampleId = Union[str, int, bytes]
@@ -36,13 +43,17 @@ def is_holdout(sample_id: SampleId, fraction: float = HOLDOUT_FRACTION, salt: st
     return holdout_position(sample_id, salt) < fraction
 
 
-def split(samples: Iterable[T], key: Callable[[T], SampleId] = lambda s: s,  # type: ignore[assignment,return-value]
-          fraction: float = HOLDOUT_FRACTION, salt: str = "") -> tuple[list[T], list[T]]:
-    """(train, holdout): each sample goes to holdout when ``is_holdout(key(sample), fraction, salt)``."""
+def split(samples: Iterable[T], key: Callable[[T], SampleId], *, fraction: float = HOLDOUT_FRACTION, salt: str = "",
+          group: Optional[Callable[[T], SampleId]] = None) -> tuple[list[T], list[T]]:
+    """(train, holdout): a sample goes to holdout when ``is_holdout`` of its group's id (with ``group``) or of its
+    own id (``key``, required: the sample's stable id) holds, for ``fraction`` and ``salt``."""
+    if not callable(key):
+        raise TypeError(f"key={key!r}: a function from a sample to its stable id, e.g. key=lambda row: row['id']")
+    side = group or key
     train: list[T] = []
     holdout: list[T] = []
     for sample in samples:
-        (holdout if is_holdout(key(sample), fraction, salt) else train).append(sample)
+        (holdout if is_holdout(side(sample), fraction, salt) else train).append(sample)
     return train, holdout
 
 

@@ -5,13 +5,19 @@ information is not there (no GPU on a laptop, no container metadata outside ECS)
 
 - ``environment``: only the platform's, NCCL's, CUDA's and seed variables, and never one whose name or value
   looks like a secret (``filter_environment``).
-- ``params``: the job's parameters (often ``vars(args)``), minus any whose name or value looks like a secret by the
-  same test (``filter_params``): a ``--hf-token`` never reaches the passport or MLflow.
-- ``packages``: ``name==version`` of every installed distribution (a pip freeze without pip), kept as an artifact;
-  the passport holds its SHA-256.
-- ``dataset``: the URI (``s3://`` prefix or a mounted snapshot's directory) with the count, bytes and SHA-256 of
-  its object list (keys, sizes and ETags; paths and sizes for a directory), not of the contents: cheap for
-  hundreds of GB, and any added, removed or rewritten object changes it.
+- ``params``: the job's parameters (often ``vars(args)``), every one by name; a value is ``"<redacted>"`` when it
+  looks like a secret (the token and key shapes of ``SECRET_VALUE``), or when the name says secret outright
+  (``password``, ``secret``, ``api_key``, ``hf_token``, ... and a ``*_token`` whose value is token-shaped):
+  ``redact_params``. Names alone are not judged by substrings: ``max_new_tokens``, ``tokenizer``, ``pad_token_id``,
+  ``num_key_value_heads``, ``session_length`` and ``use_auth`` are hyperparameters, and they are the run.
+- ``packages``: ``name==version`` of every installed distribution (a pip freeze without pip), written next to the
+  passport (``packages.txt``) and to MLflow; the passport holds its SHA-256.
+- ``dataset``: the URI (``s3://`` prefix or a directory) with a SHA-256 over its contents (``dataset_fingerprint``):
+  for S3 the keys, sizes and ETags (S3's own content tag: a rewritten object gets a new one), for a directory the
+  SHA-256 of every file, for a mounted snapshot its snapshot id and the manifest of content hashes written when
+  the snapshot was built (``MANIFEST.sha256``). The list it was computed from is an artifact of its own.
+- ``git_commit``: the commit, and ``git status --porcelain`` with untracked files (a new module the job imports is
+  the usual form of dirty); the diff, untracked files included, is an artifact (``code.diff``).
 """
 
 from __future__ import annotations
@@ -57,10 +63,33 @@ SECRET_QUERY = re.compile(r"[?&][\w.-]*(sig|signature|token|key|secret|password|
 BASE64_40 = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+=]{40}(?![A-Za-z0-9/+=])")
 
 
-def looks_secret(name: str, value: str) -> bool:
-    if SECRET_NAME.search(name) or SECRET_VALUE.search(value) or SECRET_QUERY.search(value):
+# A parameter's name says secret only when it names one outright; every other parameter is judged by its value.
+PARAM_SECRET_NAME = re.compile(r"(^|_)(password|passwd|passphrase|secret|secret_key|api_key|apikey|access_key"
+                               r"|private_key|credentials?|hf_token|auth_token|access_token|refresh_token)$", re.I)
+# A ``*_token`` parameter is a secret when its value is token-shaped (16+ characters of letters, digits and
+# ``_-.=+/``, with a digit): ``pad_token="<pad>"`` and ``eos_token="</s>"`` are vocabulary, not credentials.
+TOKEN_PARAM = re.compile(r"(^|_)token$", re.I)
+TOKEN_SHAPE = re.compile(r"^(?=.*[A-Za-z])(?=.*[0-9])[A-Za-z0-9_.=+/-]{16,}$")
+REDACTED = "<redacted>"
+
+
+def secret_value(value: str) -> bool:
+    """A value in one of the shapes credentials come in (SECRET_VALUE, a signed URL query, an AWS secret key)."""
+    if SECRET_VALUE.search(value) or SECRET_QUERY.search(value):
         return True
     return any(re.search("[A-Z]", m) and re.search("[a-z]", m) for m in BASE64_40.findall(value))
+
+
+def looks_secret(name: str, value: str) -> bool:
+    """The environment's test: a secret-sounding name (variables are named by convention) or a secret value."""
+    return bool(SECRET_NAME.search(name)) or secret_value(value)
+
+
+def param_is_secret(name: str, value: Any) -> bool:
+    """The parameters' test: the value, or a name that says secret outright (see PARAM_SECRET_NAME, TOKEN_PARAM)."""
+    text = str(value)
+    return bool(PARAM_SECRET_NAME.search(name) or (TOKEN_PARAM.search(name) and TOKEN_SHAPE.match(text))
+                or secret_value(text))
 
 
 def filter_environment(env: Mapping[str, str]) -> dict[str, str]:
@@ -73,10 +102,28 @@ def filter_environment(env: Mapping[str, str]) -> dict[str, str]:
     return dict(sorted(kept.items()))
 
 
-def filter_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The parameters a run records (passport and MLflow), minus any whose name or value looks like a secret: the
-    environment's test (``looks_secret``) on the name and the value as text."""
-    return {name: value for name, value in params.items() if not looks_secret(str(name), str(value))}
+def redact_command(argv: list[str]) -> list[str]:
+    """The command line as a passport records it: a secret value, and the value of an option whose name says
+    secret (``--hf-token X``, ``--api-key=X``), replaced by ``"<redacted>"``."""
+    out = list(argv)
+    for index, arg in enumerate(argv):
+        if secret_value(arg):
+            out[index] = REDACTED
+        elif arg.startswith("--"):
+            name, equals, value = arg[2:].partition("=")
+            key = name.replace("-", "_")
+            if equals and param_is_secret(key, value):
+                out[index] = f"--{name}={REDACTED}"
+            elif (not equals and index + 1 < len(argv) and not argv[index + 1].startswith("--")
+                  and param_is_secret(key, argv[index + 1])):
+                out[index + 1] = REDACTED
+    return out
+
+
+def redact_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters a run records (passport and MLflow): every name, with ``"<redacted>"`` for a value
+    ``param_is_secret`` judges one, so a dropped parameter is seen to be dropped."""
+    return {name: REDACTED if param_is_secret(str(name), value) else value for name, value in params.items()}
 
 
 def installed_packages() -> list[str]:
@@ -101,23 +148,33 @@ def packages_digest(packages: list[str]) -> str:
     return hashlib.sha256("\n".join(packages).encode()).hexdigest()
 
 
-def _run(command: list[str], timeout: float = 10) -> Optional[str]:
+def _run(command: list[str], timeout: float = 10, ok: tuple[int, ...] = (0,), strip: bool = True) -> Optional[str]:
     if not shutil.which(command[0]):
         return None
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return result.stdout.strip() if result.returncode == 0 else None
+    if result.returncode not in ok:
+        return None
+    return result.stdout.strip() if strip else result.stdout
+
+
+# nvidia-smi's header names the newest CUDA version the driver supports ("CUDA Version: 12.4"); no --query-gpu
+# field carries it.
+CUDA_DRIVER = re.compile(r"CUDA Version:\s*([0-9.]+)")
 
 
 def gpus() -> dict:
-    """Model, count and memory of the GPUs this process sees (``nvidia-smi``), and the driver version."""
+    """Model, count and memory of the GPUs this process sees (``nvidia-smi``), the driver version and the newest
+    CUDA version that driver supports."""
     out = _run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits"])
     rows = [[c.strip() for c in line.split(",")] for line in (out or "").splitlines() if line.strip()]
     if not rows:
-        return {"model": None, "count": 0, "memory_mib": None, "driver": None}
-    return {"model": rows[0][0], "count": len(rows), "memory_mib": int(float(rows[0][1])), "driver": rows[0][2]}
+        return {"model": None, "count": 0, "memory_mib": None, "driver": None, "cuda_driver": None}
+    header = CUDA_DRIVER.search(_run(["nvidia-smi"]) or "")
+    return {"model": rows[0][0], "count": len(rows), "memory_mib": int(float(rows[0][1])), "driver": rows[0][2],
+            "cuda_driver": header[1] if header else None}
 
 
 def frameworks(driver: Optional[str] = None) -> dict:
@@ -157,17 +214,46 @@ def container_image(env: Mapping[str, str], timeout: float = 2.0) -> dict:
     return {"uri": env.get("ML_PLATFORM_IMAGE"), "digest": env.get("ML_PLATFORM_IMAGE_DIGEST")}
 
 
-def git_commit(env: Mapping[str, str], directory: Optional[str] = None) -> dict:
-    """``ML_PLATFORM_GIT_COMMIT`` (set it when the image is built), else the commit of the code's checkout and
-    whether it had uncommitted changes."""
-    if env.get("ML_PLATFORM_GIT_COMMIT"):
-        return {"commit": env["ML_PLATFORM_GIT_COMMIT"], "dirty": None}
+DIFF_NAME = "code.diff"
+UNTRACKED_DIFF_BYTES = 256 * 1024  # an untracked file larger than this is listed, not copied into the diff
+CHANGES_LISTED = 50
+
+
+def git_commit(env: Mapping[str, str], directory: Optional[str] = None) -> tuple[dict, Optional[str]]:
+    """(state, diff): the commit, whether the code differs from it, and the diff (None when clean or unknown).
+
+    The commit is ``ML_PLATFORM_GIT_COMMIT`` (set it when the image is built, with ``ML_PLATFORM_GIT_DIRTY`` true or
+    false from ``git status --porcelain`` there), else the code's checkout's. A checkout at that commit is read
+    for its state: ``git status --porcelain --untracked-files=all`` (untracked files count: a new module the job
+    imports is the usual form of dirty) and ``git diff HEAD`` plus each untracked file as a new one."""
     where = ["-C", directory] if directory else []
-    commit = _run(["git", *where, "rev-parse", "HEAD"])
-    if commit is None:
-        return {"commit": None, "dirty": None}
-    status = _run(["git", *where, "status", "--porcelain", "--untracked-files=no"])
-    return {"commit": commit, "dirty": bool(status)}
+    checkout = _run(["git", *where, "rev-parse", "HEAD"])
+    commit = env.get("ML_PLATFORM_GIT_COMMIT") or checkout
+    built_dirty = env.get("ML_PLATFORM_GIT_DIRTY", "").strip().lower()
+    state: dict[str, Any] = {"commit": commit, "dirty": {"true": True, "1": True, "false": False, "0": False}.get(
+        built_dirty), "source": "ML_PLATFORM_GIT_COMMIT" if env.get("ML_PLATFORM_GIT_COMMIT") else "checkout",
+        "changes": [], "diff_sha256": None}
+    if checkout is None or checkout != commit:
+        return state, None  # no checkout of this commit here: the build's word, or unknown (None)
+    status = _run(["git", *where, "status", "--porcelain", "--untracked-files=all"], strip=False) or ""
+    lines = [line for line in status.splitlines() if line.strip()]
+    state.update(dirty=bool(lines), changes=lines[:CHANGES_LISTED], changed_files=len(lines))
+    if not lines:
+        return state, None
+    top = Path(_run(["git", *where, "rev-parse", "--show-toplevel"]) or directory or ".")
+    parts = [_run(["git", "-C", str(top), "diff", "HEAD", "--no-color"], strip=False) or ""]
+    for line in lines:
+        if line.startswith("?? "):
+            path = top / line[3:].strip('"')
+            if path.is_file() and path.stat().st_size <= UNTRACKED_DIFF_BYTES:
+                # --no-index exits 1 when the files differ, which they always do here.
+                parts.append(_run(["git", "-C", str(top), "diff", "--no-color", "--no-index", "--", "/dev/null",
+                                   line[3:].strip('"')], ok=(0, 1), strip=False) or "")
+            else:
+                parts.append(f"# untracked, not copied (over {UNTRACKED_DIFF_BYTES} bytes or not a file): {line[3:]}\n")
+    diff = "".join(parts)
+    state["diff_sha256"] = hashlib.sha256(diff.encode()).hexdigest()
+    return state, diff
 
 
 def _imds(path: str, timeout: float = 1.0) -> Optional[str]:
@@ -204,17 +290,35 @@ def instance(env: Mapping[str, str]) -> tuple[Optional[str], Optional[str]]:
     return instance_type, lifecycle
 
 
+MANIFEST_NAME = "MANIFEST.sha256"  # a snapshot's manifest: sha256sum's format, "<sha256>  <path>" a line
+DATASET_LIST_NAME = "dataset-manifest.txt"  # what a fingerprint was computed from, next to the passport
+
+
 @dataclass(frozen=True)
 class DatasetRef:
-    """A dataset a run trains on: ``uri`` is an ``s3://bucket/prefix/`` or a directory (a mounted snapshot)."""
+    """A dataset a run trains on: ``uri`` is an ``s3://bucket/prefix/`` or a directory; ``snapshot_id`` for a mounted
+    EBS snapshot (immutable: its id and the manifest written when it was built fingerprint it without reading it)."""
     name: str
     version: str
     uri: str
+    snapshot_id: Optional[str] = None
 
 
-def dataset_fingerprint(dataset: DatasetRef, s3: Any = None) -> dict:
-    """name, version, uri, and the count, bytes and SHA-256 of the object list (see the module docstring)."""
+def _file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def dataset_fingerprint(dataset: DatasetRef, s3: Any = None) -> tuple[dict, str]:
+    """(fingerprint, the list it digests): name, version, uri, objects, bytes, ``sha256`` and ``method``.
+
+    - ``s3://``: every object's key, size and ETag (S3 gives a rewritten object a new ETag; nothing is downloaded);
+    - a directory with ``snapshot_id`` and the snapshot's ``MANIFEST.sha256``: the id and that manifest;
+    - any other directory: the SHA-256 of every file's content (flipped labels of the same size change it)."""
+    lines: list[str] = []
     count = size = 0
     if dataset.uri.startswith("s3://"):
         bucket, _, prefix = dataset.uri[len("s3://"):].partition("/")
@@ -223,29 +327,87 @@ def dataset_fingerprint(dataset: DatasetRef, s3: Any = None) -> dict:
             s3 = boto3.client("s3")
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
             for item in page.get("Contents", []):  # S3 lists keys in UTF-8 binary order: stable
-                digest.update(f"{item['Key']}\t{item['Size']}\t{item.get('ETag', '')}\n".encode())
+                lines.append(f"{item.get('ETag', '').strip(chr(34))}  {item['Size']}  {item['Key']}")
                 count, size = count + 1, size + item["Size"]
+        method = "S3 keys, sizes and ETags"
     else:
         root = Path(dataset.uri)
         if not root.is_dir():
             raise ValueError(f"dataset {dataset.name}: {dataset.uri} is neither an s3:// prefix nor a directory")
-        for path in sorted(p for p in root.rglob("*") if p.is_file()):
-            digest.update(f"{path.relative_to(root)}\t{path.stat().st_size}\n".encode())
-            count, size = count + 1, size + path.stat().st_size
-    return {"name": dataset.name, "version": dataset.version, "uri": dataset.uri, "objects": count, "bytes": size,
-            "list_sha256": digest.hexdigest()}
+        files = sorted(p for p in root.rglob("*") if p.is_file())
+        count, size = len(files), sum(p.stat().st_size for p in files)
+        manifest = root / MANIFEST_NAME
+        if dataset.snapshot_id and manifest.is_file():
+            lines = [f"snapshot {dataset.snapshot_id}", *manifest.read_text().splitlines()]
+            method = f"snapshot {dataset.snapshot_id} and its {MANIFEST_NAME}"
+        else:
+            lines = [f"{_file_sha256(path)}  {path.relative_to(root).as_posix()}" for path in files]
+            method = "SHA-256 of every file"
+    text = "\n".join(lines) + "\n"
+    return ({"name": dataset.name, "version": dataset.version, "uri": dataset.uri, "snapshot_id": dataset.snapshot_id,
+             "objects": count, "bytes": size, "sha256": hashlib.sha256(text.encode()).hexdigest(), "method": method,
+             "artifact": DATASET_LIST_NAME}, text)
+
+
+def attempt_environment(env: Mapping[str, str], packages: list[str]) -> dict:
+    """What an attempt ran on, read at its start: GPUs, driver, CUDA (torch's build and the newest the driver
+    supports), frameworks, image, Python and the package list's digest. Spot retries can land on another type."""
+    gpu = gpus()
+    found = frameworks(gpu["driver"])
+    return {"gpu": {k: gpu[k] for k in ("model", "count", "memory_mib")}, "driver": gpu["driver"],
+            "cuda": {"build": found["cuda"], "driver_supports": gpu["cuda_driver"]},
+            "frameworks": {k: found[k] for k in ("torch", "cudnn", "nccl")}, "image": container_image(env),
+            "python": platform.python_version(), "packages_sha256": packages_digest(packages)}
+
+
+def environment_changes(before: Mapping[str, Any], after: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """``"gpu.model NVIDIA A10G -> NVIDIA L4"`` for every leaf that differs between two attempt environments."""
+    changes = []
+    for key in sorted(set(before) | set(after)):
+        old, new = before.get(key), after.get(key)
+        if isinstance(old, Mapping) and isinstance(new, Mapping):
+            changes += environment_changes(old, new, f"{prefix}{key}.")
+        elif old != new:
+            changes.append(f"{prefix}{key} {old} -> {new}")
+    return changes
+
+
+def run_identity(passport: Mapping[str, Any]) -> dict:
+    """What makes a run this run: parameters, seed, dataset content, code (commit and dirty state), image, held-out
+    split; ``sha256`` over them. A retry continues the run only when these match (``TrackedRun.start``)."""
+    dataset = passport.get("dataset")
+    commit = passport.get("git_commit") or {}
+    image = passport.get("image") or {}
+    holdout = passport.get("holdout")
+    parts = {"params": dict(passport.get("params") or {}), "seed": passport.get("seed"),
+             "dataset": {"uri": dataset["uri"], "sha256": dataset["sha256"]} if dataset else None,
+             "code": {"commit": commit.get("commit"), "dirty": commit.get("dirty")},
+             "image": image.get("digest") or image.get("uri"),
+             "holdout": {k: holdout.get(k) for k in ("fraction", "salt", "samples", "ids_sha256")} if holdout else None}
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return {"sha256": hashlib.sha256(text.encode()).hexdigest(), "parts": json.loads(text)}
+
+
+def identity_changes(before: Mapping[str, Any], after: Mapping[str, Any], compared: tuple[str, ...]) -> list[str]:
+    """What differs between two identities' parts, in ``compared`` only: ``"params.lr 0.1 -> 0.2"``."""
+    return environment_changes({k: before.get(k) for k in compared}, {k: after.get(k) for k in compared})
 
 
 def collect(*, env: Mapping[str, str], seed: Optional[int], params: Mapping[str, Any],
-            dataset: Optional[dict], code_directory: Optional[str] = None) -> tuple[dict, list[str]]:
-    """The passport's fields known at the start of a run, and the package list (an artifact of its own)."""
+            dataset: Optional[dict], code_directory: Optional[str] = None) -> tuple[dict, list[str], Optional[str]]:
+    """The passport's fields known at the start of a run, the package list and the code's diff (artifacts of
+    their own). ``gpu``, ``frameworks`` and ``image`` here are the first attempt's; each attempt records its own."""
     packages = installed_packages()
     gpu = gpus()
     instance_type, lifecycle = instance(env)
     job_id = env.get("AWS_BATCH_JOB_ID", "").split("#", 1)[0] or env.get("ML_PLATFORM_JOB_ID")
+    commit, diff = git_commit(env, code_directory)
+    if diff is not None:
+        commit["diff_artifact"] = DIFF_NAME
     passport = {
         "seed": seed,
-        "git_commit": git_commit(env, code_directory),
+        "command": redact_command(list(sys.argv)),
+        "git_commit": commit,
         "image": container_image(env),
         "python": platform.python_version(),
         "python_implementation": sys.implementation.name,
@@ -263,7 +425,7 @@ def collect(*, env: Mapping[str, str], seed: Optional[int], params: Mapping[str,
                     if env.get("ML_PLATFORM_RETRAIN_TRIGGER") else None),
         "attempts": [],
         "dataset": dataset,
-        "params": filter_params(params),
+        "params": redact_params(params),
         "environment": filter_environment(env),
     }
-    return passport, packages
+    return passport, packages, diff

@@ -10,7 +10,8 @@ metrics, held-out scores and cost (standard library and boto3; MLflow when insta
                            holdout=describe(holdout_ids))
     if run.finished:                          # an earlier attempt finished and only the exit was lost
         sys.exit(0)
-    ...
+    seeds = run.seed_everything(1234)         # python, numpy, torch, CUDA; DataLoader(generator=seeds.generator,
+    ...                                       #   worker_init_fn=seeds.worker_init_fn)
     run.log_metrics({"train_loss": loss}, step=epoch)
     run.log_holdout(accuracy=0.93, step=epoch)           # logged as holdout_accuracy
     run.checkpointed()                                   # after each checkpoint: the attempt is alive until now
@@ -22,29 +23,45 @@ Where things go:
 
 - The run record (``passport.json``) is written next to the checkpoints, under ``ML_PLATFORM_CHECKPOINT_URI``
   (``s3://`` or a directory), at the start of every attempt, after each ``checkpointed()``, at ``stop`` and at
-  ``finish``. It holds the run's id, so every attempt of a job (and a resubmission under the same name) continues
-  one run. It survives without MLflow.
+  ``finish``, with the package list (``packages.txt``), the dataset's content list and, for a dirty checkout, the
+  code's diff (``code.diff``) beside it. It survives without MLflow.
+- One run per configuration: the record holds the run's identity (``identity.sha256`` over parameters, seed,
+  dataset content, code commit and dirty state, image digest and held-out split). An attempt under the same
+  checkpoint prefix continues the run only when the identity matches; a changed configuration stops the attempt
+  with one line naming what changed: a new configuration is a new run, under a new job name (its own
+  checkpoints). A part the attempt does not pass (``params=None``, ``seed=None``, ...) is not compared.
+- Each attempt records what it ran on (GPUs, driver, CUDA, frameworks, image, packages): a Spot retry on another
+  instance type is flagged (``environment_changes``), never merged into the first attempt's.
 - MLflow, when the ``mlflow`` (or ``mlflow-skinny``) package is installed and a tracking URI is given (argument or
   ``MLFLOW_TRACKING_URI``): on AWS the environment's managed MLflow (its ARN, with the ``sagemaker-mlflow``
   plugin in the image), on a laptop a local SQLite store (``sqlite:///.ml-platform/mlflow.db``). Params, metrics,
   ``ml_platform.*`` tags and the record and package list as artifacts. A tracking failure is reported once and
   never stops training: the record next to the checkpoints stays complete.
 
+Cost: every attempt's hours x its instance's price x its GPU share x its nodes (``AWS_BATCH_JOB_NUM_NODES``). An
+attempt lost without a word is billed to AWS Batch's ``stoppedAt`` for it when the job may read it
+(``batch:DescribeJobs``), else to its last checkpoint, and the cost is then marked a lower bound.
+
 Accuracy metrics are fractions (0-1); one accuracy point is one percentage point. ``usd_per_accuracy_point`` is
-the run's cost over the points its final ``holdout_accuracy`` gained on the model it improves on: ``improves_on``
-(a score or ``{"run_id": ..., "holdout_accuracy": ...}``), else the run's own first held-out evaluation.
+the run's cost over the points its final ``holdout_accuracy`` gained on the model it would replace:
+``improves_on`` (the live model's score, or ``{"run_id": ..., "holdout_accuracy": ...}``), or, after
+``./platform model evaluate``, ``gain_over_live`` on the evaluation's manifest (both models on the same held-out
+ids). The points over the run's own first held-out evaluation (the untrained model: chance) are kept apart, as
+``over_chance``, and never called the run's cost per accuracy point.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import sys
 import tempfile
 import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
 from . import passport as passports
@@ -53,7 +70,7 @@ from .run_cost import gpu_share, hourly_usd
 
 RECORD_NAME = "passport.json"
 PACKAGES_NAME = "packages.txt"
-RECORD_FORMAT = 1
+RECORD_FORMAT = 2  # 2: identity, per-attempt environments, nodes, over_chance
 TAG_PREFIX = "ml_platform."
 PROMOTION_TAG_PREFIX = f"{TAG_PREFIX}promotion."
 HOLDOUT_PREFIX = "holdout_"
@@ -144,6 +161,17 @@ class MlflowSink:
             path.write_text(text)
             self.client.log_artifact(run_id, str(path))
 
+    def dataset(self, run_id: str, fingerprint: Mapping[str, Any]) -> None:
+        """The dataset as MLflow's run input (``log_inputs``, context "training"): its digest field holds at most 36
+        characters, so the first 32 of the SHA-256, the whole fingerprint in the profile."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag  # type: ignore[import-not-found]
+
+        dataset = Dataset(name=f"{fingerprint['name']}@{fingerprint['version']}", digest=fingerprint["sha256"][:32],
+                          source_type="s3" if fingerprint["uri"].startswith("s3://") else "local",
+                          source=json.dumps({"uri": fingerprint["uri"]}), profile=json.dumps(fingerprint))
+        self.client.log_inputs(run_id, datasets=[DatasetInput(dataset, tags=[InputTag("mlflow.data.context",
+                                                                                      "training")])])
+
     def end(self, run_id: str, status: str) -> None:
         self.client.set_terminated(run_id, status=status)
 
@@ -162,8 +190,8 @@ def mlflow_sink(tracking_uri: Optional[str], experiment: str) -> Optional[Mlflow
 
 
 def attempts_cost(attempts: list[dict], prices: Mapping) -> tuple[Optional[float], Optional[str]]:
-    """(USD, None) for every attempt's hours x its instance's price x its GPU share, as ``./platform job cost``
-    counts; (None, why) when an attempt's instance type or lifecycle is unknown or unpriced."""
+    """(USD, None) for every attempt's hours x its instance's price x its GPU share x its nodes, as ``./platform job
+    cost`` counts; (None, why) when an attempt's instance type or lifecycle is unknown or unpriced."""
     total = 0.0
     for attempt in attempts:
         instance_type, lifecycle = attempt.get("instance_type"), attempt.get("lifecycle")
@@ -174,20 +202,68 @@ def attempts_cost(attempts: list[dict], prices: Mapping) -> tuple[Optional[float
             return None, f"attempt {attempt['number']}: no price for {instance_type} in the price table"
         ended = attempt.get("ended_at") or attempt.get("last_seen_at") or attempt["started_at"]
         hours = max(0.0, (_epoch(ended) - _epoch(attempt["started_at"])) / 3600)
-        total += hours * hourly_usd(prices, instance_type, lifecycle) * attempt.get("gpu_share", 1.0)
+        total += (hours * hourly_usd(prices, instance_type, lifecycle) * attempt.get("gpu_share", 1.0)
+                  * attempt.get("nodes", 1))
     return total, None
+
+
+def gain_over_live(record: Mapping[str, Any], manifest: Mapping[str, Any]) -> dict:
+    """The run's accuracy points over the live model and its cost per point, from an evaluation's manifest
+    (``runtime.evaluation``: both models scored on the same held-out ids). ``usd_per_accuracy_point`` is None when
+    the run gained nothing, has no cost, or the two were not scored on the same ids (``reason`` says which)."""
+    candidate, live = manifest.get("candidate"), manifest.get("live")
+    found = {"live_score": None, "candidate_score": None, "examples": None, "accuracy_points": None,
+             "usd_per_accuracy_point": None, "reason": None}
+    if not candidate or not live:
+        return {**found, "reason": "the evaluation scored no live model (the first promotion): no gain to price"}
+    if candidate.get("ids_sha256") != live.get("ids_sha256"):
+        return {**found, "reason": "the candidate and the live model were scored on different ids"}
+    points = (candidate["score"] - live["score"]) * 100
+    cost = record.get("cost_usd")
+    found.update(live_score=live["score"], candidate_score=candidate["score"], examples=candidate.get("examples"),
+                 accuracy_points=round(points, 6))
+    if cost is None:
+        return {**found, "reason": "the run's cost is unknown"}
+    if points <= 0:
+        return {**found, "reason": "no gain over the live model"}
+    return {**found, "usd_per_accuracy_point": round(cost / points, 6)}
+
+
+def seed_worker(worker_id: int) -> None:
+    """A DataLoader's ``worker_init_fn``: each worker's Python and NumPy generators from torch's per-worker seed
+    (PyTorch's reproducibility notes, "DataLoader": https://docs.pytorch.org/docs/stable/notes/randomness.html)."""
+    import torch  # type: ignore[import-not-found]
+
+    worker_seed = torch.initial_seed() % 2 ** 32
+    random.seed(worker_seed)
+    try:
+        import numpy  # type: ignore[import-not-found]
+    except ImportError:
+        return
+    numpy.random.seed(worker_seed)
+
+
+@dataclass(frozen=True)
+class Seeds:
+    """What ``seed_everything`` set: pass ``generator`` and ``worker_init_fn`` to each DataLoader (None without
+    torch)."""
+    seed: int
+    generator: Any
+    worker_init_fn: Optional[Callable[[int], None]]
+    recorded: Mapping[str, Any]
 
 
 class TrackedRun:
     """One run of a training job across its attempts (see the module docstring)."""
 
     def __init__(self, record: dict, location: Location, sink: Optional[MlflowSink], *,
-                 clock: Callable[[], float] = time.time, prices: Optional[Mapping] = None) -> None:
+                 clock: Callable[[], float] = time.time, prices: Optional[Mapping] = None, batch: Any = None) -> None:
         self.record = record
         self.location = location
         self.sink = sink
         self._clock = clock
         self._prices = prices
+        self._batch = batch
         self._sink_failed = False
 
     # --- start or continue --------------------------------------------------------------------------------------
@@ -196,8 +272,11 @@ class TrackedRun:
               dataset: Optional[passports.DatasetRef] = None, holdout: Optional[Mapping[str, Any]] = None,
               env: Optional[Mapping[str, str]] = None, s3: Any = None, tracking_uri: Optional[str] = None,
               experiment: Optional[str] = None, run_name: Optional[str] = None, code_directory: Optional[str] = None,
-              clock: Callable[[], float] = time.time, prices: Optional[Mapping] = None) -> "TrackedRun":
-        """Continues the run recorded next to the checkpoints, or starts one; either way a new attempt begins."""
+              clock: Callable[[], float] = time.time, prices: Optional[Mapping] = None,
+              batch: Any = None) -> "TrackedRun":
+        """Continues the run recorded next to the checkpoints when this attempt's configuration is the run's
+        (``identity``; SystemExit naming what changed otherwise), or starts one; either way a new attempt begins.
+        ``batch``: a Batch client for the times of a lost attempt (default: boto3's, on AWS Batch only)."""
         env = dict(os.environ) if env is None else dict(env)
         if "ML_PLATFORM_CHECKPOINT_URI" not in env:
             raise SystemExit("ML_PLATFORM_CHECKPOINT_URI is not set: the run record lives next to the checkpoints "
@@ -208,59 +287,139 @@ class TrackedRun:
                       or env.get("ML_PLATFORM_FLEET_NAME") or "ml-platform")
         existing = location.read(RECORD_NAME)
         sink = mlflow_sink(tracking_uri, experiment)
+        fingerprint, dataset_list = passports.dataset_fingerprint(dataset, s3) if dataset else (None, None)
+        passport, packages, diff = passports.collect(env=env, seed=seed, params=params or {},
+                                                     code_directory=code_directory, dataset=fingerprint)
+        passport["holdout"] = dict(holdout) if holdout else None
+        identity = passports.run_identity(passport)
         if existing is not None:
             record = json.loads(existing)
+            compared = ("code", "image", *(part for part, given in (("params", params), ("seed", seed),
+                                                                     ("dataset", dataset), ("holdout", holdout))
+                                           if given is not None))
+            cls._same_configuration(record, identity, compared)
             if sink and record.get("tracking_uri") != sink.tracking_uri:
                 sink = None  # the run was not created in this tracking store: keep to the record
-            run = cls(record, location, sink, clock=clock, prices=prices)
+            run = cls(record, location, sink, clock=clock, prices=prices, batch=batch)
             if run.finished:
                 return run
-            run._continue(env)
+            run._continue(env, packages)
             return run
-        passport, packages = passports.collect(
-            env=env, seed=seed, params=params or {}, code_directory=code_directory,
-            dataset=passports.dataset_fingerprint(dataset, s3) if dataset else None)
-        passport["holdout"] = dict(holdout) if holdout else None
         now = clock()
         name = run_name or env.get("ML_PLATFORM_JOB_NAME") or f"run-{datetime.fromtimestamp(now, timezone.utc):%Y%m%d-%H%M%S}"
         record = {"format": RECORD_FORMAT, "run_id": None, "run_name": name, "experiment": experiment,
                   "tracking_uri": tracking_uri if sink else None, "status": RUNNING, "created_at": _iso(now),
-                  "finished_at": None, "passport": passport, "metrics": {}, "first_holdout": {}}
-        run = cls(record, location, sink, clock=clock, prices=prices)
+                  "finished_at": None, "checkpoint_uri": location.uri, "identity": identity, "passport": passport,
+                  "metrics": {},
+                  "first_holdout": {}}
+        run = cls(record, location, sink, clock=clock, prices=prices, batch=batch)
         run.record["run_id"] = run._safely(lambda: sink.create(name, run._tags()), None) if sink else None
         run.record["run_id"] = run.record["run_id"] or uuid.uuid4().hex
+        artifacts = {PACKAGES_NAME: "\n".join(packages) + "\n"}
+        if dataset_list is not None:
+            artifacts[passports.DATASET_LIST_NAME] = dataset_list
+        if diff is not None:
+            artifacts[passports.DIFF_NAME] = diff
+        for artifact, text in artifacts.items():  # next to the passport always; in MLflow as well when there is one
+            location.write(artifact, text)
         if sink:
-            # The passport's parameters: secrets already filtered out (passport.filter_params).
+            # The passport's parameters, secrets as "<redacted>" (passport.redact_params).
             run._safely(lambda: sink.log(run.run_id, params={**passport["params"], "seed": seed}))
-            run._safely(lambda: sink.artifact(run.run_id, PACKAGES_NAME, "\n".join(packages) + "\n"))
-        run._begin_attempt(env)
+            for artifact, text in artifacts.items():
+                run._safely(lambda: sink.artifact(run.run_id, artifact, text))
+            if fingerprint:
+                run._safely(lambda: sink.dataset(run.run_id, fingerprint))
+        run._begin_attempt(env, packages)
         return run
 
-    def _continue(self, env: Mapping[str, str]) -> None:
+    @staticmethod
+    def _same_configuration(record: Mapping[str, Any], identity: Mapping[str, Any], compared: tuple[str, ...]) -> None:
+        """SystemExit, in one line, when this attempt's configuration is not the recorded run's."""
+        recorded = record.get("identity")
+        if recorded is None:
+            return  # a record of format 1 has no identity to compare with
+        changes = passports.identity_changes(recorded["parts"], identity["parts"], compared)
+        if not changes:
+            return
+        shown = "; ".join(changes[:3]) + (f" (and {len(changes) - 3} more)" if len(changes) > 3 else "")
+        name = record.get("run_name")
+        raise SystemExit(f"error: run {record['run_id']} ({name}) was started with another configuration: {shown}. "
+                         f"A changed configuration is a new run: submit it under a new job name (e.g. --name "
+                         f"{name}-2, its own checkpoints), or restore the configuration to continue run "
+                         f"{record['run_id']}")
+
+    def _continue(self, env: Mapping[str, str], packages: list[str]) -> None:
         attempts = self.record["passport"]["attempts"]
         if attempts and attempts[-1]["outcome"] == "running":
-            # Ended without a word (a hard kill, a lost instance): it ran at least until its last checkpoint.
-            attempts[-1].update(outcome="lost", ended_at=attempts[-1]["last_seen_at"],
-                                reason="ended without stopping cleanly; counted until its last checkpoint")
+            # Ended without a word (a hard kill, a lost instance): billed to Batch's end of it where readable, else
+            # to its last checkpoint (it ran at least that long: a lower bound).
+            lost = attempts[-1]
+            stopped = self._batch_stopped_at(lost, env)
+            if stopped is not None:
+                lost.update(outcome="lost", ended_at=_iso(stopped), end_known=True,
+                            reason="ended without stopping cleanly; billed to AWS Batch's stoppedAt for it")
+            else:
+                lost.update(outcome="lost", ended_at=lost["last_seen_at"], end_known=False,
+                            reason="ended without stopping cleanly; AWS Batch's end of it unreadable (batch:"
+                                   "DescribeJobs), billed to its last checkpoint: a lower bound")
         self.record["status"] = RUNNING
         if self.sink:
             self._safely(lambda: self.sink.resume(self.run_id))
-        self._begin_attempt(env)
+        self._begin_attempt(env, packages)
 
-    def _begin_attempt(self, env: Mapping[str, str]) -> None:
+    def _batch_stopped_at(self, attempt: Mapping[str, Any], env: Mapping[str, str]) -> Optional[float]:
+        """AWS Batch's ``stoppedAt`` (epoch seconds) of a lost attempt, None where the job cannot read it.
+        https://docs.aws.amazon.com/batch/latest/APIReference/API_AttemptDetail.html"""
+        if not attempt.get("job_id") or not attempt.get("batch_attempt"):
+            return None
+        try:
+            client = self._batch
+            if client is None:
+                if "AWS_BATCH_JOB_ID" not in env:
+                    return None  # not on AWS Batch: nothing to ask
+                import boto3
+                from botocore.config import Config
+                client = boto3.client("batch", config=Config(connect_timeout=2, read_timeout=5,
+                                                             retries={"max_attempts": 1}))
+            jobs = client.describe_jobs(jobs=[attempt["job_id"]])["jobs"]
+            tried = jobs[0].get("attempts", []) if jobs else []
+            stopped = tried[attempt["batch_attempt"] - 1].get("stoppedAt") if len(tried) >= attempt["batch_attempt"] \
+                else None
+        except Exception:  # no permission, no network, no such job: the lower bound stands
+            return None
+        return stopped / 1000 if stopped else None
+
+    def _begin_attempt(self, env: Mapping[str, str], packages: list[str]) -> None:
         instance_type, lifecycle = passports.instance(env)
-        gpus = passports.gpus()["count"]
+        environment = passports.attempt_environment(env, packages)
         now = _iso(self._clock())
         passport = self.record["passport"]
-        passport["attempts"].append({
-            "number": len(passport["attempts"]) + 1,
+        attempts = passport["attempts"]
+        number = len(attempts) + 1
+        if environment["packages_sha256"] != passport["packages"]["sha256"]:
+            environment["packages_artifact"] = f"packages-attempt-{number}.txt"
+            self.location.write(environment["packages_artifact"], "\n".join(packages) + "\n")
+        before = next((a["environment"] for a in reversed(attempts) if a.get("environment")), None)
+        changes = passports.environment_changes(before, environment) if before else []
+        changes = [c for c in changes if not c.startswith("packages_artifact ")]
+        attempts.append({
+            "number": number,
             "job_id": env.get("AWS_BATCH_JOB_ID", "").split("#", 1)[0] or env.get("ML_PLATFORM_JOB_ID"),
             "batch_attempt": int(env["AWS_BATCH_JOB_ATTEMPT"]) if env.get("AWS_BATCH_JOB_ATTEMPT") else None,
             "instance_type": instance_type, "lifecycle": lifecycle,
-            "gpu_share": gpu_share(instance_type, gpus) if instance_type else 1.0,
+            "gpu_share": gpu_share(instance_type, environment["gpu"]["count"]) if instance_type else 1.0,
+            "nodes": int(env.get("AWS_BATCH_JOB_NUM_NODES") or 1),  # a multi-node job pays for every node
+            "environment": environment, "environment_changes": changes,
             "started_at": now, "last_seen_at": now, "ended_at": None, "outcome": "running", "reason": None})
-        # The latest attempt's instance is the run's (earlier ones stay in attempts).
+        if changes:
+            passport.setdefault("environment_changes", []).append({"attempt": number, "changes": changes})
+            print(f"tracking: attempt {number} runs on another environment than attempt {number - 1}: "
+                  + "; ".join(changes), file=sys.stderr)
+        # The latest attempt's instance and environment are the run's (each attempt keeps its own in attempts).
         passport["instance_type"], passport["lifecycle"] = instance_type, lifecycle
+        passport["gpu"], passport["image"] = environment["gpu"], environment["image"]
+        passport["frameworks"] = {**environment["frameworks"], "cuda": environment["cuda"]["build"],
+                                  "driver": environment["driver"]}
         self._save()
 
     # --- during the run -----------------------------------------------------------------------------------------
@@ -282,6 +441,59 @@ class TrackedRun:
         self.record["metrics"].update(clean)
         if self.sink:
             self._safely(lambda: self.sink.log(self.run_id, metrics=clean, step=step, timestamp=self._clock()))
+
+    def seed_everything(self, seed: Optional[int] = None, deterministic: bool = False) -> Seeds:
+        """Seeds Python's, NumPy's (where installed) and torch's generators, CUDA's on every device (where
+        present), turns cuDNN's benchmarking off and, with ``deterministic``, torch's deterministic algorithms on
+        (and cuDNN's flag, and ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` if unset), as PyTorch's reproducibility notes
+        describe (https://docs.pytorch.org/docs/stable/notes/randomness.html); deterministic kernels are slower.
+        Records what it set in the attempt and the passport (``seeds``). ``seed`` defaults to the run's; another
+        seed than the run's is refused (a new seed is a new run). Call it again in every attempt, before building
+        models and data loaders."""
+        recorded = self.record["passport"].get("seed")
+        seed = recorded if seed is None else seed
+        if seed is None:
+            raise ValueError("seed_everything: no seed: pass one (an int), or TrackedRun.start(seed=...)")
+        if recorded is not None and seed != recorded:
+            raise ValueError(f"seed={seed}: the run was started with seed={recorded}; a different seed is a different "
+                             "run (start it under a new job name)")
+        random.seed(seed)
+        done: dict[str, Any] = {"seed": seed, "python": True, "numpy": False, "torch": False, "cuda": False,
+                                "cudnn_benchmark": None, "deterministic": deterministic,
+                                # Hashing is seeded when the interpreter starts: only recorded here.
+                                "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED")}
+        try:
+            import numpy  # type: ignore[import-not-found]
+            numpy.random.seed(seed % 2 ** 32)
+            done["numpy"] = True
+        except ImportError:
+            pass
+        generator, worker_init_fn = None, None
+        try:
+            import torch  # type: ignore[import-not-found]
+        except ImportError:
+            torch = None
+        if torch is not None:
+            if deterministic:
+                # Before the first cuBLAS call (https://docs.nvidia.com/cuda/cublas/#results-reproducibility).
+                os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+                done["CUBLAS_WORKSPACE_CONFIG"] = os.environ["CUBLAS_WORKSPACE_CONFIG"]
+            torch.manual_seed(seed)  # every device's generator, CPU and CUDA
+            done["torch"] = True
+            if torch.cuda.is_available():
+                torch.cuda.manual_seed_all(seed)
+                done["cuda"] = True
+            torch.backends.cudnn.benchmark = False
+            done["cudnn_benchmark"] = False
+            torch.backends.cudnn.deterministic = deterministic
+            torch.use_deterministic_algorithms(deterministic)
+            generator = torch.Generator()
+            generator.manual_seed(seed)
+            worker_init_fn = seed_worker
+        self.attempt["seeds"] = done
+        self.record["passport"]["seeds"] = done
+        self._save()
+        return Seeds(seed, generator, worker_init_fn, done)
 
     def log_holdout(self, step: Optional[int] = None, **metrics: float) -> None:
         """Scores on the held-out split, logged as ``holdout_<name>``; the first of each is kept as the run's own
@@ -337,8 +549,13 @@ class TrackedRun:
             self.record["passport"]["environment"].get("AWS_DEFAULT_REGION") or "us-east-1"
         prices = self._prices or load_prices(region)
         cost, why = attempts_cost(attempts, prices)
+        unseen = [a["number"] for a in attempts if a.get("end_known") is False]
+        if cost is not None and unseen:
+            why = (f"a lower bound: attempt(s) {', '.join(map(str, unseen))} lost without a word, billed to the last "
+                   "checkpoint (AWS Batch's stoppedAt was unreadable: grant the job batch:DescribeJobs)")
         interruptions = sum(1 for a in attempts if a["outcome"] in ("stopped", "lost") and a.get("lifecycle") == "spot")
         self.record.update(cost_usd=None if cost is None else round(cost, 6), cost_note=why,
+                           cost_lower_bound=bool(unseen) if cost is not None else None,
                            spot_interruptions=interruptions)
         if tokens is not None:
             self.record["tokens"] = tokens
@@ -349,9 +566,6 @@ class TrackedRun:
             baseline = {"run_id": improves_on.get("run_id"), "holdout_accuracy": improves_on["holdout_accuracy"]}
         elif improves_on is not None:
             baseline = {"run_id": None, "holdout_accuracy": float(improves_on)}
-        elif f"{HOLDOUT_PREFIX}accuracy" in self.record["first_holdout"]:
-            baseline = {"run_id": None, "holdout_accuracy": self.record["first_holdout"][f"{HOLDOUT_PREFIX}accuracy"],
-                        "note": "the run's own first held-out evaluation"}
         else:
             baseline = self.record.get("improves_on")
         self.record["improves_on"] = baseline
@@ -359,6 +573,13 @@ class TrackedRun:
         self.record["accuracy_points"] = points
         self.record["usd_per_accuracy_point"] = (round(cost / points, 6) if cost is not None and points and points > 0
                                                  else None)
+        chance = self.record["first_holdout"].get(f"{HOLDOUT_PREFIX}accuracy")
+        over = None if final is None or chance is None else round((final - chance) * 100, 6)
+        self.record["over_chance"] = None if over is None else {
+            "holdout_accuracy": chance, "accuracy_points": over,
+            "usd_per_point": round(cost / over, 6) if cost is not None and over > 0 else None,
+            "note": "over the run's own first held-out evaluation (the untrained model: chance), not over the model "
+                    "it would replace"}
         summary = {k: self.record[k] for k in ("cost_usd", "spot_interruptions", "usd_per_accuracy_point",
                                                "usd_per_million_tokens") if self.record.get(k) is not None}
         if self.sink and summary:
@@ -374,8 +595,12 @@ class TrackedRun:
                 "instance_type": p.get("instance_type"), "lifecycle": p.get("lifecycle"), "queue": p.get("queue"),
                 "job_id": p.get("job_id"), "job_name": p.get("job_name"), "trigger": (p.get("trigger") or {}).get("trigger"),
                 "dataset": f"{dataset['name']}@{dataset['version']}" if dataset else None,
-                "dataset_sha256": dataset.get("list_sha256"), "packages_sha256": p["packages"]["sha256"],
-                "attempts": len(p["attempts"]), "checkpoint_uri": self.location.uri}
+                "dataset_sha256": dataset.get("sha256"), "packages_sha256": p["packages"]["sha256"],
+                "attempts": len(p["attempts"]), "checkpoint_uri": self.location.uri,
+                "identity": (self.record.get("identity") or {}).get("sha256"),
+                "git_dirty": (p.get("git_commit") or {}).get("dirty"),
+                "environment_changed": bool(p.get("environment_changes")) or None,
+                "cost_lower_bound": self.record.get("cost_lower_bound") or None}
         return {f"{TAG_PREFIX}{k}": str(v) for k, v in tags.items() if v is not None}
 
     def _save(self, artifacts: bool = False) -> None:
