@@ -8,6 +8,7 @@ from importlib import resources
 
 import pytest
 from aws_cdk import Duration, Stack
+from aws_cdk import aws_batch as batch
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_kms as kms
@@ -233,3 +234,45 @@ def test_invalid_triggers(name, cooldown, message, tmp_path):
     with pytest.raises(ValidationError) as error:
         construct.add_trigger(name, drift_alarm(Stack.of(construct), "Other"), cooldown=cooldown)
     assert message in str(error.value)
+
+
+# --- a queue it cannot build a job definition with or submit to (issue 28, item 13) -----------------------------
+
+SHARED_QUEUE = "arn:aws:batch:us-east-1:222222222222:job-queue/training"
+
+
+def retrain_props(serving):
+    return {"alarm": drift_alarm(serving), "image_uri": RETRAIN_IMAGE, "job_name_prefix": "retrain-classifier",
+            "alerts": sns.Topic(serving, "Alerts")}
+
+
+def test_a_queue_by_reference_is_refused_before_anything_is_built(tmp_path):
+    """An imported job queue (a shared training account's) has no job definition to build or key to share: refused
+    with the route that works, and nothing half-built left in the tree (the same id is free for a retry)."""
+    app = new_app(tmp_path)
+    serving = Stack(app, "Serving", env=ENV)
+    shared = batch.JobQueue.from_job_queue_arn(serving, "SharedQueue", SHARED_QUEUE)
+    with pytest.raises(ValidationError) as error:
+        RetrainOnDrift(serving, "Retrain", queue=shared, **retrain_props(serving))
+    message = str(error.value)
+    assert message.startswith(f"RetrainOnDrift: queue='{SHARED_QUEUE}' is invalid: a TrainingQueue")
+    assert "Fix: pass a TrainingQueue of this app in this construct's account and Region. For a queue in another " \
+           "account (a shared training account), build RetrainOnDrift in the app that deploys that queue" in message
+    assert "targets.EventBus" in message and "'A queue in another account'" in message
+    assert serving.node.try_find_child("Retrain") is None
+    assert Template.from_stack(serving).find_resources("AWS::Lambda::Function") == {}
+
+
+def test_a_training_queue_of_another_account_is_refused(tmp_path):
+    app = new_app(tmp_path, **{"availability-zones:account=222222222222:region=us-east-1": ["us-east-1a", "us-east-1b"]})
+    training = Stack(app, "SharedTraining", env={"account": "222222222222", "region": "us-east-1"})
+    serving = Stack(app, "Serving", env=ENV)
+    key = kms.Key(training, "Key")
+    queue = TrainingQueue(training, "Queue", vpc=queue_vpc(training), image_uri=IMAGE, key=key,
+                          instance_types=[ec2.InstanceType(t) for t in ("g5.xlarge", "g5.2xlarge", "g6.xlarge", "g6.2xlarge")],
+                          alerts=sns.Topic(training, "Alerts"),
+                          datasets=DatasetBucket(training, "Data", encryption_key=key), queue_name="training")
+    with pytest.raises(ValidationError, match=r"queue='SharedTraining/Queue' is invalid: a queue in this construct's "
+                                              r"account \(123456789012\), not 222222222222: .* Fix: pass a TrainingQueue"):
+        RetrainOnDrift(serving, "Retrain", queue=queue, **retrain_props(serving))
+    assert serving.node.try_find_child("Retrain") is None

@@ -8,7 +8,8 @@ import re
 from typing import Sequence
 
 import jsii
-from aws_cdk import Acknowledgment, Duration, Fn, IStableStringProducer, Lazy, RemovalPolicy, Stack, Validations
+from aws_cdk import (Acknowledgment, Duration, Fn, IStableStringProducer, Lazy, RemovalPolicy, Stack, Token,
+                     Validations)
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -54,7 +55,10 @@ class RetrainOnDrift(Construct):
 
     :param alarm: the drift alarm (``MonitoredEndpoint.alarms["drift"]``, PSI or KL: one alarm, one event per
         episode); its trigger is named ``drift``.
-    :param queue: the TrainingQueue the job runs on.
+    :param queue: the TrainingQueue the job runs on: one of this app, in this construct's account and Region (the job
+        definition is built with it, and the function submits to it with its own role). A queue by reference (an
+        imported job queue, another account's) is refused: for a shared training account, build ``RetrainOnDrift``
+        in the app that deploys the queue and send the alarm's state changes to that account's event bus.
     :param image_uri: the retraining image, in Amazon ECR.
     :param job_name_prefix: 1-100 letters, digits, '-' or '_'.
     :param alerts: told of every submission or skip.
@@ -67,14 +71,16 @@ class RetrainOnDrift(Construct):
     def __init__(self, scope: Construct, id: str, *, alarm: cloudwatch.IAlarm, queue: TrainingQueue, image_uri: str,
                  job_name_prefix: str, alerts: sns.ITopic, command: Sequence[str] = (),
                  cooldown: Duration = Duration.hours(24), removal_policy: RemovalPolicy = RemovalPolicy.RETAIN) -> None:
-        super().__init__(scope, id)
+        # Every check before super().__init__: a refused construct leaves nothing in the tree.
         if alarm is None:
             raise ValidationError("RetrainOnDrift", "alarm", None, "an alarm", "pass the endpoint's drift alarm")
+        _validate_queue(scope, queue)
         if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$", job_name_prefix):
             raise ValidationError("RetrainOnDrift", "job_name_prefix", job_name_prefix,
                                   "1-100 letters, digits, '-' or '_' (Batch job names), starting with a letter or digit",
                                   "e.g. retrain-classifier")
         self._validate_cooldown("cooldown", cooldown)
+        super().__init__(scope, id)
         self._cooldowns: dict[str, int] = {}
         self.rules: dict[str, events.Rule] = {}
         self.job_definition: batch.EcsJobDefinition = queue.add_job_definition(
@@ -182,6 +188,35 @@ class RetrainOnDrift(Construct):
         policy.node.add_validation(_AcknowledgeOwnWildcards(policy, (
             ("job-definition/", "Every revision of this retraining's own job definition (submitted by name)."),
             (PENDING_PATH, "Its own pending records in its queue's path only (one parameter per refused retraining)."))))
+
+
+# How a team whose training queue is in another account retrains: the construct in that account's app, fed by the
+# alarm's state changes that this account's default event bus forwards to that account's
+# (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-cross-account.html).
+_OTHER_ACCOUNT_FIX = (
+    "pass a TrainingQueue of this app in this construct's account and Region. For a queue in another account (a "
+    "shared training account), build RetrainOnDrift in the app that deploys that queue, on the alarm imported there "
+    "(cloudwatch.Alarm.from_alarm_arn), and send this account's alarm state changes to that account's default event "
+    "bus (here: an events.Rule on source aws.cloudwatch with targets.EventBus; there: the bus's policy allows this "
+    "account): constructs/docs/RetrainOnDrift.md, 'A queue in another account'")
+
+
+def _validate_queue(scope: Construct, queue: TrainingQueue) -> None:
+    """The retraining builds its job definition with the queue (``add_job_definition``) and submits with its own role,
+    so the queue must be a TrainingQueue of this app in the account and Region the function runs in."""
+    if not isinstance(queue, TrainingQueue):
+        arn = getattr(queue, "job_queue_arn", None)
+        value = arn if isinstance(arn, str) and not Token.is_unresolved(arn) else type(queue).__name__
+        raise ValidationError("RetrainOnDrift", "queue", value,
+                              "a TrainingQueue (an imported job queue has no job definition to build or key to share)",
+                              _OTHER_ACCOUNT_FIX)
+    here, there = Stack.of(scope), Stack.of(queue)
+    for what, mine, theirs in (("account", here.account, there.account), ("Region", here.region, there.region)):
+        if not Token.is_unresolved(mine) and not Token.is_unresolved(theirs) and mine != theirs:
+            raise ValidationError("RetrainOnDrift", "queue", queue.node.path,
+                                  f"a queue in this construct's {what} ({mine}), not {theirs}: the function submits "
+                                  "with its own role, and the job definition would be built in the queue's stack",
+                                  _OTHER_ACCOUNT_FIX)
 
 
 @jsii.implements(IStableStringProducer)
