@@ -9,10 +9,11 @@ extends ./platform cost from "this month at an assumed utilization" to the lifec
 - storage by tier, month by month: the dataset bucket starts with --storage-gb and grows by --ingest-gb-month;
   each month's data ages through the bucket's own lifecycle rules (read from the template), so data moves to
   colder classes and expires as it would; endpoint capture buckets as in the cost estimate;
-- training: jobs per month x cost per job, the job priced by the advisor (its recommendation for the
-  environment's queue: --workload takes a preset or `custom` with the same flags as ./platform advise) or given
-  (--job-usd); this replaces the cost estimate's fleet-utilization line. When the jobs need more instances at
-  once than the queue's max vCPUs allow, it says so;
+- training: jobs per month x cost per job, the job priced by the advisor on the instance types the environment's
+  queues list (its recommendation among them: --workload takes a preset or `custom` with the same flags as
+  ./platform advise) or given (--job-usd); this replaces the cost estimate's line for fleets and queues at an
+  assumed utilization, and the output says by how much the two differ and why. When the jobs need more instances
+  at once than the queue's max vCPUs allow, it says so;
 - inference: the endpoints in the template, always on;
 - monitoring: scheduled functions (drift checks, the budget guard's spend check) from their schedules and
   memory, custom metrics, log ingestion and storage, alarms and dashboards;
@@ -251,6 +252,27 @@ def queue_capacity(templates: list[dict], best: Option, jobs_per_month: float, j
     return None
 
 
+def queue_types(templates: list[dict]) -> list[str]:
+    """The instance types the environment's training queues list (their compute environments'), in the catalog."""
+    return sorted({t for template in templates for resource in template.get("Resources", {}).values()
+                   if resource["Type"] == "AWS::Batch::ComputeEnvironment"
+                   for t in resource["Properties"].get("ComputeResources", {}).get("InstanceTypes", [])
+                   if t in ACCELERATOR_CATALOG})
+
+
+def against_cost(name: str, region: str, templates: list[dict], prices: dict, inputs: "TcoInputs") -> str:
+    """Why the training line differs from ./platform cost's: that estimate prices every fleet and queue at max size
+    for an assumed share of the month; this one prices the jobs a month."""
+    utilization = Assumptions().utilization
+    estimate = estimate_environment(name, region, templates, prices,
+                                    Assumptions(utilization, inputs.storage_gb, inputs.capture_gb))
+    capacity = sum(amount for group, _, amount in estimate.lines if group in ("GPU fleets", "GPU queues"))
+    jobs = inputs.jobs_per_month * inputs.job_usd
+    return (f"training differs from ./platform cost {name}: cost prices the fleets and queues at max size "
+            f"{utilization:.0%} of the month ({capacity:,.2f} USD); tco prices {inputs.jobs_per_month:g} jobs a "
+            f"month ({jobs:,.2f} USD)")
+
+
 def parser() -> Parser:
     costs = Parser("./platform tco", description=__doc__)
     costs.add_argument("env", metavar="ENV", help="the environment, e.g. dev")
@@ -307,13 +329,22 @@ def main(argv: list[str]) -> int:
     if args.job_usd is not None:
         job_usd, job_hours, label = args.job_usd, args.job_hours or 0.0, "given"
     else:
-        best = advise(workload, prices=prices, region=region, target="queue").recommended
+        types = queue_types(templates)
+        if not types:
+            fail(f"{name} has no training queue to price a job on: pass --job-usd, or add a queue to {name}")
+        best = advise(workload, prices=prices, region=region, target="queue",
+                      catalog={t: ACCELERATOR_CATALOG[t] for t in types}).recommended
         job_usd = best.usd if best else 0.0
         job_hours = best.expected_hours if best else 0.0
         label = (f"{workload.name} on {best.instance_type} x{best.instances}, {best.lifecycle}, per ./platform advise "
-                 "--block queue" if best else f"{workload.name}: nothing eligible")
+                 f"--block queue among the queues' types ({', '.join(types)})" if best else
+                 f"{workload.name}: nothing eligible among the queues' types ({', '.join(types)})")
         if best:
             capacity = queue_capacity(templates, best, args.jobs_per_month, job_hours, prices)
+        else:
+            capacity = (f"capacity: no type the queues list ({', '.join(types)}) runs {workload.name} (memory, "
+                        "deadline or method): its jobs cannot run and are priced at 0; ./platform advise "
+                        f"{workload.name} --block queue names the types to add")
     endpoints = sum(1 for t in templates for r in t.get("Resources", {}).values()
                     if r["Type"] == "AWS::SageMaker::Endpoint")
     inputs = TcoInputs(months=args.months, storage_gb=args.storage_gb, ingest_gb_month=args.ingest_gb_month,
@@ -324,6 +355,7 @@ def main(argv: list[str]) -> int:
     print("Lifecycle cost (TCO). Assumptions:\n" + "\n".join(f"  - {line}" for line in inputs.lines(prices)))
     if capacity:
         print(f"  ! {capacity}")
+    print(f"  - {against_cost(name, region, templates, prices, inputs)}")
     print(format_tco(name, region, tco(templates, name, region, inputs, prices), models))
     return 0
 

@@ -27,7 +27,7 @@ def test_cli_json_output(capsys):
 
 
 def test_cli_text_lists_exclusions_frontier_and_ends_with_a_block(capsys):
-    out = run(capsys, "llm-7b-full")
+    out = run(capsys, "llm-7b-full", "--all")
     assert "Decision tree" in out and "memory (" in out and "Recommended:" in out and "Cost/time frontier" in out
     assert out.rstrip().splitlines()[-1].strip().startswith("scale_to_zero_after_minutes")
 
@@ -56,14 +56,19 @@ def test_cli_queue_block_and_none_target(capsys):
     out = run(capsys, "bert-large-finetune", "--block", "queue")
     assert "[[environments.dev.queues]]" in out and 'name = "bert-large-finetune"' in out
     out = run(capsys, "bert-large-finetune", "--block", "none")
-    assert "No config block (--block none)" in out and "trn1" in out.split("Recommended:")[1].splitlines()[0]
+    assert "No config block (--block none)" in out
+    options = json.loads(run(capsys, "bert-large-finetune", "--block", "none", "--json"))["options"]
+    eligible = [o for o in options if o["excluded"] is None]
+    trainium = [i for i, o in enumerate(eligible) if o["accelerator"] == "neuron"]
+    assert trainium and min(trainium) > max(i for i, o in enumerate(eligible) if o["accelerator"] == "cuda")
 
 
 def test_cli_custom_transformer(capsys):
     document = json.loads(run(capsys, *TRANSFORMER, "--vocab", "50000", "--json"))
     assert document["workload"]["flops_per_sample"] == pytest.approx(8 * 1.3e9)
     assert document["workload"]["logits_gib_per_item"] == pytest.approx(2048 * 50000 * 8 / 2 ** 30, abs=1e-3)
-    assert all(o["throughput_source"] == "estimated" for o in document["options"])
+    assert all(o["throughput_source"] == ("unmeasured" if o["accelerator"] == "neuron" else "estimated")
+               for o in document["options"])
 
 
 def test_cli_custom_qlora_and_gpu_decode(capsys):

@@ -102,14 +102,17 @@ def test_main_prints_months_and_per_model(assembly, capsys):
         tco.main(["prod", "--assembly", str(assembly)])
 
 
-def test_main_prices_a_custom_workload_as_advise_does(assembly, capsys):
+def test_main_prices_a_custom_workload_as_advise_does(assembly, dev_templates, capsys):
     argv = ["--workload", "custom", "--params", "1.3e9", "--tokens", "1e8", "--seq-len", "2048", "--hidden", "2048",
-            "--layers", "24"]
+            "--layers", "24", "--lora-params", "5e6"]  # full training of 1.3e9 fits none of dev's queue types
     assert tco.main(["dev", "--assembly", str(assembly), "--months", "1", *argv]) == 0
     out = capsys.readouterr().out
-    best = advise(workload_from_args(_namespace(argv)), prices=PRICES, target="queue").recommended
+    types = tco.queue_types(dev_templates)
+    best = advise(workload_from_args(_namespace(argv)), prices=PRICES, target="queue",
+                  catalog={t: GPU_CATALOG[t] for t in types}).recommended
     assert (f"20 jobs per month x {best.usd:,.2f} USD (custom on {best.instance_type} x{best.instances}, "
-            f"{best.lifecycle}, per ./platform advise --block queue)") in out
+            f"{best.lifecycle}, per ./platform advise --block queue among the queues' types "
+            f"({', '.join(types)}))") in out
 
 
 def _namespace(argv):
@@ -147,7 +150,22 @@ def test_capacity_warning_when_the_queue_does_not_list_the_type(dev_templates):
 
 def test_main_says_when_the_month_does_not_fit(assembly, capsys):
     assert tco.main(["dev", "--assembly", str(assembly), "--months", "1", "--workload", "llm-7b-full", "--jobs-per-month", "5"]) == 0
-    assert "  ! capacity: one job on" in capsys.readouterr().out
+    assert "  ! capacity: no type the queues list (g5.2xlarge" in capsys.readouterr().out
+
+
+def test_a_job_is_priced_on_the_queues_own_types_and_the_gap_to_cost_is_explained(assembly, dev_templates, capsys):
+    """Issue 29, item 8: tco priced training on a shape dev's queue cannot run, and its month disagreed with
+    ./platform cost without a word. Now the job runs on the queue's own types (no capacity warning on a preset the
+    queue runs) and a line names both figures."""
+    types = tco.queue_types(dev_templates)
+    assert types and all(t.startswith(("g5.", "g6.")) for t in types)  # dev's queue: small G types
+    assert tco.main(["dev", "--assembly", str(assembly), "--months", "1", "--workload", "bert-large-finetune"]) == 0
+    out = capsys.readouterr().out
+    best = advise(PRESETS["bert-large-finetune"], prices=PRICES, target="queue",
+                  catalog={t: GPU_CATALOG[t] for t in types}).recommended
+    assert best.instance_type in types and f"on {best.instance_type} x1" in out and "! capacity" not in out
+    assert "training differs from ./platform cost dev: cost prices the fleets and queues at max size 25% of the " \
+           "month (" in out and "tco prices 20 jobs a month (" in out
 
 
 @pytest.mark.parametrize("argv,message", [

@@ -27,11 +27,12 @@ The decision tree, applied to every shape in this order (the first rule that fai
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import asdict, dataclass, field, replace
 from typing import Iterable, Optional, Sequence
 
-from .gpu_catalog import (ACCELERATOR_CATALOG, GPU_CATALOG, GPU_SPECS, MAX_GPU_MEMORY_RATIO, MIN_INSTANCE_TYPES,
-                          GpuInstanceType, boot_seconds)
+from .gpu_catalog import (ACCELERATOR_CATALOG, GPU_CATALOG, GPU_SPECS, LNC_SETTINGS, MAX_GPU_MEMORY_RATIO,
+                          MIN_INSTANCE_TYPES, TRN2_DEFAULT_LNC, GpuInstanceType, boot_seconds, method_refused)
 from .throughput import RELATIVE_SPEED, published
 
 GIB = 1024 ** 3
@@ -45,6 +46,14 @@ SCHEMA_VERSION = 2
 STATE_BYTES_PER_PARAMETER = {"adam": 16, "sgd": 12}
 FROZEN_BYTES_PER_PARAMETER = 2
 QLORA_FROZEN_BYTES_PER_PARAMETER = 4.127 / 8
+# LLM.int8(): int8 weights, 1 byte per parameter (the row-wise scales are negligible; Dettmers et al.,
+# https://arxiv.org/abs/2208.07339).
+INT8_FROZEN_BYTES_PER_PARAMETER = 1
+# A 4-bit or 8-bit base is dequantized to the compute dtype (BF16) before every matmul, forward and backward
+# (bitsandbytes' bnb_4bit_compute_dtype: https://huggingface.co/docs/bitsandbytes/main/en/reference/nn/linear4bit).
+# No published measurement gives the cost for these presets: the advisor assumes 30% less throughput until a
+# measurement of your own replaces it (--measured), and says so on the recommendation line.
+QUANTIZED_BASE_SPEED = 0.7
 # What CUDA keeps of a GPU's memory before the model gets any: its context, cuBLAS/cuDNN workspaces and NCCL's
 # buffers (about 1 GiB with PyTorch), then the caching allocator's fragmentation (5% of the rest).
 RUNTIME_RESERVE_MIB = 1024
@@ -52,11 +61,27 @@ USABLE_MEMORY_FRACTION = 0.95
 LOGIT_BYTES = 8  # per logit: FP32 logits for the loss and their FP32 gradient (a fused loss kernel avoids both)
 ZERO3_GATHERED_LAYERS = 2  # ZeRO-3/FSDP gathers the current layer's full weights and prefetches the next
 INTRA_NODE_SCALING = 0.9  # per-GPU throughput kept when a shape has more GPUs per instance than the reference
-INTER_NODE_SCALING = 0.85  # and again across instances over EFA
+# Across instances, communication per optimizer step (bytes each instance moves over its network, per the ZeRO
+# paper's volumes, https://arxiv.org/abs/1910.02054 sec. 7: data parallel all-reduces the gradients, 2x their bytes;
+# ZeRO-3 moves 3x the model's 16-bit weights: gathered forward and backward, gradients reduce-scattered) over the
+# instance's network bandwidth (gpu_catalog.NETWORK_GBPS). Overlap rule: the step takes max(compute, communication)
+# (ZeRO-3/FSDP prefetch the next layer's weights and DDP all-reduces gradient buckets during the backward pass),
+# the best case; a step with more communication than compute is network-bound.
+GRADIENT_BYTES = 2  # 16-bit gradients
+ZERO3_VOLUME = 3  # weights gathered twice, gradients reduce-scattered once
+ALL_REDUCE_VOLUME = 2
 DEFAULT_UTILIZATION = 0.35  # share of the reference GPU's dense TFLOPS where no number exists for a workload
 REFERENCE_GPU = "NVIDIA A100 80GB"
 MAX_INSTANCES = 8
 SOFTWARE_STARTUP_MINUTES = 4  # after boot: container image pull, CUDA and NCCL initialisation, data loader start
+# Trainium compiles its training graphs before the first step (neuron_parallel_compile pre-compiles them from a
+# short trial run; "for large models, the compilation time for each graph can be high":
+# https://awsdocs-neuron.readthedocs-hosted.com/en/latest/frameworks/torch/torch-neuronx/api-reference-guide/training/pytorch-neuron-parallel-compile.html);
+# the Neuron Persistent Cache keeps them for later runs. Assumed: 60 minutes on a job's first run, 0 once cached.
+NEURON_COMPILE_MINUTES = 60
+TRADE_OFF_COST_RATIO = 1.5  # --minimize time: "much more" money ...
+TRADE_OFF_TIME_SHARE = 0.1  # ... for "little" time saved, as a share of the cheaper choice's hours
+MAX_JOB_HOURS = 8760  # a job the best shape needs more than a year for gets no config block: shrink it
 
 # Spot. The Spot Instance Advisor gives per type and Region the savings over On-Demand and the "frequency of
 # interruption": the share of capacity Spot reclaimed during the trailing month, in bands. Read as the chance an
@@ -69,6 +94,13 @@ UNKNOWN_BAND = len(INTERRUPTION_BANDS) - 1  # a type the Advisor does not list: 
 MAX_SPOT_SAVINGS = 0.99
 
 TARGETS = ("fleet", "queue", "none")
+# Workloads the advisor has no memory or speed model for: refused in one line, never forced through another path.
+NOT_MODELLED = {
+    "tabular": "tabular/GBDT (XGBoost, LightGBM, CatBoost): trees train on CPUs (and GPU histograms), which no "
+               "FLOP or memory model here describes; use a CPU instance or benchmark",
+    "diffusion": "diffusion models: no cited training measurement for one (their activations and speed are not "
+                 "ResNet-50's); benchmark first (examples/gpu_benchmark.py style, then --measured)",
+}
 RULES = ("runs", "memory", "scale-out", "deadline")
 
 
@@ -97,6 +129,9 @@ class Workload:
     layers: Optional[int] = None  # transformer layers: the weights ZeRO-3 gathers at a time
     neuron: bool = False  # known to train on AWS Trainium with the Neuron SDK
     qlora: bool = False  # LoRA over a 4-bit base model
+    int8: bool = False  # LoRA over an 8-bit (LLM.int8()) base model
+    fp8: bool = False  # FP8 mixed precision (Transformer Engine, Neuron cFP8): eligibility only, speed as BF16
+    logical_nc: int = TRN2_DEFAULT_LNC  # Trainium2's Logical NeuronCore Configuration (1 or 2)
     gpu_decode: bool = False  # images decoded and augmented on the GPU (NVIDIA DALI): no CPU cap
 
     @property
@@ -104,7 +139,33 @@ class Workload:
         return self.trainable_parameters < self.parameters
 
     def frozen_bytes(self) -> float:
-        return QLORA_FROZEN_BYTES_PER_PARAMETER if self.qlora else FROZEN_BYTES_PER_PARAMETER
+        if self.qlora:
+            return QLORA_FROZEN_BYTES_PER_PARAMETER
+        return INT8_FROZEN_BYTES_PER_PARAMETER if self.int8 else FROZEN_BYTES_PER_PARAMETER
+
+    def methods(self) -> tuple[str, ...]:
+        """The methods (gpu_catalog.METHODS) this job needs its accelerator to run."""
+        return tuple(name for name in ("qlora", "int8", "fp8") if getattr(self, name))
+
+    @property
+    def quantized_base(self) -> Optional[str]:
+        return "QLoRA" if self.qlora else "LLM.int8()" if self.int8 else None
+
+    def samples_per_step(self) -> float:
+        """Samples (the throughput's unit) in one optimizer step: the global batch, in tokens for a language model."""
+        return self.global_batch_items * (self.sequence if self.sample_unit == "tokens" else 1)
+
+    def step_bytes(self, instances: int, sharded: bool) -> float:
+        """Bytes each instance sends over its network per optimizer step (ring collectives: x (n - 1) / n)."""
+        if instances < 2:
+            return 0.0
+        ring = (instances - 1) / instances
+        gradients = ALL_REDUCE_VOLUME * self.trainable_parameters * GRADIENT_BYTES
+        if not sharded:
+            return gradients * ring
+        if self.lora:  # the frozen base is gathered forward and backward; only the adapters have gradients
+            return (2 * self.parameters * self.frozen_bytes() + gradients) * ring
+        return ZERO3_VOLUME * self.parameters * FROZEN_BYTES_PER_PARAMETER * ring
 
     def state_gib(self) -> float:
         """Weights, gradients and optimizer states of the whole model, unsharded."""
@@ -225,11 +286,13 @@ class CostAssumptions:
     spot_interruptions_per_instance_hour: Optional[float] = None
     spot_wait_minutes: Optional[float] = None  # None: by the type's interruption band (INTERRUPTION_BANDS)
     value_of_hour: float = 0.0  # USD a waiting hour costs you (people, a deadline): added to each shape's cost
+    neuron_compile_minutes: float = NEURON_COMPILE_MINUTES  # Trainium: graph compilation before the first step
 
     def to_json(self) -> dict:
         return {**asdict(self), "runtime_reserve_mib": RUNTIME_RESERVE_MIB,
                 "usable_memory_fraction": USABLE_MEMORY_FRACTION, "intra_node_scaling": INTRA_NODE_SCALING,
-                "inter_node_scaling": INTER_NODE_SCALING, "spot_life_hours": SPOT_LIFE_HOURS,
+                "communication": "max(compute, bytes per step / network bandwidth) per step",
+                "quantized_base_speed": QUANTIZED_BASE_SPEED, "spot_life_hours": SPOT_LIFE_HOURS,
                 "interruption_bands": [{"band": label, "share_per_life": share, "wait_minutes": wait}
                                        for label, share, wait in INTERRUPTION_BANDS],
                 "default_utilization": DEFAULT_UTILIZATION, "reference_gpu": REFERENCE_GPU}
@@ -261,8 +324,16 @@ class CostAssumptions:
             f"and NCCL, then {USABLE_MEMORY_FRACTION:.0%} of the rest (allocator fragmentation); sharding (ZeRO-3/FSDP) "
             f"splits the model state over every GPU of the shape and gathers {ZERO3_GATHERED_LAYERS} layers' weights "
             "on each; activations and logits are per GPU",
-            f"scaling: per-GPU throughput x {INTRA_NODE_SCALING} with more GPUs per instance than the reference run, "
-            f"x {INTER_NODE_SCALING} across instances",
+            f"scaling: per-GPU throughput x {INTRA_NODE_SCALING} with more GPUs per instance than the reference run; "
+            "across instances each step takes max(compute, communication): the bytes each instance moves per step "
+            "(data parallel: 2x the gradients; ZeRO-3: 3x the 16-bit weights) over its network bandwidth, "
+            "overlapped with compute (the best case); a reference run across nodes already holds its communication",
+            f"Trainium: memory per NeuronCore (trn1 16 GiB; trn2 by logical-core setting, LNC 2: 24 GiB), tensor "
+            f"parallel over the instance's cores where the model needs it; {self.neuron_compile_minutes:g} minutes of "
+            "graph compilation on the first run (0 once the Neuron cache holds them: --neuron-compile-minutes); "
+            "unmeasured rows rank after every GPU until --measured gives a Neuron number",
+            f"quantized base (QLoRA, LLM.int8()): throughput x {QUANTIZED_BASE_SPEED} for dequantizing before each "
+            "matmul, assumed until measured",
             "estimated throughput: the nearest GPU with a measured or published number for the workload, x the "
             "two GPUs' sustained-speed ratio (throughput.RELATIVE_SPEED, docs/THROUGHPUT.md); with no number at "
             f"all, the {REFERENCE_GPU} at {DEFAULT_UTILIZATION:.0%} of its dense TFLOPS",
@@ -309,6 +380,7 @@ class Option:
     accelerator: str
     expected_hours: float  # wall clock on the chosen lifecycle
     cost: float  # usd + the value of the expected hours (= usd without --value-of-hour)
+    compile_hours: float = 0.0  # Trainium's graph compilation, within training_hours
     spot_note: Optional[str] = None  # why Spot loses, where it does
     excluded: Optional[str] = None
     rule: Optional[str] = None  # the decision-tree rule that excluded it
@@ -343,6 +415,31 @@ class Advice:
         """The eligible shapes no other is both faster and cheaper than, fastest first."""
         return sorted((o for o in self.options if o.pareto), key=lambda o: o.expected_hours)
 
+    def trade_off(self) -> Optional[str]:
+        """With minimize="time": what the recommendation pays over the cheapest eligible choice (any shape, Spot or
+        On-Demand) and the time it saves, or None where the fastest is also the cheapest. "Much more for little
+        time": at least TRADE_OFF_COST_RATIO x the money for at most TRADE_OFF_TIME_SHARE of its hours."""
+        best = self.recommended
+        if self.minimize != "time" or best is None:
+            return None
+        choices = [(o.usd_on_demand, o.hours, o, "on-demand") for o in self.eligible()
+                   if o.throughput_source != "unmeasured"]
+        choices += [(o.usd_spot, o.hours_spot, o, "spot") for o in self.eligible()
+                    if o.usd_spot is not None and o.throughput_source != "unmeasured"
+                    and (self.workload.deadline_hours is None or o.hours_spot <= self.workload.deadline_hours)]
+        cheaper = [c for c in choices if c[0] < best.usd]
+        if not cheaper:
+            return None
+        # the cheapest choice nearly as fast (within the time share) if there is one, else the cheapest of all
+        close = [c for c in cheaper if c[1] - best.expected_hours <= TRADE_OFF_TIME_SHARE * c[1]]
+        usd, hours, cheapest, lifecycle = min(close or cheaper, key=lambda c: (c[0], c[1]))
+        saved = hours - best.expected_hours
+        much = best.usd >= TRADE_OFF_COST_RATIO * usd and saved <= TRADE_OFF_TIME_SHARE * hours
+        return (f"trade-off{' (much more for little time)' if much else ''}: {best.usd:,.2f} USD against "
+                f"{usd:,.2f} on {cheapest.instance_type} x{cheapest.instances} {lifecycle} ({best.usd / usd:.1f}x) to "
+                f"finish {saved:,.1f} h sooner ({saved / hours:.0%} of {hours:,.1f} h); --minimize cost takes the "
+                "cheaper one")
+
     def to_json(self) -> dict:
         return {
             "schema_version": SCHEMA_VERSION,
@@ -361,20 +458,33 @@ class Advice:
 
 # --- memory ------------------------------------------------------------------------------------------------------
 
-def usable_gib(instance: GpuInstanceType) -> float:
-    """What one GPU offers the model: the driver's total less CUDA's reserve, less fragmentation."""
-    return (instance.gpu_memory_mib - RUNTIME_RESERVE_MIB) * USABLE_MEMORY_FRACTION / 1024
+def usable_gib(instance: GpuInstanceType, logical_nc: int = TRN2_DEFAULT_LNC) -> float:
+    """What one worker offers the model (a GPU, or a NeuronCore on Trainium): its memory less the runtime's
+    reserve, less fragmentation."""
+    return (instance.worker_memory_mib(logical_nc) - RUNTIME_RESERVE_MIB) * USABLE_MEMORY_FRACTION / 1024
 
 
 def memory_fit(workload: Workload, instance: GpuInstanceType, instances: int) -> tuple[bool, Optional[str], float, int]:
-    """(fits, sharding, GiB per GPU at micro-batch 1, largest micro-batch per GPU that fits). The model is sharded
-    when its state and one micro-batch item (activations and logits) do not fit one GPU."""
-    gpus = instance.gpu_count * instances
-    usable = usable_gib(instance)
+    """(fits, sharding, GiB per worker at micro-batch 1, largest micro-batch per worker that fits). The model is
+    sharded when its state and one micro-batch item (activations and logits) do not fit one worker: over every GPU
+    with ZeRO-3/FSDP, or on Trainium with tensor parallelism over the fewest NeuronCores of one instance that hold it
+    (neuronx-distributed; each core is otherwise a data-parallel worker)."""
+    workers_per_instance = instance.workers(workload.logical_nc)
+    gpus = workers_per_instance * instances
+    usable = usable_gib(instance, workload.logical_nc)
     state = workload.state_gib()
     item = workload.item_gib()
     sharding = None
-    if state + item > usable and gpus > 1:
+    if state + item > usable and instance.accelerator == "neuron":
+        degree = 2
+        while degree < workers_per_instance and state / degree + item > usable:
+            degree *= 2
+        degree = min(degree, workers_per_instance)
+        sharding = (f"tensor parallel {degree} x data parallel {gpus // degree} over {gpus} NeuronCores (the model "
+                    "written for neuronx-distributed)")
+        state = state / degree
+        gpus = gpus // degree  # data-parallel replicas share the global batch
+    elif state + item > usable and gpus > 1:
         sharding = f"ZeRO-3/FSDP over {gpus} GPUs"
         state = state / gpus + workload.gathered_gib()
     per_gpu = state + item
@@ -392,7 +502,7 @@ class _Anchor:
     gpu_model: str
     gpus: int
     per_gpu: float
-    source: str  # "measured" or "published"
+    source: str  # "measured", "published" or "derived" (a published run converted to the preset by a rule)
     note: str
 
 
@@ -404,7 +514,8 @@ def _anchors(workload: Workload, measured: Sequence[MeasuredThroughput]) -> dict
             m.gpu_model, m.gpus, m.samples_per_second_per_gpu, "measured",
             f"{m.samples_per_second_per_gpu:,.1f}/s per GPU on {m.instance_type} ({m.gpus} GPU, {m.measured_at})"))
     for gpu in {row.gpu_model for row in published_rows(workload)} - set(by_gpu):
-        by_gpu[gpu] = [_Anchor(row.gpu_model, row.gpus, row.samples_per_second_per_gpu, "published",
+        by_gpu[gpu] = [_Anchor(row.gpu_model, row.gpus, row.samples_per_second_per_gpu,
+                               "derived" if row.rule else "published",
                                f"{row.samples_per_second_per_gpu:,.1f}/s per GPU ({row.measured_on}, {row.gpus} GPU); "
                                f"{row.source}" + (f"; {row.rule}" if row.rule else ""))
                        for row in published(gpu, workload.name)]
@@ -424,24 +535,62 @@ def _pick(rows: list[_Anchor], gpu_count: int) -> _Anchor:
     return min(ranked, key=lambda item: (item[1].gpus, -item[0]))[1]
 
 
-def _scaling(per_instance_gpus: int, instances: int, reference_gpus: int) -> float:
-    factor = INTRA_NODE_SCALING if per_instance_gpus > reference_gpus else 1.0
-    return factor * (INTER_NODE_SCALING if instances > 1 else 1.0)
+def _scaling(per_instance_gpus: int, reference_gpus: int) -> float:
+    return INTRA_NODE_SCALING if per_instance_gpus > reference_gpus else 1.0
 
 
 def _times(gpus: int, factor: float) -> str:
     return (f" x {gpus} GPUs" if gpus > 1 else "") + (f" x {factor:.3g} scaling" if factor != 1 else "")
 
 
+def communication(workload: Workload, instance: GpuInstanceType, instances: int, compute_rate: float,
+                  reference_gpus: int) -> tuple[float, str]:
+    """(samples per second with the network's share, how) for a multi-instance shape: a step takes
+    max(compute, bytes per step / network bandwidth). A run of this GPU across more GPUs than one instance holds
+    (``reference_gpus``; 0 for an estimate from another GPU, whose network says nothing of this one's) already
+    measured its own communication: no second network term."""
+    if instances < 2:
+        return compute_rate, ""
+    if reference_gpus > instance.gpu_count:
+        return compute_rate, f"; its {reference_gpus}-GPU reference run already holds inter-node communication"
+    sharded = memory_fit(workload, instance, instances)[1] is not None
+    step_bytes = workload.step_bytes(instances, sharded and instance.accelerator == "cuda")
+    network = instance.network_gbps * 1e9 / 8  # bytes per second
+    compute = workload.samples_per_step() / compute_rate
+    talk = step_bytes / network
+    step = max(compute, talk)
+    how = (f"; per step {compute:,.2f} s compute, {step_bytes / 1e9:,.1f} GB over {instance.network_gbps:,} Gbps = "
+           f"{talk:,.2f} s, overlapped: {step:,.2f} s" + (" (network-bound)" if talk > compute else ""))
+    return workload.samples_per_step() / step, how
+
+
+def _quantized(workload: Workload, rate: float, source: str) -> tuple[float, str]:
+    if not workload.quantized_base or source == "measured":
+        return rate, ""
+    return rate * QUANTIZED_BASE_SPEED, (f"; x {QUANTIZED_BASE_SPEED} for {workload.quantized_base}'s dequantization "
+                                         "(assumed until measured)")
+
+
 def shape_throughput(workload: Workload, instance: GpuInstanceType, instances: int,
                      measured: Sequence[MeasuredThroughput] = ()) -> tuple[float, str, str]:
-    """(samples per second of the whole shape, source, how it was derived)."""
+    """(samples per second of the whole shape, source, how it was derived). The source is "measured", "published",
+    "derived" (a published run converted by a rule), "estimated" (another GPU's number x sustained speeds), or on
+    Trainium without a Neuron number "unmeasured" (a datasheet ratio)."""
+    rate, source, how, measured_gpus = _compute_throughput(workload, instance, instances, measured)
+    rate, quantized = _quantized(workload, rate, source)
+    rate, network = communication(workload, instance, instances, rate, measured_gpus)
+    return rate, source, how + quantized + network
+
+
+def _compute_throughput(workload: Workload, instance: GpuInstanceType, instances: int,
+                        measured: Sequence[MeasuredThroughput]) -> tuple[float, str, str, int]:
     gpus = instance.gpu_count * instances
     anchors = _anchors(workload, measured)
     if instance.gpu_model in anchors:
         row = _pick(anchors[instance.gpu_model], instance.gpu_count)
-        factor = _scaling(instance.gpu_count, instances, row.gpus)
-        return row.per_gpu * gpus * factor, row.source, f"{row.note}{_times(gpus, factor)}"
+        factor = _scaling(instance.gpu_count, row.gpus)
+        # this GPU's own run: a run across nodes carries the inter-node communication of that hardware
+        return row.per_gpu * gpus * factor, row.source, f"{row.note}{_times(gpus, factor)}", row.gpus
     speed = RELATIVE_SPEED[instance.gpu_model].of(workload.workload_class)
     if anchors:
         # the GPU whose sustained speed is nearest this one's: the smallest extrapolation
@@ -460,8 +609,11 @@ def shape_throughput(workload: Workload, instance: GpuInstanceType, instances: i
                f"{GPU_SPECS[REFERENCE_GPU].dense_tensor_tflops:g} TFLOPS / {workload.flops_per_sample:.3g} FLOPs x "
                f"{speed / reference:.3f} sustained speed ratio = {per_gpu:,.1f}/s per GPU")
         reference_gpus = 1
-    factor = _scaling(instance.gpu_count, instances, reference_gpus)
-    return per_gpu * gpus * factor, "estimated", f"{how}{_times(gpus, factor)}"
+    factor = _scaling(instance.gpu_count, reference_gpus)
+    source = "unmeasured" if instance.accelerator == "neuron" else "estimated"
+    if RELATIVE_SPEED[instance.gpu_model].uncertainty:
+        how += f"; the {instance.gpu_model} ratio is {RELATIVE_SPEED[instance.gpu_model].uncertainty}"
+    return per_gpu * gpus * factor, source, f"{how}{_times(gpus, factor)}", 0
 
 
 # --- Spot terms --------------------------------------------------------------------------------------------------
@@ -509,6 +661,9 @@ def _option(workload: Workload, instance: GpuInstanceType, instances: int, price
     volume_hourly = (workload.dataset_gib * prices["ebs_gp3_gb_month"] / HOURS_PER_MONTH
                      if assumptions.dataset_source == "snapshot" else 0.0)
     training = workload.samples / rate / 3600
+    # Trainium compiles once per job (the Neuron cache then serves restarts), so it is not redone after interruptions
+    compile_hours = assumptions.neuron_compile_minutes / 60 if instance.accelerator == "neuron" else 0.0
+    training += compile_hours
     hours = startup + load + training
     on_demand = prices["on_demand_hourly"][instance.name]
     usd_on_demand = hours * instances * (on_demand + volume_hourly)
@@ -543,7 +698,8 @@ def _option(workload: Workload, instance: GpuInstanceType, instances: int, price
         if deadline is not None and hours_spot > deadline >= hours:
             spot_note = f"Spot loses: its waits and rework ({hours_spot:,.1f} h) miss the {deadline:g} h deadline"
         elif minimize == "time":
-            spot_note = f"Spot loses on time: {hours_spot:,.1f} h expected against {hours:,.1f} h On-Demand"
+            spot_note = (f"Spot loses on time: {hours_spot:,.1f} h expected against {hours:,.1f} h On-Demand, which "
+                         f"costs {od_cost:,.2f} against {spot_cost:,.2f} USD on Spot")
         elif spot_cost >= od_cost:
             spot_note = (f"Spot loses: its {spot.savings:.0%} saving does not pay for the expected rework and waits "
                          f"({spot_cost:,.2f} against {od_cost:,.2f} USD On-Demand)")
@@ -557,7 +713,8 @@ def _option(workload: Workload, instance: GpuInstanceType, instances: int, price
         meets_deadline=deadline is None or expected <= deadline, on_demand_hourly=on_demand, spot_hourly=spot_hourly,
         spot_savings=spot.savings if spot else None,
         interruption_band=INTERRUPTION_BANDS[spot.band][0] if spot else None, interruptions_per_hour=per_hour,
-        spot_wait_hours=wait, usable_memory_gib=usable_gib(instance), accelerator=instance.accelerator,
+        spot_wait_hours=wait, usable_memory_gib=usable_gib(instance, workload.logical_nc),
+        accelerator=instance.accelerator, compile_hours=compile_hours,
         expected_hours=expected, cost=usd + value * expected, spot_note=spot_note)
 
 
@@ -580,6 +737,10 @@ def runs(instance: GpuInstanceType, workload: Workload, target: str, prices: dic
     region = prices.get("region", "the Region")
     if instance.name in prices.get("not_offered", ()):
         return f"not offered in {region} (the price table's {region} entry lists it as not offered)"
+    for method in workload.methods():
+        reason = method_refused(instance.gpu_model, method)
+        if reason:
+            return reason
     if instance.accelerator == "neuron":
         neuron = accelerator == "neuron" or (accelerator is None and workload.neuron)
         if not neuron:
@@ -619,6 +780,11 @@ def advise(workload: Workload, *, prices: Optional[dict] = None, assumptions: Co
         raise ValueError(f"target={target!r}: one of {', '.join(TARGETS)}")
     if minimize not in ("cost", "time"):
         raise ValueError(f"minimize={minimize!r}: 'cost' or 'time'")
+    if workload.workload_class in NOT_MODELLED:
+        raise ValueError(f"not modelled: {NOT_MODELLED[workload.workload_class]}")
+    if workload.logical_nc not in LNC_SETTINGS:
+        raise ValueError(f"logical_nc={workload.logical_nc}: Trainium2's Logical NeuronCore Configuration is one of "
+                         f"{', '.join(map(str, LNC_SETTINGS))}")
     if prices is None:
         from ..runtime.budget_guard import load_prices
         prices = load_prices(region)
@@ -632,27 +798,32 @@ def advise(workload: Workload, *, prices: Optional[dict] = None, assumptions: Co
         if reason:
             option.rule, option.excluded = "runs", reason
         elif not option.fits:
-            usable = usable_gib(instance)
+            usable = usable_gib(instance, workload.logical_nc)
             how = f" even with {option.sharding}" if option.sharding else " (one GPU: no sharding possible)"
+            worker = "NeuronCore" if instance.accelerator == "neuron" else "GPU"
             option.rule, option.excluded = "memory", (
-                f"needs {option.memory_per_gpu_gib:.1f} GiB per GPU{how}; {usable:.1f} GiB usable of "
-                f"{instance.gpu_memory_mib:,} MiB")
+                f"needs {option.memory_per_gpu_gib:.1f} GiB per {worker}{how}; {usable:.1f} GiB usable of "
+                f"{instance.worker_memory_mib(workload.logical_nc):,} MiB")
         elif option.instances > 1 and target == "fleet":
             option.rule, option.excluded = "scale-out", (
                 "a fleet runs one instance per job: multi-node jobs run on a queue (--block queue)")
         elif option.instances > 1 and option.instance_type in single_ok:
             option.rule, option.excluded = "scale-out", (
                 "one instance of this type already fits and meets the deadline; more instances cost more per job "
-                f"(x{INTER_NODE_SCALING} scaling) and run On-Demand")
+                "(communication between them) and run On-Demand")
         elif not option.meets_deadline:
             option.rule, option.excluded = "deadline", (
                 f"{option.expected_hours:,.1f} h expected, deadline {workload.deadline_hours:g} h")
+    # An unmeasured Trainium row (a datasheet ratio) ranks after every eligible GPU, whatever it costs.
     if minimize == "time":
-        options.sort(key=lambda o: (o.excluded is not None, o.expected_hours, o.cost))
+        options.sort(key=lambda o: (o.excluded is not None, o.throughput_source == "unmeasured", o.expected_hours,
+                                    o.cost))
     else:
-        options.sort(key=lambda o: (o.excluded is not None, o.cost, o.expected_hours))
+        options.sort(key=lambda o: (o.excluded is not None, o.throughput_source == "unmeasured", o.cost,
+                                    o.expected_hours))
     cheapest_so_far = math.inf
-    for option in sorted((o for o in options if o.excluded is None), key=lambda o: (o.expected_hours, o.cost)):
+    for option in sorted((o for o in options if o.excluded is None and o.throughput_source != "unmeasured"),
+                         key=lambda o: (o.expected_hours, o.cost)):
         if option.cost < cheapest_so_far:
             option.pareto, cheapest_so_far = True, option.cost
     recommended = next((o for o in options if o.excluded is None), None)
@@ -688,9 +859,24 @@ def compatible_types(advice: Advice, limit: int = 10) -> list[str]:
     return [anchor.name, *(c.name for c in chosen[:limit - 1])]
 
 
+BLOCK_WIDTH = 96  # a block's lines fit a 100-column terminal where TOML allows (an image URI cannot be split)
+
+
 def _cost_comment(advice: Advice, types: list[str]) -> str:
     usd = {o.instance_type: o.usd for o in advice.options if o.instances == 1}
-    return "# USD per job, one instance: " + ", ".join(f"{t} {usd[t]:,.2f}" for t in types)
+    words = ", ".join(f"{t} {usd[t]:,.2f}" for t in types)
+    return "\n".join(textwrap.wrap("USD per job, one instance: " + words, BLOCK_WIDTH - 2, initial_indent="# ",
+                                   subsequent_indent="#   "))
+
+
+def _types_line(types: list[str]) -> str:
+    """instance_types = [...] on one line, or one TOML array over several lines where it would be too wide."""
+    line = "instance_types = [" + ", ".join(f'"{t}"' for t in types) + "]"
+    if len(line) <= BLOCK_WIDTH:
+        return line
+    body = textwrap.wrap(", ".join(f'"{t}"' for t in types) + ",", BLOCK_WIDTH - 4, initial_indent="    ",
+                         subsequent_indent="    ")
+    return "\n".join(["instance_types = [", *body, "]"])
 
 
 def _enough_types(types: list[str]) -> None:
@@ -698,6 +884,14 @@ def _enough_types(types: list[str]) -> None:
         raise ValueError(f"only {len(types)} eligible types of this GPU shape ({', '.join(types)}); fleets and queues "
                          f"need {MIN_INSTANCE_TYPES} for Spot to find capacity: relax the deadline, or add types of the "
                          "same GPU count by hand where the job fits them")
+
+
+def _within_a_year(advice: Advice) -> None:
+    best = advice.recommended
+    hours = best.hours_spot or best.hours
+    if hours > MAX_JOB_HOURS:
+        raise ValueError(f"the job takes {hours:,.0f} h on its best shape, more than a year ({MAX_JOB_HOURS:,} h): "
+                         "no block for it; shrink the job (fewer samples) or check its figures")
 
 
 def _platform_types(types: list[str]) -> None:
@@ -712,10 +906,11 @@ def fleet_block(advice: Advice, env: str, name: str = "training", max_capacity: 
     types = compatible_types(advice)
     if not types or advice.recommended.instances != 1:
         raise ValueError("a fleet runs one instance per job: the recommendation is multi-node, use a queue block")
+    _within_a_year(advice)
     _platform_types(types)
     _enough_types(types)
     lines = [_cost_comment(advice, types), f"[[environments.{env}.fleets]]", f'name = "{name}"',
-             "instance_types = [" + ", ".join(f'"{t}"' for t in types) + "]",
+             _types_line(types),
              f"max_capacity = {max_capacity}", "scale_to_zero_after_minutes = 30"]
     if advice.assumptions.dataset_source == "snapshot":
         lines.append(f"# dataset_volumes = [{{name = \"DATASET\", version = \"VERSION\", size_gib = "
@@ -735,6 +930,7 @@ def queue_block(advice: Advice, env: str, name: str = "training", parallel_jobs:
     best = advice.recommended
     if best is None:
         raise ValueError("nothing is eligible: no queue to suggest")
+    _within_a_year(advice)
     multi = best.instances > 1
     if multi:
         spot = [o for o in advice.options if o.instances == 1 and o.excluded is None]
@@ -756,7 +952,7 @@ def queue_block(advice: Advice, env: str, name: str = "training", parallel_jobs:
     timeout = max(1, math.ceil((best.hours_spot or best.hours) * 1.5))
     lines = [_cost_comment(advice, types),
              f"[[environments.{env}.queues]]", f'name = "{name}"',
-             "instance_types = [" + ", ".join(f'"{t}"' for t in types) + "]",
+             _types_line(types),
              f'image = "{DLC_PYTORCH_TRAINING.format(region=region)}"',
              f"max_vcpus = {vcpus}", "on_demand_max_vcpus = 0"]
     if multi:

@@ -21,6 +21,19 @@ Sources (AWS documentation):
 - EFA support: the "Supported instance types" list of https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html
   (accelerated computing); confirm per Region with `aws ec2 describe-instance-types --filters
   Name=network-info.efa-supported,Values=true`.
+- Network bandwidth per instance (NETWORK_GBPS, the EFA types'): the "Network specifications" table of
+  https://docs.aws.amazon.com/ec2/latest/instancetypes/ac.html (trn1.32xlarge: 800 Gbps EFA, the Trn1 table of
+  https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-hardware/trn1-arch.html); confirm with
+  `aws ec2 describe-instance-types --query 'InstanceTypes[].NetworkInfo.NetworkCards[].BaselineBandwidthInGbps'`.
+- NeuronCores: a Trainium chip is two NeuronCore-v2 sharing its 32 GiB (16 GiB each), each core one data-parallel
+  worker by default (trainium.html above); a Trainium2 chip is eight NeuronCore-v3 sharing 96 GiB, grouped into
+  logical cores by the Logical NeuronCore Configuration (LNC, default 2 on Trn2: four logical cores of 24 GiB; only
+  LNC 1 on Trn1): https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-features/logical-neuroncore-config.html
+- Which training methods run where (METHODS): bitsandbytes' installation guide
+  (https://huggingface.co/docs/bitsandbytes/main/en/installation: NVIDIA CUDA, AMD, Intel XPU, Apple Silicon, Intel
+  Gaudi and CPU; LLM.int8() needs compute capability 7.5+, NF4/FP4 6.0+; no Neuron backend), and Transformer Engine's
+  support matrix (https://nvidia.github.io/TransformerEngine/support_matrix.html: FP8 needs compute capability 8.9+:
+  Ada, Hopper, Blackwell) with Trainium's cFP8 (trainium.html: 190 FP16/BF16/cFP8/TF32 TFLOPS).
 - The SSM parameter of the latest DLAMI, named by the rule "/aws/service/deeplearning/ami/<arch>/<name without
   deep, learning, ami>/latest/ami-id": https://docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html
 
@@ -39,6 +52,9 @@ from typing import Optional
 # both use them, so they live here, where no CDK is needed.
 MIN_INSTANCE_TYPES = 4
 MAX_GPU_MEMORY_RATIO = 2.0
+
+TRN2_DEFAULT_LNC = 2  # Trainium2's default Logical NeuronCore Configuration (source in the module docstring)
+LNC_SETTINGS = (1, 2)
 
 DLAMI_NAME = "base-oss-nvidia-driver-gpu-ubuntu-22.04"
 
@@ -78,6 +94,19 @@ class GpuInstanceType:
     def accelerator(self) -> str:
         """"cuda" (NVIDIA) or "neuron" (AWS Trainium)."""
         return GPU_SPECS[self.gpu_model].accelerator
+
+    @property
+    def network_gbps(self) -> Optional[int]:
+        """The instance's network bandwidth (EFA types; None for the rest, which never run multi-node)."""
+        return NETWORK_GBPS.get(self.name)
+
+    def workers(self, logical_nc: int = TRN2_DEFAULT_LNC) -> int:
+        """Data-parallel workers by default: one per GPU; on Trainium one per (logical) NeuronCore."""
+        return self.gpu_count * GPU_SPECS[self.gpu_model].workers_per_chip(logical_nc)
+
+    def worker_memory_mib(self, logical_nc: int = TRN2_DEFAULT_LNC) -> int:
+        """Memory one worker has: a GPU's, or the chip's split over its (logical) NeuronCores."""
+        return self.gpu_memory_mib // GPU_SPECS[self.gpu_model].workers_per_chip(logical_nc)
 
 
 def _family(family: str, gpu: str, memory: int, arch: str, dlami: bool,
@@ -124,6 +153,16 @@ NEURON_CATALOG: dict[str, GpuInstanceType] = {
 }
 
 ACCELERATOR_CATALOG: dict[str, GpuInstanceType] = {**GPU_CATALOG, **NEURON_CATALOG}
+
+# Per instance, Gbps (sources in the module docstring): what a multi-node job's collectives cross between instances.
+NETWORK_GBPS: dict[str, int] = {
+    "g4dn.8xlarge": 50, "g4dn.12xlarge": 50, "g4dn.16xlarge": 50, "g4dn.metal": 100,
+    **{f"{family}.{size}": gbps for family in ("g5", "g6") for size, gbps in (
+        ("8xlarge", 25), ("12xlarge", 40), ("16xlarge", 25), ("24xlarge", 50), ("48xlarge", 100))},
+    "g6e.8xlarge": 25, "g6e.12xlarge": 100, "g6e.16xlarge": 35, "g6e.24xlarge": 200, "g6e.48xlarge": 400,
+    "p3dn.24xlarge": 100, "p4d.24xlarge": 400, "p4de.24xlarge": 400, "p5.48xlarge": 3200, "p5en.48xlarge": 3200,
+    "trn1.32xlarge": 800, "trn2.48xlarge": 3200,
+}
 
 # The catalog's types that support EFA (source in the module docstring).
 EFA_INSTANCE_TYPES = frozenset({
@@ -172,6 +211,14 @@ class GpuSpec:
     compute_capability: Optional[str]  # CUDA compute capability; None for Trainium
     source: str
     accelerator: str = "cuda"
+    neuron_cores: int = 0  # physical NeuronCores per chip (Trainium); 0 for a GPU
+    lnc_configurable: bool = False  # whether the Logical NeuronCore Configuration groups them (Trainium2)
+
+    def workers_per_chip(self, logical_nc: int = TRN2_DEFAULT_LNC) -> int:
+        """One worker per GPU; per NeuronCore on Trainium (per logical core where LNC groups them)."""
+        if not self.neuron_cores:
+            return 1
+        return self.neuron_cores // (logical_nc if self.lnc_configurable else 1)
 
 
 # Per model. TFLOPS are the dense figures (vendors quote the 2x sparse figure first; the dense one is what training
@@ -216,12 +263,46 @@ GPU_SPECS: dict[str, GpuSpec] = {spec.model: spec for spec in (
     GpuSpec("AWS Trainium", 190, 820, 32768, None,
             "AWS Neuron, Trainium architecture (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/"
             "neuron-hardware/trainium.html): 190 FP16/BF16 TFLOPS per chip (two NeuronCore-v2), 32 GiB at 820 GB/s",
-            accelerator="neuron"),
+            accelerator="neuron", neuron_cores=2),
     GpuSpec("AWS Trainium2", 667, 2900, 98304, None,
             "AWS Neuron, Trainium2 architecture (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/about-neuron/"
             "arch/neuron-hardware/trainium2.html): 667 BF16 TFLOPS dense per chip (eight NeuronCore-v3), 96 GiB at "
-            "2.9 TB/s", accelerator="neuron"),
+            "2.9 TB/s", accelerator="neuron", neuron_cores=8, lnc_configurable=True),
 )}
+
+
+@dataclass(frozen=True)
+class Method:
+    """A training method that only some accelerators run, and why."""
+
+    name: str
+    label: str  # as an exclusion names it
+    min_compute_capability: Optional[float]  # NVIDIA; None: any CUDA GPU
+    neuron: bool  # whether the Neuron SDK runs it
+    source: str
+
+
+METHODS: dict[str, Method] = {method.name: method for method in (
+    Method("qlora", "QLoRA (bitsandbytes 4-bit NF4)", 6.0, False,
+           "bitsandbytes installation guide: NF4/FP4 quantization needs compute capability 6.0+; backends for NVIDIA, "
+           "AMD, Intel, Apple Silicon, Gaudi and CPU, none for Neuron"),
+    Method("int8", "LLM.int8() (bitsandbytes 8-bit)", 7.5, False,
+           "bitsandbytes installation guide: LLM.int8() needs compute capability 7.5+ (Turing, T4, or newer)"),
+    Method("fp8", "FP8 training", 8.9, True,
+           "Transformer Engine support matrix: FP8 needs compute capability 8.9+ (Ada, Hopper, Blackwell); "
+           "Trainium and Trainium2 compute in cFP8/FP8 (Neuron architecture pages)"),
+)}
+
+
+def method_refused(gpu_model: str, method: str) -> Optional[str]:
+    """Why a method does not run on an accelerator, or None."""
+    spec, rule = GPU_SPECS[gpu_model], METHODS[method]
+    if spec.accelerator == "neuron":
+        return None if rule.neuron else f"{rule.label} has no Neuron backend"
+    if rule.min_compute_capability and float(spec.compute_capability) < rule.min_compute_capability:
+        return (f"{rule.label} needs compute capability {rule.min_compute_capability:g} or more; the {gpu_model} is "
+                f"{spec.compute_capability}")
+    return None
 
 
 def boot_seconds(instance: GpuInstanceType) -> int:

@@ -109,6 +109,7 @@ class RelativeSpeed:
     transformer: float
     source: str  # where the numbers come from
     rule: str = ""  # how they follow from it; empty: measured as they stand
+    uncertainty: str = ""  # where the ratio is not a training measurement: what it is and how far it may be off
 
     def of(self, workload_class: str) -> float:
         return getattr(self, workload_class)
@@ -121,6 +122,10 @@ _RTX6000_ADA = (1146 / 1582, 79 / 152)  # AD102, 142 SMs, 364.25 dense FP16 TFLO
 _H100 = (2616 / 1582, 301 / 152)
 _V100 = (833 / 1582, 57 / 152)
 _T4_OVER_V100 = (1198 / 3382, 38.29 / 148.57)
+# NVIDIA publishes T4 inference throughput for these models, no T4 training throughput (DeepLearningExamples'
+# READMEs), and Lambda's training benchmark has no T4: the T4's training ratio is derived from inference.
+T4_UNCERTAINTY = ("derived from inference, not training: the backward pass's share and the T4's 70 W clocks under "
+                  "sustained training may move it; assumed within +/-30% until measured")
 _TRAINIUM_RULE = ("datasheet rule, the least certain row: dense BF16 TFLOPS / the A100's 312 (the A100's sustained "
                   "share of its peak assumed); replace it with a measurement on Neuron before committing to Trainium")
 
@@ -149,9 +154,10 @@ RELATIVE_SPEED: dict[str, RelativeSpeed] = {row.gpu_model: row for row in (
                   f"{DLE_T4_RESNET}; {DLE_T4_BERT}",
                   "the V100's x T4/V100 in NVIDIA's large-batch mixed-precision throughput on the same model: "
                   "ResNet-50 1,198 / 3,382 images/s, BERT-large 38.29 / 148.57 seq/s (compute-bound work: the "
-                  "T4's sustained clocks at 70 W show, its 65 peak TFLOPS do not)"),
+                  "T4's sustained clocks at 70 W show, its 65 peak TFLOPS do not)", T4_UNCERTAINTY),
     RelativeSpeed("NVIDIA T4G", _V100[0] * _T4_OVER_V100[0], _V100[1] * _T4_OVER_V100[1],
-                  f"{DLE_T4_RESNET}; {DLE_T4_BERT}", "as the T4 (assumed: the same TU104 GPU with a Graviton host)"),
+                  f"{DLE_T4_RESNET}; {DLE_T4_BERT}", "as the T4 (assumed: the same TU104 GPU with a Graviton host)",
+                  T4_UNCERTAINTY),
     RelativeSpeed("AWS Trainium", 190 / 312, 190 / 312, NEURON, _TRAINIUM_RULE),
     RelativeSpeed("AWS Trainium2", 667 / 312, 667 / 312, NEURON, _TRAINIUM_RULE),
 )}
