@@ -106,6 +106,8 @@ def _flag(name: str) -> str:
 
 
 def validate(args: argparse.Namespace) -> None:
+    if args.workload in NOT_MODELLED:
+        fail(f"{args.workload}: not modelled: {NOT_MODELLED[args.workload]}")
     for name in POSITIVE:
         value = getattr(args, name, None)
         if value is not None and (not math.isfinite(value) or value <= 0):
@@ -642,8 +644,6 @@ def main(argv: list[str]) -> int:
         return 0
     if args.workload is None:
         fail("a workload is required: one of " + ", ".join([*PRESETS, "custom"]) + " (./platform advise --help)")
-    if args.workload in NOT_MODELLED:
-        fail(f"{args.workload}: not modelled: {NOT_MODELLED[args.workload]}")
     if args.arm64_dlami and args.block != "none":
         fail("--arm64-dlami: only with --block none (config cannot set a fleet's AMI; a queue's image is x86_64)")
     workload = workload_from_args(args)

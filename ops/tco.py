@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from ml_platform_constructs.advice.advisor import PRESETS, Option, advise
+from ml_platform_constructs.advice.advisor import NOT_MODELLED, PRESETS, Option, advise
 from ml_platform_constructs.advice.gpu_catalog import ACCELERATOR_CATALOG
 from ml_platform_constructs.runtime.budget_guard import load_prices
 from ops import terminal
@@ -214,9 +214,9 @@ def format_tco(name: str, region: str, months: list[MonthCost], models: int) -> 
     return "\n".join(out)
 
 
-WORKLOAD_FLAGS = ("deadline_hours", "dataset_gib", "samples", "qlora", "gpu_decode", "params", "lora_params", "tokens",
-                  "images", "forward_gflops", "activation_gib_per_image", "seq_len", "hidden", "layers", "vocab",
-                  "global_batch", "optimizer")
+WORKLOAD_FLAGS = ("deadline_hours", "dataset_gib", "samples", "qlora", "int8", "fp8", "gpu_decode", "params",
+                  "lora_params", "frozen_params", "tokens", "images", "forward_gflops", "activation_gib_per_image",
+                  "seq_len", "hidden", "layers", "vocab", "global_batch", "optimizer")
 
 
 def queue_capacity(templates: list[dict], best: Option, jobs_per_month: float, job_hours: float,
@@ -293,7 +293,7 @@ def parser() -> Parser:
     figure("--capture-gb", 0, 10_000_000, "GB in each endpoint's capture bucket", "50", default=50)
     figure("--jobs-per-month", 0, 100_000, "training jobs a month", "20", default=20)
     job = costs.add_mutually_exclusive_group()
-    job.add_argument("--workload", choices=[*PRESETS, "custom"], default="resnet50-imagenet",
+    job.add_argument("--workload", choices=[*PRESETS, "custom", *NOT_MODELLED], default="resnet50-imagenet",
                      help="the job the advisor prices (default resnet50-imagenet)")
     job.add_argument("--job-usd", type=bounded(0, 10_000_000, "USD per training job", example="--job-usd 25"),
                      help="a given cost per job instead of the advisor's")

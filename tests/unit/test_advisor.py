@@ -638,3 +638,194 @@ def test_queue_block_passes_the_platforms_config_checks():
     raw["environments"]["staging"]["queues"] = tomllib.loads(text)["environments"]["staging"]["queues"]
     queue = platform_config.parse(raw).environments["staging"].queues[0]
     assert queue.image.startswith("763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:")
+
+
+# --- issue 29: workloads the presets were not tuned on ----------------------------------------------------------
+
+def custom_llm(parameters, trainable=None, sequence=2048, hidden=5120, layers=40, vocab=32_000, **overrides):
+    """A transformer no preset describes (a 13B-ish shape by default), full training unless ``trainable``."""
+    from ml_platform_constructs.advice.advisor import transformer_activation_gib
+    trainable = trainable or parameters
+    return replace(Workload(
+        name="custom", description="custom", parameters=parameters, trainable_parameters=trainable, optimizer="adam",
+        sample_unit="tokens", samples=2e8, flops_per_sample=(6 if trainable < parameters else 8) * parameters,
+        activation_gib_per_item=transformer_activation_gib(sequence, hidden, layers), global_batch_items=64,
+        dataset_gib=1, sequence=sequence, vocab=vocab, layers=layers), **overrides)
+
+
+def test_qlora_is_never_placed_on_trainium_and_the_exclusion_names_why():
+    """Item 1: `llm-7b-lora --qlora --block none` recommended trn1.2xlarge; bitsandbytes has no Neuron backend."""
+    workload = custom_llm(13e9, trainable=25e6, qlora=True)
+    result = advise(workload, prices=PRICES, target="none", accelerator="neuron")
+    for name in ("trn1.2xlarge", "trn1.32xlarge"):  # trn2 is not offered in us-east-1
+        o = option(result, name)
+        assert o.rule == "runs" and o.excluded == "QLoRA (bitsandbytes 4-bit NF4) has no Neuron backend"
+    assert result.recommended.accelerator == "cuda"
+    # quiet on legitimate work: the same job without QLoRA may run on Trainium
+    plain = advise(replace(workload, qlora=False), prices=PRICES, target="none", accelerator="neuron")
+    assert option(plain, "trn1.32xlarge").excluded is None
+
+
+def test_llm_int8_needs_compute_capability_7_5_so_not_a_v100():
+    workload = custom_llm(3e9, trainable=5e6, hidden=2560, layers=32, int8=True)
+    result = advise(workload, prices=PRICES, target="none")
+    v100 = option(result, "p3.2xlarge")
+    assert v100.rule == "runs" and v100.excluded == ("LLM.int8() (bitsandbytes 8-bit) needs compute capability 7.5 or "
+                                                     "more; the NVIDIA V100 is 7.0")
+    assert option(result, "g4dn.xlarge").excluded is None  # the T4 is 7.5
+    assert workload.frozen_bytes() == 1 and "trn1.2xlarge" in {o.instance_type for o in result.options if o.rule == "runs"}
+    # QLoRA's NF4 needs 6.0: the V100 runs it
+    assert option(advise(replace(workload, int8=False, qlora=True), prices=PRICES, target="none"),
+                  "p3.2xlarge").excluded is None
+
+
+def test_fp8_runs_on_ada_hopper_and_trainium_only():
+    workload = custom_llm(1.3e9, hidden=2048, layers=24, fp8=True)
+    result = advise(workload, prices=PRICES, target="none", accelerator="neuron")
+    refused = {o.instance_type.split(".")[0] for o in result.options
+               if o.rule == "runs" and o.excluded.startswith("FP8 training needs compute capability 8.9")}
+    assert refused == {"g4dn", "g5g", "g5", "p3", "p3dn", "p4d", "p4de"}  # Turing, Ampere, Volta
+    for name in ("g6.xlarge", "g6e.xlarge", "p5.4xlarge", "trn1.2xlarge"):
+        assert option(result, name).rule != "runs"
+
+
+def test_trainium_memory_is_per_neuroncore_and_a_model_too_big_for_one_is_tensor_parallel():
+    """Item 2: a trn1 chip is two NeuronCores of 16 GiB, each a data-parallel worker; a model that fits no core is
+    split over cores with tensor parallelism, which the fit now says."""
+    trn1 = NEURON_CATALOG["trn1.32xlarge"]
+    core = (16384 - RUNTIME_RESERVE_MIB) * USABLE_MEMORY_FRACTION / 1024
+    assert usable_gib(trn1) == pytest.approx(core)  # 14.25 GiB, not the chip's 32
+    # 22 GiB a worker fits a 32 GiB chip but not a 16 GiB core: tensor parallel 2 over 32 cores
+    workload = custom_llm(1.2e9, hidden=2048, layers=24)  # 17.9 GiB of state
+    fits, sharding, per_worker, _ = memory_fit(workload, trn1, 1)
+    assert workload.state_gib() + workload.item_gib() > core and fits
+    assert sharding.startswith("tensor parallel 2 x data parallel 16 over 32 NeuronCores")
+    assert per_worker == pytest.approx(workload.state_gib() / 2 + workload.item_gib())
+    # a 13B full fine-tune (194 GiB of state) needs 16 cores of tensor parallelism
+    big = custom_llm(13e9)
+    assert memory_fit(big, trn1, 1)[1].startswith("tensor parallel 16 x data parallel 2")
+    # the trn1.2xlarge has two cores: what fits no pair of them is excluded at rule 2, per NeuronCore
+    result = advise(big, prices=PRICES, target="none", accelerator="neuron")
+    assert option(result, "trn1.2xlarge").excluded.startswith("needs ") and "GiB per NeuronCore even with tensor " \
+        "parallel 2" in option(result, "trn1.2xlarge").excluded
+
+
+def test_trainium2_memory_follows_the_logical_neuroncore_setting():
+    trn2 = NEURON_CATALOG["trn2.48xlarge"]
+    assert trn2.workers() == 64 and trn2.worker_memory_mib() == 24576  # LNC 2 (the default): 4 cores a chip
+    assert trn2.workers(1) == 128 and trn2.worker_memory_mib(1) == 12288
+    workload = custom_llm(1.2e9, hidden=2048, layers=24)  # 18 GiB a worker: one LNC-2 core, two LNC-1 cores
+    assert memory_fit(workload, trn2, 1)[1] is None
+    assert memory_fit(replace(workload, logical_nc=1), trn2, 1)[1].startswith("tensor parallel 2 x data parallel 64")
+    with pytest.raises(ValueError, match="logical_nc=3: Trainium2's Logical NeuronCore Configuration is one of 1, 2"):
+        advise(replace(workload, logical_nc=3), prices=PRICES)
+
+
+def test_trainium_pays_its_graph_compilation_on_the_first_run():
+    workload = custom_llm(1.2e9, hidden=2048, layers=24)
+    first = option(advise(workload, prices=PRICES, target="none", accelerator="neuron"), "trn1.32xlarge")
+    cached = option(advise(workload, prices=PRICES, target="none", accelerator="neuron",
+                           assumptions=CostAssumptions(neuron_compile_minutes=0)), "trn1.32xlarge")
+    assert first.compile_hours == 1.0 and cached.compile_hours == 0
+    assert first.training_hours == pytest.approx(cached.training_hours + 1.0)
+    assert option(advise(workload, prices=PRICES, target="none"), "p4d.24xlarge").compile_hours == 0  # GPUs: none
+
+
+def test_unmeasured_trainium_is_never_recommended_ahead_of_a_gpu_without_a_measurement():
+    """Item 2: `llm-7b-full --block none` recommended trn1.32xlarge from a datasheet ratio. It is cheaper on paper;
+    it ranks after every GPU until a Neuron measurement backs it."""
+    workload = custom_llm(3e9, hidden=3200, layers=26)  # no preset: full training of a 3B model
+    result = advise(workload, prices=PRICES, target="none", accelerator="neuron")
+    trn = option(result, "trn1.32xlarge")
+    assert trn.throughput_source == "unmeasured" and trn.excluded is None
+    assert trn.cost < result.recommended.cost and result.recommended.accelerator == "cuda"
+    assert not any(o.pareto for o in result.options if o.throughput_source == "unmeasured")
+    # with a measurement on Trainium it competes on cost like any GPU
+    record = MeasuredThroughput("trn1.32xlarge", "AWS Trainium", "custom", 16, trn.samples_per_second / 16, "2026-12-01")
+    measured = advise(workload, prices=PRICES, target="none", accelerator="neuron", measured=[record])
+    assert measured.recommended.instance_type == "trn1.32xlarge"
+    assert measured.recommended.throughput_source == "measured"
+
+
+def test_converted_published_rows_are_labelled_derived():
+    """Item 5: the H100 llm-7b-full row is a 70B 64-GPU run converted by a rule: `derived`, not `published`."""
+    _, source, _ = shape_throughput(PRESETS["llm-7b-full"], GPU_CATALOG["p5.48xlarge"], 1)
+    assert source == "derived"
+    _, source, _ = shape_throughput(PRESETS["bert-large-finetune"], GPU_CATALOG["p4de.24xlarge"], 1)
+    assert source == "published"  # as NVIDIA published it
+
+
+def test_a_slow_network_costs_throughput_a_fast_one_does_not():
+    """Item 5: g5.48xlarge (100 Gbps), p4d (400 Gbps EFA) and p5 (3,200 Gbps) got the same x0.85 at 2 and 8 nodes.
+    A 13B ZeRO-3 job with a 16-sequence step moves 68 GB a step through each NIC: network-bound on g5, less so on
+    p4d, compute-bound on p5."""
+    workload = custom_llm(13e9, global_batch_items=16)
+    scaling = {}
+    for name in ("g5.48xlarge", "p4d.24xlarge", "p5.48xlarge"):
+        one, _, _ = shape_throughput(workload, GPU_CATALOG[name], 1)
+        eight, _, note = shape_throughput(workload, GPU_CATALOG[name], 8)
+        scaling[name] = eight / (8 * one)
+    assert scaling["g5.48xlarge"] < scaling["p4d.24xlarge"] < 0.5 < scaling["p5.48xlarge"] == pytest.approx(1.0)
+    talk = 3 * 13e9 * 2 * 7 / 8 / (100e9 / 8)  # 5.46 s per step on g5's 100 Gbps
+    eight_g5, _, note = shape_throughput(workload, GPU_CATALOG["g5.48xlarge"], 8)
+    assert eight_g5 == pytest.approx(16 * 2048 / talk) and "network-bound" in note
+
+
+def test_quantized_base_throughput_carries_the_stated_slowdown_unless_measured():
+    """Item 4: QLoRA's dequantization had no cost at all."""
+    from ml_platform_constructs.advice.advisor import QUANTIZED_BASE_SPEED
+    workload = custom_llm(13e9, trainable=25e6)
+    plain, _, _ = shape_throughput(workload, GPU_CATALOG["g6e.xlarge"], 1)
+    qlora, _, note = shape_throughput(replace(workload, qlora=True), GPU_CATALOG["g6e.xlarge"], 1)
+    assert QUANTIZED_BASE_SPEED == 0.7 and qlora == pytest.approx(plain * 0.7)
+    assert "x 0.7 for QLoRA's dequantization (assumed until measured)" in note
+    record = MeasuredThroughput("g6e.xlarge", "NVIDIA L40S", "custom", 1, 1234.0, "2026-12-01")
+    measured, source, _ = shape_throughput(replace(workload, qlora=True), GPU_CATALOG["g6e.xlarge"], 1, [record])
+    assert source == "measured" and measured == pytest.approx(1234.0)  # a measurement already holds the slowdown
+
+
+def test_the_t4_ratio_is_labelled_as_derived_from_inference():
+    """Item 7: the T4's training speed came from an inference ratio without saying so."""
+    assert "derived from inference" in RELATIVE_SPEED["NVIDIA T4"].uncertainty
+    assert RELATIVE_SPEED["NVIDIA T4"].uncertainty == RELATIVE_SPEED["NVIDIA T4G"].uncertainty
+    assert not RELATIVE_SPEED["NVIDIA L4"].uncertainty
+    _, _, note = shape_throughput(tiny_model(), GPU_CATALOG["g4dn.xlarge"], 1)
+    assert "the NVIDIA T4 ratio is derived from inference, not training" in note and "+/-30%" in note
+    _, _, note = shape_throughput(tiny_model(), GPU_CATALOG["g6.xlarge"], 1)
+    assert "derived from inference" not in note
+
+
+def test_a_workload_outside_the_model_is_refused_in_one_line():
+    """Item 6: an XGBoost-like job forced through the image path ranked g4dn.16xlarge at 6,400 images/s."""
+    with pytest.raises(ValueError, match=r"^not modelled: tabular/GBDT .*use a CPU instance or benchmark$"):
+        advise(tiny_model(workload_class="tabular"), prices=PRICES)
+    with pytest.raises(ValueError, match="not modelled: diffusion models: .*benchmark first"):
+        advise(tiny_model(workload_class="diffusion"), prices=PRICES)
+    assert advise(tiny_model(), prices=PRICES).recommended is not None  # a convnet stays modelled
+
+
+def test_the_minimize_time_trade_off_is_named_when_it_pays_much_more_for_little_time():
+    """Item 8: `llm-70b-lora --qlora --minimize time` took On-Demand at 381.66 USD against ~137 on Spot for 0.1 h
+    less, silently. Here: a 13B LoRA on H200s, whose On-Demand finishes minutes before Spot for several times it."""
+    workload = custom_llm(13e9, trainable=25e6, samples=5e8)
+    result = advise(workload, prices=PRICES, minimize="time")
+    line = result.trade_off()
+    best = result.recommended
+    assert best.lifecycle == "on-demand" and line.startswith("trade-off (much more for little time): ")
+    assert f"{best.usd:,.2f} USD against {best.usd_spot:,.2f} on {best.instance_type} x1 spot" in line
+    assert "--minimize cost takes the cheaper one" in line
+    # quiet where nothing cheaper exists (the cheapest objective) and where the fastest is the cheapest
+    assert advise(workload, prices=PRICES).trade_off() is None
+    only = {"p5en.48xlarge": GPU_CATALOG["p5en.48xlarge"]}
+    assert advise(workload, prices=PRICES, minimize="time", catalog=only,
+                  assumptions=CostAssumptions(spot_interruptions_per_instance_hour=0, spot_wait_minutes=0)
+                  ).trade_off() is None
+
+
+def test_a_job_longer_than_a_year_gets_no_config_block():
+    """Item 8: `--samples 1e30` printed a 7e23-hour job and a config block."""
+    huge = advise(with_overrides(PRESETS["resnet50-imagenet"], samples=1e13), prices=PRICES)
+    for block in (fleet_block, queue_block):
+        with pytest.raises(ValueError, match=r"the job takes [\d,]+ h on its best shape, more than a year \(8,760 h\)"):
+            block(huge, "dev")
+    assert fleet_block(advise(with_overrides(PRESETS["resnet50-imagenet"], samples=1e8), prices=PRICES), "dev")

@@ -122,3 +122,36 @@ def test_every_catalog_type_has_a_price_in_every_configured_region():
             assert name in ACCELERATOR_CATALOG and 0 <= entry["savings"] < 1 and entry["band"] in range(5)
         assert set(prices["not_offered"]) <= set(ACCELERATOR_CATALOG)
         assert prices["spot_by_type_source"] and prices["new_types_note"]
+
+
+def test_every_efa_type_has_its_network_bandwidth_and_only_they_do():
+    """Issue 29, item 5: multi-node communication is priced over each instance's own network."""
+    from ml_platform_constructs.advice.gpu_catalog import NETWORK_GBPS
+    assert set(NETWORK_GBPS) == EFA_INSTANCE_TYPES
+    assert (GPU_CATALOG["g5.48xlarge"].network_gbps, GPU_CATALOG["p4d.24xlarge"].network_gbps,
+            GPU_CATALOG["p5.48xlarge"].network_gbps, NEURON_CATALOG["trn1.32xlarge"].network_gbps) == (100, 400, 3200, 800)
+    assert GPU_CATALOG["g5.xlarge"].network_gbps is None
+
+
+def test_a_worker_is_a_gpu_or_a_neuroncore():
+    """Issue 29, item 2: trn1 chips are two 16 GiB NeuronCores; trn2 chips eight, grouped by LNC (default 2)."""
+    assert GPU_CATALOG["p4d.24xlarge"].workers() == 8 and GPU_CATALOG["p4d.24xlarge"].worker_memory_mib() == 40960
+    assert NEURON_CATALOG["trn1.2xlarge"].workers() == 2 and NEURON_CATALOG["trn1.2xlarge"].worker_memory_mib() == 16384
+    assert NEURON_CATALOG["trn1.2xlarge"].workers(1) == 2  # trn1 has no LNC setting
+    assert NEURON_CATALOG["trn2.48xlarge"].workers() == 64 and NEURON_CATALOG["trn2.48xlarge"].worker_memory_mib() == 24576
+
+
+@pytest.mark.parametrize("model,method,reason", [
+    ("AWS Trainium", "qlora", "QLoRA (bitsandbytes 4-bit NF4) has no Neuron backend"),
+    ("AWS Trainium2", "int8", "LLM.int8() (bitsandbytes 8-bit) has no Neuron backend"),
+    ("NVIDIA V100", "int8", "LLM.int8() (bitsandbytes 8-bit) needs compute capability 7.5 or more; the NVIDIA V100 is 7.0"),
+    ("NVIDIA T4", "int8", None),
+    ("NVIDIA V100", "qlora", None),
+    ("NVIDIA A100 80GB", "fp8", "FP8 training needs compute capability 8.9 or more; the NVIDIA A100 80GB is 8.0"),
+    ("NVIDIA L4", "fp8", None),
+    ("NVIDIA H200", "fp8", None),
+    ("AWS Trainium", "fp8", None),
+])
+def test_which_methods_run_where(model, method, reason):
+    from ml_platform_constructs.advice.gpu_catalog import method_refused
+    assert method_refused(model, method) == reason
