@@ -7,7 +7,9 @@ checkpoints/training/<job name>/. Attempt 1 gets a real SIGTERM once it reports 
 and must checkpoint and exit 143, which the queue's retry strategy retries; the epoch it stops at is the one it
 says (it goes on training until the signal lands, one epoch or more under load). Attempt 2 must resume from that
 checkpoint and exit 0. The run goes to the local MLflow store (SQLite under .ml-platform/, git-ignored), one run
-for both attempts, priced as the queue's g5.xlarge on Spot would be.
+for both attempts, priced as the queue's g5.xlarge on Spot would be. Before the emulator stops (its S3 goes with
+it), the run's model, passport, package list and dataset are copied to .ml-platform/runs/<run id>/: what a rerun
+needs (docs/RUNS.md, "Rerunning a run").
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from typing import Optional
 
 import boto3
 
-from ml_platform_constructs.runtime.tracking import RECORD_NAME
+from ml_platform_constructs.runtime.passport import DATASET_LIST_NAME, DIFF_NAME
+from ml_platform_constructs.runtime.tracking import PACKAGES_NAME, RECORD_NAME
 
 from .emulator import client_environment, moto_server
 from .. import terminal
@@ -107,6 +110,25 @@ def job_environment(port: int, store: Path, work: Path, job_name: str) -> dict[s
             "MLFLOW_TRACKING_URI": local_tracking_uri(store), "PYTHONUNBUFFERED": "1"}
 
 
+KEPT = (RECORD_NAME, PACKAGES_NAME, DATASET_LIST_NAME, DIFF_NAME, "model.tar.gz")
+DATASET_KEY = "datasets/blobs/v1/data.csv"
+
+
+def keep_run(s3, job_name: str, run_id: str, store: Path) -> Path:
+    """Copies the run's files from the emulator's S3 to ``store/runs/<run id>/`` (the passport's files as they lie
+    next to the checkpoints, and the dataset under ``datasets/``, so that ``ML_PLATFORM_DATASETS_URI`` can point
+    there for a rerun). Returns the directory."""
+    kept = store / "runs" / run_id
+    (kept / Path(DATASET_KEY).parent).mkdir(parents=True, exist_ok=True)
+    prefix = f"checkpoints/{QUEUE}/{job_name}/"
+    present = {o["Key"][len(prefix):] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])}
+    for name in KEPT:
+        if name in present:  # code.diff only when the checkout was dirty
+            (kept / name).write_bytes(s3.get_object(Bucket=BUCKET, Key=prefix + name)["Body"].read())
+    (kept / DATASET_KEY).write_bytes(s3.get_object(Bucket=BUCKET, Key=DATASET_KEY)["Body"].read())
+    return kept
+
+
 def simulate(port: int, store: Path, work: Path, *, job_name: Optional[str] = None, epochs: int = 30) -> str:
     """Both attempts against the emulator; returns the run id. Raises SystemExit when an attempt misbehaves."""
     job_name = job_name or f"example-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
@@ -114,7 +136,7 @@ def simulate(port: int, store: Path, work: Path, *, job_name: Optional[str] = No
     s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name=REGION, aws_access_key_id="testing",
                       aws_secret_access_key="testing", aws_session_token="testing")
     s3.create_bucket(Bucket=BUCKET)
-    s3.put_object(Bucket=BUCKET, Key="datasets/blobs/v1/data.csv", Body=example_module().make_dataset().encode())
+    s3.put_object(Bucket=BUCKET, Key=DATASET_KEY, Body=example_module().make_dataset().encode())
     command = [sys.executable, str(EXAMPLE), "--epochs", str(epochs)]
     print(f"==> local run: {job_name}, checkpoints at {env['ML_PLATFORM_CHECKPOINT_URI']} (emulated S3)", flush=True)
     code, lines = run_attempt(command, {**env, "AWS_BATCH_JOB_ATTEMPT": "1"}, sigterm_after_epoch=STOP_AFTER_EPOCH)
@@ -127,6 +149,10 @@ def simulate(port: int, store: Path, work: Path, *, job_name: Optional[str] = No
     if code != 0:
         raise SystemExit("local run: attempt 2 should have resumed and finished with exit 0:\n" + "\n".join(lines))
     record = json.loads(s3.get_object(Bucket=BUCKET, Key=f"checkpoints/{QUEUE}/{job_name}/{RECORD_NAME}")["Body"].read())
+    kept = keep_run(s3, job_name, record["run_id"], store)
+    shown = kept.relative_to(ROOT) if kept.is_relative_to(ROOT) else kept
+    print(f"    kept: model, passport, package list and dataset in {shown}/ (the emulator's S3 goes when it stops)",
+          flush=True)
     return record["run_id"]
 
 

@@ -131,8 +131,11 @@ def main(argv: list[str], *, assembly: Path = ROOT / "cdk.out", local_assembly: 
     run_file = logs / "local-run.txt"
     with long_step(6, "run the example job as a queue runs it: a real SIGTERM, a resumed attempt, one recorded run"):
         seconds = run_logged([sys.executable, "-m", "ops.local.run"], "the example job's local run", log=run_file)
-    run_lines = local_run_lines(run_file.read_text())
-    print(f"    {len(run_lines) - 2} attempts, one run in .ml-platform/ ({seconds:.0f} s)")
+    output = run_file.read_text()
+    run_lines = local_run_lines(output)
+    kept = re.search(r"^    kept: .* in (\S+)/ ", output, re.M)  # the model outlives the emulator (ops.local.run)
+    print(f"    {len(run_lines) - 2} attempts, one run in .ml-platform/"
+          + (f"; its model and passport in {kept[1]}/" if kept else "") + f" ({seconds:.0f} s)")
 
     lines = [
         "",

@@ -5,7 +5,9 @@ from its own output. Stand-ins for the job, quick and slow, in place of the exam
 import sys
 import textwrap
 
+import boto3
 import pytest
+from moto import mock_aws
 
 from ops.local import run as local_run
 
@@ -42,3 +44,20 @@ def test_a_job_that_does_not_say_where_it_stopped_is_not_given_an_epoch():
     assert local_run.reclaim_line(143, ["epoch 3/30: loss 0.5"]) == (
         "attempt 1: SIGTERM after it reported epoch 3 (a simulated Spot reclaim); its output names no epoch it "
         "stopped at -> exit 143: epoch 3/30: loss 0.5")
+
+
+def test_the_runs_model_passport_and_dataset_outlive_the_emulator(tmp_path, monkeypatch):
+    """./platform up's run is in moto's S3, which goes when the emulator stops: its files are copied under the store."""
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with mock_aws():
+        s3 = boto3.client("s3")
+        s3.create_bucket(Bucket=local_run.BUCKET)
+        prefix = "checkpoints/training/example-1/"
+        for name, body in [("passport.json", b"{}"), ("packages.txt", b"boto3==1\n"), ("model.tar.gz", b"model"),
+                           ("ckpt-000001.json", b"{}"), (local_run.DATASET_KEY, b"id,label\n")]:
+            s3.put_object(Bucket=local_run.BUCKET, Key=name if name.startswith("datasets/") else prefix + name, Body=body)
+        kept = local_run.keep_run(s3, "example-1", "run1", tmp_path)
+    assert kept == tmp_path / "runs" / "run1"
+    assert sorted(str(p.relative_to(kept)) for p in kept.rglob("*") if p.is_file()) == [
+        "datasets/blobs/v1/data.csv", "model.tar.gz", "packages.txt", "passport.json"]
+    assert (kept / "model.tar.gz").read_bytes() == b"model"

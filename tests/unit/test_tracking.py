@@ -273,7 +273,11 @@ def test_one_mlflow_run_across_attempts_in_a_local_sqlite_store(tmp_path, mlflow
 
     uri = mlflow_store
     clock = Clock()
-    first = start(tmp_path, clock, queue_env(tmp_path), tracking_uri=uri)
+    data = tmp_path / "datasets" / "blobs" / "v1"
+    data.mkdir(parents=True)
+    (data / "data.csv").write_text("id,label\ns1,0\n")
+    dataset = passport.DatasetRef("blobs", "v1", str(data))
+    first = start(tmp_path, clock, queue_env(tmp_path), tracking_uri=uri, dataset=dataset)
     first.log_holdout(accuracy=0.4, step=0)
     clock.now += 600
     first.stop()
@@ -289,7 +293,11 @@ def test_one_mlflow_run_across_attempts_in_a_local_sqlite_store(tmp_path, mlflow
     assert run.data.metrics["holdout_accuracy"] == 0.9 and run.data.metrics["spot_interruptions"] == 1
     assert run.data.tags["ml_platform.attempts"] == "2" and run.data.tags["ml_platform.instance_type"] == "g5.xlarge"
     artifacts = {a.path for a in client.list_artifacts(first.run_id)}
-    assert {"passport.json", "packages.txt"} <= artifacts
+    assert {"passport.json", "packages.txt", "dataset-manifest.txt"} <= artifacts
+    # The dataset as MLflow's own run input (log_inputs), its digest the fingerprint's first 32 characters.
+    [logged] = run.inputs.dataset_inputs
+    assert (logged.dataset.name, logged.dataset.digest, logged.tags[0].key, logged.tags[0].value) == (
+        "blobs@v1", first.record["passport"]["dataset"]["sha256"][:32], "mlflow.data.context", "training")
     assert (tmp_path / "store" / "artifacts").is_dir()  # beside the database, not in the working directory
 
 
