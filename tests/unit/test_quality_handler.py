@@ -70,10 +70,12 @@ def test_labels_join_by_the_hour_of_their_prediction_and_none_is_dropped(aws):
         for lateness in (1, 2):  # half labelled an hour later, half two hours later
             labels(s3, hours_before(h - lateness), [(i, 1) for i in ids[(lateness - 1) * 500:lateness * 500]])
     summary = quality_handler.run(ENV, s3, cloudwatch, NOW)
-    # files uploaded in the last two hours wait for their own hour's index (two hours after it ends)
-    assert (summary["labelled"], summary["label_objects_pending"], summary["unmatched_labels"]) == (8500, 3, 0)
+    # files uploaded in the last two hours wait for their own hour's index (two hours after it ends): the normal
+    # course, not a backlog
+    assert (summary["labelled"], summary["label_objects_waiting"], summary["unmatched_labels"]) == (8500, 3, 0)
+    assert summary["label_objects_pending"] == 0
     later = quality_handler.run(ENV, s3, cloudwatch, NOW + timedelta(hours=2))
-    assert (later["labelled"], later["label_objects_pending"]) == (1500, 0)
+    assert (later["labelled"], later["label_objects_waiting"], later["label_objects_pending"]) == (1500, 0, 0)
     assert metric(cloudwatch, "LabelledPredictions", "Sum")[-2:] == [8500, 1500]
 
 
@@ -95,9 +97,9 @@ def test_a_label_waits_until_its_prediction_hour_is_indexed(aws):
     captured(s3, hours_before(0), ids)  # predictions of this hour: indexed two hours after it ends
     labels(s3, hours_before(0), [(i, 1) for i in ids])
     waiting = quality_handler.run(ENV, s3, cloudwatch, NOW)
-    assert (waiting["labelled"], waiting["label_objects_pending"]) == (0, 1)
+    assert (waiting["labelled"], waiting["label_objects_waiting"], waiting["label_objects_pending"]) == (0, 1, 0)
     later = quality_handler.run(ENV, s3, cloudwatch, NOW + timedelta(hours=3))
-    assert (later["labelled"], later["label_objects_pending"]) == (10, 0)
+    assert (later["labelled"], later["label_objects_waiting"]) == (10, 0)
 
 
 def test_labels_beyond_the_run_limit_wait_and_are_counted(aws):
@@ -152,21 +154,23 @@ def test_a_full_batch_with_a_drop_alarms_and_the_alarm_state_is_republished(aws)
     summary = quality_handler.run(ENV, s3, cloudwatch, NOW)
     assert summary["status"] == "alarm" and summary["last"]["shortfall"] == pytest.approx(4.0)
     assert summary["judged"] is True
-    assert metric(cloudwatch, "SignificantShortfall") == [pytest.approx(4.0)]
+    assert metric(cloudwatch, "SignificantShortfall") == [0.0, pytest.approx(4.0)]  # the deploy's run: 0
     later = quality_handler.run(ENV, s3, cloudwatch, NOW + timedelta(hours=1))
     assert later["status"] == "filling" and later["last"]["decision"] == "alarm"
-    assert metric(cloudwatch, "SignificantShortfall") == [pytest.approx(4.0)] * 2  # the alarm keeps its state
+    assert metric(cloudwatch, "SignificantShortfall")[1:] == [pytest.approx(4.0)] * 2  # the alarm keeps its state
     stored = s3.list_objects_v2(Bucket="datasets", Prefix="quality/results/classifier/")["Contents"]
     assert any(json.loads(s3.get_object(Bucket="datasets", Key=o["Key"])["Body"].read())["status"] == "alarm"
                for o in stored)
 
 
-def test_before_the_first_batch_nothing_is_judged_and_that_is_published(aws):
+def test_before_the_first_batch_nothing_is_judged_and_nothing_alarms(aws):
+    """A deploy is not a failure to judge: QualityJudged is not published while the first batch fills (0.5.0 published
+    0, and the not-judged alarm fired after every deploy and promotion); the quality alarm reads 0."""
     s3, cloudwatch = aws
     summary = first_run(s3, cloudwatch)
     assert (summary["status"], summary["judged"]) == ("filling", False)
-    assert metric(cloudwatch, "QualityJudged", "Minimum") == [0.0]
-    assert metric(cloudwatch, "SignificantShortfall") == []
+    assert metric(cloudwatch, "QualityJudged", "Minimum") == []
+    assert metric(cloudwatch, "SignificantShortfall") == [0.0]
     # a drop lands mid-batch: the batch that holds it is judged about two batch lengths later
     assert metric(cloudwatch, "DetectionDelayHours")[0] == 2 * ENV_MAX_BATCH_HOURS
 
@@ -189,3 +193,278 @@ def test_handler_reads_its_environment(aws, monkeypatch):
         monkeypatch.setenv(key, value)
     assert quality_handler.handler({}, None, clients=lambda name: {"s3": s3, "cloudwatch": cloudwatch}[name])[
         "endpoint"] == "classifier"
+
+
+def state_of(s3, version="v1"):
+    return json.loads(s3.get_object(Bucket="datasets", Key=f"quality/state/classifier/state/{version}/monitor.json")[
+        "Body"].read())
+
+
+# --- the label backlog: only what is held back or overdue is pending (review finding 4) -----------------------------
+
+def test_a_healthy_stream_waits_for_its_indexes_without_a_backlog(aws):
+    """Labels 1-2 h late every hour: each run has files waiting the ~3 h for their hours' index (0.5.0 counted them
+    as pending, so LabelObjectsPending >= 1 in every run and the backlog alarm, 6 runs, fired in normal operation)."""
+    s3, cloudwatch = aws
+    quality_handler.run(ENV, s3, cloudwatch, NOW - timedelta(hours=12))
+    for h in range(2, 12):
+        ids = [f"h{h}-{i}" for i in range(20)]
+        captured(s3, hours_before(h), ids)
+        labels(s3, hours_before(h - 1), [(i, 1) for i in ids])
+    runs = [quality_handler.run(ENV, s3, cloudwatch, NOW - timedelta(hours=back)) for back in range(6, -1, -1)]
+    assert metric(cloudwatch, "LabelObjectsPending", "Minimum")[-7:] == [0.0] * 7
+    assert all(r["label_objects_waiting"] > 0 for r in runs)
+    assert sum(r["labelled"] for r in runs) == 20 * 8  # captures of hours 11..4: their labels' hours are indexed
+
+
+def test_label_files_whose_hours_are_due_but_not_indexed_are_pending(aws):
+    """The index falls behind (each capture hour fills a run's indexing budget): label files whose hours are due
+    wait, and that is a backlog."""
+    s3, cloudwatch = aws
+    env = {**ENV, "MAX_RECORDS": "5"}  # a run indexes 15 records: three hours of 5
+    quality_handler.run(env, s3, cloudwatch, NOW - timedelta(hours=12))
+    for h in range(3, 12):
+        ids = [f"h{h}-{i}" for i in range(5)]
+        captured(s3, hours_before(h), ids)
+        labels(s3, hours_before(h), [(i, 1) for i in ids])
+    summary = quality_handler.run(env, s3, cloudwatch, NOW)
+    assert summary["capture_hours_pending"] == 6
+    assert summary["label_objects_pending"] == 6 and summary["labelled"] == 15
+
+
+# --- not judged only when a batch closes unjudged (finding 5) --------------------------------------------------------
+
+def test_not_judged_is_published_when_a_batch_closes_without_enough_labels_only(aws):
+    s3, cloudwatch = aws
+    env = {**ENV, "MAX_BATCH_HOURS": "6"}
+    first_run(s3, cloudwatch, env)
+    ids = [f"few{i}" for i in range(20)]
+    captured(s3, hours_before(45), ids)
+    labels(s3, hours_before(44), [(i, 1) for i in ids])
+    filling = quality_handler.run(env, s3, cloudwatch, NOW - timedelta(hours=44))
+    assert filling["status"] == "filling" and metric(cloudwatch, "QualityJudged", "Minimum") == []
+    closed = quality_handler.run(env, s3, cloudwatch, NOW - timedelta(hours=40))
+    assert closed["status"] == "not_judged" and "20 labelled predictions in 9 h, needs 200" in closed["last"]["reason"]
+    assert metric(cloudwatch, "QualityJudged", "Minimum") == [0.0]
+    quality_handler.run(env, s3, cloudwatch, NOW - timedelta(hours=39))  # the next batch fills: still not judged
+    assert metric(cloudwatch, "QualityJudged", "Minimum") == [0.0, 0.0]
+
+
+def test_a_judged_batch_publishes_judged(aws):
+    s3, cloudwatch = aws
+    env = {**ENV, "MAX_BATCH_HOURS": "2"}  # the batch closes by its hours
+    first_run(s3, cloudwatch, env)
+    ids = [f"j{i}" for i in range(300)]
+    captured(s3, hours_before(5), ids)
+    labels(s3, hours_before(4), [(i, 1 if n % 100 >= 8 else 0) for n, i in enumerate(ids)])  # 0.92: healthy
+    assert quality_handler.run(env, s3, cloudwatch, NOW)["status"] == "ok"
+    assert metric(cloudwatch, "QualityJudged", "Minimum") == [1.0]
+
+
+# --- a version change: the alarm is released, each version keeps its evidence (finding 6) ---------------------------
+
+def test_a_new_version_releases_the_quality_alarm_and_a_rollback_resumes_the_old_versions_evidence(aws):
+    s3, cloudwatch = aws
+    first_run(s3, cloudwatch)
+    ids = [f"bad{i}" for i in range(300)]
+    captured(s3, hours_before(40), ids)
+    labels(s3, hours_before(39), [(i, 0) for i in ids])  # every prediction wrong: the interim look alarms
+    assert quality_handler.run(ENV, s3, cloudwatch, NOW - timedelta(hours=30))["status"] == "alarm"
+    assert metric(cloudwatch, "SignificantShortfall")[-1] == pytest.approx(92.0)
+    promoted = quality_handler.run({**ENV, "MODEL_VERSION": "v2"}, s3, cloudwatch, NOW - timedelta(hours=20))
+    # 0.5.0 published nothing here, and the alarm (missing data ignored) stayed in ALARM for the new version
+    assert metric(cloudwatch, "SignificantShortfall")[-1] == 0.0
+    assert promoted["version_restarted"] and promoted["last"] is None
+    assert quality_handler.run({**ENV, "MODEL_VERSION": "v2"}, s3, cloudwatch, NOW - timedelta(hours=19))[
+        "version_restarted"] is False
+    rolled_back = quality_handler.run(ENV, s3, cloudwatch, NOW)
+    assert rolled_back["version_restarted"] and rolled_back["last"]["decision"] == "alarm"
+    assert rolled_back["judged"] is True  # its judgement aged only while v1 was live
+    assert metric(cloudwatch, "SignificantShortfall")[-1] == pytest.approx(92.0)
+    assert state_of(s3, "v1")["monitor"]["last"]["shortfall"] == pytest.approx(92.0)
+    assert state_of(s3, "v2")["monitor"]["last"] is None
+
+
+# --- settings changes (finding 7) ----------------------------------------------------------------------------------
+
+def test_a_new_prediction_path_indexes_afresh_instead_of_joining_predictions_read_the_old_way(aws):
+    s3, cloudwatch = aws
+    first_run(s3, cloudwatch)
+    first, second = [f"a{i}" for i in range(300)], [f"b{i}" for i in range(300)]
+    captured(s3, hours_before(8), first + second, prediction="1,0")  # column 0 says 1, column 1 says 0
+    labels(s3, hours_before(7), [(i, 1) for i in first])
+    assert quality_handler.run(ENV, s3, cloudwatch, NOW - timedelta(hours=4))["labelled"] == 300
+    labels(s3, hours_before(3), [(i, 1) for i in second])
+    moved = quality_handler.run({**ENV, "PREDICTION_PATH": "1"}, s3, cloudwatch, NOW)
+    # read by column 1, every prediction of the second labels is wrong: 0.5.0 joined them with column 0's from the
+    # index it had built, and saw a perfect model
+    assert moved["labelled"] == 300 and moved["status"] == "alarm" and moved["last"]["value"] == 0.0
+
+
+def test_a_longer_label_lateness_never_lists_label_files_below_the_previous_horizon(aws):
+    s3, cloudwatch = aws
+    quality_handler.run(ENV, s3, cloudwatch, NOW - timedelta(hours=100))
+    ids = [f"old{i}" for i in range(300)]
+    captured(s3, hours_before(90), ids)
+    labels(s3, hours_before(89), [(i, 1) for i in ids])
+    assert quality_handler.run(ENV, s3, cloudwatch, NOW - timedelta(hours=80))["labelled"] == 300
+    assert quality_handler.run(ENV, s3, cloudwatch, NOW - timedelta(hours=10))["label_objects_expired"] == 0
+    longer = quality_handler.run({**ENV, "LATENESS_HOURS": "48"}, s3, cloudwatch, NOW)
+    # 0.5.0 listed from the new, earlier horizon, re-indexed the hours and joined the 300 labels a second time
+    assert (longer["labelled"], longer["label_objects_expired"]) == (0, 0)
+    assert sum(metric(cloudwatch, "LabelledPredictions", "Sum")) == 300
+
+
+# --- at volume: one map, saved as it goes, stopped before the timeout (finding 8) --------------------------------
+
+class Context:
+    """A Lambda context whose time runs out after ``checks`` looks at it."""
+
+    def __init__(self, checks):
+        self.checks = checks
+
+    def get_remaining_time_in_millis(self):
+        self.checks -= 1
+        return 240_000 if self.checks >= 0 else 50_000
+
+
+def test_a_run_stops_saved_before_its_timeout_and_the_next_goes_on(aws):
+    s3, cloudwatch = aws
+    quality_handler.run(ENV, s3, cloudwatch, NOW - timedelta(hours=12))
+    for h in range(6, 11):
+        ids = [f"h{h}-{i}" for i in range(50)]
+        captured(s3, hours_before(h), ids)
+        labels(s3, hours_before(h - 1), [(i, 1) for i in ids])
+    context = Context(9 + 2)  # the 9 capture hours due, then 2 label files
+    short = quality_handler.run(ENV, s3, cloudwatch, NOW, context)
+    assert (short["stopped"], short["labelled"], short["label_objects_pending"]) == ("time", 100, 3)
+    assert state_of(s3)["monitor"]["batch"]["counts"]["n"] == 100  # saved
+    rest = quality_handler.run(ENV, s3, cloudwatch, NOW, Context(100))
+    assert (rest["stopped"], rest["labelled"], rest["label_objects_pending"]) == (None, 150, 0)
+    assert state_of(s3)["monitor"]["batch"]["counts"]["n"] == 250
+
+
+def test_the_handler_gives_the_run_its_context(aws, monkeypatch):
+    s3, cloudwatch = aws
+    for key, value in ENV.items():
+        monkeypatch.setenv(key, value)
+    times = iter([NOW - timedelta(hours=6), NOW])
+
+    class Clock(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return next(times)
+    monkeypatch.setattr(quality_handler, "datetime", Clock)
+    clients = {"s3": s3, "cloudwatch": cloudwatch}.__getitem__
+    quality_handler.handler({}, Context(100), clients=clients)
+    assert quality_handler.handler({}, Context(0), clients=clients)["stopped"] == "time"
+
+
+def test_one_map_per_run_holds_only_the_hours_later_label_files_can_reach(aws, monkeypatch):
+    s3, cloudwatch = aws
+    env = {**ENV, "LATENESS_HOURS": "3"}
+    quality_handler.run(env, s3, cloudwatch, NOW - timedelta(hours=30))
+    for h in range(4, 28):
+        ids = [f"h{h}-{i}" for i in range(10)]
+        captured(s3, hours_before(h), ids)
+        labels(s3, hours_before(h - 1), [(i, 1) for i in ids])
+    maps, held = [], []
+    original = quality_handler.PredictionMap.add
+
+    def add(self, hour):
+        original(self, hour)
+        maps.append(self) if self not in maps else None
+        held.append(len(self.keys_of))
+    monkeypatch.setattr(quality_handler.PredictionMap, "add", add)
+    summary = quality_handler.run(env, s3, cloudwatch, NOW)
+    assert summary["labelled"] == 10 * 24
+    assert len(maps) == 1 and maps[0].loads == 27  # each capture hour of the version read once in the run
+    assert max(held) <= 4  # the lateness's 3 hours and the upload hour
+
+
+# --- overlapping runs (finding 13) ---------------------------------------------------------------------------------
+
+class Overlapped:
+    """An S3 client on which another run completes right after this run has read its state."""
+
+    def __init__(self, s3, other):
+        self.s3, self.other = s3, other
+
+    def __getattr__(self, name):
+        return getattr(self.s3, name)
+
+    def get_object(self, **kwargs):
+        response = self.s3.get_object(**kwargs)
+        if self.other and kwargs["Key"].endswith("monitor.json"):
+            other, self.other = self.other, None
+            other()
+        return response
+
+
+def test_two_overlapping_runs_count_each_label_once(aws):
+    s3, cloudwatch = aws
+    first_run(s3, cloudwatch)
+    ids = [f"o{i}" for i in range(300)]
+    captured(s3, hours_before(5), ids)
+    labels(s3, hours_before(4), [(i, 1) for i in ids])
+    results = {}
+    overlapped = Overlapped(s3, lambda: results.setdefault("other", quality_handler.run(ENV, s3, cloudwatch, NOW)))
+    late = quality_handler.run(ENV, overlapped, cloudwatch, NOW)
+    assert results["other"]["labelled"] == 300
+    assert late["status"] == "conflict" and late["labelled"] == 0
+    # 0.5.0 wrote over the other run's state and both published 300
+    assert sum(metric(cloudwatch, "LabelledPredictions", "Sum")) == 300
+    assert state_of(s3)["monitor"]["batch"]["counts"]["n"] == 300
+
+
+def test_a_state_write_conflict_is_told_apart_from_other_errors():
+    class Refusing:
+        class exceptions:
+            from botocore.exceptions import ClientError
+            NoSuchKey = KeyError
+
+        def __init__(self, status):
+            self.status = status
+
+        def get_object(self, **kwargs):
+            raise KeyError(kwargs["Key"])
+
+        def put_object(self, **kwargs):
+            assert kwargs["IfNoneMatch"] == "*"  # nothing was read: only a first write may succeed
+            raise self.exceptions.ClientError({"Error": {"Code": "x"}, "ResponseMetadata": {
+                "HTTPStatusCode": self.status}}, "PutObject")
+
+    for status in (409, 412):
+        with pytest.raises(quality_handler.Conflict):
+            quality_handler._Stored(Refusing(status), "b", "k").save({})
+    with pytest.raises(Exception, match="PutObject"):
+        quality_handler._Stored(Refusing(403), "b", "k").save({})
+
+
+# --- the join starves (issue 28, item 9) ---------------------------------------------------------------------------
+
+def stream(s3, cloudwatch, per_hour):
+    env = {**ENV, "LATENESS_HOURS": "2"}  # labels join 5 hours after a version goes live at most
+    quality_handler.run(env, s3, cloudwatch, NOW - timedelta(hours=12))
+    for h in range(1, 12):
+        ids = [f"s{h}-{i}" for i in range(per_hour)]
+        captured(s3, hours_before(h), ids)
+        labels(s3, hours_before(h - 1), [(i, 1) for i in ids])
+    return [quality_handler.run(env, s3, cloudwatch, NOW - timedelta(hours=back))["labelled_per_batch"]
+            for back in (6, 2, 1, 0)]
+
+
+def test_a_starving_join_publishes_fewer_labelled_predictions_per_batch_than_the_check_needs(aws):
+    s3, cloudwatch = aws
+    early, *late = stream(s3, cloudwatch, per_hour=1)
+    assert early is None  # the rate is not known before labels had time to come: nothing published after a deploy
+    assert late[-1] == pytest.approx(168.0)  # 1 an hour over the longest batch, under min_labelled (200)
+    assert all(v < 200 for v in metric(cloudwatch, "LabelledPerBatch", "Minimum")[-3:])
+    assert len(metric(cloudwatch, "LabelledPerBatch", "Minimum")) == 3
+
+
+def test_a_healthy_join_publishes_enough_labelled_predictions_per_batch(aws):
+    s3, cloudwatch = aws
+    stream(s3, cloudwatch, per_hour=5)
+    values = metric(cloudwatch, "LabelledPerBatch", "Minimum")
+    assert len(values) == 3 and all(v >= 200 for v in values)

@@ -462,8 +462,17 @@ class Monitor:
         key = settings_key(settings)
         if state.get("model_version") != model_version or state.get("settings") != key:
             state = {"model_version": model_version, "settings": key, "batch": None, "production": asdict(Counts()),
-                     "reference": None, "reference_rejected": None, "last": None, "previous_rate": None}
+                     "reference": None, "reference_rejected": None, "last": None, "previous_rate": None,
+                     "previous_hours": None, "paused_hours": 0.0}
         self.state = state
+
+    def resume(self, paused: timedelta) -> None:
+        """The version is live again after ``paused`` (a rollback to it): its batch and its last judgement age only
+        while it is live, so the batch is not closed, nor the judgement taken as overdue, for the time it was not."""
+        if self.state["batch"]:
+            started = datetime.fromisoformat(self.state["batch"]["started"]) + paused
+            self.state["batch"]["started"] = started.isoformat()
+        self.state["paused_hours"] = self.state.get("paused_hours", 0.0) + paused.total_seconds() / 3600
 
     def reference(self) -> Reference:
         if self.state.get("reference"):
@@ -503,6 +512,15 @@ class Monitor:
             value, production.n, "production",
             math.sqrt(production.variance()) if settings.problem_type == "regression" else None))
 
+    def _rate(self, batch: Counts, age: float) -> dict:
+        """The label rate as measured: over the last closed batch, else over the batch filling (the first since the
+        monitor started, whose first hours may precede the first labels' arrival)."""
+        if self.state.get("previous_rate") is not None:
+            hours, per_hour = self.state.get("previous_hours") or age, self.state["previous_rate"]
+            return {"labels_per_hour": per_hour, "labelled": round(per_hour * hours), "hours": hours,
+                    "measured_on": "previous batch"}
+        return {"labels_per_hour": batch.n / age, "labelled": batch.n, "hours": age, "measured_on": "this batch"}
+
     def step(self, now: datetime) -> dict:
         """Judges the batch when it is full (or has run ``max_batch_hours``), else looks at it at the interim level;
         returns what to publish: this run's status, the plan, and the latest judgement."""
@@ -531,17 +549,19 @@ class Monitor:
                 self.state["last"] = result
                 full = True
         if full:
-            self.state["previous_rate"] = batch.n / age
+            self.state.update(previous_rate=batch.n / age, previous_hours=age, paused_hours=0.0)
             self.state["batch"] = None
         last = self.state.get("last")
-        recent = bool(last and last["decision"] in ("ok", "alarm") and
-                      now - datetime.fromisoformat(last["at"]) <= timedelta(hours=settings.max_batch_hours + 2))
+        live_hours = (now - datetime.fromisoformat(last["at"])).total_seconds() / 3600 - self.state.get(
+            "paused_hours", 0.0) if last else None
+        recent = bool(last and last["decision"] in ("ok", "alarm") and live_hours <= settings.max_batch_hours + 2)
         building = None
         if not self.state["reference"] and settings.reference_labels:
             building = {"labels": self.state["production"]["n"], "needs": settings.reference_labels,
                         "rejected": self.state.get("reference_rejected")}
         return {"status": status, "judged": recent, "batch_labels": batch.n if self.state["batch"] else 0,
                 "batch_target": the_plan.labels, "plan": asdict(the_plan), "last": last,
+                "rate": self._rate(batch, age),
                 "reference": asdict(reference), "reference_building": building,
                 # a drop lands mid-batch: about two batch lengths until the batch that holds it is judged
                 "detection_delay_hours": 2 * the_plan.hours}
