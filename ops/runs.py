@@ -211,6 +211,10 @@ def format_record(record: dict) -> str:
                          + (f" ({a['reason']})" if a.get("reason") else "") + ran_on)
             if a.get("environment_changes"):
                 lines.append(f"       CHANGED from the attempt before: {'; '.join(a['environment_changes'])}")
+        if p.get("command"):
+            lines.append(f"  rerun: the code at {commit.get('commit') or '(unknown commit)'}, the packages of "
+                         f"{p['packages']['artifact']}, the dataset above; ML_PLATFORM_CHECKPOINT_URI a new prefix (a new "
+                         f"run); then {' '.join(p['command'])}")
     lines.append("  metrics: " + (", ".join(f"{k} {_number(v)}" for k, v in sorted(record["metrics"].items())) or "-"))
     cost = record.get("cost_usd")
     if cost is None:

@@ -484,3 +484,4 @@ def test_runs_show_prints_the_digest_the_package_list_path_and_the_seeds(tmp_pat
     assert f"    run digest {run.record['identity']['sha256']}: params, seed, dataset content, code, image" in text
     assert f"): {tmp_path / 'ckpt'}/packages.txt;" in text
     assert "seeds: 1234 set for python" in text
+    assert f"  rerun: the code at {run.record['passport']['git_commit']['commit']}, the packages of packages.txt" in text

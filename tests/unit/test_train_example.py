@@ -193,3 +193,12 @@ def test_an_evaluation_without_its_contract_says_what_starts_it(tmp_path):
     with pytest.raises(SystemExit, match="ML_PLATFORM_CANDIDATE_MODEL_URI, ML_PLATFORM_EVALUATION_URI not set: an "
                                          "evaluation job is started by ./platform model evaluate"):
         example.main(["--evaluate"], env={"ML_PLATFORM_DATASETS_URI": str(job_env(tmp_path)["ML_PLATFORM_DATASETS_URI"])})
+
+
+def test_run_by_hand_without_an_instance_type_the_job_says_why_its_cost_is_unknown(tmp_path, capsys):
+    """docs/TRAINING.md's by-hand run: without the variables the platform's boot provides, no "cost None USD"."""
+    env = {k: v for k, v in job_env(tmp_path).items() if k not in ("ML_PLATFORM_INSTANCE_TYPE", "ML_PLATFORM_LIFECYCLE")}
+    assert example.main(["--epochs", "1"], env=env) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.endswith("1 attempt(s), cost unknown: attempt 1: instance type or lifecycle unknown (set "
+                         "ML_PLATFORM_INSTANCE_TYPE and ML_PLATFORM_LIFECYCLE where the platform's boot files are absent)")
