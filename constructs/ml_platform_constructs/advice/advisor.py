@@ -321,7 +321,8 @@ class CostAssumptions:
             f"({self.checkpoint_interval_minutes:g} minutes) plus a start and the dataset load",
             f"Spot capacity wait per (re)start, not billed but on the clock: {wait}",
             f"memory: per GPU as the driver reports it, less {RUNTIME_RESERVE_MIB} MiB for CUDA's context, libraries "
-            f"and NCCL, then {USABLE_MEMORY_FRACTION:.0%} of the rest (allocator fragmentation); sharding (ZeRO-3/FSDP) "
+            f"and NCCL (the same reserve assumed per NeuronCore), then {USABLE_MEMORY_FRACTION:.0%} of the rest "
+            "(allocator fragmentation); sharding (ZeRO-3/FSDP) "
             f"splits the model state over every GPU of the shape and gathers {ZERO3_GATHERED_LAYERS} layers' weights "
             "on each; activations and logits are per GPU",
             f"scaling: per-GPU throughput x {INTRA_NODE_SCALING} with more GPUs per instance than the reference run; "
