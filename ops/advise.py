@@ -382,7 +382,7 @@ def format_advice(advice: Advice, env: Any, show_all: bool = False, wide: bool =
     limit = len(eligible) if show_all else 10
     shown = eligible[:limit]
     out.append(f"Eligible shapes, {'fastest' if advice.minimize == 'time' else 'cheapest job'} first "
-               f"({len(eligible)}{'' if show_all else f', top {limit}; --all for every one'}"
+               f"({len(eligible)}{'' if show_all or len(eligible) <= limit else f', top {limit}; --all for every one'}"
                f"{'' if wide else '; --wide for the price columns'}):")
     head = (f"  {'shape':<18} {'GPUs':>4} {'GiB/GPU':>7} {w.sample_unit + '/s':>12} {'source':<10} {'on':<4} "
             f"{'hours':>9} {'USD/job':>12}")

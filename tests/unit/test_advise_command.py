@@ -21,7 +21,7 @@ def run(capsys, *argv):
 
 def test_cli_json_output(capsys):
     document = json.loads(run(capsys, "bert-large-finetune", "--json", "--deadline-hours", "10"))
-    assert document["schema_version"] == 2 and document["region"] == "us-east-1" and document["target"] == "fleet"
+    assert document["schema_version"] == 3 and document["region"] == "us-east-1" and document["target"] == "fleet"
     assert document["workload"]["deadline_hours"] == 10 and document["recommended"]["meets_deadline"]
     assert document["recommended"]["on_demand_hourly"] > 0 and document["assumptions"]["spot_life_hours"] == 24
 

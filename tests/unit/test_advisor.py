@@ -532,7 +532,7 @@ def test_json_has_the_fields_scripts_rely_on(advice):
     document = json.loads(json.dumps(advice["llm-7b-lora"].to_json()))
     assert {"schema_version", "region", "target", "minimize", "workload", "assumptions", "options", "recommended",
             "pareto"} == set(document)
-    assert document["schema_version"] == 2 and document["region"] == "us-east-1"
+    assert document["schema_version"] == 3 and document["region"] == "us-east-1"
     required = {"instance_type", "instances", "gpus_per_instance", "gpu_memory_gib", "fits", "samples_per_second",
                 "throughput_source", "hours", "hours_spot", "usd_spot", "usd_on_demand", "meets_deadline", "lifecycle",
                 "usd", "on_demand_hourly", "spot_hourly", "spot_savings", "interruption_band", "usable_memory_gib"}

@@ -37,7 +37,7 @@ from .throughput import RELATIVE_SPEED, published
 
 GIB = 1024 ** 3
 HOURS_PER_MONTH = 730
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: throughput sources "derived" and "unmeasured", compile_hours; no inter_node_scaling
 
 # Model state per parameter in bytes. Adam with mixed precision: 2 (half weights) + 2 (half gradients)
 # + 4 (FP32 master weights) + 8 (two FP32 moments) = 16 (ZeRO paper, https://arxiv.org/abs/1910.02054, sec. 3.1).
@@ -423,11 +423,12 @@ class Advice:
         best = self.recommended
         if self.minimize != "time" or best is None:
             return None
+        deadline = self.workload.deadline_hours
         choices = [(o.usd_on_demand, o.hours, o, "on-demand") for o in self.eligible()
-                   if o.throughput_source != "unmeasured"]
+                   if o.throughput_source != "unmeasured" and (deadline is None or o.hours <= deadline)]
         choices += [(o.usd_spot, o.hours_spot, o, "spot") for o in self.eligible()
                     if o.usd_spot is not None and o.throughput_source != "unmeasured"
-                    and (self.workload.deadline_hours is None or o.hours_spot <= self.workload.deadline_hours)]
+                    and (deadline is None or o.hours_spot <= deadline)]
         cheaper = [c for c in choices if c[0] < best.usd]
         if not cheaper:
             return None
