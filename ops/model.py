@@ -15,40 +15,50 @@ difference, bound, resolvable, examples_needed, ...). It guards against promotin
 tolerance (0.5 accuracy points, or percent of the live MAE) or more: at most alpha (5%) of such candidates pass.
 
 `evaluate`, in ENV's account (credentials checked first, as every operator command): submits the training queue's
-evaluation job (config `promotion.evaluate_command`, the candidate's image), which scores the candidate run's model
-and the live model on the candidate's held-out examples and writes their outcomes under
-`evaluations/<queue>/<run id>/<live version>/` of the dataset bucket. Its role alone writes there: no training job
-can write its own evidence. It refuses runs whose held-out split differs from the live run's (salt or fraction: the
-live model may have trained on the candidate's held-out examples).
+evaluation job definition as deployed (the queue's image, no other; config `promotion.evaluate_command`, which names
+the dataset), which scores the candidate run's model and the live model on the platform's held-out split and writes
+their outcomes under `evaluations/<queue>/<run id>/<live version>/` of the dataset bucket. Its role alone writes
+there, and only a holder of `TrainingQueue.grant_evaluate` submits it: no training job can write its own evidence.
+Nothing the evaluation does comes from the candidate run's own record but its model: the split is the platform's
+(`runtime.holdout`'s salt and fraction), and a run (candidate or live) whose passport declares another split is
+refused (it may have trained on the examples it would be judged on).
 
-`promote`: judges that evidence as `judge` does (config `promotion`: tolerance_points, alpha; against the configured
-baseline when the live version is not a recorded run, the first promotion), records the decision in the candidate run
-either way (tag `ml_platform.promotion.<env>.<endpoint>.<time>`), copies the run's model.tar.gz to the endpoint's model
-key for that version, and updates the Serving stack with its deployed template and only the version parameter changed
-(and, with a quality check, its baseline: the candidate's score and the number of examples it was judged on):
-CloudFormation replaces the model and endpoint configuration and SageMaker shifts the traffic blue/green, rolling back
-if the latency or error alarm fires while it bakes.
+`promote`: refuses while a rollback alarm of the endpoint is in ALARM (a rollout would roll itself back); checks that
+the evidence scored this run's model on the platform's split and that the model is still the object that was scored
+(its ETag, and VersionId in a versioned bucket); judges it as `judge` does (config `promotion`: tolerance_points,
+alpha; when the live version is not a recorded run, against the quality baseline its promotion set, else the
+configured one: the first promotion); records the decision in the candidate run either way (tag
+`ml_platform.promotion.<env>.<endpoint>.<time>`); copies exactly the scored object to the endpoint's model key for
+that version; and updates the Serving stack with its deployed template and only the version parameter changed (and,
+with a quality check, its baseline: the candidate's score and the number of examples it was judged on). CloudFormation
+replaces the model and endpoint configuration and SageMaker shifts the traffic blue/green, rolling back if a rollback
+alarm fires while it bakes. After the update, the endpoint's live configuration and model are compared with what the
+stack declares: a rollout SageMaker took back is recorded "rolled back" and the parameters are put back.
 
-Calls: cloudformation:DescribeStacks and UpdateStack (with iam:PassRole for the stack's CloudFormation role),
-batch:SubmitJob and DescribeJobs (evaluate), s3:GetObject on the evidence and the run's model and s3:PutObject under
-models/, the MLflow read and SetTag API.
+Calls: cloudformation:DescribeStacks, GetTemplate, DescribeStackResource and UpdateStack (with iam:PassRole for the
+stack's CloudFormation role), cloudwatch:DescribeAlarms, sagemaker:DescribeEndpoint, DescribeEndpointConfig and
+DescribeModel, batch:SubmitJob and DescribeJobs (evaluate: `TrainingQueue.grant_evaluate`), s3:GetObject on the
+evidence and the run's model (HeadObject included) and s3:PutObject under models/, the MLflow read and SetTag API.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ml_platform_constructs.operations import jobs
 from ml_platform_constructs.runtime import evaluation
+from ml_platform_constructs.runtime.holdout import HOLDOUT_FRACTION
 from ml_platform_constructs.runtime.promotion import (DEFAULT_ALPHA, DEFAULT_TOLERANCE, EvidenceError, Judgement,
                                                       Outcomes, baseline_value, judge_outcomes, model_key,
                                                       model_version_parameter, quality_baseline_parameter,
                                                       read_outcomes, split_problem)
 from ml_platform_constructs.runtime.quality import Settings as QualitySettings
+from ml_platform_constructs.runtime.quality import parse_baseline
 from ml_platform_constructs.runtime.tracking import PROMOTION_TAG_PREFIX
 
 from ops.aws_access import environment, require_known, session_for
@@ -59,6 +69,9 @@ from stacks.config import EndpointConfig, EnvironmentConfig
 
 CAPABILITIES = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]
 EVALUATION_POLL_SECONDS = 30
+# The held-out split every judged run is evaluated on: runtime.holdout's (TrackedRun records it, the example trains with
+# it). Never a run's own record: a candidate could name the split, or the dataset, it looks best on.
+PLATFORM_HOLDOUT = {"salt": "", "fraction": HOLDOUT_FRACTION}
 
 
 class PromotionError(SystemExit):
@@ -125,8 +138,15 @@ def evaluation_queue(env: EnvironmentConfig, endpoint: EndpointConfig) -> str:
     return name
 
 
-def configured_baseline(env: EnvironmentConfig, endpoint: EndpointConfig) -> tuple[float, Optional[int]]:
-    """What the first promotion is judged against: the endpoint's quality baseline and its examples."""
+def configured_baseline(env: EnvironmentConfig, endpoint: EndpointConfig,
+                        promoted: str = "") -> tuple[float, Optional[int]]:
+    """What a candidate is judged against when the live version is not a recorded run: the quality baseline a
+    promotion set (``promoted``, the parameter's value: the live model's judged score), else the endpoint's configured
+    one (the first promotion). Never the configured one over a promoted one: the baseline would be lowered by a
+    candidate never judged against the model it replaces."""
+    value, examples = parse_baseline(promoted)
+    if value is not None:
+        return value, examples
     if endpoint.quality is None:
         raise PromotionError(f"the live version of {endpoint.name} in {env.name} is not a recorded run and the "
                              "endpoint has no quality baseline to judge the candidate against: set quality = { "
@@ -144,12 +164,27 @@ def candidate_run(client: Any, run_id: str) -> dict:
     return candidate
 
 
+def platform_split_problem(holdout: Optional[dict]) -> Optional[str]:
+    """Why a run's recorded held-out split is not the platform's, or None."""
+    if not holdout:
+        return "it recorded no held-out split (log it with holdout.describe)"
+    for key in ("salt", "fraction"):
+        if holdout.get(key) != PLATFORM_HOLDOUT[key]:
+            return (f"it was split with {key} {holdout.get(key)!r} and the platform evaluates on {key} "
+                    f"{PLATFORM_HOLDOUT[key]!r} (runtime.holdout's split): it may have trained on the examples it would "
+                    "be judged on. Train it with the platform's split")
+    return None
+
+
 def check_splits(candidate: dict, live: Optional[dict], run_id: str) -> None:
-    if live is None:
-        return
-    problem = split_problem(candidate["passport"].get("holdout"), live["passport"].get("holdout"))
+    if live is not None:
+        problem = split_problem(candidate["passport"].get("holdout"), live["passport"].get("holdout"))
+        if problem:
+            raise PromotionError(f"run {run_id} cannot be judged against the live run {live['run_id']}: {problem}")
+    # With the live run's split the candidate's, the candidate's being the platform's covers both.
+    problem = platform_split_problem(candidate["passport"].get("holdout"))
     if problem:
-        raise PromotionError(f"run {run_id} cannot be judged against the live run {live['run_id']}: {problem}")
+        raise PromotionError(f"run {run_id} cannot be judged on the platform's held-out split: {problem}")
 
 
 # --- evaluate -----------------------------------------------------------------------------------------------------
@@ -172,18 +207,16 @@ def evaluate(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, c
     check_splits(candidate, live_record, run_id)
     bucket = stack_output(cloudformation, f"{env.name}-Data", "DatasetBucketName")
     where = evaluation.evidence_uri(bucket, queue, run_id, live if live_record else None)
-    holdout = candidate["passport"].get("holdout") or {}
-    dataset = candidate["passport"].get("dataset") or {}
+    # The platform's split and the live key; the dataset is the one evaluate_command names (config). Nothing from the
+    # candidate's own record but its model, which promote later checks is the object that was scored.
     variables = {evaluation.CANDIDATE_MODEL: candidate["model_uri"], evaluation.OUTPUT: where,
-                 evaluation.LIVE_MODEL: (f"s3://{bucket}/{model_key(endpoint.model_data_key, live)}"
-                                         if live_record else ""),
-                 evaluation.SALT: str(holdout.get("salt", "")), evaluation.FRACTION: str(holdout.get("fraction", 0.05))}
-    if dataset.get("uri"):
-        variables[evaluation.DATASET] = dataset["uri"]
+                 evaluation.LIVE_MODEL: live_model_uri(bucket, endpoint, live) if live_record else "",
+                 evaluation.SALT: PLATFORM_HOLDOUT["salt"], evaluation.FRACTION: str(PLATFORM_HOLDOUT["fraction"])}
     target = jobs.find_queue(batch, queue)
-    image = (candidate["passport"].get("image") or {}).get("uri") or _definition_image(batch, target)
+    # The definition's own image: submit_evaluation then submits the deployed revision as it is (grant_evaluate
+    # allows that revision only, and no registration of another).
     job = jobs.submit_evaluation(batch, target, name=f"evaluate-{run_id[:24]}-{(live if live_record else 'baseline')[:24]}",
-                                 image=image, command=command, environment=variables)
+                                 image=_definition_image(batch, target), command=command, environment=variables)
     out(f"evaluating run {run_id} against {'the live run ' + live if live_record else 'the configured baseline'}: "
         f"job {job['job_id']} on {queue}; its evidence goes to {where}")
     if not wait:
@@ -201,6 +234,10 @@ def evaluate(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, c
                              f" (./platform job logs {env.name} {job['job_id']})")
     out(f"  evaluated: ./platform model promote {env.name} {endpoint.name} {run_id}")
     return where
+
+
+def live_model_uri(bucket: str, endpoint: EndpointConfig, live: str) -> str:
+    return f"s3://{bucket}/{model_key(endpoint.model_data_key, live)}"
 
 
 def _definition_image(batch: Any, target: jobs.QueueTarget) -> str:
@@ -229,24 +266,148 @@ def update_parameters(cloudformation: Any, stack: dict, values: dict[str, str]) 
 
 
 def judge_evidence(env: EnvironmentConfig, endpoint: EndpointConfig, candidate: Outcomes,
-                   live: Optional[Outcomes]) -> Judgement:
+                   live: Optional[Outcomes], promoted_baseline: str = "") -> Judgement:
     promotion = endpoint.promotion
     if live is not None:
         return judge_outcomes(candidate, live, tolerance=promotion.tolerance_points, alpha=promotion.alpha)
-    value, examples = configured_baseline(env, endpoint)
+    value, examples = configured_baseline(env, endpoint, promoted_baseline)
     return judge_outcomes(candidate, baseline=value, baseline_examples=examples,
                           tolerance=promotion.tolerance_points, alpha=promotion.alpha)
 
 
+@dataclass(frozen=True)
+class DeclaredEndpoint:
+    """What the deployed Serving template declares for one endpoint: its configuration's logical id and the alarms a
+    rollout rolls back on."""
+    name: str
+    config_logical_id: str
+    rollback_alarms: tuple[str, ...]
+
+
+def declared_endpoint(cloudformation: Any, stack: dict, name: str) -> DeclaredEndpoint:
+    body = cloudformation.get_template(StackName=stack["StackName"])["TemplateBody"]
+    template = json.loads(body) if isinstance(body, str) else body  # botocore decodes a JSON template itself
+    for resource in template.get("Resources", {}).values():
+        properties = resource.get("Properties", {})
+        if resource.get("Type") != "AWS::SageMaker::Endpoint" or properties.get("EndpointName") != name:
+            continue
+        config = properties.get("EndpointConfigName")
+        if not (isinstance(config, dict) and "Fn::GetAtt" in config):
+            break
+        alarms = (properties.get("DeploymentConfig", {}).get("AutoRollbackConfiguration", {}).get("Alarms", []))
+        names = tuple(_physical_id(cloudformation, stack, a["AlarmName"]["Ref"]) if isinstance(a["AlarmName"], dict)
+                      else a["AlarmName"] for a in alarms)
+        return DeclaredEndpoint(name, config["Fn::GetAtt"][0], names)
+    raise PromotionError(f"{stack['StackName']} does not declare endpoint {name} with an endpoint configuration of its "
+                         "own: deploy the environment with this version first (./platform deploy ENV)")
+
+
+def _physical_id(cloudformation: Any, stack: dict, logical_id: str) -> str:
+    return cloudformation.describe_stack_resource(StackName=stack["StackName"], LogicalResourceId=logical_id)[
+        "StackResourceDetail"]["PhysicalResourceId"]
+
+
+def check_rollback_alarms(cloudwatch: Any, declared: DeclaredEndpoint, refusal: str, env: EnvironmentConfig) -> None:
+    """A rollout while a rollback alarm is in ALARM is rolled back at its first check: refuse it before anything
+    changes. An alarm that is missing would stop nothing: refuse that too. INSUFFICIENT_DATA (an idle endpoint) is no
+    reason to wait."""
+    if not declared.rollback_alarms:
+        raise PromotionError(f"{refusal}: the deployed endpoint declares no rollback alarms, so nothing would stop a bad "
+                             f"rollout: deploy {env.name} with this version first (./platform deploy {env.name})")
+    described = cloudwatch.describe_alarms(AlarmNames=list(declared.rollback_alarms))
+    found = {a["AlarmName"]: a for a in [*described.get("MetricAlarms", []), *described.get("CompositeAlarms", [])]}
+    for name in declared.rollback_alarms:
+        if name not in found:
+            raise PromotionError(f"{refusal}: its rollback alarm {name} does not exist, so nothing would stop a bad "
+                                 f"rollout: deploy {env.name} (./platform deploy {env.name}), then promote")
+        if found[name]["StateValue"] == "ALARM":
+            since = found[name].get("StateUpdatedTimestamp")
+            raise PromotionError(f"{refusal}: its rollback alarm {name} is in ALARM"
+                                 + (f" (since {since:%Y-%m-%d %H:%M} UTC)" if isinstance(since, datetime) else "")
+                                 + ", so the rollout would roll itself back: fix what it reports (aws cloudwatch "
+                                 f"describe-alarms --alarm-names {name}) or wait until it is OK, then promote again")
+
+
+def check_evidence(manifest: dict, candidate: dict, live_model: Optional[str], where: str, again: str) -> dict:
+    """The evaluation scored this run's model (and the live one) on the platform's split, and says which object it
+    scored; returns that object's identity (uri, etag, version_id, sha256)."""
+    holdout = manifest.get("holdout") or {}
+    artifact = (manifest.get("artifacts") or {}).get(evaluation.CANDIDATE) or {}
+    problem = None
+    if manifest.get("candidate_model_uri") != candidate["model_uri"]:
+        problem = (f"scored the model {manifest.get('candidate_model_uri')}, not the run's {candidate['model_uri']}")
+    elif manifest.get("live_model_uri") != live_model:
+        problem = f"scored the live model {manifest.get('live_model_uri')}, not {live_model}"
+    elif {k: holdout.get(k) for k in PLATFORM_HOLDOUT} != PLATFORM_HOLDOUT:
+        problem = (f"used the held-out split salt {holdout.get('salt')!r}, fraction {holdout.get('fraction')!r}, not the "
+                   f"platform's salt {PLATFORM_HOLDOUT['salt']!r}, fraction {PLATFORM_HOLDOUT['fraction']!r}")
+    elif artifact.get("uri") != candidate["model_uri"] or not artifact.get("etag"):
+        problem = "does not say which object of the candidate's model it scored (no ETag: an older evaluation job)"
+    if problem:
+        raise PromotionError(f"the evaluation at {where} {problem}: evaluate the run again ({again})")
+    return artifact
+
+
+def _split_uri(uri: str) -> tuple[str, str]:
+    bucket, _, key = uri[len("s3://"):].partition("/")
+    return bucket, key
+
+
+def changed_artifact(s3: Any, artifact: dict) -> Optional[str]:
+    """Why the object at the candidate's model URI is not the one that was scored, or None."""
+    from botocore.exceptions import ClientError
+
+    bucket, key = _split_uri(artifact["uri"])
+    version = {"VersionId": artifact["version_id"]} if artifact.get("version_id") else {}
+    try:
+        head = s3.head_object(Bucket=bucket, Key=key, **version)
+    except ClientError as error:
+        return f"it cannot be read ({error.response.get('Error', {}).get('Code', error)})"
+    if head["ETag"] != artifact["etag"]:
+        return f"its ETag is {head['ETag']}, the evaluation scored {artifact['etag']}"
+    return None
+
+
+def copy_scored_model(s3: Any, artifact: dict, bucket: str, key: str) -> Optional[str]:
+    """Copies exactly the scored object (its version, and only while its ETag is the scored one: S3 refuses the copy
+    with 412 otherwise, https://docs.aws.amazon.com/AmazonS3/latest/API/API_CopyObject.html); why not, or None."""
+    from botocore.exceptions import ClientError
+
+    source_bucket, source_key = _split_uri(artifact["uri"])
+    source = {"Bucket": source_bucket, "Key": source_key,
+              **({"VersionId": artifact["version_id"]} if artifact.get("version_id") else {})}
+    try:
+        s3.copy(source, bucket, key, ExtraArgs={"CopySourceIfMatch": artifact["etag"]})
+    except ClientError as error:
+        return f"S3 refused to copy it ({error.response.get('Error', {}).get('Code', error)}): it changed"
+    return None
+
+
+def served_model(sagemaker: Any, cloudformation: Any, stack: dict, declared: DeclaredEndpoint) -> dict:
+    """What the endpoint serves against what the stack declares: status, configurations and model data."""
+    described = sagemaker.describe_endpoint(EndpointName=declared.name)
+    config = described.get("EndpointConfigName", "")
+    variants = sagemaker.describe_endpoint_config(EndpointConfigName=config)["ProductionVariants"] if config else []
+    models = [sagemaker.describe_model(ModelName=v["ModelName"]).get("PrimaryContainer", {}).get("ModelDataUrl")
+              for v in variants]
+    # The endpoint configuration's physical id is its ARN (.../endpoint-config/NAME); SageMaker ARNs may lower-case
+    # the name, so the two are compared without case.
+    physical = _physical_id(cloudformation, stack, declared.config_logical_id)
+    return {"status": described.get("EndpointStatus"), "config": config, "models": models,
+            "declared_config": physical.rsplit("endpoint-config/", 1)[-1]}
+
+
 def promote(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, client: Any, cloudformation: Any,
-            s3: Any, caller: str, wait: bool = True, now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
-            out: Callable[[str], None] = print) -> int:
+            s3: Any, sagemaker: Any, cloudwatch: Any, caller: str, wait: bool = True,
+            now: Callable[[], datetime] = lambda: datetime.now(timezone.utc), out: Callable[[str], None] = print) -> int:
     candidate = candidate_run(client, run_id)
     stack, parameter, live = serving_stack(cloudformation, env, endpoint)
     baseline = baseline_parameter(stack, env, endpoint)
     if live == run_id:
         out(f"{endpoint.name} in {env.name} already serves run {run_id}: nothing to do")
         return 0
+    declared = declared_endpoint(cloudformation, stack, f"{env.project}-{env.name}-{endpoint.name}")
+    check_rollback_alarms(cloudwatch, declared, f"refusing to promote run {run_id} to {endpoint.name} in {env.name}", env)
     live_record = live_run(client, live)
     check_splits(candidate, live_record, run_id)
     bucket = stack_output(cloudformation, f"{env.name}-Data", "DatasetBucketName")
@@ -259,7 +420,15 @@ def promote(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, cl
                              f"evaluate {env.name} {endpoint.name} {run_id} and promote when it succeeds") from None
     if live_record is not None and live_outcomes is None:
         raise PromotionError(f"the evaluation at {where} has no outcomes of the live model: evaluate again")
-    judgement = judge_evidence(env, endpoint, candidate_outcomes, live_outcomes)
+    artifact = check_evidence(manifest, candidate, live_model_uri(bucket, endpoint, live) if live_record else None,
+                              where, f"./platform model evaluate {env.name} {endpoint.name} {run_id}")
+    changed = changed_artifact(s3, artifact)
+    if changed:
+        raise PromotionError(f"run {run_id}'s model {candidate['model_uri']} is not the object that was evaluated "
+                             f"({changed}): evaluate it again (./platform model evaluate {env.name} {endpoint.name} "
+                             f"{run_id}), then promote")
+    judgement = judge_evidence(env, endpoint, candidate_outcomes, live_outcomes,
+                               baseline[1] if baseline is not None and live_record is None else "")
     promoted = judgement.promote
     reason = judgement.reason
     if baseline is not None and promoted:
@@ -274,7 +443,8 @@ def promote(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, cl
     entry = {**judgement.to_json(), "promote": promoted, "reason": reason, "environment": env.name,
              "endpoint": endpoint.name, "candidate_run": run_id, "live_version": live,
              "live_run": live if live_record else None, "evidence": where,
-             "evidence_manifest": {k: manifest.get(k) for k in ("candidate", "live")}, "at": at, "by": caller,
+             "evidence_manifest": {k: manifest.get(k) for k in ("candidate", "live", "artifacts")}, "at": at,
+             "by": caller,
              "outcome": "promoting" if promoted else "refused"}
     updates = {parameter: run_id}
     if baseline is not None and promoted:
@@ -285,10 +455,14 @@ def promote(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, cl
         raise PromotionError(f"refusing to promote run {run_id} to {endpoint.name} in {env.name}: {reason}; "
                              f"live version {live}. Recorded in the run.")
     out(f"promoting run {run_id} to {endpoint.name} in {env.name}: {reason}")
-    source_bucket, _, source_key = candidate["model_uri"][len("s3://"):].partition("/")
     key = model_key(endpoint.model_data_key, run_id)
-    s3.copy({"Bucket": source_bucket, "Key": source_key}, bucket, key)
-    out(f"  model: {candidate['model_uri']} -> s3://{bucket}/{key}")
+    refused = copy_scored_model(s3, artifact, bucket, key)
+    if refused:
+        record_decision(client, run_id, env, endpoint, {**entry, "outcome": "refused", "reason": refused},
+                        now().isoformat(timespec="seconds"))
+        raise PromotionError(f"run {run_id}'s model {candidate['model_uri']} is not the object that was evaluated "
+                             f"({refused}): evaluate it again, then promote. Recorded in the run.")
+    out(f"  model: {candidate['model_uri']} (ETag {artifact['etag']}) -> s3://{bucket}/{key}")
     update_parameters(cloudformation, stack, updates)
     out(f"  {stack['StackName']}: {parameter} {live} -> {run_id}; CloudFormation replaces the model and endpoint "
         "configuration, SageMaker shifts the traffic blue/green and rolls back if the latency or error alarm fires")
@@ -312,10 +486,35 @@ def promote(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, cl
         raise PromotionError(f"the rollout of run {run_id} to {endpoint.name} did not complete ({stack['StackName']} "
                              f"is {status}): the endpoint keeps serving {live}. See the stack's events and the "
                              "endpoint's alarms. Recorded in the run.") from None
+    # How CloudFormation reports a SageMaker auto-rollback is not documented (December 2026): the stack update may fail
+    # and roll back (the waiter above raises), or complete while SageMaker serves the old configuration again. So the
+    # update is not taken as the rollout: the endpoint must be InService on the configuration the stack declares, with
+    # the promoted model. Otherwise it rolled back: recorded so, and the parameters are put back, so that the stack
+    # declares the model that is served and the quality check judges it against its own baseline.
+    served = served_model(sagemaker, cloudformation, stack, declared)
+    promoted_uri = f"s3://{bucket}/{key}"
+    if served["status"] != "InService":
+        record_decision(client, run_id, env, endpoint, {**entry, "outcome": "unsettled", "served": served,
+                                                        "at": now().isoformat(timespec="seconds")},
+                        now().isoformat(timespec="seconds"))
+        raise PromotionError(f"{stack['StackName']} updated, but {declared.name} is {served['status']}: follow it with "
+                             f"./platform model status {env.name} {endpoint.name}. Recorded in the run.")
+    if served["config"].lower() != served["declared_config"].lower() or served["models"] != [promoted_uri]:
+        back = {parameter: live, **({baseline[0]: baseline[1]} if baseline is not None else {})}
+        update_parameters(cloudformation, stack, back)
+        record_decision(client, run_id, env, endpoint, {**entry, "outcome": "rolled back", "served": served,
+                                                        "parameters_put_back": back,
+                                                        "at": now().isoformat(timespec="seconds")},
+                        now().isoformat(timespec="seconds"))
+        raise PromotionError(f"the rollout of run {run_id} to {endpoint.name} rolled back: SageMaker serves "
+                             f"{served['config']} ({', '.join(str(m) for m in served['models'])}), not the declared "
+                             f"{served['declared_config']} ({promoted_uri}); the parameters are put back to {live} so "
+                             "that the stack declares what is served. See the endpoint's rollback alarms. Recorded in "
+                             "the run.")
     record_decision(client, run_id, env, endpoint, {**entry, "outcome": "rolled out",
                                                     "at": now().isoformat(timespec="seconds")},
                     now().isoformat(timespec="seconds"))
-    out(f"  rolled out: {endpoint.name} serves run {run_id}")
+    out(f"  rolled out: {endpoint.name} serves run {run_id} ({served['config']})")
     return 0
 
 
@@ -428,7 +627,8 @@ def main(argv: list[str]) -> int:
         return 0
     caller = session.client("sts").get_caller_identity()["Arn"]
     return promote(env, endpoint, args.run_id, client=client, cloudformation=cloudformation, s3=session.client("s3"),
-                   caller=caller, wait=not args.no_wait)
+                   sagemaker=session.client("sagemaker"), cloudwatch=session.client("cloudwatch"), caller=caller,
+                   wait=not args.no_wait)
 
 
 if __name__ == "__main__":

@@ -404,6 +404,51 @@ def test_grant_submit_jobs_lets_the_librarys_own_job_commands_work(synth_stack):
     assert job_role in passed and execution_role in passed
 
 
+def grantee_statements(synth_stack, grant):
+    """The statements ``grant(queue, role)`` gives a pipeline role, and the queue's evaluation definition and role."""
+    from aws_cdk import aws_iam as iam
+
+    def body(stack):
+        queue = queue_stack(stack)["queue"]
+        grant(queue, iam.Role(stack, "Pipeline", assumed_by=iam.AccountRootPrincipal()))
+    template = synth_stack(body)
+    policy = next(p for k, p in template.find_resources("AWS::IAM::Policy").items() if k.startswith("PipelineDefault"))
+    definitions = {p["Properties"]["Tags"].get("ml-platform:job-definition"): k
+                   for k, p in template.find_resources("AWS::Batch::JobDefinition").items()}
+    roles = template.find_resources("AWS::IAM::Role")
+    return (policy["Properties"]["PolicyDocument"]["Statement"], definitions["evaluation"],
+            next(k for k in roles if k.startswith("QueueEvaluationRole")))
+
+
+def test_grant_submit_jobs_can_neither_run_the_evaluation_definition_nor_pass_its_role(synth_stack):
+    """Its role writes the promotion gate's evidence: a submitter who could submit it, register a revision of it with
+    an image of their own, or pass its role to a definition of their own, could write any run's evidence."""
+    statements, definition, role = grantee_statements(synth_stack, lambda queue, role: queue.grant_submit_jobs(role))
+    text = json.dumps(statements)
+    assert "batch:SubmitJob" in text and "iam:PassRole" in text  # it still submits training jobs
+    assert definition not in text and role not in text
+
+
+def test_grant_evaluate_submits_the_deployed_evaluation_revision_only_and_passes_no_role(synth_stack):
+    statements, definition, _ = grantee_statements(synth_stack, lambda queue, role: queue.grant_evaluate(role))
+    (submit,) = [s for s in statements if "batch:SubmitJob" in s["Action"]]
+    assert submit["Resource"] == [{"Ref": "Queue956AD878"}, {"Ref": definition}]  # the revision ARN, no wildcard
+    actions = [a for s in statements for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])]
+    assert "batch:RegisterJobDefinition" not in actions and "iam:PassRole" not in actions
+    assert {"batch:DescribeJobQueues", "batch:DescribeJobDefinitions", "batch:DescribeJobs"} <= set(actions)
+
+
+def test_grant_evaluate_on_a_queue_without_datasets_says_there_is_no_evaluation_definition(synth_stack):
+    from aws_cdk import aws_iam as iam
+
+    def body(stack):
+        queue = queue_stack(stack, datasets=None)["queue"]
+        queue.grant_evaluate(iam.Role(stack, "Pipeline", assumed_by=iam.AccountRootPrincipal()))
+    with pytest.raises(ValidationError, match=r"TrainingQueue: grant_evaluate datasets=None is invalid: a queue with a "
+                                              r"DatasetBucket .*Fix: pass datasets= to the queue"):
+        synth_stack(body)
+
+
 def test_isolated_subnets_without_the_ecs_and_ecr_endpoints_fail_at_synth_with_the_fix(synth_stack):
     # Without them the instances never join the queue and every job waits RUNNABLE, with no error anywhere.
     with pytest.raises(ValidationError, match=r"TrainingQueue: vpc=.* is invalid: isolated subnets with interface "

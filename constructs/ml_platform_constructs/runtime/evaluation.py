@@ -2,27 +2,34 @@
 evaluation job (standard library and boto3 only).
 
 Why a job of its own: the gate (``promotion.judge_outcomes``) is only as good as its evidence, and a training job
-can write to every run of its queue (checkpoints, MLflow). A TrainingQueue's evaluation job definition runs with a
-role that reads datasets, the candidates' models and the live models, and alone writes ``evaluations/<queue>/``.
+can write to every run of its queue (checkpoints, MLflow). A TrainingQueue's evaluation job definition runs the
+queue's own image (``./platform model evaluate`` overrides no image) with a role that reads datasets, the candidates'
+models and the live models, and alone writes ``evaluations/<queue>/``; it cannot read that prefix back, so
+``finish`` builds the manifest from what this process scored.
 
-The contract (``./platform model evaluate`` sets it; README, "Promotion"):
+The contract (``./platform model evaluate`` sets it from the platform's settings, never from the candidate run's own
+record; README, "Promotion"):
 
 - ``ML_PLATFORM_CANDIDATE_MODEL_URI``: the candidate run's model (``s3://.../model.tar.gz``, or a local path);
 - ``ML_PLATFORM_LIVE_MODEL_URI``: the live model, empty when there is none (the first promotion);
-- ``ML_PLATFORM_HOLDOUT_SALT`` and ``ML_PLATFORM_HOLDOUT_FRACTION``: the candidate's held-out split;
-- ``ML_PLATFORM_EVALUATION_DATASET_URI``: the candidate's dataset (its passport's), when it recorded one;
-- ``ML_PLATFORM_EVALUATION_URI``: where the outcomes go (``evaluations/<queue>/<run id>/<live version>/``).
+- ``ML_PLATFORM_HOLDOUT_SALT`` and ``ML_PLATFORM_HOLDOUT_FRACTION``: the platform's held-out split
+  (``runtime.holdout``'s), which every judged run must have trained with;
+- ``ML_PLATFORM_EVALUATION_URI``: where the outcomes go (``evaluations/<queue>/<run id>/<live version>/``);
+- ``ML_PLATFORM_EVALUATION_DATASET_URI``: only when set by hand; a queued evaluation reads the dataset its command
+  (config ``promotion.evaluate_command``) names.
 
-The job scores each model on every held-out example of the candidate's dataset and calls ``write_outcomes`` for
-each, then ``finish``: ``candidate.jsonl``, ``live.jsonl`` (JSON Lines of ``{"id": ..., "correct": bool}`` or
-``{"id": ..., "error": x}``) and ``evaluation.json`` (the ids' digest and counts).
+The job reads each model with ``model`` (which records the artifact's ETag, VersionId and SHA-256: ``./platform model
+promote`` deploys only the bytes that were scored), scores it on every held-out example and calls ``write_outcomes``
+for each, then ``finish``: ``candidate.jsonl``, ``live.jsonl`` (JSON Lines of ``{"id": ..., "correct": bool}`` or
+``{"id": ..., "error": x}``) and ``evaluation.json`` (the artifacts, the ids' digest and counts).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -83,15 +90,20 @@ class _Place:
         (Path(self.uri) / name).write_bytes(body)
 
 
-def read_uri(uri: str, s3: Any = None) -> bytes:
-    """The bytes of one object (``s3://``) or file."""
+def read_artifact(uri: str, s3: Any = None) -> tuple[bytes, dict]:
+    """The bytes of one object (``s3://``) or file, and what identifies them: ``uri``, ``sha256``, ``bytes`` and, in
+    S3, the ``etag`` and the ``version_id`` (a versioned bucket's; None otherwise) of the very object read."""
     if uri.startswith("s3://"):
         bucket, _, key = uri[len("s3://"):].partition("/")
         if s3 is None:
             import boto3
             s3 = boto3.client("s3")
-        return s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-    return Path(uri).read_bytes()
+        response = s3.get_object(Bucket=bucket, Key=key)
+        body = response["Body"].read()
+        extra = {"etag": response["ETag"], "version_id": response.get("VersionId")}
+    else:
+        body, extra = Path(uri).read_bytes(), {}
+    return body, {"uri": uri, "sha256": hashlib.sha256(body).hexdigest(), "bytes": len(body), **extra}
 
 
 @dataclass
@@ -103,6 +115,9 @@ class Evaluation:
     holdout_salt: str = ""
     holdout_fraction: float = 0.05
     dataset_uri: Optional[str] = None
+    # What this process read and scored: the manifest is built from these (the role cannot read its output back).
+    _artifacts: dict = field(default_factory=dict, init=False, repr=False)
+    _outcomes: dict = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
     def from_environment(cls, env: Optional[Mapping[str, str]] = None, s3: Any = None) -> "Evaluation":
@@ -115,27 +130,44 @@ class Evaluation:
                    env.get(SALT, ""), float(env.get(FRACTION) or 0.05), env.get(DATASET) or None)
 
     def model(self, which: str, s3: Any = None) -> Optional[bytes]:
-        """The candidate's or the live model's archive (None: no live model)."""
+        """The candidate's or the live model's archive (None: no live model), its identity kept for the manifest."""
+        _check_which(which)
         uri = self.candidate_model_uri if which == CANDIDATE else self.live_model_uri
-        return None if uri is None else read_uri(uri, s3 or self.output._s3)
+        if uri is None:
+            return None
+        body, self._artifacts[which] = read_artifact(uri, s3 or self.output._s3)
+        return body
 
     def write_outcomes(self, which: str, outcomes: Mapping[Any, Any], kind: str = "correct") -> None:
-        if which not in (CANDIDATE, LIVE):
-            raise ValueError(f"which={which!r}: {CANDIDATE!r} or {LIVE!r}")
-        self.output.write(f"{which}.jsonl", promotion.write_outcomes(outcomes, kind).encode())
+        _check_which(which)
+        text = promotion.write_outcomes(outcomes, kind)
+        self._outcomes[which] = promotion.read_outcomes(text.splitlines(), source=f"{which}.jsonl")
+        self.output.write(f"{which}.jsonl", text.encode())
 
     def finish(self, **details: Any) -> dict:
-        """Writes the manifest: what was judged on what (ids digest, counts), and ``details`` (e.g. the dataset)."""
+        """Writes the manifest: which artifacts were scored (``artifacts``), on what (ids digest, counts), and
+        ``details`` (e.g. the dataset). Built from this process's own reads and outcomes: the evaluation role writes
+        ``evaluations/<queue>/`` and cannot read it."""
+        expected = [CANDIDATE, *([LIVE] if self.live_model_uri else [])]
+        for which in expected:
+            if which not in self._artifacts:
+                raise ValueError(f"the {which} model was not read with Evaluation.model: the manifest must name the "
+                                 "artifact that was scored (its ETag is what promote deploys); read it with model()")
+            if which not in self._outcomes:
+                raise ValueError(f"no {which} outcomes: call write_outcomes({which!r}, ...) before finish()")
         manifest = {"candidate_model_uri": self.candidate_model_uri, "live_model_uri": self.live_model_uri,
-                    "holdout": {"salt": self.holdout_salt, "fraction": self.holdout_fraction}, **details}
-        for which in (CANDIDATE, LIVE):
-            body = self.output.read(f"{which}.jsonl")
-            if body is not None:
-                outcomes = promotion.read_outcomes(body.decode().splitlines(), source=f"{which}.jsonl")
-                manifest[which] = {"examples": len(outcomes.values), "ids_sha256": outcomes.digest(),
-                                   "score": outcomes.score()}
+                    "holdout": {"salt": self.holdout_salt, "fraction": self.holdout_fraction},
+                    "artifacts": {which: self._artifacts[which] for which in expected}, **details}
+        for which, outcomes in self._outcomes.items():
+            manifest[which] = {"examples": len(outcomes.values), "ids_sha256": outcomes.digest(),
+                               "score": outcomes.score()}
         self.output.write(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
         return manifest
+
+
+def _check_which(which: str) -> None:
+    if which not in (CANDIDATE, LIVE):
+        raise ValueError(f"which={which!r}: {CANDIDATE!r} or {LIVE!r}")
 
 
 def read_evidence(uri: str, s3: Any = None) -> tuple[promotion.Outcomes, Optional[promotion.Outcomes], dict]:

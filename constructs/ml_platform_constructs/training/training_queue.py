@@ -375,10 +375,13 @@ class TrainingQueue(Construct):
     # --- grants -----------------------------------------------------------------------------------------------
     def grant_submit_jobs(self, grantee: iam.IGrantable) -> iam.Grant:
         """Lets a pipeline or operator submit, list, describe and terminate the queue's jobs, as ``jobs.submit_job``
-        and ``python -m ml_platform_constructs job submit|list|cancel`` do (another image included)."""
+        and ``python -m ml_platform_constructs job submit|list|cancel`` do (another image included). Not the
+        evaluation job definition: its role writes the promotion gate's evidence, so a submitter who could run it
+        (or register a revision of it with their own image and pass its role) could write any run's evidence;
+        ``grant_evaluate`` is that right alone."""
         stack = Stack.of(self)
-        # Every revision of the queue's definitions, and the "-submitted" revisions ./platform job registers.
-        definitions = definitions_of(self)
+        # Every revision of the queue's training definitions, and the "-submitted" revisions ./platform job registers.
+        definitions = [d for d in definitions_of(self) if d is not self.evaluation_job_definition]
         families = [stack.format_arn(service="batch", resource="job-definition", resource_name=f"{name}*",
                                      arn_format=ArnFormat.SLASH_RESOURCE_NAME)
                     for name in [d.job_definition_name for d in definitions]]
@@ -386,17 +389,38 @@ class TrainingQueue(Construct):
                                            resource_arns=[*self._job_queue_arns(), *families])
         iam.Grant.add_to_principal(grantee=grantee, actions=["batch:TerminateJob", "batch:CancelJob"],
                                    resource_arns=[f"arn:{stack.partition}:batch:{stack.region}:{stack.account}:job/*"])
+        self._grant_find_jobs(grantee)
+        # Another image is a "-submitted" revision of the definition, with its job and execution roles.
+        iam.Grant.add_to_principal(grantee=grantee, actions=["batch:RegisterJobDefinition"], resource_arns=families)
+        roles = [self.job_role, *{id(r): r for r in (_execution_role(d) for d in definitions)}.values()]
+        iam.Grant.add_to_principal(grantee=grantee, actions=["iam:PassRole"], resource_arns=[r.role_arn for r in roles])
+        return grant
+
+    def grant_evaluate(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Lets an operator run the promotion gate's evaluation jobs, as ``./platform model evaluate`` does: submit the
+        deployed evaluation definition (this revision only, with the queue's image: no revision of another image can
+        be registered or submitted) to the queue, find the queue and describe the job. Submitting passes no role
+        (the definition names it; a role is passed when a definition is registered:
+        https://docs.aws.amazon.com/batch/latest/userguide/iam-example-job-def.html), so no ``iam:PassRole``: the
+        evaluation role cannot be put into another definition. Raises ``ValidationError`` without an evaluation
+        definition (a queue without ``datasets``)."""
+        if self.evaluation_job_definition is None:
+            raise ValidationError("TrainingQueue", "grant_evaluate datasets", None,
+                                  "a queue with a DatasetBucket (only then has it an evaluation job definition)",
+                                  "pass datasets= to the queue, or grant_submit_jobs for training jobs alone")
+        # The definition's Ref is its revision ARN: a later revision (a deploy) comes with its own grant.
+        grant = iam.Grant.add_to_principal(grantee=grantee, actions=["batch:SubmitJob", "batch:TagResource"], resource_arns=[
+            self.job_queue_arn, self.evaluation_job_definition.job_definition_arn])
+        self._grant_find_jobs(grantee)
+        return grant
+
+    @staticmethod
+    def _grant_find_jobs(grantee: iam.IGrantable) -> None:
         # Finding the queue by its tags, and listing and describing jobs: actions without resource-level permissions
         # (https://docs.aws.amazon.com/service-authorization/latest/reference/list_awsbatch.html).
         iam.Grant.add_to_principal(grantee=grantee, resource_arns=["*"], actions=[
             "batch:DescribeJobQueues", "batch:DescribeComputeEnvironments", "batch:DescribeJobDefinitions",
             "batch:DescribeJobs", "batch:ListJobs"])
-        # Another image is a "-submitted" revision of the definition, with its job and execution roles.
-        iam.Grant.add_to_principal(grantee=grantee, actions=["batch:RegisterJobDefinition"], resource_arns=families)
-        roles = [self.job_role, *([self.evaluation_role] if self.evaluation_role else []),
-                 *{id(r): r for r in (_execution_role(d) for d in definitions)}.values()]
-        iam.Grant.add_to_principal(grantee=grantee, actions=["iam:PassRole"], resource_arns=[r.role_arn for r in roles])
-        return grant
 
 
 def definitions_of(queue: TrainingQueue) -> list[batch.IJobDefinition]:

@@ -1,0 +1,334 @@
+"""./platform model evaluate and promote as an AWS review found them (issue 26 findings 2-3, issue 28 items 4, 6 and 7):
+the evaluation takes nothing from the candidate's own record but its model; the promoted object is the one that was
+scored; a rollout SageMaker took back is recorded as such and the parameters put back; the quality baseline is never
+lowered by a candidate not judged against the model it replaces; no rollout starts while a rollback alarm fires."""
+
+import hashlib
+import random
+from datetime import datetime, timezone
+
+import pytest
+
+from ml_platform_constructs.runtime import evaluation
+from ops import model as model_ops
+from ops.runs import run_record
+from tests.unit.test_runs_ops import (BASELINE, HOLDOUT, PARAMETER, Batch, CloudFormation, decisions, gate,  # noqa: F401
+                                      recorded_run)
+
+ENDPOINT = "ml-platform-dev-classifier"
+ALARMS = (f"{ENDPOINT}-p99-latency", f"{ENDPOINT}-5xx-error-rate")
+CONFIG_ARN = "arn:aws:sagemaker:us-east-1:111111111111:endpoint-config/"
+
+
+class Serving(CloudFormation):
+    """The Serving stack as promote reads it: its template (the endpoint, its configuration, its rollback alarms) and
+    the configuration's physical id, which each update replaces."""
+
+    def get_template(self, StackName):
+        return {"TemplateBody": {"Resources": {
+            "classifierModel": {"Type": "AWS::SageMaker::Model", "Properties": {}},
+            "classifierEndpointConfig": {"Type": "AWS::SageMaker::EndpointConfig", "Properties": {}},
+            "classifierResource": {"Type": "AWS::SageMaker::Endpoint", "Properties": {
+                "EndpointName": ENDPOINT,
+                "EndpointConfigName": {"Fn::GetAtt": ["classifierEndpointConfig", "EndpointConfigName"]},
+                "DeploymentConfig": {"AutoRollbackConfiguration": {
+                    "Alarms": [{"AlarmName": name} for name in ALARMS]}}}}}}}
+
+    def describe_stack_resource(self, StackName, LogicalResourceId):
+        assert LogicalResourceId == "classifierEndpointConfig"
+        return {"StackResourceDetail": {"PhysicalResourceId": f"{CONFIG_ARN}{config_name(len(self.updates))}"}}
+
+
+def config_name(updates):
+    return f"classifierEndpointConfig-Rev{updates}"
+
+
+class SageMaker:
+    """The endpoint after the update: on the declared configuration (``rolled_back=False``), or back on the one it
+    had before, with the live model."""
+
+    def __init__(self, bucket_key, live_key, rolled_back=False, status="InService"):
+        self.bucket_key, self.live_key, self.rolled_back, self.status = bucket_key, live_key, rolled_back, status
+
+    def describe_endpoint(self, EndpointName):
+        assert EndpointName == ENDPOINT
+        # SageMaker's names may come back lower-cased in ARNs; the live name as SageMaker reports it.
+        return {"EndpointStatus": self.status, "EndpointConfigName": config_name(0 if self.rolled_back else 1)}
+
+    def describe_endpoint_config(self, EndpointConfigName):
+        return {"ProductionVariants": [{"VariantName": "AllTraffic", "ModelName": f"model-of-{EndpointConfigName}"}]}
+
+    def describe_model(self, ModelName):
+        key = self.live_key if ModelName.endswith("Rev0") else self.bucket_key
+        return {"PrimaryContainer": {"ModelDataUrl": f"s3://datasets/{key}"}}
+
+
+class CloudWatch:
+    def __init__(self, states=None, missing=()):
+        self.states = {name: "OK" for name in ALARMS} | (states or {})
+        self.missing = set(missing)
+
+    def describe_alarms(self, AlarmNames):
+        assert sorted(AlarmNames) == sorted(ALARMS)
+        return {"MetricAlarms": [{"AlarmName": n, "StateValue": self.states[n],
+                                  "StateUpdatedTimestamp": datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)}
+                                 for n in AlarmNames if n not in self.missing], "CompositeAlarms": []}
+
+
+def live_key(gate):
+    return f"models/classifier/{gate['live']}/model.tar.gz"
+
+
+def evaluated(gate, run_id, live, *, candidate=0.90, reference=0.85, n=2000, against_live=True):
+    """What the queue's evaluation job writes, through runtime.evaluation as the job does: both models read from S3
+    (their identity kept), per-example outcomes on the same ids, the manifest."""
+    rng = random.Random(run_id)
+    ids = [f"s{i}" for i in range(n)]
+    live_right = {i: k < reference * n for k, i in enumerate(ids)}
+    extra = round((candidate - reference) * n)
+    order = sorted(ids, key=lambda i: (live_right[i], rng.random()))
+    candidate_right = dict(live_right)
+    for i in (order[:extra] if extra > 0 else order[extra:]):
+        candidate_right[i] = extra > 0
+    where = evaluation.evidence_uri("datasets", "training", run_id, live if against_live else None)
+    gate["s3"].put_object(Bucket="datasets", Key=live_key(gate), Body=b"live model")
+    job = evaluation.Evaluation(run_record(gate["client"], run_id)["model_uri"],
+                                f"s3://datasets/{live_key(gate)}" if against_live else None,
+                                evaluation._Place(where, gate["s3"]))
+    job.model(evaluation.CANDIDATE)
+    job.write_outcomes(evaluation.CANDIDATE, candidate_right)
+    if against_live:
+        job.model(evaluation.LIVE)
+        job.write_outcomes(evaluation.LIVE, live_right)
+    job.finish()
+    return where
+
+
+def promote(gate, run_id, cloudformation, *, sagemaker=None, cloudwatch=None, lines=None):
+    return model_ops.promote(
+        gate["env"], gate["endpoint"], run_id, client=gate["client"], cloudformation=cloudformation, s3=gate["s3"],
+        sagemaker=sagemaker or SageMaker(f"models/classifier/{run_id}/model.tar.gz", live_key(gate)),
+        cloudwatch=cloudwatch or CloudWatch(), caller="arn:aws:iam::111111111111:user/ops",
+        out=(lines if lines is not None else []).append, now=lambda: datetime(2026, 12, 1, 9, 30, tzinfo=timezone.utc))
+
+
+def set_parameters(cloudformation):
+    return [{p["ParameterKey"]: p.get("ParameterValue") for p in update["Parameters"] if "ParameterValue" in p}
+            for update in cloudformation.updates]
+
+
+# --- a rollout that rolled back is not "rolled out" (issue 28 item 4) ---------------------------------------------
+
+def test_a_better_candidate_rolls_out_when_the_endpoint_serves_the_declared_configuration(gate):
+    better = recorded_run(gate["tmp"], gate["uri"], "better", 0.90, s3=gate["s3"])
+    evaluated(gate, better, gate["live"])
+    cloudformation, lines = Serving(live=gate["live"]), []
+    assert promote(gate, better, cloudformation, lines=lines) == 0
+    assert set_parameters(cloudformation) == [{PARAMETER: better, BASELINE: "0.9:2000"}]
+    assert [d["outcome"] for d in decisions(gate, better)][-1] == "rolled out"
+    assert lines[-1] == f"  rolled out: classifier serves run {better} ({config_name(1)})"
+
+
+def test_the_old_configuration_after_the_update_fails_the_promotion_records_rolled_back_and_puts_the_parameters_back(
+        gate):
+    better = recorded_run(gate["tmp"], gate["uri"], "better", 0.90, s3=gate["s3"])
+    evaluated(gate, better, gate["live"])
+    cloudformation = Serving(live=gate["live"], baseline="0.85:2000")  # the live model's own judged score
+    sagemaker = SageMaker(f"models/classifier/{better}/model.tar.gz", live_key(gate), rolled_back=True)
+    with pytest.raises(SystemExit, match=rf"^error: the rollout of run {better} to classifier rolled back: SageMaker "
+                                         rf"serves {config_name(0)} \(s3://datasets/{live_key(gate)}\), not the "
+                                         rf"declared {config_name(1)} .*the parameters are put back to {gate['live']}"):
+        promote(gate, better, cloudformation, sagemaker=sagemaker)
+    promoted, put_back = set_parameters(cloudformation)
+    assert promoted == {PARAMETER: better, BASELINE: "0.9:2000"}
+    assert put_back == {PARAMETER: gate["live"], BASELINE: "0.85:2000"}  # the served model's baseline, not the candidate's
+    last = decisions(gate, better)[-1]
+    assert last["outcome"] == "rolled back" and last["served"]["config"] == config_name(0)
+    assert last["parameters_put_back"] == put_back
+
+
+def test_an_endpoint_not_in_service_after_the_update_is_not_called_rolled_out(gate):
+    better = recorded_run(gate["tmp"], gate["uri"], "better", 0.90, s3=gate["s3"])
+    evaluated(gate, better, gate["live"])
+    cloudformation = Serving(live=gate["live"])
+    sagemaker = SageMaker(f"models/classifier/{better}/model.tar.gz", live_key(gate), status="Updating")
+    with pytest.raises(SystemExit, match=rf"dev-Serving updated, but {ENDPOINT} is Updating: follow it with "
+                                         r"./platform model status dev classifier"):
+        promote(gate, better, cloudformation, sagemaker=sagemaker)
+    assert decisions(gate, better)[-1]["outcome"] == "unsettled" and len(cloudformation.updates) == 1
+
+
+# --- no rollout while a rollback alarm fires (issue 28 item 7) ----------------------------------------------------
+
+def test_a_rollback_alarm_in_alarm_refuses_the_promotion_before_anything_changes(gate):
+    better = recorded_run(gate["tmp"], gate["uri"], "better", 0.90, s3=gate["s3"])
+    evaluated(gate, better, gate["live"])
+    cloudformation = Serving(live=gate["live"])
+    with pytest.raises(SystemExit, match=rf"^error: refusing to promote run {better} to classifier in dev: its rollback "
+                                         rf"alarm {ALARMS[0]} is in ALARM \(since 2026-12-01 09:00 UTC\), so the rollout "
+                                         r"would roll itself back: fix what it reports \(aws cloudwatch describe-alarms "
+                                         rf"--alarm-names {ALARMS[0]}\) or wait until it is OK, then promote again$"):
+        promote(gate, better, cloudformation, cloudwatch=CloudWatch({ALARMS[0]: "ALARM"}))
+    assert cloudformation.updates == [] and decisions(gate, better) == []
+    assert "models/classifier/" + better not in str(gate["s3"].list_objects_v2(Bucket="datasets"))
+
+
+def test_an_idle_endpoints_insufficient_data_does_not_hold_a_promotion_back(gate):
+    better = recorded_run(gate["tmp"], gate["uri"], "better", 0.90, s3=gate["s3"])
+    evaluated(gate, better, gate["live"])
+    idle = CloudWatch({name: "INSUFFICIENT_DATA" for name in ALARMS})
+    assert promote(gate, better, Serving(live=gate["live"]), cloudwatch=idle) == 0
+
+
+def test_a_rollback_alarm_that_does_not_exist_refuses_the_promotion(gate):
+    better = recorded_run(gate["tmp"], gate["uri"], "better", 0.90, s3=gate["s3"])
+    evaluated(gate, better, gate["live"])
+    cloudformation = Serving(live=gate["live"])
+    with pytest.raises(SystemExit, match=rf"its rollback alarm {ALARMS[1]} does not exist, so nothing would stop a bad "
+                                         r"rollout: deploy dev"):
+        promote(gate, better, cloudformation, cloudwatch=CloudWatch(missing={ALARMS[1]}))
+    assert cloudformation.updates == []
+
+
+# --- the promoted object is the scored one (issue 26 finding 3) ---------------------------------------------------
+
+def test_the_manifest_names_the_scored_objects_etag_and_digest(gate):
+    better = recorded_run(gate["tmp"], gate["uri"], "better", 0.90, s3=gate["s3"])
+    where = evaluated(gate, better, gate["live"])
+    _, _, manifest = evaluation.read_evidence(where, gate["s3"])
+    model = run_record(gate["client"], better)["model_uri"]
+    head = gate["s3"].head_object(Bucket="runs", Key=model[len("s3://runs/"):])
+    assert manifest["artifacts"]["candidate"] == {"uri": model, "etag": head["ETag"], "version_id": None, "bytes": 5,
+                                                  "sha256": hashlib.sha256(b"model").hexdigest()}
+    assert manifest["artifacts"]["live"]["uri"] == f"s3://datasets/{live_key(gate)}"
+
+
+def test_a_model_swapped_after_its_evaluation_is_refused_in_one_line_and_nothing_is_deployed(gate):
+    better = recorded_run(gate["tmp"], gate["uri"], "better", 0.90, s3=gate["s3"])
+    evaluated(gate, better, gate["live"])
+    model = run_record(gate["client"], better)["model_uri"]
+    gate["s3"].put_object(Bucket="runs", Key=model[len("s3://runs/"):], Body=b"another model")
+    cloudformation = Serving(live=gate["live"])
+    with pytest.raises(SystemExit, match=rf"^error: run {better}'s model {model} is not the object that was evaluated "
+                                         r"\(its ETag is \"\w+\", the evaluation scored \"\w+\"\): evaluate it again "
+                                         rf"\(./platform model evaluate dev classifier {better}\), then promote$"):
+        promote(gate, better, cloudformation)
+    assert cloudformation.updates == []
+    assert f"models/classifier/{better}/" not in str(gate["s3"].list_objects_v2(Bucket="datasets"))
+
+
+def test_a_model_swapped_between_the_check_and_the_copy_is_not_copied(gate):
+    """The copy itself carries the scored ETag (CopySourceIfMatch): S3 refuses a changed source."""
+    better = recorded_run(gate["tmp"], gate["uri"], "better", 0.90, s3=gate["s3"])
+    evaluated(gate, better, gate["live"])
+    model = run_record(gate["client"], better)["model_uri"]
+    real = gate["s3"]
+
+    class SwapBeforeCopy:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def copy(self, source, bucket, key, ExtraArgs):
+            real.put_object(Bucket="runs", Key=model[len("s3://runs/"):], Body=b"swapped")
+            return real.copy(source, bucket, key, ExtraArgs=ExtraArgs)
+    cloudformation = Serving(live=gate["live"])
+    with pytest.raises(SystemExit, match=r"is not the object that was evaluated \(S3 refused to copy it \(412\): it "
+                                         r"changed\)"):
+        model_ops.promote(gate["env"], gate["endpoint"], better, client=gate["client"], cloudformation=cloudformation,
+                          s3=SwapBeforeCopy(), sagemaker=None, cloudwatch=CloudWatch(), caller="ops", out=[].append)
+    assert cloudformation.updates == [] and decisions(gate, better)[-1]["outcome"] == "refused"
+    assert f"models/classifier/{better}/" not in str(real.list_objects_v2(Bucket="datasets"))
+
+
+def test_evidence_of_another_model_or_split_is_refused(gate):
+    better = recorded_run(gate["tmp"], gate["uri"], "better", 0.90, s3=gate["s3"])
+    where = evaluation.evidence_uri("datasets", "training", better, gate["live"])
+    gate["s3"].put_object(Bucket="runs", Key="checkpoints/training/other/model.tar.gz", Body=b"other")
+    gate["s3"].put_object(Bucket="datasets", Key=live_key(gate), Body=b"live model")
+    job = evaluation.Evaluation("s3://runs/checkpoints/training/other/model.tar.gz", f"s3://datasets/{live_key(gate)}",
+                                evaluation._Place(where, gate["s3"]))
+    for which in (evaluation.CANDIDATE, evaluation.LIVE):
+        job.model(which)
+        job.write_outcomes(which, {f"s{i}": True for i in range(2000)})
+    job.finish()
+    with pytest.raises(SystemExit, match=rf"the evaluation at {where} scored the model s3://runs/checkpoints/training/"
+                                         r"other/model.tar.gz, not the run's s3://runs/checkpoints/training/better/"):
+        promote(gate, better, Serving(live=gate["live"]))
+    job.candidate_model_uri = run_record(gate["client"], better)["model_uri"]
+    job.holdout_salt = "v2"
+    job.model(evaluation.CANDIDATE)
+    job.finish()
+    with pytest.raises(SystemExit, match=r"used the held-out split salt 'v2', fraction 0.05, not the platform's salt "
+                                         rf"'', fraction 0.05: evaluate the run again \(./platform model evaluate dev "
+                                         rf"classifier {better}\)$"):
+        promote(gate, better, Serving(live=gate["live"]))
+
+
+# --- the quality baseline is never lowered by a promotion that was not judged (issue 28 item 6) --------------------
+
+def test_an_unrecorded_live_version_with_a_promoted_baseline_is_judged_against_that_baseline_not_the_configured_one(
+        gate):
+    """The live version's run record is gone (another tracking store, a deleted run), but its promotion set the
+    baseline 0.95 (5,000 examples). Judged against the configured 0.92, a 0.93 candidate passed and lowered the
+    baseline to 0.93 without being compared with the model it replaced."""
+    lesser = recorded_run(gate["tmp"], gate["uri"], "lesser", 0.93, s3=gate["s3"])
+    evaluated(gate, lesser, "lost-run", candidate=0.93, against_live=False)
+    cloudformation = Serving(live="lost-run", baseline="0.95:5000")
+    with pytest.raises(SystemExit, match=r"not shown to be within 0.5 points of the baseline 0.95 \(measured on 5000 "
+                                         r"examples\)"):
+        promote(gate, lesser, cloudformation)
+    assert cloudformation.updates == []
+    better = recorded_run(gate["tmp"], gate["uri"], "better", 0.97, s3=gate["s3"])
+    evaluated(gate, better, "lost-run", candidate=0.97, against_live=False)
+    assert promote(gate, better, cloudformation) == 0
+    assert set_parameters(cloudformation)[0][BASELINE] == "0.97:2000"
+
+
+def test_without_a_promoted_baseline_an_unrecorded_live_version_is_judged_against_the_configured_one(gate):
+    good = recorded_run(gate["tmp"], gate["uri"], "good", 0.95, s3=gate["s3"])
+    evaluated(gate, good, "initial", candidate=0.95, against_live=False)
+    lines = []
+    assert promote(gate, good, Serving(live="initial"), lines=lines) == 0
+    assert "not worse than the baseline 0.92 (measured on 5000 examples)" in lines[0]
+
+
+# --- the evaluation takes nothing from the candidate's own record but its model (issue 26 finding 2) ---------------
+
+def test_evaluate_uses_the_platforms_split_and_the_definitions_own_image_whatever_the_run_recorded(gate, monkeypatch):
+    """The candidate's passport names an image, a dataset and a split of its own choosing (a run writes its own
+    record); none of them reaches the evaluation job, and no revision with another image is registered."""
+    candidate = recorded_run(gate["tmp"], gate["uri"], "candidate", 0.90, s3=gate["s3"])
+    real = model_ops.run_record
+
+    def self_written(client, run_id):
+        record = real(client, run_id)
+        if run_id == candidate:
+            record["passport"]["image"] = {"uri": "999999999999.dkr.ecr.us-east-1.amazonaws.com/mine:1"}
+            record["passport"]["dataset"] = {"uri": "s3://datasets/datasets/easy/v1/"}
+        return record
+    monkeypatch.setattr(model_ops, "run_record", self_written)
+    batch = Batch()
+    batch.register_job_definition = lambda **request: pytest.fail(f"registered {request}")
+    model_ops.evaluate(gate["env"], gate["endpoint"], candidate, client=gate["client"],
+                       cloudformation=Serving(live=gate["live"]), batch=batch, out=[].append, sleep=lambda s: None)
+    [job] = batch.submitted
+    assert job["jobDefinition"] == "arn:def/train:1"  # the deployed evaluation revision as it is
+    variables = {v["name"]: v["value"] for v in job["containerOverrides"]["environment"]}
+    assert (variables[evaluation.SALT], variables[evaluation.FRACTION]) == ("", "0.05")
+    assert evaluation.DATASET not in variables and "easy" not in str(job)
+
+
+@pytest.mark.parametrize("live_salt", [None, "v2"])
+def test_a_run_split_otherwise_than_the_platform_is_refused_even_when_the_live_run_agrees(gate, live_salt):
+    """The first promotion (no live run: 0.5.0 checked nothing) and a live run split the same other way."""
+    other = {**HOLDOUT, "salt": "v2"}
+    live = (recorded_run(gate["tmp"], gate["uri"], "live-v2", 0.85, s3=gate["s3"], holdout=other) if live_salt
+            else "initial")
+    candidate = recorded_run(gate["tmp"], gate["uri"], "candidate-v2", 0.90, s3=gate["s3"], holdout=other)
+    batch = Batch()
+    with pytest.raises(SystemExit, match=rf"^error: run {candidate} cannot be judged on the platform's held-out split: "
+                                         r"it was split with salt 'v2' and the platform evaluates on salt '' "
+                                         r"\(runtime.holdout's split\)"):
+        model_ops.evaluate(gate["env"], gate["endpoint"], candidate, client=gate["client"],
+                           cloudformation=Serving(live=live), batch=batch, out=[].append, sleep=lambda s: None)
+    assert batch.submitted == []
