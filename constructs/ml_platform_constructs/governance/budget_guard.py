@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Optional, Sequence
 
-from aws_cdk import (Acknowledgment, Annotations, Duration, Names, RemovalPolicy, Stack, Token,
-                     Validations)
+from aws_cdk import (Acknowledgment, Annotations, AspectPriority, Aspects, Duration, IAspect, Names, RemovalPolicy,
+                     Stack, Token, Validations)
 from aws_cdk import aws_budgets as budgets
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -22,11 +22,12 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_ssm as ssm
 import jsii
-from constructs import Construct, IValidation
+from constructs import Construct, IConstruct, IValidation
 
 from ..foundation.alert_topic import allow_budgets_to_publish
 from ..errors import ValidationError
-from .scope import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, governs_something, register_guard, validate_budget_scope
+from .scope import (ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, display_path, endpoints_carrying, governs_something,
+                    register_guard, validate_budget_scope)
 from ..foundation.nag_support import nag_arn, stack_arn, suppress_checkov
 from ..foundation.platform_key import allow_log_groups, allow_publishing
 from ..advice.price_table import TABLE_FILE, PriceTable
@@ -46,6 +47,12 @@ BATCH_JOBS_ARN = "arn:{partition}:batch:{region}:{account}:job/*"
 INSTANCES_ARN = "arn:{partition}:ec2:{region}:{account}:instance/*"
 PENDING_JOBS_ARN = "arn:{partition}:ssm:{region}:{account}:parameter" + PENDING_PATH.rstrip("/") + "*"
 MAX_NOTIFICATIONS = 10
+# Why the stop function's policy has wildcards (cdk-nag's AwsSolutions-IAM5 acknowledgments).
+_POLICY_REASON = ("Describe/List calls and PutMetricData have no resource-level permissions (metrics limited by "
+                  "namespace); fleet and queue changes are limited by the budget-scope tag (fleets also by the "
+                  "fleet tag, instances also by the queue tag); jobs are ended and marked by id, from the governed "
+                  "queues only; pending-job records are parameters under one path, decrypted only through Parameter "
+                  "Store for that path.")
 # The stop function's code: the handler and what it imports (in Lambda, each sits at the top of the package).
 STOP_FUNCTION_FILES = ("budget_guard.py", "pending_jobs.py", "prices.json")
 
@@ -86,11 +93,15 @@ class BudgetGuard(Construct):
         ends. A key of this app gets the statements that let Budgets publish to the stop topic and CloudWatch Logs
         encrypt the audit log (once per key, as ``PlatformKey`` has them); an imported key fails at synth unless
         ``key_policy_has`` declares them.
-    :param environment: names the environment in descriptions and messages; the SageMaker endpoints tagged
-        ``environment=<environment>`` are listed as what the stop cannot stop.
+    :param environment: names the environment in descriptions, messages and the ``Environment`` dimension of the cost
+        metrics. What a stop lists as left running is found by ``budget_scope`` (the endpoints tagged
+        ``ml-platform:budget-scope=<budget_scope>``); ``environment=<environment>`` only finds an endpoint deployed
+        by 0.2, whose Stage tagged it so.
     :param budget_scope: governs every resource tagged ``ml-platform:budget-scope=<budget_scope>``, which each
         governed construct sets on itself (``SpotGpuFleet(budget_scope=...)``, ``TrainingQueue(budget_scope=...)``).
         Default: ``"account"``, the constructs' default: all of this account and Region that chose no other scope.
+        Where the scope holds only endpoints in the app (``MonitoredEndpoint``: listed by a stop, never stopped),
+        the guard warns so and gets no right to end Batch jobs (``batch:TerminateJob`` cannot be bound to a scope).
     :param emails: budget notification e-mails (at most 10). Default: none.
     :param notify_at_percent: Default: (50, 80, 100).
     :param stop_at_percent: Default: 80. None: notify only, no stop and no spend check.
@@ -284,9 +295,10 @@ class BudgetGuard(Construct):
                      "batch:UntagResource", "batch:SubmitJob"],
             resources=[stack_arn(stack, arn) for arn in BATCH_QUEUE_ARNS],
             conditions={"StringEquals": {f"aws:ResourceTag/{BUDGET_SCOPE_TAG}": self.budget_scope}}))
-        function.add_to_role_policy(iam.PolicyStatement(
-            sid="EndAndMarkQueueJobs", actions=["batch:TerminateJob", "batch:TagResource"],
-            resources=[stack_arn(stack, BATCH_JOBS_ARN)]))
+        # Ending jobs has no scope condition to bind it (a Batch job carries only its submitter's tags: queue tags do
+        # not propagate, https://docs.aws.amazon.com/batch/latest/userguide/using-tags.html), so it is granted only
+        # where the scope may hold a queue: added at synth, when every construct of the app exists.
+        Aspects.of(self).add(_EndsJobsUnlessServingOnly(self, function), priority=AspectPriority.MUTATING)
         # What a stopped queue still runs after the grace period: only governed queue instances.
         function.add_to_role_policy(iam.PolicyStatement(
             sid="EndOnlyGovernedQueueInstances", actions=["ec2:TerminateInstances"],
@@ -304,16 +316,12 @@ class BudgetGuard(Construct):
             sid="ReadPendingJobRecords", actions=["kms:Decrypt"], resources=["*"],
             conditions={"StringEquals": {"kms:ViaService": f"ssm.{stack.region}.{stack.url_suffix}"},
                         "StringLike": {"kms:EncryptionContext:PARAMETER_ARN": stack_arn(stack, PENDING_JOBS_ARN)}}))
-        reason = ("Describe/List calls and PutMetricData have no resource-level permissions (metrics limited by "
-                  "namespace); fleet and queue changes are limited by the budget-scope tag (fleets also by the "
-                  "fleet tag, instances also by the queue tag); jobs are ended and marked by id, from the governed "
-                  "queues only; pending-job records are parameters under one path, decrypted only through Parameter "
-                  "Store for that path.")
+        reason = _POLICY_REASON
         Validations.of(function.role).acknowledge(
             Acknowledgment(id="AwsSolutions-IAM5[Resource::*]", reason=reason),
             Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{nag_arn(stack, AUTO_SCALING_GROUPS_ARN)}]", reason=reason),
             *[Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{nag_arn(stack, arn)}]", reason=reason)
-              for arn in (*BATCH_QUEUE_ARNS, BATCH_JOBS_ARN, INSTANCES_ARN, PENDING_JOBS_ARN)],
+              for arn in (*BATCH_QUEUE_ARNS, INSTANCES_ARN, PENDING_JOBS_ARN)],
             Acknowledgment(id="AwsSolutions-IAM5[Action::kms:GenerateDataKey*]",
                            reason="Publishing to the encrypted alert topic needs data keys of its key."),
             Acknowledgment(id="AwsSolutions-IAM5[Action::kms:ReEncrypt*]",
@@ -335,9 +343,42 @@ class BudgetGuard(Construct):
         return function
 
 
+    def listed_only(self) -> list[IConstruct]:
+        """The SageMaker endpoints of the app with this guard's scope when they are all the scope holds in the app (a
+        serving-only scope: nothing ``govern()`` recorded), which a stop lists and never stops; else none."""
+        if governs_something(self, self.budget_scope):
+            return []
+        return endpoints_carrying(self, self.budget_scope)
+
+
+@jsii.implements(IAspect)
+class _EndsJobsUnlessServingOnly:
+    """Grants the stop function ``batch:TerminateJob`` and ``batch:TagResource`` on the account's jobs (it ends and
+    marks only jobs it listed in a governed job queue), unless the guard's scope is serving-only in its app: there is
+    no queue to end jobs of, so it gets no right to end any job of the account. Where nothing in the app carries the
+    scope the governed queues may be another app's, so the right stays. An aspect: it decides once the app is built."""
+
+    def __init__(self, guard: BudgetGuard, function: lambda_.Function) -> None:
+        self._guard, self._function, self._done = guard, function, False
+
+    def visit(self, node: IConstruct) -> None:
+        if node is not self._guard or self._done:
+            return
+        self._done = True
+        if self._guard.listed_only():
+            return
+        stack = Stack.of(self._guard)
+        self._function.add_to_role_policy(iam.PolicyStatement(
+            sid="EndAndMarkQueueJobs", actions=["batch:TerminateJob", "batch:TagResource"],
+            resources=[stack_arn(stack, BATCH_JOBS_ARN)]))
+        Validations.of(self._function.role).acknowledge(Acknowledgment(
+            id=f"AwsSolutions-IAM5[Resource::{nag_arn(stack, BATCH_JOBS_ARN)}]", reason=_POLICY_REASON))
+
+
 @jsii.implements(IValidation)
 class _GovernsSomething:
-    """Warns when nothing in the app carries the guard's scope tag: a guard that governs nothing is silent.
+    """Warns when nothing in the app that a stop can stop carries the guard's scope tag: a guard that governs nothing
+    is silent. Endpoints with its scope are named: a stop lists them, never stops them.
 
     Runs at validation time, when every construct of the app exists; ``govern()`` recorded what it tagged.
     Acknowledge the warning when the governed resources are deployed from another app."""
@@ -348,9 +389,19 @@ class _GovernsSomething:
     def validate(self) -> list[str]:
         if governs_something(self._guard, self._guard.budget_scope):
             return []
-        Annotations.of(self._guard).add_warning_v2(
-            "ml-platform:budget-guard-governs-nothing",
-            f"BudgetGuard: no resource in this app is tagged {BUDGET_SCOPE_TAG}={self._guard.budget_scope}, so the "
-            "stop would stop nothing. Pass the same budget_scope to the guard and to the SpotGpuFleets and "
-            "TrainingQueues it must stop, or acknowledge this warning if they are deployed from another app.")
+        tag = f"{BUDGET_SCOPE_TAG}={self._guard.budget_scope}"
+        endpoints = self._guard.listed_only()
+        if endpoints:
+            named = ", ".join(display_path(endpoint) for endpoint in endpoints)
+            message = (
+                f"BudgetGuard: only SageMaker endpoints carry {tag} in this app ({named}): a stop lists them as left "
+                "running and never stops them, so the stop would stop nothing, and the guard gets no right to end "
+                "Batch jobs. For the budget's notifications alone pass stop_at_percent=None; to stop training spend, "
+                "pass the same budget_scope to the SpotGpuFleets and TrainingQueues it must stop, in this app.")
+        else:
+            message = (
+                f"BudgetGuard: no resource in this app is tagged {tag}, so the stop would stop nothing. Pass the same "
+                "budget_scope to the guard and to the SpotGpuFleets and TrainingQueues it must stop, or acknowledge "
+                "this warning if they are deployed from another app.")
+        Annotations.of(self._guard).add_warning_v2("ml-platform:budget-guard-governs-nothing", message)
         return []

@@ -11,15 +11,21 @@ Both sides default to ``ACCOUNT_SCOPE`` ("account"): a guard governs every gover
 and Region that did not choose another scope, with no tag from the app. Several guards in one account (one
 per environment) pass the same ``budget_scope`` (e.g. the environment name) to the guard and to the
 constructs it governs. A guard warns at synth (``ml-platform:budget-guard-governs-nothing``) when nothing in
-its app carries its scope; and where an app has a guard, a governed construct that no guard of the app governs
-(another scope, account or Region) warns (``ml-platform:ungoverned-compute``), naming the guards' scopes.
+its app that a stop can stop carries its scope; and where an app has a guard, a governed construct that no guard of
+the app governs (another scope, account or Region) warns (``ml-platform:ungoverned-compute``), naming the guards'
+scopes.
+
+A ``MonitoredEndpoint`` carries its scope too (``budget_scope``), but is not governed: a stop lists it as left
+running and never stops it. ``endpoints_carrying`` finds those of an app, for a guard whose scope holds nothing
+else (a serving-only scope).
 """
 
 from __future__ import annotations
 
 import re
 
-from aws_cdk import Annotations, Stack, Tags, Token
+from aws_cdk import Annotations, Aspects, Stack, Tag, Tags, Token
+from aws_cdk import aws_sagemaker as sagemaker
 import jsii
 from constructs import IConstruct, IValidation
 
@@ -74,6 +80,26 @@ def governs_something(scope: IConstruct, budget_scope: str) -> bool:
     return budget_scope in getattr(scope.node.root, _GOVERNED_ATTRIBUTE, set())
 
 
+def endpoints_carrying(scope: IConstruct, budget_scope: str) -> list[IConstruct]:
+    """The SageMaker endpoints of ``scope``'s app tagged ``ml-platform:budget-scope=<budget_scope>`` (a
+    ``MonitoredEndpoint`` tags its own). A tag added with ``Tags.of`` reaches a resource only when synthesis walks
+    past it, so an endpoint not reached yet is read from the nearest tag aspect above it. It walks the whole tree:
+    a guard asks only when ``govern()`` recorded nothing of its scope."""
+    found = []
+    for construct in scope.node.root.node.find_all():
+        if not isinstance(construct, sagemaker.CfnEndpoint):
+            continue
+        value = construct.tags.tag_values().get(BUDGET_SCOPE_TAG)
+        for above in reversed(construct.node.scopes) if value is None else ():
+            tags = [a for a in Aspects.of(above).all if isinstance(a, Tag) and a.key == BUDGET_SCOPE_TAG]
+            if tags:
+                value = tags[-1].value  # the last one added there wins, as the nearest one does over those above
+                break
+        if value == budget_scope:
+            found.append(construct)
+    return found
+
+
 def _same(a: str, b: str) -> bool:
     return a == b or Token.is_unresolved(a) or Token.is_unresolved(b)
 
@@ -82,7 +108,8 @@ def _region(stack: Stack) -> str:
     return "any Region" if Token.is_unresolved(stack.region) else stack.region
 
 
-def _display(construct: IConstruct) -> str:
+def display_path(construct: IConstruct) -> str:
+    """A construct's path as a user wrote it: an L2's path for its main resource (``.../Resource``)."""
     path = construct.node.path
     return path[:-len("/Resource")] if path.endswith("/Resource") else path
 
@@ -108,7 +135,7 @@ class _EveryGovernedResourceHasAGuard:
                 continue
             guarded = ", ".join(f"{guard.budget_scope!r} ({guard.node.path}, {_region(where[guard])})" for guard in guards)
             Annotations.of(resource).add_warning_v2(UNGOVERNED_WARNING, (
-                f"{_display(resource)} has budget_scope {scope!r} ({_region(stack)}), which no BudgetGuard of this app "
+                f"{display_path(resource)} has budget_scope {scope!r} ({_region(stack)}), which no BudgetGuard of this app "
                 f"governs: the guards here govern {guarded}, so a budget stop would leave it running. Pass the guard's "
                 "budget_scope to it, or acknowledge this warning if a guard in another app governs its scope."))
         return []
