@@ -79,6 +79,11 @@ def test_secrets_are_redacted_by_value_and_by_explicit_names_and_kept_by_name():
         "pad_token": "<pad>", "eos_token": "</s>", "bos_token": "<|begin_of_text|>", "lr": 0.1}
 
 
+def test_the_old_filter_name_warns_and_keeps_every_parameter():
+    with pytest.warns(DeprecationWarning, match=r"passport.filter_params is redact_params now .* removed in 1.0.0"):
+        assert passport.filter_params({"max_new_tokens": 256, "api_key": "x"}) == {"max_new_tokens": 256, "api_key": R}
+
+
 def test_the_command_line_is_recorded_with_its_secret_values_redacted(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["train.py", "--hf-token", "hf_abcdefghijklmnopqrstuvwxyz012345", "--lr", "0.1",
                                       "--api-key=abc", "--use-auth", "--pad-token", "<pad>"])

@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import urllib.request
+import warnings
 from dataclasses import dataclass
 from email.parser import HeaderParser
 from importlib import metadata
@@ -124,6 +125,14 @@ def redact_params(params: Mapping[str, Any]) -> dict[str, Any]:
     """The parameters a run records (passport and MLflow): every name, with ``"<redacted>"`` for a value
     ``param_is_secret`` judges one, so a dropped parameter is seen to be dropped."""
     return {name: REDACTED if param_is_secret(str(name), value) else value for name, value in params.items()}
+
+
+def filter_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Deprecated (0.6.0; removed in 1.0.0): it dropped every parameter whose name contained TOKEN, AUTH, SESSION,
+    PRIVATE or KEY. Use ``redact_params``, which this now is."""
+    warnings.warn("passport.filter_params is redact_params now (parameters are kept by name, secret values as "
+                  "'<redacted>'): call redact_params (filter_params is removed in 1.0.0)", DeprecationWarning, stacklevel=2)
+    return redact_params(params)
 
 
 def installed_packages() -> list[str]:
