@@ -3,6 +3,8 @@
 import re
 from pathlib import Path
 
+import pytest
+
 from ops import advise as advise_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,3 +38,19 @@ def test_the_worked_example_is_what_the_command_prints(capsys):
 def test_the_image_example_uses_the_flags_unit():
     assert "--forward-gflops 3.6    # ResNet-18: 3.6 GFLOPs forward" in ADVISOR
     assert "--forward-gflops 3.6" in advise_command.__doc__
+
+
+def test_every_advise_command_on_the_page_runs_or_is_refused_as_its_comment_says(capsys):
+    """The page's examples are commands a reader types: each runs (the one reading AWS aside), and the one its
+    comment calls refused ends in its one-line refusal."""
+    block = re.search(r"```bash\n(.*?)```", ADVISOR, re.S).group(1)
+    for line in block.splitlines():
+        argv = line.split("#")[0].split()[2:]
+        if not argv or "--measured" in argv:
+            continue
+        if "refused" in line:
+            with pytest.raises(SystemExit, match="not modelled"):
+                advise_command.main(argv)
+        else:
+            assert advise_command.main(argv) == 0, line
+        capsys.readouterr()
