@@ -64,7 +64,9 @@ DIFF_ACTIONS = ("cloudformation:DescribeStacks", "cloudformation:GetTemplate", "
 # (deploy-environment.yml: timeout-minutes), its OIDC session (role-duration-seconds) and the deploy role's
 # MaxSessionDuration must all last DEPLOY_SETUP + STACKS_BEFORE_SERVING + 2 x the slowest endpoint's timeout
 # (tests/test_github_deploy_window.py reads all three and the synthesized endpoints, and checks it).
-DEPLOY_SETUP = Duration.minutes(15)  # checkout, ./platform setup (pip, npm) and the synth before the first stack
+# Checkout, ./platform setup and the synth before the first stack: a cold setup took 86 s (docs/BENCHMARKS.md), a
+# synth with its validations minutes; the rest is margin for a slow runner or registry.
+DEPLOY_SETUP = Duration.minutes(15)
 STACKS_BEFORE_SERVING = Duration.minutes(60)  # every other stack of ENV: the whole deploy job's window before issue 28
 # The longest a job may run on a GitHub-hosted runner ("Job execution time", 6 hours):
 # https://docs.github.com/en/actions/reference/limits
