@@ -19,7 +19,6 @@ ids, from the latest promotion's evaluation), ``usd_per_million_tokens``, ``impr
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path

@@ -244,12 +244,23 @@ def test_seed_everything_seeds_torch_and_cuda_sets_the_determinism_flags_and_rec
     assert random.random() == random.Random((2 ** 40 + 5) % 2 ** 32).random()
 
 
+def test_seed_everything_leaves_determinism_alone_unless_asked(tmp_path, monkeypatch):
+    calls = []
+    torch = fake_torch(calls)
+    torch.backends.cudnn.deterministic = True  # the job's own setting
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    begin(tmp_path).seed_everything()
+    assert calls == [("manual_seed", 1234), ("manual_seed_all", 1234)]
+    assert (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic) == (False, True)
+
+
 def test_seed_everything_without_torch_seeds_python_and_refuses_another_seed_than_the_runs(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)
     monkeypatch.setitem(sys.modules, "numpy", None)
     run = begin(tmp_path)
     seeds = run.seed_everything()
     assert random.random() == random.Random(1234).random()
+    assert seeds.recorded["deterministic"] is False
     assert (seeds.generator, seeds.worker_init_fn, seeds.recorded["torch"]) == (None, None, False)
     with pytest.raises(ValueError, match=r"^seed=7: the run was started with seed=1234; a different seed is a "
                                          r"different run \(start it under a new job name\)$"):

@@ -483,10 +483,11 @@ class TrackedRun:
             if torch.cuda.is_available():
                 torch.cuda.manual_seed_all(seed)
                 done["cuda"] = True
-            torch.backends.cudnn.benchmark = False
+            torch.backends.cudnn.benchmark = False  # benchmarking picks kernels by timing: another run, others
             done["cudnn_benchmark"] = False
-            torch.backends.cudnn.deterministic = deterministic
-            torch.use_deterministic_algorithms(deterministic)
+            if deterministic:  # only when asked: never turns off what the job turned on itself
+                torch.backends.cudnn.deterministic = True
+                torch.use_deterministic_algorithms(True)
             generator = torch.Generator()
             generator.manual_seed(seed)
             worker_init_fn = seed_worker
