@@ -544,8 +544,9 @@ def throughput_table() -> str:
             "| method | needs | Neuron | source | refused on |", "|---|---|---|---|---|"]
     for method in METHODS.values():
         refused = [model for model in GPU_SPECS if method_refused(model, method.name)]
-        out.append(f"| {method.label} (`--{method.name}`) | compute capability {method.min_compute_capability:g}+ | "
-                   f"{'yes' if method.neuron else 'no backend'} | {method.source} | {', '.join(refused) or '-'} |")
+        out.append(f"| {method.label} (`--{method.name}`) | NVIDIA compute capability "
+                   f"{method.min_compute_capability:g}+ | {'runs' if method.neuron else 'no backend'} | "
+                   f"{method.source} | {', '.join(refused) or '-'} |")
     out += ["", "## Trainium per NeuronCore", "",
             "Each (logical) NeuronCore is a data-parallel worker with its share of the chip's memory; a model that "
             "fits no core is tensor parallel over the fewest cores of one instance that hold it (neuronx-distributed: "

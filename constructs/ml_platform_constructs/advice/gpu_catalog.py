@@ -282,15 +282,17 @@ class Method:
     source: str
 
 
+BITSANDBYTES = "bitsandbytes installation guide (https://huggingface.co/docs/bitsandbytes/main/en/installation)"
 METHODS: dict[str, Method] = {method.name: method for method in (
     Method("qlora", "QLoRA (bitsandbytes 4-bit NF4)", 6.0, False,
-           "bitsandbytes installation guide: NF4/FP4 quantization needs compute capability 6.0+; backends for NVIDIA, "
-           "AMD, Intel, Apple Silicon, Gaudi and CPU, none for Neuron"),
+           f"{BITSANDBYTES}: NF4/FP4 quantization needs compute capability 6.0+; backends for NVIDIA, AMD, Intel, "
+           "Apple Silicon, Gaudi and CPU, none for Neuron"),
     Method("int8", "LLM.int8() (bitsandbytes 8-bit)", 7.5, False,
-           "bitsandbytes installation guide: LLM.int8() needs compute capability 7.5+ (Turing, T4, or newer)"),
+           f"{BITSANDBYTES}: LLM.int8() needs compute capability 7.5+ (Turing, T4, or newer)"),
     Method("fp8", "FP8 training", 8.9, True,
-           "Transformer Engine support matrix: FP8 needs compute capability 8.9+ (Ada, Hopper, Blackwell); "
-           "Trainium and Trainium2 compute in cFP8/FP8 (Neuron architecture pages)"),
+           "Transformer Engine support matrix (https://nvidia.github.io/TransformerEngine/support_matrix.html): FP8 "
+           "needs compute capability 8.9+ (Ada, Hopper, Blackwell); Trainium computes in cFP8 (https://awsdocs-"
+           "neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-hardware/trainium.html), Trainium2 in FP8"),
 )}
 
 
