@@ -417,9 +417,11 @@ class Advice:
         return sorted((o for o in self.options if o.pareto), key=lambda o: o.expected_hours)
 
     def trade_off(self) -> Optional[str]:
-        """With minimize="time": what the recommendation pays over the cheapest eligible choice (any shape, Spot or
-        On-Demand) and the time it saves, or None where the fastest is also the cheapest. "Much more for little
-        time": at least TRADE_OFF_COST_RATIO x the money for at most TRADE_OFF_TIME_SHARE of its hours."""
+        """With minimize="time": what the recommendation pays over a cheaper eligible choice (any shape, Spot or
+        On-Demand, within the deadline) and the time it saves, or None where nothing is cheaper. The choice
+        compared: the cheapest of those within TRADE_OFF_TIME_SHARE of the recommendation's hours, else the
+        cheapest of all. "Much more for little time": at least TRADE_OFF_COST_RATIO x the money for at most
+        TRADE_OFF_TIME_SHARE of the cheaper choice's hours."""
         best = self.recommended
         if self.minimize != "time" or best is None:
             return None
