@@ -30,10 +30,10 @@ def endpoint(stack, budget_scope=SCOPE):
                              budget_scope=budget_scope)
 
 
-def guard(stack, budget_scope=SCOPE):
+def guard(stack, budget_scope=SCOPE, **props):
     key = kms.Key(stack, "GuardKey")
     return BudgetGuard(stack, "Guard", monthly_limit=500, alerts=sns.Topic(stack, "GuardAlerts"), key=key,
-                       environment="prod", budget_scope=budget_scope)
+                       environment="prod", budget_scope=budget_scope, **props)
 
 
 def ends_jobs(template: Template) -> bool:
@@ -63,6 +63,15 @@ def test_a_serving_only_scope_names_its_endpoints_and_may_end_no_job(tmp_path, g
                               "app (Serving/Endpoint): a stop lists them as left running and never stops "
                               "them, so the stop would stop nothing, and the guard gets no right to end Batch jobs. "
                               "For the budget's notifications alone pass stop_at_percent=None")
+
+
+def test_a_serving_only_scope_with_notifications_alone_is_quiet(tmp_path):
+    """The warning's fix: no stop, so no stop function, no Batch rights and nothing to warn of."""
+    app = new_app(tmp_path)
+    governance, serving = Stack(app, "Governance", env=ENV), Stack(app, "Serving", env=ENV)
+    guard(governance, stop_at_percent=None)
+    endpoint(serving)
+    assert not ends_jobs(Template.from_stack(governance)) and warnings(governance) == []
 
 
 def test_with_nothing_of_its_scope_in_the_app_the_guard_keeps_the_right_for_another_apps_queues(tmp_path):
