@@ -316,11 +316,11 @@ class BudgetGuard(Construct):
             sid="ReadPendingJobRecords", actions=["kms:Decrypt"], resources=["*"],
             conditions={"StringEquals": {"kms:ViaService": f"ssm.{stack.region}.{stack.url_suffix}"},
                         "StringLike": {"kms:EncryptionContext:PARAMETER_ARN": stack_arn(stack, PENDING_JOBS_ARN)}}))
-        reason = _POLICY_REASON
         Validations.of(function.role).acknowledge(
-            Acknowledgment(id="AwsSolutions-IAM5[Resource::*]", reason=reason),
-            Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{nag_arn(stack, AUTO_SCALING_GROUPS_ARN)}]", reason=reason),
-            *[Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{nag_arn(stack, arn)}]", reason=reason)
+            Acknowledgment(id="AwsSolutions-IAM5[Resource::*]", reason=_POLICY_REASON),
+            Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{nag_arn(stack, AUTO_SCALING_GROUPS_ARN)}]",
+                           reason=_POLICY_REASON),
+            *[Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{nag_arn(stack, arn)}]", reason=_POLICY_REASON)
               for arn in (*BATCH_QUEUE_ARNS, INSTANCES_ARN, PENDING_JOBS_ARN)],
             Acknowledgment(id="AwsSolutions-IAM5[Action::kms:GenerateDataKey*]",
                            reason="Publishing to the encrypted alert topic needs data keys of its key."),
@@ -342,8 +342,7 @@ class BudgetGuard(Construct):
             alarm.add_alarm_action(notify)
         return function
 
-
-    def listed_only(self) -> list[IConstruct]:
+    def _listed_only(self) -> list[IConstruct]:
         """The SageMaker endpoints of the app with this guard's scope when they are all the scope holds in the app (a
         serving-only scope: nothing ``govern()`` recorded), which a stop lists and never stops; else none."""
         if governs_something(self, self.budget_scope):
@@ -365,7 +364,7 @@ class _EndsJobsUnlessServingOnly:
         if node is not self._guard or self._done:
             return
         self._done = True
-        if self._guard.listed_only():
+        if self._guard._listed_only():
             return
         stack = Stack.of(self._guard)
         self._function.add_to_role_policy(iam.PolicyStatement(
@@ -390,7 +389,7 @@ class _GovernsSomething:
         if governs_something(self._guard, self._guard.budget_scope):
             return []
         tag = f"{BUDGET_SCOPE_TAG}={self._guard.budget_scope}"
-        endpoints = self._guard.listed_only()
+        endpoints = self._guard._listed_only()
         if endpoints:
             named = ", ".join(display_path(endpoint) for endpoint in endpoints)
             message = (
