@@ -2,15 +2,16 @@
 roll back on the endpoint's own latency and error alarms."""
 
 import json
+from pathlib import Path
 
 import pytest
 from aws_cdk import App, Duration, Stack
 from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Annotations, Match
 
-from ml_platform_constructs import DatasetBucket, MonitoredEndpoint, ValidationError
+from ml_platform_constructs import DatasetBucket, EndpointAutoScaling, MonitoredEndpoint, ValidationError
 from ml_platform_constructs.runtime.promotion import model_version_parameter
-from tests.conftest import isolated_vpc
+from endpoint_vpc import endpoint_vpc
 
 IMAGE = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1"
 
@@ -20,7 +21,7 @@ def endpoint(stack, **kwargs):
     options = {"endpoint_name": "classifier-dev", "image_uri": IMAGE, "model_data_bucket": datasets.bucket,
                "model_data_key": "models/classifier/{version}/model.tar.gz", "model_version": "initial",
                "instance_type": "ml.m5.large", "alerts": sns.Topic(stack, "Alerts"), "baseline_bucket": datasets,
-               "vpc": isolated_vpc(stack), **kwargs}
+               "vpc": endpoint_vpc(stack), **kwargs}
     return MonitoredEndpoint(stack, "Classifier", **options)
 
 
@@ -59,15 +60,20 @@ def test_the_model_role_reads_every_version_and_the_rollback_alarms(versioned):
         ["arn:aws:cloudwatch:us-east-1:123456789012:alarm:" + a["Properties"]["AlarmName"] for a in (latency, errors)])
 
 
+def watched_alarms(template):
+    """The rollback alarms' properties, in the order the endpoint lists them (it references them: Ref is the name)."""
+    config = props(template, "AWS::SageMaker::Endpoint")["DeploymentConfig"]
+    alarms = template.find_resources("AWS::CloudWatch::Alarm")
+    return [(a["AlarmName"]["Ref"], alarms[a["AlarmName"]["Ref"]]["Properties"])
+            for a in config["AutoRollbackConfiguration"]["Alarms"]]
+
+
 def test_updates_are_blue_green_and_roll_back_on_latency_or_errors(versioned):
     template, _ = versioned
     config = props(template, "AWS::SageMaker::Endpoint")["DeploymentConfig"]
-    alarms = template.find_resources("AWS::CloudWatch::Alarm")
-    watched = [a["AlarmName"] for a in config["AutoRollbackConfiguration"]["Alarms"]]
-    # Named, not referenced: the p99 alarm also scales the endpoint out (see test_endpoint_scaling).
-    assert watched == ["classifier-dev-p99-latency", "classifier-dev-5xx-error-rate"]
-    assert [next(k for k, v in alarms.items() if v["Properties"].get("AlarmName") == w).split("Alarm")[0]
-            for w in watched] == ["ClassifierP99Latency", "ClassifierErrorRate"]
+    watched = watched_alarms(template)
+    assert [a["AlarmName"] for _, a in watched] == ["classifier-dev-p99-latency", "classifier-dev-5xx-error-rate"]
+    assert [k.split("Alarm")[0] for k, _ in watched] == ["ClassifierP99Latency", "ClassifierErrorRate"]
     policy = config["BlueGreenUpdatePolicy"]
     # One instance: no canary is possible (at most half the fleet), so the traffic moves at once and bakes.
     assert policy["TrafficRoutingConfiguration"] == {"Type": "ALL_AT_ONCE", "WaitIntervalInSeconds": 1200}
@@ -78,9 +84,7 @@ def test_updates_are_blue_green_and_roll_back_on_latency_or_errors(versioned):
 def test_the_default_bake_outlasts_the_time_the_rollback_alarms_take_to_fire(versioned):
     template, _ = versioned
     config = props(template, "AWS::SageMaker::Endpoint")["DeploymentConfig"]
-    watched = {a["AlarmName"] for a in config["AutoRollbackConfiguration"]["Alarms"]}
-    alarms = [a["Properties"] for a in template.find_resources("AWS::CloudWatch::Alarm").values()
-              if a["Properties"].get("AlarmName") in watched]
+    alarms = [alarm for _, alarm in watched_alarms(template)]
     assert len(alarms) == 2
     bake = config["BlueGreenUpdatePolicy"]["TrafficRoutingConfiguration"]["WaitIntervalInSeconds"]
     for alarm in alarms:
@@ -95,6 +99,18 @@ def bake_warnings(bake_time):
     stack = Stack(App(), "T", env={"account": "123456789012", "region": "us-east-1"})
     endpoint(stack, **({} if bake_time is None else {"rollout_bake_time": bake_time}))
     return Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp("rollout_bake_time="))
+
+
+def test_the_rollback_alarms_exist_before_the_endpoint_and_do_not_scale(synth_stack):
+    """First deploy order: the endpoint references its rollback alarms, so CloudFormation creates them first, and
+    whether CreateEndpoint checks they exist (undocumented) cannot matter. They have no scaling actions: those are
+    the scaling alarms' (test_endpoint_scaling), else the reference would be a dependency cycle."""
+    template = synth_stack(lambda stack: endpoint(stack, auto_scaling=EndpointAutoScaling(
+        max_capacity=3, invocations_per_instance=100)))
+    watched = watched_alarms(template)
+    assert len(watched) == 2
+    for _, alarm in watched:
+        assert [a["Ref"].startswith("Alerts") for a in alarm["AlarmActions"]] == [True], alarm["AlarmName"]
 
 
 def test_a_bake_shorter_than_the_rollback_alarms_need_warns_with_the_fix():
@@ -142,3 +158,31 @@ def test_bad_version_props_fail_at_synth_with_the_fix(kwargs, message):
     stack = Stack(App(), "T", env={"account": "123456789012", "region": "us-east-1"})
     with pytest.raises(ValidationError, match=message):
         endpoint(stack, **kwargs)
+
+
+def page_section(heading):
+    page = (Path(__file__).resolve().parents[2] / "constructs" / "docs" / "MonitoredEndpoint.md").read_text()
+    section = page[page.index(heading):]
+    return " ".join(section[:section.index("\n## ", 1)].split())
+
+
+def test_the_page_says_what_a_capture_change_on_an_autoscaled_endpoint_needs():
+    # RetainAllVariantProperties keeps the instance count; DataCaptureConfig cannot be excluded from the retention
+    # (VariantProperty: "not currently supported"), and whether a capture change applies is not documented.
+    section = page_section("## Autoscaled endpoints and updates")
+    for words in ("`RetainAllVariantProperties: true`", "https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_VariantProperty.html",
+                  "`DataCaptureConfig` is documented there as \"not currently supported\"",
+                  "aws sagemaker describe-endpoint --endpoint-name NAME --query DataCaptureConfig",
+                  "deploy with `auto_scaling=None` and the capture change",
+                  "set `initial_instance_count` to the endpoint's `CurrentInstanceCount`"):
+        assert words in section, words
+
+
+def test_the_page_gives_the_deploy_that_renames_the_variant():
+    # Blue/green updates need the same variant name and a synth cannot see the deployed one: documented, not refused.
+    section = page_section("## Renaming the variant")
+    for words in ("https://docs.aws.amazon.com/sagemaker/latest/dg/deployment-guardrails-exclusions.html",
+                  "A synth cannot see the deployed variant, so this is not refused at synth",
+                  "Change `variant_name` together with a new `endpoint_name`, in one deploy",
+                  "copy the drift baseline to the new name's key"):
+        assert words in section, words

@@ -9,7 +9,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Match
 
-from tests.conftest import isolated_vpc
+from endpoint_vpc import endpoint_vpc
 from ml_platform_constructs import DatasetBucket, EndpointAutoScaling, MonitoredEndpoint, ValidationError
 
 IMAGE = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1"
@@ -24,8 +24,8 @@ def built(synth_stack):
         parts["endpoint"] = MonitoredEndpoint(
             stack, "Classifier", endpoint_name="classifier-dev", image_uri=IMAGE, model_data_bucket=datasets.bucket,
             model_data_key="models/classifier/model.tar.gz", instance_type="ml.m5.large", alerts=sns.Topic(stack, "Alerts"),
-            baseline_bucket=datasets, vpc=isolated_vpc(stack), volume_key=kms.Key(stack, "VolumeKey"),
-            auto_scaling=EndpointAutoScaling(max_capacity=4, invocations_per_instance=200))
+            baseline_bucket=datasets, vpc=endpoint_vpc(stack), volume_key=kms.Key(stack, "VolumeKey"),
+            logs_key=kms.Key(stack, "LogsKey"), auto_scaling=EndpointAutoScaling(max_capacity=4, invocations_per_instance=200))
     return synth_stack(body), parts
 
 
@@ -104,13 +104,15 @@ def test_drift_check_reads_capture_and_baseline_and_writes_only_results(built):
 
 def test_the_drift_alarm_watches_significant_psi_and_a_window_too_small_says_so(built):
     template = built[0]
+    # A window too small to judge publishes no SignificantPSI: the alarm keeps its state (ignore), where "not
+    # breaching" would flap it to OK and make the next judged drift a new episode for RetrainOnDrift.
     template.has_resource_properties("AWS::CloudWatch::Alarm", {
         "Namespace": "MLPlatform/Drift", "MetricName": "SignificantPSI", "Threshold": 0.25, "Statistic": "Maximum",
-        "ComparisonOperator": "GreaterThanOrEqualToThreshold", "TreatMissingData": "notBreaching",
+        "ComparisonOperator": "GreaterThanOrEqualToThreshold", "TreatMissingData": "ignore",
         "Dimensions": [{"Name": "EndpointName", "Value": "classifier-dev"}]})
     template.has_resource_properties("AWS::CloudWatch::Alarm", {
         "MetricName": "DriftJudged", "Threshold": 1, "ComparisonOperator": "LessThanThreshold", "EvaluationPeriods": 24,
-        "AlarmDescription": Match.string_like_regexp("drift not judged for a day")})
+        "AlarmDescription": Match.string_like_regexp("drift not judged for 24 checks in a row")})
     metrics = {a["Properties"].get("MetricName") for a in template.find_resources("AWS::CloudWatch::Alarm").values()}
     assert "MaxKL" not in metrics and "MaxPSI" not in metrics  # KL is published, it alarms on nothing
     variables = next(f["Properties"]["Environment"]["Variables"] for f in
@@ -141,7 +143,7 @@ def test_a_kl_threshold_warns_that_it_no_longer_alarms():
     MonitoredEndpoint(stack, "Classifier", endpoint_name="classifier-dev", image_uri=IMAGE,
                       model_data_bucket=datasets.bucket, model_data_key="models/classifier/model.tar.gz",
                       instance_type="ml.m5.large", alerts=sns.Topic(stack, "Alerts"), baseline_bucket=datasets,
-                      vpc=isolated_vpc(stack), kl_threshold=0.3)
+                      vpc=endpoint_vpc(stack), kl_threshold=0.3)
     [warning] = Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp("kl_threshold"))
     assert "has no effect since 0.5.0" in warning.entry.data
 
@@ -180,12 +182,18 @@ def test_a_failing_drift_check_alarms_with_the_baseline_command_with_and_without
     assert "python -m ml_platform_constructs drift-baseline SAMPLE.csv --endpoint" in description
 
 
-def test_every_alarm_notifies_the_alert_topic(built):
+def test_every_alarm_notifies_the_alert_topic_but_the_scaling_alarms(built):
     alarms = built[0].find_resources("AWS::CloudWatch::Alarm")
-    assert len(alarms) == 7  # drift (2), latency, errors, drift check failing, feature watch (2)
-    for alarm in alarms.values():
-        actions = alarm["Properties"]["AlarmActions"]
-        assert [a for a in actions if "Ref" in a and a["Ref"].startswith("Alerts")]
+    # drift (2), latency, errors, drift check failing, the feature watch's notify; with auto_scaling, the latency
+    # scale-out and the scale-in alarms' only actions are their scaling policies (the latency alarm notifies)
+    assert len(alarms) >= 9
+    notifying = [k for k, a in alarms.items() if [x for x in a["Properties"]["AlarmActions"]
+                                                  if "Ref" in x and x["Ref"].startswith("Alerts")]]
+    scaling = sorted(set(alarms) - set(notifying))
+    assert [k.split("Alarm")[0] for k in scaling] == ["ClassifierLatencyScaleOut", "ClassifierScaleIn"]
+    for key in scaling:
+        [action] = alarms[key]["Properties"]["AlarmActions"]
+        assert action["Ref"].startswith("ClassifierScalableTarget")
 
 
 def test_target_tracking_on_invocations_per_instance(built):
@@ -225,6 +233,7 @@ def make():
     ({"sampling_percentage": 101}, "sampling_percentage=101 is invalid"),
     ({"csv_content_types": []}, "csv_content_types=[] is invalid: 1 to 10 content types"),
     ({"drift_schedule": Duration.seconds(30)}, "drift_schedule='30 seconds' is invalid"),
+    ({"drift_schedule": Duration.days(2)}, "drift_schedule='2 days' is invalid: whole minutes, 1 minute to 1 day"),
     ({"drift_window": Duration.minutes(90)}, "drift_window='1 hour 30 minutes' is invalid: 1 to 24 whole hours"),
     ({"max_records_per_run": 0}, "max_records_per_run=0 is invalid"),
     ({"psi_threshold": 0}, "psi_threshold=0 is invalid"),
@@ -277,3 +286,43 @@ def test_without_a_logs_key_the_drift_logs_say_why_they_are_not_kms_encrypted(ma
     plain = Template.from_stack(Stack.of(key_stack)).find_resources("AWS::Logs::LogGroup")
     assert all("KmsKeyId" not in r["Properties"] for r in plain.values())
     assert all(r["Metadata"]["checkov"]["skip"][0]["id"] == "CKV_AWS_158" for r in plain.values())
+
+
+@pytest.mark.parametrize("minutes,periods", [(1, 1440), (5, 288), (7, 205), (45, 32), (59, 24), (60, 24), (300, 5),
+                                             (420, 4), (1440, 1)])
+def test_the_not_judged_alarm_watches_about_a_day_within_cloudwatchs_limit(minutes, periods):
+    """PutMetricAlarm refuses period x periods over a day for periods under an hour, over 7 days otherwise: a 7-minute
+    schedule with ceil(86400 / 420) = 206 periods (24 hours 2 minutes) would fail at deploy."""
+    from ml_platform_constructs.serving.monitored_endpoint import drift_day_periods
+
+    period = minutes * 60
+    assert drift_day_periods(Duration.minutes(minutes)) == periods
+    assert period * periods <= (86400 if period < 3600 else 7 * 86400)
+    assert period * (periods + 1) > 86400  # one more would pass a day: it watches about a day
+
+
+def test_a_7_minute_drift_schedule_gets_a_not_judged_alarm_cloudwatch_accepts(make):
+    from aws_cdk.assertions import Template
+
+    template = Template.from_stack(Stack.of(make(drift_schedule=Duration.minutes(7))))
+    [alarm] = [a["Properties"] for a in template.find_resources("AWS::CloudWatch::Alarm").values()
+               if a["Properties"].get("MetricName") == "DriftJudged"]
+    assert (alarm["Period"], alarm["EvaluationPeriods"]) == (420, 205)
+
+
+def test_the_endpoint_writes_to_a_log_group_of_its_own_with_retention_and_the_logs_key(built):
+    template = built[0]
+    groups = template.find_resources("AWS::Logs::LogGroup", {"Properties": {
+        "LogGroupName": "/aws/sagemaker/Endpoints/classifier-dev"}})
+    [(group_id, group)] = groups.items()
+    assert group["Properties"]["RetentionInDays"] == 90
+    assert group["Properties"]["KmsKeyId"]["Fn::GetAtt"][0].startswith("LogsKey")
+    assert group["DeletionPolicy"] == "Retain"
+    # Before the endpoint: SageMaker would otherwise create it on first start, never expiring, without the key.
+    (endpoint,) = template.find_resources("AWS::SageMaker::Endpoint").values()
+    assert group_id in endpoint["DependsOn"]
+    role_policy = next(v for k, v in template.find_resources("AWS::IAM::Policy").items()
+                       if k.startswith("ClassifierModelRole"))
+    [logs_statement] = [s for s in role_policy["Properties"]["PolicyDocument"]["Statement"]
+                        if any(a.startswith("logs:") for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))]
+    assert sorted(logs_statement["Action"]) == ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]

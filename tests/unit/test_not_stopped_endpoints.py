@@ -10,7 +10,8 @@ from moto import mock_aws
 
 from ml_platform_constructs import BUDGET_SCOPE_TAG, DatasetBucket, MonitoredEndpoint
 from ml_platform_constructs.runtime import budget_guard
-from tests.conftest import ACCOUNT, isolated_vpc, new_app
+from endpoint_vpc import endpoint_vpc
+from tests.conftest import ACCOUNT, new_app
 
 IMAGE = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1"
 
@@ -20,7 +21,7 @@ def test_a_monitored_endpoint_tags_only_its_endpoint_with_its_budget_scope(tmp_p
     data = DatasetBucket(stack, "Data")
     MonitoredEndpoint(stack, "Endpoint", endpoint_name="team-clf", image_uri=IMAGE, model_data_bucket=data.bucket,
                       model_data_key="m.tar.gz", instance_type="ml.m5.large", alerts=sns.Topic(stack, "Alerts"),
-                      baseline_bucket=data, vpc=isolated_vpc(stack), budget_scope="vision-prod")
+                      baseline_bucket=data, vpc=endpoint_vpc(stack), budget_scope="vision-prod")
     tagged = {name: r["Type"] for name, r in Template.from_stack(stack).to_json()["Resources"].items()
               if {"Key": BUDGET_SCOPE_TAG, "Value": "vision-prod"} in r.get("Properties", {}).get("Tags", [])}
     assert list(tagged.values()) == ["AWS::SageMaker::Endpoint"]

@@ -1,16 +1,22 @@
 """Scaling of a MonitoredEndpoint's variant: target tracking (invocations per instance, or SageMaker's high-resolution
-concurrency metric) to follow traffic, and a scale-out-only step policy on the endpoint's p99 latency alarm, so slow
-requests add instances too.
+concurrency metric) to follow traffic, a step policy that adds instances while requests are slow, and, with that step
+policy, one scale-in policy that removes an instance only when traffic and latency both allow it.
 
 Application Auto Scaling's target tracking takes only Average, Minimum, Maximum, SampleCount or Sum in its
 CustomizedMetricSpecification (https://docs.aws.amazon.com/autoscaling/application/APIReference/API_CustomizedMetricSpecification.html),
 so a percentile is refused at synth here; the emulator accepts one, and AWS would refuse it only at deploy.
+
+The step policies are driven by metric alarms of their own (metric math), apart from the endpoint's rollback alarms:
+a metric alarm can invoke an Application Auto Scaling policy, a composite alarm cannot
+(https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/US_AlarmAutoScalingAction.html), and CloudWatch
+repeats an Auto Scaling action every period its alarm stays in ALARM
+(https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/alarm-actions.html).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import jsii
 from aws_cdk import Duration, Stack, Token
@@ -25,11 +31,22 @@ from ..errors import ValidationError
 TARGET_TRACKING_STATISTICS = ("Average", "Minimum", "Maximum", "SampleCount", "Sum")
 
 
+# The scaling alarms read 5-minute periods, as the endpoint's p99 alarm does, and act after 3 of them (15 minutes).
+SCALING_PERIOD = Duration.minutes(5)
+SCALING_ALARM_PERIODS = 3
+# Latency does not fall in proportion to the instances added, so an instance is removed only while the judged p99 is
+# under this share of p99_latency_threshold: far enough below it that one instance fewer does not cross it again.
+SCALE_IN_LATENCY_SHARE = 0.5
+
+
 @dataclass(frozen=True)
 class EndpointAutoScaling:
     """Instances of the endpoint's variant between ``min_capacity`` and ``max_capacity``.
 
-    Target tracking follows traffic and is what scales in; give at least one of:
+    :param max_capacity: the most instances.
+    :param min_capacity: the fewest instances, also while nothing is served (e.g. 2 for availability). Default: 1.
+
+    Target tracking follows traffic; give at least one of:
 
     :param invocations_per_instance: on ``SageMakerVariantInvocationsPerInstance`` (per minute).
     :param concurrent_requests_per_model: on SageMaker's high-resolution ``ConcurrentRequestsPerModel`` (requests in
@@ -41,11 +58,17 @@ class EndpointAutoScaling:
 
     Slow requests do not raise the invocations per instance, so P99 latency adds instances too:
 
-    :param scale_out_on_latency: a step-scaling policy on the endpoint's p99 latency alarm (its
-        ``p99_latency_threshold``: one setting for both) adds ``latency_scale_out_instances`` while the alarm is
-        in ALARM, at most once per ``latency_scale_out_cooldown``. It never scales in. Default: True.
+    :param scale_out_on_latency: a step-scaling policy on an alarm of its own (the endpoint's judged p99 above its
+        ``p99_latency_threshold`` for 3 periods of 5 minutes: one setting for scaling and rollback, two alarms) adds
+        ``latency_scale_out_instances`` while that alarm is in ALARM, at most once per ``latency_scale_out_cooldown``.
+        Target tracking would remove those instances again, since traffic did not rise: so with this policy the
+        target-tracking policies only scale out, and one step policy scales in, an instance at a time at most once per
+        ``scale_in_cooldown``, when for 15 minutes every tracked metric would stay under its target with one instance
+        fewer and the judged p99 is under half its threshold (or nothing is served). Default: True. False: target
+        tracking scales in and out, and latency adds nothing.
     :param latency_scale_out_instances: Default: 1.
     :param latency_scale_out_cooldown: Default: 10 minutes.
+    :param scale_in_cooldown: with ``scale_out_on_latency``, the least time between two scale-ins. Default: 10 minutes.
     """
     max_capacity: int
     invocations_per_instance: Optional[float] = None
@@ -56,6 +79,7 @@ class EndpointAutoScaling:
     scale_out_on_latency: bool = True
     latency_scale_out_instances: int = 1
     latency_scale_out_cooldown: Duration = Duration.minutes(10)
+    scale_in_cooldown: Duration = Duration.minutes(10)
 
     def validate(self) -> None:
         def fail(prop: str, value, allowed: str, fix: str) -> None:
@@ -75,10 +99,11 @@ class EndpointAutoScaling:
             refuse_percentile(self.target_metric.statistic, self.target_metric.metric_name, "auto_scaling.target_metric")
         if not 1 <= self.latency_scale_out_instances <= 100:
             fail("latency_scale_out_instances", self.latency_scale_out_instances, "1 to 100 instances per step", "e.g. 1")
-        seconds = self.latency_scale_out_cooldown.to_seconds()
-        if not 60 <= seconds <= 86400:
-            fail("latency_scale_out_cooldown", self.latency_scale_out_cooldown.to_human_string(), "1 minute to 1 day",
-                 "e.g. Duration.minutes(10), enough for a new instance to take traffic")
+        for prop in ("latency_scale_out_cooldown", "scale_in_cooldown"):
+            cooldown = getattr(self, prop)
+            if not 60 <= cooldown.to_seconds() <= 86400:
+                fail(prop, cooldown.to_human_string(), "1 minute to 1 day",
+                     "e.g. Duration.minutes(10), enough for a new instance to take traffic")
 
 
 def refuse_percentile(statistic: str, metric_name: str, prop: str) -> None:
@@ -94,35 +119,94 @@ def refuse_percentile(statistic: str, metric_name: str, prop: str) -> None:
 
 
 def scale_endpoint(scope: Construct, *, endpoint: sagemaker.CfnEndpoint, variant_name: str,
-                   config: EndpointAutoScaling, latency_alarm: cloudwatch.Alarm) -> appscaling.ScalableTarget:
+                   config: EndpointAutoScaling, metric: Callable[[str, str], cloudwatch.Metric],
+                   judged_p99: cloudwatch.MathExpression, p99_threshold: float) -> appscaling.ScalableTarget:
     """The variant's scalable target (id ``ScalableTarget`` in ``scope``: a changed id would replace it, and the old
-    one's deletion would deregister the new one), its target tracking and the latency step policy."""
+    one's deletion would deregister the new one), its target tracking and, with ``scale_out_on_latency``, the latency
+    scale-out and the combined scale-in, each on an alarm of its own. ``metric(name, statistic)`` is the variant's
+    ``AWS/SageMaker`` metric in 5-minute periods, ``judged_p99`` the endpoint's p99 alarm's expression (microseconds),
+    ``p99_threshold`` that alarm's threshold."""
     target = appscaling.ScalableTarget(
         scope, "ScalableTarget", service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
         resource_id=f"endpoint/{endpoint.endpoint_name}/variant/{variant_name}",
         scalable_dimension="sagemaker:variant:DesiredInstanceCount",
         min_capacity=config.min_capacity, max_capacity=config.max_capacity)
     target.node.add_dependency(endpoint)
+    # With the latency step policy, target tracking must not remove what it added: one policy scales in (below).
+    tracking_scales_in = not config.scale_out_on_latency
+    tracked: list[tuple[cloudwatch.IMetric, float]] = []  # (the tracked value in 5-minute periods, its target)
     if config.invocations_per_instance is not None:
         target.scale_to_track_metric(
             "InvocationsPerInstance", target_value=config.invocations_per_instance,
+            disable_scale_in=not tracking_scales_in,
             predefined_metric=appscaling.PredefinedMetric.SAGEMAKER_VARIANT_INVOCATIONS_PER_INSTANCE)
+        # Per minute, as the target is: the 5-minute sum over 5.
+        tracked.append((cloudwatch.MathExpression(expression="ipi / 5", period=SCALING_PERIOD, using_metrics={
+            "ipi": metric("InvocationsPerInstance", "Sum")}), config.invocations_per_instance))
     if config.concurrent_requests_per_model is not None:
         target.scale_to_track_metric(
             "ConcurrentRequestsPerModel", target_value=config.concurrent_requests_per_model,
+            disable_scale_in=not tracking_scales_in,
             predefined_metric=appscaling.PredefinedMetric.SAGEMAKER_VARIANT_CONCURRENT_REQUESTS_PER_MODEL_HIGH_RESOLUTION)
+        tracked.append((metric("ConcurrentRequestsPerModel", "Average"), config.concurrent_requests_per_model))
     if config.target_metric is not None:
-        target.scale_to_track_metric("TargetMetric", target_value=config.target_value, custom_metric=config.target_metric)
+        target.scale_to_track_metric("TargetMetric", target_value=config.target_value, custom_metric=config.target_metric,
+                                     disable_scale_in=not tracking_scales_in)
+        tracked.append((config.target_metric.with_(period=SCALING_PERIOD), config.target_value))
     if config.scale_out_on_latency:
-        # Bounds are relative to the alarm's threshold: from the threshold up, add instances.
-        step = appscaling.StepScalingAction(
-            target, "LatencyScaleOut", scaling_target=target,
-            adjustment_type=appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
-            cooldown=config.latency_scale_out_cooldown, metric_aggregation_type=appscaling.MetricAggregationType.MAXIMUM)
-        step.add_adjustment(adjustment=config.latency_scale_out_instances, lower_bound=0)
-        latency_alarm.add_alarm_action(cw_actions.ApplicationScalingAction(step))
+        _latency_scale_out(scope, endpoint.endpoint_name, target, config, judged_p99, p99_threshold)
+        _scale_in(scope, endpoint.endpoint_name, target, config, metric, judged_p99, p99_threshold, tracked)
     target.node.add_validation(_NoPercentileTargetTracking(target))
     return target
+
+
+def _latency_scale_out(scope: Construct, endpoint_name: str, target: appscaling.ScalableTarget,
+                       config: EndpointAutoScaling, judged_p99: cloudwatch.MathExpression, p99_threshold: float) -> None:
+    # Its own alarm, not the rollback alarm: the rollback alarm watches old and new fleets during an update (when
+    # scaling is blocked anyway), and what rolls back should not also be what scales.
+    alarm = judged_p99.create_alarm(
+        scope, "LatencyScaleOutAlarm", threshold=p99_threshold, evaluation_periods=SCALING_ALARM_PERIODS,
+        comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        alarm_description=f"Scales {endpoint_name} out: judged p99 model latency above "
+                          f"{p99_threshold / 1000:g} ms for 15 minutes (the p99 alarm notifies)")
+    # Bounds are relative to the alarm's threshold: from the threshold up, add instances.
+    step = appscaling.StepScalingAction(
+        target, "LatencyScaleOut", scaling_target=target, adjustment_type=appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+        cooldown=config.latency_scale_out_cooldown, metric_aggregation_type=appscaling.MetricAggregationType.MAXIMUM)
+    step.add_adjustment(adjustment=config.latency_scale_out_instances, lower_bound=0)
+    alarm.add_alarm_action(cw_actions.ApplicationScalingAction(step))
+
+
+def _scale_in(scope: Construct, endpoint_name: str, target: appscaling.ScalableTarget, config: EndpointAutoScaling,
+              metric: Callable[[str, str], cloudwatch.Metric], judged_p99: cloudwatch.MathExpression,
+              p99_threshold: float, tracked: list[tuple[cloudwatch.IMetric, float]]) -> None:
+    """One instance fewer when, for 15 minutes, nothing is served, or the variant has 2 or more instances, every
+    tracked metric v (target t) would stay under its target with one instance fewer (v * n < t * (n - 1), n the
+    instances: Invocations / InvocationsPerInstance), and the judged p99 is under SCALE_IN_LATENCY_SHARE of its
+    threshold. Nested IFs of comparisons only (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/using-metric-math.html)."""
+    using = {"inv": metric("Invocations", "Sum"), "ipi": metric("InvocationsPerInstance", "Sum"), "latency": judged_p99}
+    n = "(inv / ipi)"
+    condition = f"IF(latency < {p99_threshold * SCALE_IN_LATENCY_SHARE:g}, 1, 0)"
+    for index, (value, target_value) in reversed(list(enumerate(tracked))):
+        using[f"m{index}"] = value
+        condition = f"IF(m{index} * {n} < {target_value:g} * ({n} - 1), {condition}, 0)"
+    alarm = cloudwatch.MathExpression(
+        expression=f"IF(FILL(inv, 0) == 0, 1, IF({n} >= 1.5, {condition}, 0))", period=SCALING_PERIOD,
+        label="1 when an instance fewer would still meet the targets and the latency", using_metrics=using,
+    ).create_alarm(
+        scope, "ScaleInAlarm", threshold=1, evaluation_periods=SCALING_ALARM_PERIODS,
+        comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        # No data at all (no metrics published): keep the instances, as target tracking does without data.
+        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        alarm_description=f"Scales {endpoint_name} in: for 15 minutes one instance fewer would keep every "
+                          "tracked metric under its target and the judged p99 is under "
+                          f"{p99_threshold * SCALE_IN_LATENCY_SHARE / 1000:g} ms (or nothing was served)")
+    step = appscaling.StepScalingAction(
+        target, "ScaleIn", scaling_target=target, adjustment_type=appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+        cooldown=config.scale_in_cooldown, metric_aggregation_type=appscaling.MetricAggregationType.MAXIMUM)
+    step.add_adjustment(adjustment=-1, lower_bound=0)
+    alarm.add_alarm_action(cw_actions.ApplicationScalingAction(step))
 
 
 @jsii.implements(IValidation)

@@ -56,6 +56,18 @@ INSTANCE_STORAGE_FAMILIES = frozenset({
 })
 
 
+def drift_day_periods(schedule: Duration) -> int:
+    """The drift-not-judged alarm's evaluation periods: about a day of checks, within CloudWatch's limit on an alarm's
+    evaluation range (period x periods at most 1 day for periods under an hour, 7 days otherwise:
+    https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_PutMetricAlarm.html, Period). Under an hour,
+    the whole periods of a day (floor: a 7-minute schedule gets 205, 23.9 hours; ceil would be 24 hours 2 minutes,
+    which PutMetricAlarm refuses); from an hour, the periods that cover a day."""
+    seconds = int(schedule.to_seconds())
+    if seconds < 3600:
+        return 86400 // seconds
+    return max(1, math.ceil(86400 / seconds))
+
+
 class MonitoredEndpoint(Construct):
     """A SageMaker real-time endpoint, its endpoint configuration with data capture, and its monitoring.
 
@@ -95,14 +107,17 @@ class MonitoredEndpoint(Construct):
     :param capture_key: encrypts captured data. Default: the capture bucket's own new key.
     :param volume_key: encrypts the endpoint's storage volume; must be None for instance types with local NVMe
         storage (hardware-encrypted). Default: none (SageMaker's AWS managed key).
-    :param initial_instance_count: Default: 1.
-    :param variant_name: Default: ``AllTraffic``.
+    :param initial_instance_count: the instances the endpoint starts with. With ``auto_scaling``, only at creation:
+        an update keeps the instances scaling set (``RetainAllVariantProperties``). Default: 1.
+    :param variant_name: Default: ``AllTraffic``. A new name needs a new ``endpoint_name`` in the same deploy: every
+        update is blue/green, which needs the same variant name (constructs/docs/MonitoredEndpoint.md, "Renaming the
+        variant"; a synth cannot see the deployed name).
     :param environment: container environment variables. Default: none.
     :param sampling_percentage: share of requests captured, 0-100. Default: 100.
     :param csv_content_types: Default: ``text/csv``.
     :param json_content_types: Default: ``application/json``.
     :param capture_retention: Default: 30 days.
-    :param drift_schedule: how often the drift check runs. Default: 1 hour.
+    :param drift_schedule: how often the drift check runs, 1 minute to 1 day. Default: 1 hour.
     :param drift_window: hours of capture each run reads (capture files are grouped by hour). Default: 1 hour.
     :param max_records_per_run: the sample bound of one run. Default: 10,000.
     :param psi_threshold: a feature drifted when its PSI is at least this and its shift is significant (chi-square at
@@ -122,18 +137,19 @@ class MonitoredEndpoint(Construct):
         back to the old fleet if one goes to ALARM. 0-60 minutes. Default: 20 minutes, ``MIN_ROLLOUT_BAKE_TIME``:
         the alarms need 3 breaching periods of 5 minutes, and a shift rarely starts a period. A shorter bake warns
         (``ml-platform:rollout-bake-time``): a regression could not roll back before the old fleet is gone.
-    :param auto_scaling: target tracking, and scale-out on the p99 latency alarm (``EndpointAutoScaling``).
-        Default: none (fixed instance count).
+    :param auto_scaling: target tracking, and scale-out on the p99 latency with a scale-in that agrees with it
+        (``EndpointAutoScaling``); updates keep the instance count scaling set. Default: none (fixed instance count).
     :param quality: production quality against ground-truth labels, and its alarm (``ModelQuality``, see
         ``EndpointQuality``). With ``model_version``, a promotion also sets the quality baseline to the promoted
         run's held-out score (a second stack parameter, ``runtime.promotion.quality_baseline_parameter``); until
         then ``quality.baseline`` applies. Default: none.
     :param feature_watch: when the drift check's feature watch (spread and explained variance) alarms.
         Default: ``FeatureWatch()``.
-    :param removal_policy: for the capture bucket. Default: RETAIN.
-    :param logs_key: encrypts the drift check's log group. A key of this app gets the CloudWatch Logs statement (once
-        per key); an imported key fails at synth unless ``key_policy_has`` declares it.
-        Default: none (CloudWatch Logs' own encryption at rest).
+    :param removal_policy: for the capture bucket and the log groups. Default: RETAIN.
+    :param logs_key: encrypts the construct's log groups: the endpoint's own (``/aws/sagemaker/Endpoints/<name>``,
+        created here with 3 months' retention, before the endpoint), the drift check's and, with ``quality``, the
+        quality check's. A key of this app gets the CloudWatch Logs statement (once per key); an imported key fails at
+        synth unless ``key_policy_has`` declares it. Default: none (CloudWatch Logs' own encryption at rest).
     :param network_isolation: no network calls to or from the model container (SageMaker still loads the model
         artifact and captures data itself). Default: True; set False only for a container that must call out
         (e.g. to fetch features), which adds a warning.
@@ -196,7 +212,7 @@ class MonitoredEndpoint(Construct):
         require_private_subnets(self, "MonitoredEndpoint", vpc, vpc_subnets, allow_public_subnets)
         validate_budget_scope("MonitoredEndpoint", budget_scope)
         Tags.of(self).add(BUDGET_SCOPE_TAG, budget_scope, include_resource_types=["AWS::SageMaker::Endpoint"])
-        if logs_key is not None:  # the drift check's log group
+        if logs_key is not None:  # the construct's log groups
             allow_log_groups(logs_key, construct="MonitoredEndpoint", prop="logs_key")
         self.endpoint_name = endpoint_name
         self.variant_name = variant_name
@@ -260,8 +276,16 @@ class MonitoredEndpoint(Construct):
                 id="AwsSolutions-SM2",
                 reason="The storage volume is encrypted with SageMaker's AWS managed key (or by hardware on instance "
                        "types with local NVMe storage, where a KMS key is rejected); captured data uses a CMK."))
+        # An autoscaled variant keeps the instance count Application Auto Scaling set when a new configuration rolls
+        # out; without this every update (a promotion) would start InitialInstanceCount instances
+        # (https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_UpdateEndpoint.html). Nothing is excluded:
+        # DesiredInstanceCount would undo scaling, DesiredWeight is 1 for the one variant, and DataCaptureConfig is
+        # "not currently supported" there (https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_VariantProperty.html),
+        # so a capture change on an autoscaled endpoint is checked after the deploy (constructs/docs/MonitoredEndpoint.md).
         self.endpoint = sagemaker.CfnEndpoint(self, "Resource", endpoint_name=endpoint_name,
-                                              endpoint_config_name=self.endpoint_config.attr_endpoint_config_name)
+                                              endpoint_config_name=self.endpoint_config.attr_endpoint_config_name,
+                                              retain_all_variant_properties=True if auto_scaling is not None else None)
+        self.endpoint_log_group = self._endpoint_log_group()
 
         self.drift_function = self._drift_check(baseline_bucket, drift_schedule, drift_window, max_records_per_run, {
             "PSI_THRESHOLD": repr(float(psi_threshold)), "SIGNIFICANCE": repr(float(drift_significance)),
@@ -271,7 +295,8 @@ class MonitoredEndpoint(Construct):
                                                 settings=feature_watch, period=drift_schedule, alerts=alerts))
         self.scalable_target = scale_endpoint(
             self, endpoint=self.endpoint, variant_name=variant_name, config=auto_scaling,
-            latency_alarm=self.alarms["latency"]) if auto_scaling is not None else None
+            metric=self._endpoint_metric, judged_p99=self.metric_judged_p99_latency(),
+            p99_threshold=p99_latency_threshold.to_milliseconds() * 1000) if auto_scaling is not None else None
         self.quality = EndpointQuality(
             self, "Quality", endpoint_name=endpoint_name, variant_name=variant_name, capture_bucket=self.capture_bucket,
             capture_prefix=CAPTURE_PREFIX, results_bucket=baseline_bucket, settings=quality, alerts=alerts,
@@ -338,8 +363,10 @@ class MonitoredEndpoint(Construct):
             if not 1 <= len(types) <= 10:
                 fail(prop, list(types), "1 to 10 content types (SageMaker's limit)", "e.g. ['text/csv']")
         schedule_minutes = drift_schedule.to_seconds() / 60
-        if schedule_minutes < 1 or schedule_minutes != int(schedule_minutes):
-            fail("drift_schedule", drift_schedule.to_human_string(), "whole minutes, at least 1", "e.g. Duration.hours(1)")
+        # At most a day: the drift alarms' period is the schedule, and the not-judged alarm watches about a day of it.
+        if not 1 <= schedule_minutes <= 1440 or schedule_minutes != int(schedule_minutes):
+            fail("drift_schedule", drift_schedule.to_human_string(), "whole minutes, 1 minute to 1 day",
+                 "e.g. Duration.hours(1)")
         window_hours = drift_window.to_seconds() / 3600
         if window_hours != int(window_hours) or not 1 <= window_hours <= 24:
             fail("drift_window", drift_window.to_human_string(), "1 to 24 whole hours (capture files are grouped by hour)",
@@ -407,8 +434,13 @@ class MonitoredEndpoint(Construct):
             if instance_count >= 2 else
             sagemaker.CfnEndpoint.TrafficRoutingConfigProperty(type="ALL_AT_ONCE", wait_interval_in_seconds=seconds))
         rollback_alarms = [self.alarms["latency"], self.alarms["errors"]]
-        # By name, not by Ref: the p99 alarm's scale-out action depends on the endpoint through its scalable target.
-        # So on the stack's first creation the endpoint comes before its alarms; rollback only watches updates.
+        # Referenced (Ref is the alarm's name), so CloudFormation creates the alarms before the endpoint. Whether
+        # CreateEndpoint checks that the rollback alarms exist is not documented (AutoRollbackConfig says only
+        # "CloudWatch alarms in your account": https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_AutoRollbackConfig.html):
+        # with the alarms created first, it cannot matter. They have no scaling actions (the step policies have
+        # alarms of their own, endpoint_scaling.py), so the reference makes no dependency cycle. They watch the
+        # variant, old and new fleet together during an update (the guardrails page's own example, "Monitor
+        # invocation errors on both old and new fleets": https://docs.aws.amazon.com/sagemaker/latest/dg/deployment-guardrails-configuration.html).
         names = [self._rollback_alarm_names[kind] for kind in ("latency", "errors")]
         # Each baking period (WaitIntervalInSeconds: a canary's, or all traffic's) and the wait before the old fleet
         # is terminated (TerminationWaitInSeconds: a canary's final baking period) last the bake time; the
@@ -419,13 +451,27 @@ class MonitoredEndpoint(Construct):
                 traffic_routing_configuration=routing, termination_wait_in_seconds=seconds,
                 maximum_execution_timeout_in_seconds=max(600, min(14400, 4 * seconds + 1800))),
             auto_rollback_configuration=sagemaker.CfnEndpoint.AutoRollbackConfigProperty(
-                alarms=[sagemaker.CfnEndpoint.AlarmProperty(alarm_name=name) for name in names]))
+                alarms=[sagemaker.CfnEndpoint.AlarmProperty(alarm_name=alarm.alarm_name) for alarm in rollback_alarms]))
         # SageMaker reads the rollback alarms with the endpoint's execution role:
         # https://docs.aws.amazon.com/sagemaker/latest/dg/deployment-guardrails-configuration.html
         alarm_arn = stack_arn(Stack.of(self), "arn:{partition}:cloudwatch:{region}:{account}:alarm:")
         self.role.add_to_principal_policy(iam.PolicyStatement(
             actions=["cloudwatch:DescribeAlarms"], resources=[alarm_arn + name for name in names]))
         self.rollback_alarms = rollback_alarms
+
+    def _endpoint_log_group(self) -> logs.LogGroup:
+        """The log group SageMaker writes the containers' logs to (``/aws/sagemaker/Endpoints/<endpoint_name>``,
+        https://docs.aws.amazon.com/sagemaker/latest/dg/logging-cloudwatch.html). Created here, before the endpoint,
+        with a retention and ``logs_key``: left to SageMaker, it would create it on first start, never expiring
+        and under CloudWatch Logs' own key. The model role may write to it, not create it."""
+        log_group = logs.LogGroup(self, "EndpointLogs", log_group_name=f"/aws/sagemaker/Endpoints/{self.endpoint_name}",
+                                  retention=logs.RetentionDays.THREE_MONTHS, encryption_key=self._logs_key,
+                                  removal_policy=self._removal_policy)
+        if self._logs_key is None:
+            suppress_checkov(log_group, "CKV_AWS_158", "No logs_key was given: CloudWatch Logs encrypts the endpoint's "
+                             "container logs with its own keys")
+        self.endpoint.node.add_dependency(log_group)
+        return log_group
 
     # --- permissions ------------------------------------------------------------------------------------------
     def _grant_model_role(self, model_data_bucket: s3.IBucket, model_data_key: str, image_uri: str) -> None:
@@ -439,9 +485,10 @@ class MonitoredEndpoint(Construct):
                 actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
                 resources=[f"arn:{stack.partition}:ecr:{region}:{account}:repository/{repository}"]))
             self.role.add_to_principal_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
+        # The endpoint's log group is the construct's (EndpointLogs, created before the endpoint): its streams only.
         log_groups = "arn:{partition}:logs:{region}:{account}:log-group:/aws/sagemaker/Endpoints/" + self.endpoint_name
         self.role.add_to_principal_policy(iam.PolicyStatement(
-            actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+            actions=["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
             resources=[stack_arn(stack, log_groups), stack_arn(stack, f"{log_groups}:*")]))
         # SageMaker creates the network interfaces of a model in a VPC with the execution role.
         self.role.add_to_principal_policy(iam.PolicyStatement(
@@ -544,20 +591,22 @@ class MonitoredEndpoint(Construct):
 
     @property
     def _rollback_alarm_names(self) -> dict[str, str]:
-        """The rollback alarms' names, fixed so that the endpoint names them without a Ref: the p99 alarm also
-        scales the endpoint out, and its scaling policy's target depends on the endpoint (a Ref would be a cycle)."""
+        """The rollback alarms' names, fixed so that operators and the model role's DescribeAlarms grant can name
+        them (the endpoint itself references the alarms)."""
         return {"latency": f"{self.endpoint_name}-p99-latency", "errors": f"{self.endpoint_name}-5xx-error-rate"}
 
     def _alarms(self, alerts, psi_threshold, latency, error_rate, schedule) -> dict[str, cloudwatch.IAlarm]:
         notify = cw_actions.SnsAction(alerts)
-        day = max(1, math.ceil(86400 / schedule.to_seconds()))
+        day = drift_day_periods(schedule)
         alarms = {
             # SignificantPSI is published only by judged windows: a window too small to judge leaves the alarm as
-            # it was (missing data is not breaching), and the not-judged alarm speaks for it.
+            # it was (missing data ignored: "not breaching" would return it to OK on a window nobody judged, and the
+            # composite DriftAlarm, and RetrainOnDrift with it, would see a new episode on the next judged drift),
+            # and the not-judged alarm speaks for it.
             "psi": self.metric_drift("SignificantPSI", schedule).create_alarm(
                 self, "PsiDriftAlarm", threshold=psi_threshold, evaluation_periods=1,
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                treat_missing_data=cloudwatch.TreatMissingData.IGNORE,
                 alarm_description=f"{self.endpoint_name}: a feature drifted: PSI against the training baseline of at "
                                   f"least {psi_threshold:g} and a significant shift (a window from the training "
                                   "distribution alarms in at most 1% of checks)"),
@@ -565,7 +614,8 @@ class MonitoredEndpoint(Construct):
                 self, "DriftNotJudgedAlarm", threshold=1, evaluation_periods=day,
                 comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-                alarm_description=f"{self.endpoint_name}: drift not judged for a day: no feature had 10 expected "
+                alarm_description=f"{self.endpoint_name}: drift not judged for {day} checks in a row (about a day): "
+                                  "no feature had 10 expected "
                                   "captured values in its smallest bin in a window (little traffic, a low sampling "
                                   "percentage, or requests that do not match the baseline's features; the results say "
                                   "which)"),
