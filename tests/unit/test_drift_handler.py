@@ -86,3 +86,24 @@ def test_sample_is_bounded_and_what_was_skipped_is_reported(aws):
     assert summary["objects_read"] == 4 and summary["objects_skipped"] == 6
     assert summary["records_read"] == 1200
     assert metric_values(cloudwatch, "ObjectsSkipped") == [6.0]
+
+
+def test_the_feature_watch_says_every_run_whether_its_baseline_lets_it_judge_anything(aws):
+    """A baseline built before the feature watch (version 2) left it silently inactive: its alarms saw missing data."""
+    s3, cloudwatch = aws
+    put_capture(s3, "2026/11/29/20", "a", [line(a % 100, "red") for a in range(200)])
+    active = drift_handler.run(ENV, s3, cloudwatch, NOW)
+    assert active["feature_watch_inactive"] is None and metric_values(cloudwatch, "FeatureWatchActive") == [1.0]
+    old = json.loads(s3.get_object(Bucket="datasets", Key=ENV["BASELINE_KEY"])["Body"].read())
+    old["version"] = 2
+    s3.put_object(Bucket="datasets", Key=ENV["BASELINE_KEY"], Body=json.dumps(old).encode())
+    stale = drift_handler.run(ENV, s3, cloudwatch, NOW.replace(hour=22))
+    assert "version 2, built before the feature watch" in stale["feature_watch_inactive"]
+    assert "./platform drift-baseline ENV ENDPOINT SAMPLE.csv" in stale["feature_watch_inactive"]
+    assert sorted(metric_values(cloudwatch, "FeatureWatchActive")) == [0.0, 1.0]
+
+
+def test_a_baseline_that_leaves_the_watch_nothing_to_see_says_so():
+    categorical = drift.build_baseline([{"color": c} for c in ("red", "blue") * 100], ["color"])
+    assert categorical["version"] == 3
+    assert "no numeric feature with 20 or more distinct training values" in drift.watch_inactive(categorical)

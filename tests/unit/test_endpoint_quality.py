@@ -16,7 +16,7 @@ from aws_cdk.assertions import Match
 from ml_platform_constructs import DatasetBucket, ModelQuality, MonitoredEndpoint, ValidationError
 from ml_platform_constructs.serving.endpoint_quality import FUNCTION_FILES as QUALITY_FILES
 from ml_platform_constructs.serving.monitored_endpoint import DRIFT_FUNCTION_FILES as DRIFT_FILES
-from tests.conftest import isolated_vpc
+from tests.unit.endpoint_vpc import endpoint_vpc
 
 IMAGE = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1"
 
@@ -26,7 +26,7 @@ def endpoint(stack, **props):
     return MonitoredEndpoint(
         stack, "Classifier", endpoint_name="classifier-dev", image_uri=IMAGE, model_data_bucket=datasets.bucket,
         model_data_key="models/classifier/model.tar.gz", instance_type="ml.m5.large", alerts=sns.Topic(stack, "Alerts"),
-        baseline_bucket=datasets, vpc=isolated_vpc(stack), **props)
+        baseline_bucket=datasets, vpc=endpoint_vpc(stack), **props)
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def built(synth_stack):
     def body(stack):
         parts["endpoint"] = endpoint(stack, quality=ModelQuality(
             problem_type="binary", baseline=0.92, baseline_examples=5000, prediction_path="predictions.*.score",
-            label_lateness=Duration.hours(48)))
+            label_lateness=Duration.hours(48), min_labelled=150))
         parts["labeller"] = iam.Role(stack, "Labeller", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
         parts["endpoint"].quality.grant_label_upload(parts["labeller"])
     return synth_stack(body), parts
@@ -54,7 +54,7 @@ def test_the_join_runs_hourly_with_the_settings_the_decision_needs(built):
                                       "POWER", "MAX_BATCH_HOURS", "REFERENCE_LABELS", "BASELINE", "BASELINE_EXAMPLES",
                                       "PROBLEM_TYPE", "PREDICTION_PATH", "LABELS_PREFIX", "STATE_PREFIX",
                                       "METRIC_NAMESPACE", "MODEL_VERSION", "MAX_LABELS")} == {
-        "LATENESS_HOURS": "48", "MIN_LABELLED": "200", "MAX_DROP": "1.5", "FALSE_ALARMS_PER_90_DAYS": "0.25",
+        "LATENESS_HOURS": "48", "MIN_LABELLED": "150", "MAX_DROP": "1.5", "FALSE_ALARMS_PER_90_DAYS": "0.25",
         "POWER": "0.9", "MAX_BATCH_HOURS": "168", "REFERENCE_LABELS": "10000", "BASELINE": "0.92",
         "BASELINE_EXAMPLES": "5000", "PROBLEM_TYPE": "binary", "PREDICTION_PATH": "predictions.*.score",
         "LABELS_PREFIX": "ground-truth/classifier-dev/", "STATE_PREFIX": "quality/state/classifier-dev/",
@@ -81,19 +81,32 @@ def test_not_judged_and_a_label_backlog_have_their_own_alarms(built):
     template = built[0]
     template.has_resource_properties("AWS::CloudWatch::Alarm", {
         "MetricName": "QualityJudged", "Statistic": "Minimum", "Threshold": 1, "ComparisonOperator": "LessThanThreshold",
-        "AlarmDescription": Match.string_like_regexp("quality not judged: no batch reached its labels within 168 hours"),
+        "AlarmDescription": Match.string_like_regexp("quality not judged: a batch closed after 168 hours with fewer "
+                                                     "than 150 labelled predictions .a deploy or a promotion is not"),
         "AlarmActions": [{"Ref": Match.string_like_regexp("^Alerts")}]})
     template.has_resource_properties("AWS::CloudWatch::Alarm", {
         "MetricName": "LabelObjectsPending", "Threshold": 1, "EvaluationPeriods": 6,
+        "AlarmDescription": Match.string_like_regexp("Files waiting the ~3 hours for their hours' index are not "
+                                                     "counted"),
         "AlarmActions": [{"Ref": Match.string_like_regexp("^Alerts")}]})
 
 
-def test_a_baseline_without_its_examples_warns_that_it_is_taken_as_exact(synth_stack):
-    from aws_cdk.assertions import Annotations
+def test_a_starving_join_alarms_below_the_checks_minimum(built):
+    # the threshold is min_labelled (150 here): below it no batch can be judged
+    built[0].has_resource_properties("AWS::CloudWatch::Alarm", {
+        "MetricName": "LabelledPerBatch", "Statistic": "Minimum", "Threshold": 150,
+        "ComparisonOperator": "LessThanThreshold", "EvaluationPeriods": 3, "TreatMissingData": "notBreaching",
+        "AlarmDescription": Match.string_like_regexp("a batch of 168 hours holds fewer than min_labelled .150."),
+        "AlarmActions": [{"Ref": Match.string_like_regexp("^Alerts")}]})
+    assert built[1]["endpoint"].quality.labels_starved_alarm is not None
 
+
+def test_a_baseline_without_its_examples_warns_that_it_is_taken_as_exact():
     stack = Stack(App(), "W", env={"account": "123456789012", "region": "us-east-1"})
     endpoint(stack, quality=ModelQuality(problem_type="binary", baseline=0.92, significance=0.001))
-    warnings = " ".join(str(w.entry.data) for w in Annotations.from_stack(stack).find_warning("*", Match.any_value()))
+    # the warnings as the constructs recorded them (no synth: Annotations.from_stack synthesized the app, 12 s)
+    quality = stack.node.find_child("Classifier").node.find_child("Quality")
+    warnings = " ".join(str(m.data) for m in quality.node.metadata if m.type == "aws:cdk:warning")
     assert "no baseline_examples, so the baseline 0.92 is taken as exact" in warnings
     assert "significance=0.001) has no effect since 0.5.0" in warnings
 

@@ -238,6 +238,15 @@ def test_relations_alarm_and_the_function_reads_the_band_and_the_points(custom):
         "0.7", "1.5", "3.0")
 
 
+def test_a_feature_watch_its_baseline_leaves_inactive_alarms_with_the_rebuild(custom):
+    custom.has_resource_properties("AWS::CloudWatch::Alarm", {
+        "Namespace": "MLPlatform/Drift", "MetricName": "FeatureWatchActive", "Threshold": 1, "Statistic": "Minimum",
+        "ComparisonOperator": "LessThanThreshold", "EvaluationPeriods": 1, "TreatMissingData": "notBreaching",
+        "AlarmActions": [{"Ref": Match.string_like_regexp("^T")}],
+        "AlarmDescription": Match.string_like_regexp("the feature watch judges nothing: the drift baseline was built "
+                                                     "before it .* ./platform drift-baseline ENV ENDPOINT SAMPLE.csv")})
+
+
 def test_default_change_is_five_points():
     endpoint_template().has_resource_properties("AWS::CloudWatch::Alarm", {
         "MetricName": "RelationsChanged", "AlarmDescription": Match.string_like_regexp("explain 5 points")})

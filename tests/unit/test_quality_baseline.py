@@ -70,7 +70,7 @@ def test_before_any_promotion_the_function_judges_against_the_configured_baselin
 def test_an_endpoint_without_a_declared_version_has_no_baseline_parameter(synth_stack):
     from aws_cdk import aws_sns as sns
 
-    from tests.conftest import isolated_vpc
+    from tests.unit.endpoint_vpc import endpoint_vpc
 
     def body(stack):
         datasets = DatasetBucket(stack, "Datasets")
@@ -78,7 +78,7 @@ def test_an_endpoint_without_a_declared_version_has_no_baseline_parameter(synth_
                           image_uri="683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1",
                           model_data_bucket=datasets.bucket, model_data_key="models/classifier/model.tar.gz",
                           instance_type="ml.m5.large", alerts=sns.Topic(stack, "Alerts"), baseline_bucket=datasets,
-                          vpc=isolated_vpc(stack), quality=ModelQuality(problem_type="binary", baseline=0.92))
+                          vpc=endpoint_vpc(stack), quality=ModelQuality(problem_type="binary", baseline=0.92))
     template = synth_stack(body)
     assert "Parameters" not in template.to_json() or not any(
         k.endswith("QualityBaseline") for k in template.to_json()["Parameters"])

@@ -144,6 +144,21 @@ def build_baseline(rows: Iterable[Mapping[str, Any]], feature_order: Sequence[st
     return baseline
 
 
+def watch_inactive(baseline: Mapping[str, Any]) -> Optional[str]:
+    """Why the feature watch can judge nothing on this baseline, or None where it can judge something (a window may
+    still be too small, which it says per window): a baseline built before the watch (version < 3) has neither the
+    quartiles nor the held-back components it reads, and one whose numeric features have neither a spread to judge
+    nor components leaves it nothing to see. Published every run (FeatureWatchActive), so it is never silent."""
+    version = baseline.get("version", 1)
+    if version < 3:
+        return (f"the baseline is version {version}, built before the feature watch (version 3): rebuild it "
+                "(./platform drift-baseline ENV ENDPOINT SAMPLE.csv)")
+    if baseline.get("pca") or any(spec.get("iqr_log_sd") for spec in baseline["features"].values()):
+        return None
+    return (f"no numeric feature with {MIN_DISTINCT} or more distinct training values (a spread to judge), and no "
+            f"principal components ({baseline.get('pca_inactive') or 'none'}): the watch cannot see these inputs")
+
+
 def quantile(ordered: Sequence[float], q: float) -> float:
     """The q-quantile of sorted values, linearly interpolated (numpy's default)."""
     if not ordered:
@@ -603,6 +618,7 @@ def decide(window: "Window", thresholds: Thresholds = Thresholds()) -> dict:
             "features_judged": len(judged), "features_not_judged": not_judged, "scores": scores,
             "feature_watch": watch, "spread_out_of_band": spread_out, "explained_variance_shift": shift,
             "relations_changed": shift > 0 or bool(watch["correlation_changes"]),
+            "feature_watch_inactive": watch_inactive(window.baseline),
             "feature_watch_alarm": bool(spread_out) or shift > 0 or bool(watch["correlation_changes"]),
             "thresholds": asdict(thresholds)}
 

@@ -70,7 +70,7 @@ def run(env: dict[str, str], s3: Any, cloudwatch: Any, now: datetime) -> dict:
     s3.put_object(Bucket=env["BASELINE_BUCKET"], Key=f"{env['RESULTS_PREFIX']}{now:%Y/%m/%d/%H%M%S}.json",
                   Body=json.dumps(summary, indent=1).encode())
     print(json.dumps({"alarm": decision["alarm"], "judged": decision["judged"], "reason": decision["reason"],
-                      "records": window.records}))
+                      "records": window.records, "feature_watch_inactive": decision["feature_watch_inactive"]}))
     return summary
 
 
@@ -103,10 +103,14 @@ def _publish(cloudwatch: Any, namespace: str, endpoint: str, summary: dict, now:
 
 
 def _feature_watch_data(datum: Callable[..., dict], summary: dict) -> list[dict]:
-    """Spread ratios (per feature, their maximum and minimum, and how many left the band significantly) and the
-    explained variance share, its signed drop and its significant shift; none of them where the window had too few
-    values, so the feature watch alarms see missing data, not a calm window."""
-    watch, data = summary["feature_watch"], []
+    """Whether the baseline lets the watch judge anything (FeatureWatchActive), spread ratios (per feature, their
+    maximum and minimum, and how many left the band significantly) and the explained variance share, its signed drop
+    and its significant shift; none of the latter where the window had too few values, so the feature watch alarms
+    see missing data, not a calm window."""
+    watch = summary["feature_watch"]
+    # Every run: 0 where the baseline leaves the watch nothing to judge (built before it: rebuild), so its alarm
+    # says so instead of the watch's alarms staying quiet for want of data.
+    data = [datum("FeatureWatchActive", 0.0 if summary["feature_watch_inactive"] else 1.0)]
     ratios = watch["spread_ratio"]
     if ratios:
         data += [datum("MaxSpreadRatio", max(ratios.values())), datum("MinSpreadRatio", min(ratios.values())),

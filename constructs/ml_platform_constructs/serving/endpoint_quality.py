@@ -56,7 +56,8 @@ class ModelQuality:
         exact, and a healthy model alarms more often than stated when it came from a small held-out set (a synth
         warning says so). A promotion passes its own number. Default: none.
     :param min_labelled: a batch that closes after ``max_batch_hours`` with fewer labelled predictions is not judged
-        (published as such: ``QualityJudged`` 0, and ``.not_judged_alarm``). Default: 200.
+        (published as such: ``QualityJudged`` 0, and ``.not_judged_alarm``); a label rate at which the longest batch
+        would hold fewer alarms before that (``.labels_starved_alarm``). Default: 200.
     :param max_drop: the drop to detect: accuracy this many percentage points under the reference (MAE: this many
         percent over it). Default: 1.5 (the seed's retraining trigger).
     :param false_alarms_per_90_days: the error the check guards against: a healthy model's alarms expected in 90
@@ -77,7 +78,8 @@ class ModelQuality:
     :param max_records_per_run: captured records indexed per capture hour (a random sample of its files beyond:
         counted as CaptureRecordsSkipped). Default: 100,000.
     :param max_labels_per_run: label records one run joins; files beyond wait for the next run
-        (``LabelObjectsPending``, alarmed after 6 runs). Default: 200,000.
+        (``LabelObjectsPending``, alarmed after 6 runs; a file waiting the ~3 hours for its capture hours' index is
+        not pending). Default: 200,000.
     """
     problem_type: str
     baseline: float
@@ -158,12 +160,15 @@ class EndpointQuality(Construct):
     ``.baseline_parameter``), empty by default, that a judged promotion sets to the promoted run's score and its number
     of held-out examples ("0.92:5000") in the same stack update as the model version (``./platform model promote``);
     ``cdk deploy`` keeps its value. While it is empty (before the first promotion) ``settings.baseline`` applies.
-    ``model_version`` (the endpoint's declared version) restarts the batch and the production reference when it
-    changes. The check's state (capture indexes, label files joined, the batch) is under ``quality/state/<endpoint>/``.
+    ``model_version`` (the endpoint's declared version) starts the batch and the production reference afresh when a
+    new version goes live, and resumes them when an earlier version comes back (a rollback). The check's state
+    (capture indexes, label files joined, the batch) is under ``quality/state/<endpoint>/``, each version's in
+    ``state/<version>/monitor.json``, written with conditional writes (two overlapping runs count each label once).
 
     Attributes: ``.function`` (main child ``Resource``), ``.rule``, ``.alarm`` (a batch significantly under the
     reference), ``.not_judged_alarm``, ``.labels_backlog_alarm``, ``.labels_lost_alarm`` (malformed or expired
-    labels), ``.check_failing_alarm``, ``.labels_prefix``, ``.results_prefix``, ``.state_prefix``,
+    labels), ``.labels_starved_alarm`` (too few labels for any batch to be judged), ``.check_failing_alarm``,
+    ``.labels_prefix``, ``.results_prefix``, ``.state_prefix``,
     ``.baseline_parameter`` (or None).
     """
 
@@ -262,7 +267,8 @@ class EndpointQuality(Construct):
                     f"the baseline {settings.baseline:g}" + (f", then the first {settings.reference_labels} production "
                                                              "labels" if settings.reference_labels else ""))
         # Every run republishes the latest judged batch's SignificantShortfall (0 when it was fine), so the alarm
-        # changes state once per judged batch.
+        # changes state once per judged batch; a version (or settings) with nothing judged yet publishes 0, so a
+        # promotion releases the previous version's alarm (missing data would keep it).
         self.alarm = self.metric_significant_shortfall().create_alarm(
             self, "Alarm", threshold=0, evaluation_periods=1,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
@@ -275,18 +281,21 @@ class EndpointQuality(Construct):
             self, "NotJudgedAlarm", threshold=1, evaluation_periods=1,
             comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            alarm_description=f"{endpoint_name}: quality not judged: no batch reached its labels within "
-                              f"{settings.max_batch_hours} hours (fewer than {settings.min_labelled} labelled "
-                              "predictions). Upload labels (./platform labels upload), or check that callers pass "
-                              "InferenceId; the results say how many labels came and how many a batch needs")
+            alarm_description=f"{endpoint_name}: quality not judged: a batch closed after "
+                              f"{settings.max_batch_hours} hours with fewer than {settings.min_labelled} labelled "
+                              "predictions (a deploy or a promotion is not: its first batch is still filling). Upload "
+                              "labels (./platform labels upload), or check that callers pass InferenceId; the results "
+                              "say how many labels came and how many a batch needs")
         self.labels_backlog_alarm = self._metric("LabelObjectsPending", "Minimum").create_alarm(
             self, "LabelsBacklogAlarm", threshold=1, evaluation_periods=6,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            alarm_description=f"{endpoint_name}: label files wait to be joined for 6 runs: more labels arrive than "
-                              f"max_labels_per_run ({settings.max_labels_per_run}) a run, or their capture hours are "
-                              "not indexed yet; raise the limit (files still waiting two days on are dropped, "
-                              "counted as LabelObjectsExpired)")
+            alarm_description=f"{endpoint_name}: label files held back for 6 runs: more labels arrive than "
+                              f"max_labels_per_run ({settings.max_labels_per_run}) a run, the run's time runs out, or "
+                              "the capture index is behind (hours due but not indexed: CaptureHoursPending); raise "
+                              "the limit (files still waiting two days on are dropped, counted as "
+                              "LabelObjectsExpired). Files waiting the ~3 hours for their hours' index are not "
+                              "counted")
         # A label that cannot be read, or that waited past the two-day horizon, is missing from the judgement: any
         # is an alarm (a wrong upload format or a starved check biases what is judged, silently otherwise).
         self.labels_lost_alarm = cloudwatch.MathExpression(
@@ -300,13 +309,25 @@ class EndpointQuality(Construct):
                               "(LabelsMalformed: upload with ./platform labels upload, which checks each line) or label "
                               "files that "
                               "waited two days unjoined (LabelObjectsExpired: see the backlog alarm)")
+        # The join starves: at the observed label rate even the longest batch would close unjudged. Published once
+        # labels have had time to come (not right after a deploy); 3 runs, so one run's estimate does not page.
+        self.labels_starved_alarm = self.metric_labelled_per_batch().create_alarm(
+            self, "LabelsStarvedAlarm", threshold=settings.min_labelled, evaluation_periods=3,
+            comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description=f"{endpoint_name}: too few labelled predictions for the quality check: at the observed "
+                              f"label rate a batch of {settings.max_batch_hours} hours holds fewer than "
+                              f"min_labelled ({settings.min_labelled}), so no batch will be judged. Label more "
+                              "requests (./platform labels upload), check that callers pass InferenceId and that "
+                              "labels name it (UnmatchedLabels), or raise max_records_per_run if captures are "
+                              "sampled (CaptureRecordsSkipped)")
         self.check_failing_alarm = self.function.metric_errors(period=Duration.hours(1)).create_alarm(
             self, "CheckFailingAlarm", threshold=1, evaluation_periods=1,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             alarm_description=f"{endpoint_name}: the quality check fails (its logs say why)")
         for alarm in (self.alarm, self.not_judged_alarm, self.labels_backlog_alarm, self.labels_lost_alarm,
-                      self.check_failing_alarm):
+                      self.labels_starved_alarm, self.check_failing_alarm):
             alarm.add_alarm_action(notify)
 
     def _metric(self, name: str, statistic: str) -> cloudwatch.Metric:
@@ -331,8 +352,14 @@ class EndpointQuality(Construct):
         watches."""
         return self._metric("SignificantShortfall", "Maximum")
 
+    def metric_labelled_per_batch(self) -> cloudwatch.Metric:
+        """``LabelledPerBatch``: the labelled predictions a batch of ``max_batch_hours`` collects at the observed label
+        rate (what ``.labels_starved_alarm`` compares with ``min_labelled``); not published until the rate is known."""
+        return self._metric("LabelledPerBatch", "Minimum")
+
     def metric_judged(self) -> cloudwatch.Metric:
-        """``QualityJudged``: 1 while the latest judged batch is recent (within ``max_batch_hours``), else 0."""
+        """``QualityJudged``: 1 after a recent judgement, 0 when the latest batch closed unjudged; not published while a
+        version's first batch fills."""
         return self._metric("QualityJudged", "Minimum")
 
     def metric_detection_delay(self) -> cloudwatch.Metric:
@@ -356,5 +383,9 @@ class EndpointQuality(Construct):
             cloudwatch.GraphWidget(title="Quality: batch (labels, target) and detection delay (hours)", width=12,
                                    left=[self._metric("BatchLabels", "Maximum"), self._metric("BatchTarget", "Maximum")],
                                    right=[self.metric_detection_delay(), self._metric("DetectableDrop", "Maximum")]),
+            cloudwatch.GraphWidget(title="Quality: labelled predictions per longest batch against min_labelled",
+                                   width=12, left=[self.metric_labelled_per_batch()],
+                                   left_annotations=[cloudwatch.HorizontalAnnotation(
+                                       value=self.settings.min_labelled, label="min_labelled")]),
         ]
 
