@@ -4,20 +4,51 @@ scored; a rollout SageMaker took back is recorded as such and the parameters put
 lowered by a candidate not judged against the model it replaces; no rollout starts while a rollback alarm fires."""
 
 import hashlib
+import itertools
 import random
+import shutil
 from datetime import datetime, timezone
 
+import boto3
 import pytest
+from moto import mock_aws
 
 from ml_platform_constructs.runtime import evaluation
 from ops import model as model_ops
 from ops.runs import run_record
-from tests.unit.test_runs_ops import (BASELINE, HOLDOUT, PARAMETER, Batch, CloudFormation, decisions, gate,  # noqa: F401
-                                      recorded_run)
+from tests.unit.test_runs_ops import BASELINE, HOLDOUT, PARAMETER, Batch, CloudFormation, decisions
+from tests.unit.test_runs_ops import recorded_run as record_run
 
 ENDPOINT = "ml-platform-dev-classifier"
 ALARMS = (f"{ENDPOINT}-p99-latency", f"{ENDPOINT}-5xx-error-rate")
 CONFIG_ARN = "arn:aws:sagemaker:us-east-1:111111111111:endpoint-config/"
+
+
+@pytest.fixture(scope="module")
+def gate(_mlflow_store_template, tmp_path_factory, config):
+    """One store, one bucket pair and one live run for the module (recording a run costs a second of CPU); each test
+    records its own candidates under names of their own."""
+    from mlflow.tracking import MlflowClient
+
+    tmp = tmp_path_factory.mktemp("promote")
+    shutil.copy(_mlflow_store_template, tmp / "mlflow.db")
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    with pytest.MonkeyPatch.context() as patch, mock_aws():
+        patch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        s3 = boto3.client("s3")
+        s3.create_bucket(Bucket="runs")
+        s3.create_bucket(Bucket="datasets")
+        live = record_run(tmp, uri, "live", 0.85, s3=s3)
+        yield {"s3": s3, "client": MlflowClient(uri), "live": live, "tmp": tmp, "uri": uri,
+               "env": config.environments["dev"], "endpoint": config.environments["dev"].endpoints[0]}
+
+
+NAMES = itertools.count()
+
+
+def recorded_run(tmp, uri, name, accuracy, **kwargs):
+    """A candidate under a name no other test of the module uses (its checkpoints and model key are its own)."""
+    return record_run(tmp, uri, f"{name}-{next(NAMES)}", accuracy, **kwargs)
 
 
 class Serving(CloudFormation):
@@ -252,7 +283,7 @@ def test_evidence_of_another_model_or_split_is_refused(gate):
         job.write_outcomes(which, {f"s{i}": True for i in range(2000)})
     job.finish()
     with pytest.raises(SystemExit, match=rf"the evaluation at {where} scored the model s3://runs/checkpoints/training/"
-                                         r"other/model.tar.gz, not the run's s3://runs/checkpoints/training/better/"):
+                                         r"other/model.tar.gz, not the run's s3://runs/checkpoints/training/better-"):
         promote(gate, better, Serving(live=gate["live"]))
     job.candidate_model_uri = run_record(gate["client"], better)["model_uri"]
     job.holdout_salt = "v2"
