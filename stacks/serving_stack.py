@@ -16,7 +16,8 @@ from .config import EndpointConfig, EnvironmentConfig
 
 
 def serving_quality(endpoint: EndpointConfig) -> dict[str, Any]:
-    """MonitoredEndpoint's scaling (target tracking, scale-out on its p99 alarm), quality and feature-watch props."""
+    """MonitoredEndpoint's scaling (target tracking, the latency scale-out at the p99 alarm's threshold and the scale-in
+    that agrees with both), quality and feature-watch props."""
     quality, watch = endpoint.quality, endpoint.feature_watch
     return {
         "p99_latency_threshold": Duration.millis(endpoint.p99_latency_ms),
