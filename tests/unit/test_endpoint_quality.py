@@ -154,6 +154,14 @@ def test_labels_expire_with_the_requests_they_label(built):
     assert by_id["expire-ground-truth"]["ExpirationInDays"] == by_id["expire-captured-requests"]["ExpirationInDays"]
 
 
+def test_the_capture_indexes_expire_after_the_joins_horizon(built):
+    rules = [r for b in built[0].find_resources("AWS::S3::Bucket").values()
+             for r in b["Properties"].get("LifecycleConfiguration", {}).get("Rules", [])]
+    [rule] = [r for r in rules if r.get("Id") == "expire-quality-index-classifier-dev"]
+    # 48 h of lateness, 2 h of index delay, 48 h a label file may wait: 98 h, 5 days, and a day's margin
+    assert (rule["Prefix"], rule["ExpirationInDays"]) == ("quality/state/classifier-dev/index/", 6)
+
+
 def test_a_labelling_job_can_be_granted_the_upload_only(built):
     template, _ = built
     policy = next(v for k, v in template.find_resources("AWS::IAM::Policy").items() if k.startswith("Labeller"))

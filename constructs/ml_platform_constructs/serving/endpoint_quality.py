@@ -21,6 +21,7 @@ from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
@@ -241,6 +242,13 @@ class EndpointQuality(Construct):
         results_bucket.grant_write_prefix(self.function, self.results_prefix)
         results_bucket.grant_read(self.function, self.state_prefix)
         results_bucket.grant_write_prefix(self.function, self.state_prefix)
+        # A capture hour's index is read while the hour is within the join's horizon (label lateness, the index's
+        # two hours' delay, the two days a label file may wait): expired after it, since at volume each is megabytes
+        # an hour (https://docs.aws.amazon.com/AmazonS3/latest/userguide/lifecycle-expire-general-considerations.html).
+        index_days = math.ceil((settings.label_lateness.to_hours() + 2 + 48) / 24) + 1
+        results_bucket.add_lifecycle_rule(s3.LifecycleRule(
+            id=f"expire-quality-index-{endpoint_name}", prefix=f"{self.state_prefix}index/",
+            expiration=Duration.days(index_days)))
         self.function.add_to_role_policy(iam.PolicyStatement(
             actions=["cloudwatch:PutMetricData"], resources=["*"],
             conditions={"StringEquals": {"cloudwatch:namespace": QUALITY_NAMESPACE}}))
