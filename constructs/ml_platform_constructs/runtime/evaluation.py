@@ -15,8 +15,9 @@ record; README, "Promotion"):
 - ``ML_PLATFORM_HOLDOUT_SALT`` and ``ML_PLATFORM_HOLDOUT_FRACTION``: the platform's held-out split
   (``runtime.holdout``'s), which every judged run must have trained with;
 - ``ML_PLATFORM_EVALUATION_URI``: where the outcomes go (``evaluations/<queue>/<run id>/<live version>/``);
-- ``ML_PLATFORM_EVALUATION_DATASET_URI``: only when set by hand; a queued evaluation reads the dataset its command
-  (config ``promotion.evaluate_command``) names.
+- ``ML_PLATFORM_EVALUATION_DATASET_URI`` (``DATASET``): never set by ``./platform model evaluate``, whose job reads
+  the dataset its command (config ``promotion.evaluate_command``) names; a job run by hand may take its dataset from
+  it (the example does).
 
 The job reads each model with ``model`` (which records the artifact's ETag, VersionId and SHA-256: ``./platform model
 promote`` deploys only the bytes that were scored), scores it on every held-out example and calls ``write_outcomes``
@@ -114,7 +115,6 @@ class Evaluation:
     output: _Place
     holdout_salt: str = ""
     holdout_fraction: float = 0.05
-    dataset_uri: Optional[str] = None
     # What this process read and scored: the manifest is built from these (the role cannot read its output back).
     _artifacts: dict = field(default_factory=dict, init=False, repr=False)
     _outcomes: dict = field(default_factory=dict, init=False, repr=False)
@@ -127,7 +127,7 @@ class Evaluation:
             raise SystemExit(f"{', '.join(missing)} not set: an evaluation job is started by ./platform model evaluate "
                              "(or set them, and ML_PLATFORM_LIVE_MODEL_URI, by hand)")
         return cls(env[CANDIDATE_MODEL], env.get(LIVE_MODEL) or None, _Place(env[OUTPUT], s3),
-                   env.get(SALT, ""), float(env.get(FRACTION) or 0.05), env.get(DATASET) or None)
+                   env.get(SALT, ""), float(env.get(FRACTION) or 0.05))
 
     def model(self, which: str, s3: Any = None) -> Optional[bytes]:
         """The candidate's or the live model's archive (None: no live model), its identity kept for the manifest."""
