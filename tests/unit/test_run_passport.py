@@ -24,6 +24,7 @@ R = passport.REDACTED
 
 
 def begin(tmp_path, clock=None, env=None, *, params=None, seed=1234, batch=None, **kwargs):
+    kwargs.setdefault("code_directory", str(tmp_path))  # no checkout: a commit elsewhere cannot change the run
     return tracking.TrackedRun.start(params={"lr": 0.1, "epochs": 20} if params is None else params, seed=seed,
                                      env=env or queue_env(tmp_path), clock=clock or Clock(), prices=PRICES,
                                      batch=batch or UnreadableBatch(), **kwargs)
@@ -128,7 +129,7 @@ def test_a_spot_retry_with_the_same_configuration_continues_the_run_on_another_g
     assert second.run_id == first.run_id and not second.finished
     # A part this attempt does not state is not compared (the old helper's callers pass only env).
     third = tracking.TrackedRun.start(env=queue_env(tmp_path, attempt="3"), clock=clock, prices=PRICES,
-                                      batch=UnreadableBatch())
+                                      batch=UnreadableBatch(), code_directory=str(tmp_path))
     assert third.run_id == first.run_id and len(third.record["passport"]["attempts"]) == 3
     identity = third.record["identity"]
     assert set(identity["parts"]) == {"params", "seed", "dataset", "code", "image", "holdout"}
@@ -341,6 +342,27 @@ def test_a_commit_from_the_environment_takes_the_builds_dirty_state_or_the_check
     assert (state["commit"], state["dirty"], state["source"]) == (head, True, "ML_PLATFORM_GIT_COMMIT")
 
 
+def test_a_commit_elsewhere_in_the_repository_is_not_a_new_configuration_a_commit_to_the_code_is(tmp_path, checkout):
+    job = checkout / "job"
+    job.mkdir()
+    (job / "train.py").write_text("EPOCHS = 3\n")
+    git(checkout, "add", "job")
+    git(checkout, "commit", "-q", "-m", "the job")
+    clock = Clock()
+    first = begin(tmp_path, clock, code_directory=str(job))
+    first.stop()
+    (checkout / "README").write_text("docs\n")  # another part of the repository moves on
+    git(checkout, "add", "README")
+    git(checkout, "commit", "-q", "-m", "docs")
+    second = begin(tmp_path, clock, queue_env(tmp_path, attempt="2"), code_directory=str(job))
+    assert second.run_id == first.run_id and second.record["passport"]["git_commit"]["dirty"] is False
+    second.stop()
+    (job / "train.py").write_text("EPOCHS = 4\n")
+    git(checkout, "commit", "-q", "-am", "more epochs")
+    with pytest.raises(SystemExit, match=r"another configuration: code\.tree [0-9a-f]{40} -> [0-9a-f]{40}\. "):
+        begin(tmp_path, clock, queue_env(tmp_path, attempt="3"), code_directory=str(job))
+
+
 # --- 8: cost across lost attempts and nodes -----------------------------------------------------------------------
 
 class Batch:
@@ -500,4 +522,4 @@ def test_runs_show_prints_the_digest_the_package_list_path_and_the_seeds(tmp_pat
     assert f"    run digest {run.record['identity']['sha256']}: params, seed, dataset content, code, image" in text
     assert f"): {tmp_path / 'ckpt'}/packages.txt;" in text
     assert "seeds: 1234 set for python" in text
-    assert f"  rerun: the code at {run.record['passport']['git_commit']['commit']}, the packages of packages.txt" in text
+    assert "  rerun: the code at (unknown commit), the packages of packages.txt, the dataset above;" in text

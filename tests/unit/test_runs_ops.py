@@ -30,10 +30,11 @@ def recorded_run(tmp_path, uri, name, accuracy, *, s3=None, model=True, holdout=
            "ML_PLATFORM_INSTANCE_TYPE": "g5.xlarge", "ML_PLATFORM_LIFECYCLE": "spot", "ML_PLATFORM_JOB_NAME": name}
     clock = iter(range(1_800_000_000, 1_800_100_000, 900)).__next__
     first = TrackedRun.start(params={"lr": 0.1}, seed=7, env=env, s3=s3, tracking_uri=uri, clock=clock,
-                             prices=load_prices("us-east-1"), holdout=holdout)
+                             prices=load_prices("us-east-1"), holdout=holdout, code_directory=str(tmp_path))
     first.log_holdout(accuracy=0.5, step=0)
     first.stop()
-    second = TrackedRun.start(env=env, s3=s3, tracking_uri=uri, clock=clock, prices=load_prices("us-east-1"))
+    second = TrackedRun.start(env=env, s3=s3, tracking_uri=uri, clock=clock, prices=load_prices("us-east-1"),
+                              code_directory=str(tmp_path))
     second.log_holdout(accuracy=accuracy, step=10)
     if model and s3:
         s3.put_object(Bucket="runs", Key=f"checkpoints/training/{name}/model.tar.gz", Body=b"model")

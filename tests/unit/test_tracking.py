@@ -142,6 +142,7 @@ class UnreadableBatch:
 
 def start(tmp_path, clock, env, **kwargs):
     kwargs.setdefault("batch", UnreadableBatch())
+    kwargs.setdefault("code_directory", str(tmp_path))  # no checkout: a commit elsewhere cannot change the run
     return tracking.TrackedRun.start(params={"lr": 0.1, "epochs": 20}, seed=1234, env=env, clock=clock,
                                      prices=load_prices("us-east-1"), **kwargs)
 

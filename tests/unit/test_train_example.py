@@ -33,6 +33,11 @@ def job_env(tmp_path, samples=600):
             "ML_PLATFORM_INSTANCE_TYPE": "g5.xlarge", "ML_PLATFORM_LIFECYCLE": "spot", "AWS_REGION": "us-east-1"}
 
 
+def begin(env, tmp_path):
+    """The run of a test that drives train() itself; no checkout, so a commit elsewhere cannot change the run."""
+    return TrackedRun.start(env=env, code_directory=str(tmp_path))
+
+
 def record(tmp_path):
     return json.loads((tmp_path / "ckpt" / "passport.json").read_text())
 
@@ -57,15 +62,15 @@ def test_a_fresh_run_learns_checkpoints_every_epoch_and_records_a_finished_run(t
 def test_a_stopped_run_resumes_to_exactly_the_model_an_uninterrupted_one_trains(tmp_path):
     rows = example.load_rows(example.make_dataset(samples=600))
     straight_env = job_env(tmp_path / "straight")
-    straight, _ = example.train(example.Job(straight_env), TrackedRun.start(env=straight_env), rows, PARAMS)
+    straight, _ = example.train(example.Job(straight_env), begin(straight_env, tmp_path), rows, PARAMS)
 
     env = job_env(tmp_path / "stopped")
     first = example.Job(env)
     open(first.stop_file, "w").close()  # the watcher's stop file, before the first epoch ends
-    state, code = example.train(first, TrackedRun.start(env=env), rows, PARAMS)
+    state, code = example.train(first, begin(env, tmp_path), rows, PARAMS)
     assert (state["epoch"], code) == (0, 143)
     os.remove(first.stop_file)
-    resumed, code = example.train(example.Job(env), TrackedRun.start(env=env), rows, PARAMS)
+    resumed, code = example.train(example.Job(env), begin(env, tmp_path), rows, PARAMS)
     assert code == 0 and resumed["weights"] == straight["weights"] and resumed["bias"] == straight["bias"]
     assert [a["outcome"] for a in record(tmp_path / "stopped")["passport"]["attempts"]] == ["stopped", "finished"]
 
@@ -145,7 +150,8 @@ def test_simulated_reclaim_mid_run_resumes_from_the_checkpoint_and_finishes(tmp_
         s3 = boto3.client("s3")
         s3.create_bucket(Bucket="datasets")
         first = example.Job({**env, "AWS_BATCH_JOB_ATTEMPT": "1"}, s3=s3)
-        run = TrackedRun.start(params=PARAMS, env={**env, "AWS_BATCH_JOB_ATTEMPT": "1"}, s3=s3)
+        run = TrackedRun.start(params=PARAMS, env={**env, "AWS_BATCH_JOB_ATTEMPT": "1"}, s3=s3,
+                               code_directory=str(tmp_path))
 
         def reclaimed_at_epoch_2(state):
             # The interruption watcher's SIGTERM arrives after epoch 2 (the flag the signal handler sets).
@@ -158,7 +164,7 @@ def test_simulated_reclaim_mid_run_resumes_from_the_checkpoint_and_finishes(tmp_
 
         second = example.Job({**env, "AWS_BATCH_JOB_ATTEMPT": "2"}, s3=s3)
         assert second.resume()["epoch"] == 2
-        again = TrackedRun.start(env={**env, "AWS_BATCH_JOB_ATTEMPT": "2"}, s3=s3)
+        again = TrackedRun.start(env={**env, "AWS_BATCH_JOB_ATTEMPT": "2"}, s3=s3, code_directory=str(tmp_path))
         finished, code = example.train(second, again, rows, PARAMS)
         assert (finished["epoch"], code, again.run_id) == (PARAMS["epochs"], 0, run.run_id)
         keys = [o["Key"].rsplit("/", 1)[1] for o in s3.list_objects_v2(Bucket="datasets")["Contents"]]

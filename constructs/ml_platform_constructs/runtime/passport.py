@@ -229,28 +229,34 @@ CHANGES_LISTED = 50
 
 
 def git_commit(env: Mapping[str, str], directory: Optional[str] = None) -> tuple[dict, Optional[str]]:
-    """(state, diff): the commit, whether the code differs from it, and the diff (None when clean or unknown).
+    """(state, diff) of the code in ``directory`` (the working directory when None): the commit, the tree of that
+    directory at the commit, whether the directory differs from it, and the diff (None when clean or unknown).
 
     The commit is ``ML_PLATFORM_GIT_COMMIT`` (set it when the image is built, with ``ML_PLATFORM_GIT_DIRTY`` true or
-    false from ``git status --porcelain`` there), else the code's checkout's. A checkout at that commit is read
-    for its state: ``git status --porcelain --untracked-files=all`` (untracked files count: a new module the job
-    imports is the usual form of dirty) and ``git diff HEAD`` plus each untracked file as a new one."""
+    false from ``git status --porcelain`` there), else the checkout's. A checkout at that commit is read for its
+    state, within ``directory``: ``git status --porcelain --untracked-files=all`` (untracked files count: a new
+    module the job imports is the usual form of dirty) and ``git diff HEAD`` plus each untracked file as a new one.
+    The tree (``git rev-parse HEAD:<directory>``) names the code's content: a commit elsewhere in the repository
+    leaves it as it is."""
     where = ["-C", directory] if directory else []
     checkout = _run(["git", *where, "rev-parse", "HEAD"])
     commit = env.get("ML_PLATFORM_GIT_COMMIT") or checkout
     built_dirty = env.get("ML_PLATFORM_GIT_DIRTY", "").strip().lower()
-    state: dict[str, Any] = {"commit": commit, "dirty": {"true": True, "1": True, "false": False, "0": False}.get(
-        built_dirty), "source": "ML_PLATFORM_GIT_COMMIT" if env.get("ML_PLATFORM_GIT_COMMIT") else "checkout",
-        "changes": [], "diff_sha256": None}
+    state: dict[str, Any] = {"commit": commit, "tree": None, "dirty": {"true": True, "1": True, "false": False,
+                                                                        "0": False}.get(built_dirty),
+                             "source": "ML_PLATFORM_GIT_COMMIT" if env.get("ML_PLATFORM_GIT_COMMIT") else "checkout",
+                             "changes": [], "diff_sha256": None}
     if checkout is None or checkout != commit:
         return state, None  # no checkout of this commit here: the build's word, or unknown (None)
-    status = _run(["git", *where, "status", "--porcelain", "--untracked-files=all"], strip=False) or ""
-    lines = [line for line in status.splitlines() if line.strip()]
+    inside = _run(["git", *where, "rev-parse", "--show-prefix"]) or ""
+    state["tree"] = _run(["git", *where, "rev-parse", f"HEAD:{inside}"])
+    status = _run(["git", *where, "status", "--porcelain", "--untracked-files=all", "--", "."], strip=False) or ""
+    lines = [line for line in status.splitlines() if line.strip()]  # paths from the repository's root
     state.update(dirty=bool(lines), changes=lines[:CHANGES_LISTED], changed_files=len(lines))
     if not lines:
         return state, None
     top = Path(_run(["git", *where, "rev-parse", "--show-toplevel"]) or directory or ".")
-    parts = [_run(["git", "-C", str(top), "diff", "HEAD", "--no-color"], strip=False) or ""]
+    parts = [_run(["git", *where, "diff", "HEAD", "--no-color", "--", "."], strip=False) or ""]
     for line in lines:
         if line.startswith("?? "):
             path = top / line[3:].strip('"')
@@ -390,7 +396,9 @@ def run_identity(passport: Mapping[str, Any]) -> dict:
     holdout = passport.get("holdout")
     parts = {"params": dict(passport.get("params") or {}), "seed": passport.get("seed"),
              "dataset": {"uri": dataset["uri"], "sha256": dataset["sha256"]} if dataset else None,
-             "code": {"commit": commit.get("commit"), "dirty": commit.get("dirty")},
+             # The code directory's tree where a checkout shows it, else the commit: an unrelated commit elsewhere in
+             # the repository between two attempts is not a new configuration.
+             "code": {"tree": commit.get("tree") or commit.get("commit"), "dirty": commit.get("dirty")},
              "image": image.get("digest") or image.get("uri"),
              "holdout": {k: holdout.get(k) for k in ("fraction", "salt", "samples", "ids_sha256")} if holdout else None}
     text = json.dumps(parts, sort_keys=True, default=str)

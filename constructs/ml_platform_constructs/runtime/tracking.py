@@ -26,7 +26,7 @@ Where things go:
   ``finish``, with the package list (``packages.txt``), the dataset's content list and, for a dirty checkout, the
   code's diff (``code.diff``) beside it. It survives without MLflow.
 - One run per configuration: the record holds the run's identity (``identity.sha256`` over parameters, seed,
-  dataset content, code commit and dirty state, image digest and held-out split). An attempt under the same
+  dataset content, code (the git tree of ``code_directory`` and its dirty state), image digest and held-out split). An attempt under the same
   checkpoint prefix continues the run only when the identity matches; a changed configuration stops the attempt
   with one line naming what changed: a new configuration is a new run, under a new job name (its own
   checkpoints). A part the attempt does not pass (``params=None``, ``seed=None``, ...) is not compared.
