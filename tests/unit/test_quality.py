@@ -285,6 +285,34 @@ def test_a_new_model_version_restarts_the_batch_and_the_reference():
     assert fresh.state["batch"] is None and fresh.state["production"]["n"] == 0
 
 
+def test_a_resumed_version_ages_only_while_it_is_live():
+    """A rollback after 30 days: the version's batch is not closed unjudged, nor its last judgement taken as overdue,
+    for the days another version was live."""
+    s = settings(min_labelled=200, max_batch_hours=24, reference_labels=0)
+    monitor = quality.Monitor(s, model_version="a")
+    hours = next(h for h in range(1, 25)  # until the first batch is judged
+                 if monitor_run(monitor, 1, 1000, 0.92, random.Random(h), START + timedelta(hours=h - 1)) == ["ok"])
+    monitor.add(counts(5, 0), START + timedelta(hours=hours + 1))  # the next batch starts filling
+    later = START + timedelta(days=30, hours=hours + 1)
+    back = quality.Monitor(s, json.loads(json.dumps(monitor.state)), model_version="a")
+    assert back.step(later)["status"] == "not_judged"  # unpaused, the 30-day-old batch closes unjudged
+    monitor.resume(timedelta(days=30))
+    resumed = monitor.step(later)
+    assert (resumed["status"], resumed["judged"], resumed["batch_labels"]) == ("filling", True, 5)
+
+
+def test_the_label_rate_says_what_it_was_measured_on():
+    s = settings(min_labelled=200, max_batch_hours=24, reference_labels=0)
+    monitor = quality.Monitor(s)
+    monitor.add(counts(10, 0), START)
+    first = monitor.step(START + timedelta(hours=4))["rate"]
+    assert (first["measured_on"], first["labelled"], first["hours"]) == ("this batch", 10, 5.0)
+    monitor_run(monitor, 30, 5, 0.92, random.Random(5), START + timedelta(hours=4))
+    closed = monitor.step(START + timedelta(hours=40))["rate"]
+    assert closed["measured_on"] == "previous batch" and closed["labels_per_hour"] == pytest.approx(closed[
+        "labelled"] / closed["hours"], rel=0.01)
+
+
 # A safety device has two tests: it fires when it must, and never on legitimate work. The rates themselves are
 # simulated in ./platform bench decisions (docs/BENCHMARKS.md); these runs are short and seeded.
 
