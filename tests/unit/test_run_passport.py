@@ -103,8 +103,9 @@ def test_a_resubmission_with_a_new_configuration_under_the_same_name_stops_with_
         begin(tmp_path, clock, params={"lr": 0.2, "epochs": 20}, seed=7)
     assert str(raised.value) == (
         f"error: run {first.run_id} (resnet-run-1) was started with another configuration: params.lr 0.1 -> 0.2; "
-        "seed 1234 -> 7. A changed configuration is a new run: submit it under a new job name (e.g. --name "
-        f"resnet-run-1-2, its own checkpoints), or restore the configuration to continue run {first.run_id}")
+        "seed 1234 -> 7. A changed configuration is a new run, with checkpoints of its own: submit it under a new "
+        "job name (e.g. --name resnet-run-1-2; on a fleet, a new ML_PLATFORM_CHECKPOINT_URI), or restore the "
+        f"configuration to continue run {first.run_id}")
     assert len(saved(tmp_path)["passport"]["attempts"]) == 1  # the refused attempt records nothing
 
 

@@ -344,9 +344,9 @@ class TrackedRun:
         shown = "; ".join(changes[:3]) + (f" (and {len(changes) - 3} more)" if len(changes) > 3 else "")
         name = record.get("run_name")
         raise SystemExit(f"error: run {record['run_id']} ({name}) was started with another configuration: {shown}. "
-                         f"A changed configuration is a new run: submit it under a new job name (e.g. --name "
-                         f"{name}-2, its own checkpoints), or restore the configuration to continue run "
-                         f"{record['run_id']}")
+                         f"A changed configuration is a new run, with checkpoints of its own: submit it under a new "
+                         f"job name (e.g. --name {name}-2; on a fleet, a new ML_PLATFORM_CHECKPOINT_URI), or restore "
+                         f"the configuration to continue run {record['run_id']}")
 
     def _continue(self, env: Mapping[str, str], packages: list[str]) -> None:
         attempts = self.record["passport"]["attempts"]
