@@ -310,8 +310,7 @@ class TrackedRun:
         record = {"format": RECORD_FORMAT, "run_id": None, "run_name": name, "experiment": experiment,
                   "tracking_uri": tracking_uri if sink else None, "status": RUNNING, "created_at": _iso(now),
                   "finished_at": None, "checkpoint_uri": location.uri, "identity": identity, "passport": passport,
-                  "metrics": {},
-                  "first_holdout": {}}
+                  "metrics": {}, "first_holdout": {}}
         run = cls(record, location, sink, clock=clock, prices=prices, batch=batch)
         run.record["run_id"] = run._safely(lambda: sink.create(name, run._tags()), None) if sink else None
         run.record["run_id"] = run.record["run_id"] or uuid.uuid4().hex
@@ -475,7 +474,8 @@ class TrackedRun:
             torch = None
         if torch is not None:
             if deterministic:
-                # Before the first cuBLAS call (https://docs.nvidia.com/cuda/cublas/#results-reproducibility).
+                # Deterministic cuBLAS with CUDA 10.2+ needs it (PyTorch releases before October 2025 raise without
+                # it), set before CUDA starts: https://pytorch.org/docs/stable/generated/torch.use_deterministic_algorithms
                 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
                 done["CUBLAS_WORKSPACE_CONFIG"] = os.environ["CUBLAS_WORKSPACE_CONFIG"]
             torch.manual_seed(seed)  # every device's generator, CPU and CUDA
