@@ -474,7 +474,7 @@ class TrackedRun:
             torch = None
         if torch is not None:
             if deterministic:
-                # Deterministic cuBLAS with CUDA 10.2+ needs it (PyTorch releases before October 2025 raise without
+                # Deterministic cuBLAS with CUDA 10.2+ needs it (PyTorch releases before the check was dropped raise without
                 # it), set before CUDA starts: https://pytorch.org/docs/stable/generated/torch.use_deterministic_algorithms
                 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
                 done["CUBLAS_WORKSPACE_CONFIG"] = os.environ["CUBLAS_WORKSPACE_CONFIG"]
