@@ -110,6 +110,13 @@ def run_record(client: Any, run_id: str, target: str = "ENV|--local") -> dict:
     }
 
 
+def with_local_copy(record: dict, store: Path) -> dict:
+    """The record with ``kept_at``: where ./platform up keeps a local run's files after the emulator stops
+    (``ops.local.run``), when it kept them."""
+    kept = store / "runs" / record["run_id"]
+    return {**record, "kept_at": str(kept) if kept.is_dir() else None}
+
+
 def _time(millis: Optional[int]) -> Optional[str]:
     return datetime.fromtimestamp(millis / 1000, timezone.utc).isoformat(timespec="seconds") if millis else None
 
@@ -213,7 +220,7 @@ def format_record(record: dict) -> str:
         if p.get("command"):
             lines.append(f"  rerun: the code at {commit.get('commit') or '(unknown commit)'}, the packages of "
                          f"{p['packages']['artifact']}, the dataset above; ML_PLATFORM_CHECKPOINT_URI a new prefix (a new "
-                         f"run); then {' '.join(p['command'])}")
+                         f"run); then {'python ' if p['command'][0].endswith('.py') else ''}{' '.join(p['command'])}")
     lines.append("  metrics: " + (", ".join(f"{k} {_number(v)}" for k, v in sorted(record["metrics"].items())) or "-"))
     cost = record.get("cost_usd")
     if cost is None:
@@ -245,6 +252,9 @@ def format_record(record: dict) -> str:
         lines.append(f"  {record['usd_per_million_tokens']:.6f} USD per million tokens")
     if record.get("model_uri"):
         lines.append(f"  model: {record['model_uri']}")
+    if record.get("kept_at"):
+        lines.append(f"  kept: {record['kept_at']}/ (model, passport, package list, dataset; docs/RUNS.md, \"Rerunning "
+                     "a run\")")
     for decision in record.get("promotions", []):
         lines.append(f"  promotion to {decision.get('endpoint')} ({decision.get('environment')}) at {decision.get('at')}:"
                      f" {decision.get('outcome')}: {decision.get('reason')}")
@@ -270,6 +280,8 @@ def main(argv: list[str]) -> int:
         print(json.dumps(runs, indent=1) if args.json else format_list(runs, where))
     else:
         record = run_record(client, args.run_id, target)
+        if target == "--local":
+            record = with_local_copy(record, LOCAL_STORE)
         print(json.dumps(record, indent=1) if args.json else format_record(record))
     return 0
 

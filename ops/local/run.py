@@ -34,7 +34,7 @@ from ml_platform_constructs.runtime.tracking import PACKAGES_NAME, RECORD_NAME
 
 from .emulator import client_environment, moto_server
 from .. import terminal
-from ..runs import LOCAL_STORE, format_record, local_tracking_uri, run_record
+from ..runs import LOCAL_STORE, format_record, local_tracking_uri, run_record, with_local_copy
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "train_with_checkpoints.py"
@@ -171,7 +171,7 @@ def main(argv: list[str]) -> int:
     from mlflow.tracking import MlflowClient
 
     print("\nThe run it recorded (./platform runs show --local " + run_id + "):")
-    print(format_record(run_record(MlflowClient(local_tracking_uri(args.store)), run_id)))
+    print(format_record(with_local_copy(run_record(MlflowClient(local_tracking_uri(args.store)), run_id), args.store)))
     print(f"(priced as a {INSTANCE_TYPE} {LIFECYCLE} instance, the queue's type this local run stands in for)")
     return 0
 

@@ -515,6 +515,15 @@ def test_runs_show_names_the_target_in_its_hint_for_an_unknown_run(tmp_path):
         runs_ops.run_record(client, "nope", "--local")
 
 
+def test_runs_show_local_says_where_up_kept_the_runs_files(tmp_path):
+    record = begin(tmp_path).finish()
+    assert runs_ops.with_local_copy(record, tmp_path)["kept_at"] is None
+    (tmp_path / "runs" / record["run_id"]).mkdir(parents=True)
+    kept = runs_ops.with_local_copy(record, tmp_path)
+    assert f"  kept: {tmp_path / 'runs' / record['run_id']}/ (model, passport, package list, dataset;" in shown(
+        record, kept_at=kept["kept_at"])
+
+
 def test_runs_show_prints_the_digest_the_package_list_path_and_the_seeds(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)
     run = begin(tmp_path)
