@@ -13,7 +13,8 @@ gpu, instance_type, lifecycle, queue, job_id, attempts with each one's environme
 params, environment, ...), ``metrics``, ``cost_usd`` (``cost_lower_bound``), ``spot_interruptions``,
 ``usd_per_accuracy_point``, ``over_chance``, ``against_live`` (the gain over the live model on the same held-out
 ids, from the latest promotion's evaluation), ``usd_per_million_tokens``, ``improves_on``, ``model_uri`` and
-``promotions`` (the gate's decisions).
+``promotions`` (the gate's decisions); with --local, ``kept_at`` (where ./platform up kept the run's model, passport,
+package list and dataset).
 """
 
 from __future__ import annotations

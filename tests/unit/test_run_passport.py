@@ -202,6 +202,7 @@ def test_an_attempt_with_other_packages_keeps_its_own_list_and_is_flagged(tmp_pa
     assert attempt["environment"]["packages_artifact"] == "packages-attempt-2.txt"
     assert (tmp_path / "ckpt" / "packages-attempt-2.txt").read_text() == "boto3==1.35.0\ntorch==2.6.0\n"
     assert [c.split(" ")[0] for c in attempt["environment_changes"]] == ["packages_sha256"]
+    assert (tmp_path / "ckpt" / "packages.txt").read_text() == "boto3==1.35.0\ntorch==2.5.1\n"  # the run's, kept
 
 
 # --- 5: seeds -----------------------------------------------------------------------------------------------------

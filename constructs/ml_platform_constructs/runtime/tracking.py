@@ -397,7 +397,10 @@ class TrackedRun:
         number = len(attempts) + 1
         if environment["packages_sha256"] != passport["packages"]["sha256"]:
             environment["packages_artifact"] = f"packages-attempt-{number}.txt"
-            self.location.write(environment["packages_artifact"], "\n".join(packages) + "\n")
+            listed = "\n".join(packages) + "\n"
+            self.location.write(environment["packages_artifact"], listed)
+            if self.sink:
+                self._safely(lambda: self.sink.artifact(self.run_id, environment["packages_artifact"], listed))
         before = next((a["environment"] for a in reversed(attempts) if a.get("environment")), None)
         changes = passports.environment_changes(before, environment) if before else []
         changes = [c for c in changes if not c.startswith("packages_artifact ")]
