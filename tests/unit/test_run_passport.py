@@ -192,12 +192,33 @@ def test_without_mlflow_the_package_list_is_written_next_to_the_passport(tmp_pat
     assert run.record["passport"]["packages"]["artifact"] == "packages.txt"
 
 
+class ArtifactSink:
+    """An MLflow sink that keeps the artifacts it is sent."""
+    tracking_uri = "https://mlflow.example"
+
+    def __init__(self):
+        self.artifacts = {}
+
+    def create(self, name, tags):
+        return "mlflow-run-1"
+
+    def artifact(self, run_id, name, text):
+        self.artifacts[name] = text
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
 def test_an_attempt_with_other_packages_keeps_its_own_list_and_is_flagged(tmp_path, monkeypatch):
     clock = Clock()
+    sink = ArtifactSink()
+    monkeypatch.setattr(tracking, "mlflow_sink", lambda uri, experiment: sink)
     monkeypatch.setattr(passport, "installed_packages", lambda: ["boto3==1.35.0", "torch==2.5.1"])
-    begin(tmp_path, clock).stop()
+    begin(tmp_path, clock, tracking_uri=sink.tracking_uri).stop()
     monkeypatch.setattr(passport, "installed_packages", lambda: ["boto3==1.35.0", "torch==2.6.0"])
-    second = begin(tmp_path, clock, queue_env(tmp_path, attempt="2"))
+    second = begin(tmp_path, clock, queue_env(tmp_path, attempt="2"), tracking_uri=sink.tracking_uri)
+    assert sink.artifacts["packages.txt"] == "boto3==1.35.0\ntorch==2.5.1\n"
+    assert sink.artifacts["packages-attempt-2.txt"] == "boto3==1.35.0\ntorch==2.6.0\n"
     attempt = second.record["passport"]["attempts"][1]
     assert attempt["environment"]["packages_artifact"] == "packages-attempt-2.txt"
     assert (tmp_path / "ckpt" / "packages-attempt-2.txt").read_text() == "boto3==1.35.0\ntorch==2.6.0\n"
