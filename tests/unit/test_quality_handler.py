@@ -148,7 +148,7 @@ def test_predictions_of_the_previous_model_version_are_not_judged(aws):
 def test_a_full_batch_with_a_drop_alarms_and_the_alarm_state_is_republished(aws):
     s3, cloudwatch = aws
     first_run(s3, cloudwatch)
-    ids = [f"r{i}" for i in range(20_000)]
+    ids = [f"r{i}" for i in range(12_000)]
     captured(s3, hours_before(5), ids)
     labels(s3, hours_before(4), [(i, 1 if n % 100 >= 12 else 0) for n, i in enumerate(ids)])  # 0.88 against 0.92
     summary = quality_handler.run(ENV, s3, cloudwatch, NOW)
