@@ -35,6 +35,9 @@ replaces the model and endpoint configuration and SageMaker shifts the traffic b
 alarm fires while it bakes. After the update, the endpoint's live configuration and model are compared with what the
 stack declares: a rollout SageMaker took back is recorded "rolled back" and the parameters are put back.
 
+`status`: the declared version, the endpoint's state and the configuration it serves, with "ROLLED BACK" when that is
+another configuration or model than the stack declares (after `promote --no-wait`, the one place that says so).
+
 Calls: cloudformation:DescribeStacks, GetTemplate, DescribeStackResource and UpdateStack (with iam:PassRole for the
 stack's CloudFormation role), cloudwatch:DescribeAlarms, sagemaker:DescribeEndpoint, DescribeEndpointConfig and
 DescribeModel, batch:SubmitJob and DescribeJobs (evaluate: `TrainingQueue.grant_evaluate`), s3:GetObject on the
@@ -522,12 +525,19 @@ def status(env: EnvironmentConfig, endpoint: EndpointConfig, *, client: Any, clo
            sagemaker: Any) -> str:
     stack, parameter, live = serving_stack(cloudformation, env, endpoint)
     name = f"{env.project}-{env.name}-{endpoint.name}"
-    described = sagemaker.describe_endpoint(EndpointName=name)
+    served = served_model(sagemaker, cloudformation, stack, declared_endpoint(cloudformation, stack, name))
+    declared_model = live_model_uri(stack_output(cloudformation, f"{env.name}-Data", "DatasetBucketName"), endpoint, live)
     record = live_run(client, live)
     baseline = baseline_parameter(stack, env, endpoint)
     value = record["metrics"].get(endpoint.promotion.metric) if record else None
-    return (f"{name}: {described['EndpointStatus']}; declared version {live} ({stack['StackName']} parameter "
+    # After `promote --no-wait`, the one place that tells a rollout SageMaker took back (see promote) from one that took.
+    drifted = served["status"] == "InService" and (served["config"].lower() != served["declared_config"].lower()
+                                                   or served["models"] != [declared_model])
+    return (f"{name}: {served['status']}; declared version {live} ({stack['StackName']} parameter "
             f"{parameter}, stack {stack['StackStatus']})"
+            + (f"; ROLLED BACK: it serves {served['config']} ({', '.join(str(m) for m in served['models'])}), not the "
+               f"declared {served['declared_config']} ({declared_model}): promote the run again, or put {parameter} "
+               "(and the quality baseline) back to what is served" if drifted else f"; serves {served['config']}")
             + (f"; run {live}: {endpoint.promotion.metric} {value}" if record else "; not a recorded run")
             + ("" if baseline is None else f"; quality baseline {baseline[1]} (promoted)" if baseline[1] else
                f"; quality baseline {endpoint.quality.baseline:g} (configured: no promotion yet)"))

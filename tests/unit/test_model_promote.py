@@ -363,3 +363,20 @@ def test_a_run_split_otherwise_than_the_platform_is_refused_even_when_the_live_r
         model_ops.evaluate(gate["env"], gate["endpoint"], candidate, client=gate["client"],
                            cloudformation=Serving(live=live), batch=batch, out=[].append, sleep=lambda s: None)
     assert batch.submitted == []
+
+
+# --- model status tells a rolled-back rollout (promote --no-wait) -------------------------------------------------
+
+def test_model_status_says_when_the_endpoint_serves_another_configuration_than_the_stack_declares(gate):
+    better = recorded_run(gate["tmp"], gate["uri"], "status", 0.90, s3=gate["s3"])
+    cloudformation = Serving(live=better)
+    cloudformation.updates.append({})  # the promotion's update: the stack declares revision 1 and the run's model
+
+    def status(rolled_back):
+        return model_ops.status(gate["env"], gate["endpoint"], client=gate["client"], cloudformation=cloudformation,
+                                sagemaker=SageMaker(f"models/classifier/{better}/model.tar.gz", live_key(gate),
+                                                    rolled_back=rolled_back))
+    assert f"; serves {config_name(1)}; run {better}" in status(False) and "ROLLED BACK" not in status(False)
+    assert (f"; ROLLED BACK: it serves {config_name(0)} (s3://datasets/{live_key(gate)}), not the declared "
+            f"{config_name(1)} (s3://datasets/models/classifier/{better}/model.tar.gz): promote the run again, or put "
+            f"{PARAMETER} (and the quality baseline) back to what is served") in status(True)
