@@ -199,7 +199,9 @@ def format_record(record: dict) -> str:
             f"job {p.get('job_id') or '-'}" + (f"; retraining started by {p['trigger']['trigger']} "
                                                 f"({p['trigger'].get('alarm')})" if p.get("trigger") else ""),
             "    dataset " + (f"{dataset['name']}@{dataset['version']} {dataset['uri']} ({dataset['objects']} objects, "
-                              f"{dataset['bytes']:,} bytes, sha256 {dataset['sha256'][:16]}... of {dataset['method']})"
+                              # A record of format 1 digests the object list (list_sha256), not the content.
+                              f"{dataset['bytes']:,} bytes, sha256 {(dataset.get('sha256') or dataset['list_sha256'])[:16]}"
+                              f"... of {dataset.get('method', 'the object list (keys and sizes)')})"
                               if dataset else "-"),
             "    held out " + (f"{holdout['samples']} samples ({holdout['fraction']:.0%}, ids sha256 "
                                f"{holdout['ids_sha256'][:16]}...)" if holdout else "-"),

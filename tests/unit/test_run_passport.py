@@ -555,3 +555,19 @@ def test_runs_show_prints_the_digest_the_package_list_path_and_the_seeds(tmp_pat
     assert f"): {tmp_path / 'ckpt'}/packages.txt;" in text
     assert "seeds: 1234 set for python" in text
     assert "  rerun: the code at (unknown commit), the packages of packages.txt, the dataset above;" in text
+
+
+def test_runs_show_still_reads_a_record_of_format_1(tmp_path):
+    """Runs recorded before the identity (a store ./platform up filled earlier) show as they were recorded."""
+    record = begin(tmp_path).finish()
+    old = json.loads(json.dumps(record))
+    for key in ("identity", "over_chance", "cost_lower_bound", "checkpoint_uri"):
+        old.pop(key)
+    old["passport"]["dataset"] = {"name": "blobs", "version": "v1", "uri": "s3://b/d/", "objects": 1, "bytes": 9,
+                                  "list_sha256": "c" * 64}
+    for attempt in old["passport"]["attempts"]:
+        for key in ("environment", "environment_changes", "nodes"):
+            attempt.pop(key)
+    text = shown(old)
+    assert "run digest none (a record of format 1)" in text
+    assert "sha256 cccccccccccccccc... of the object list (keys and sizes)" in text
