@@ -409,8 +409,9 @@ class TrainingQueue(Construct):
                                   "a queue with a DatasetBucket (only then has it an evaluation job definition)",
                                   "pass datasets= to the queue, or grant_submit_jobs for training jobs alone")
         # The definition's Ref is its revision ARN: a later revision (a deploy) comes with its own grant.
-        grant = iam.Grant.add_to_principal(grantee=grantee, actions=["batch:SubmitJob", "batch:TagResource"], resource_arns=[
-            self.job_queue_arn, self.evaluation_job_definition.job_definition_arn])
+        grant = iam.Grant.add_to_principal(
+            grantee=grantee, actions=["batch:SubmitJob", "batch:TagResource"],
+            resource_arns=[self.job_queue_arn, self.evaluation_job_definition.job_definition_arn])
         self._grant_find_jobs(grantee)
         return grant
 
