@@ -380,3 +380,16 @@ def test_model_status_says_when_the_endpoint_serves_another_configuration_than_t
     assert (f"; ROLLED BACK: it serves {config_name(0)} (s3://datasets/{live_key(gate)}), not the declared "
             f"{config_name(1)} (s3://datasets/models/classifier/{better}/model.tar.gz): promote the run again, or put "
             f"{PARAMETER} (and the quality baseline) back to what is served") in status(True)
+
+
+def test_in_a_versioned_bucket_the_scored_version_is_deployed_even_after_the_key_was_overwritten(gate):
+    s3 = gate["s3"]
+    s3.create_bucket(Bucket="versioned")
+    s3.put_bucket_versioning(Bucket="versioned", VersioningConfiguration={"Status": "Enabled"})
+    s3.put_object(Bucket="versioned", Key="model.tar.gz", Body=b"scored")
+    _, artifact = evaluation.read_artifact("s3://versioned/model.tar.gz", s3)
+    assert artifact["version_id"]
+    s3.put_object(Bucket="versioned", Key="model.tar.gz", Body=b"overwritten")
+    assert model_ops.changed_artifact(s3, artifact) is None  # that version is still the scored object
+    assert model_ops.copy_scored_model(s3, artifact, "datasets", "models/versioned/model.tar.gz") is None
+    assert s3.get_object(Bucket="datasets", Key="models/versioned/model.tar.gz")["Body"].read() == b"scored"
