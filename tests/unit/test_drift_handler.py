@@ -103,7 +103,13 @@ def test_the_feature_watch_says_every_run_whether_its_baseline_lets_it_judge_any
     assert sorted(metric_values(cloudwatch, "FeatureWatchActive")) == [0.0, 1.0]
 
 
-def test_a_baseline_that_leaves_the_watch_nothing_to_see_says_so():
-    categorical = drift.build_baseline([{"color": c} for c in ("red", "blue") * 100], ["color"])
+def test_inputs_that_give_the_watch_nothing_to_see_say_so_without_an_alarm_a_rebuild_would_not_clear(aws):
+    s3, cloudwatch = aws
+    categorical = drift.build_baseline([{"age": str(a % 3), "color": "red" if a % 2 else "blue"} for a in range(300)],
+                                       ["age", "color"])
     assert categorical["version"] == 3
-    assert "no numeric feature with 20 or more distinct training values" in drift.watch_inactive(categorical)
+    s3.put_object(Bucket="datasets", Key=ENV["BASELINE_KEY"], Body=json.dumps(categorical).encode())
+    put_capture(s3, "2026/11/29/20", "a", [line(a % 3, "red") for a in range(200)])
+    summary = drift_handler.run(ENV, s3, cloudwatch, NOW)
+    assert "no numeric feature with 20 or more distinct training values" in summary["feature_watch_inactive"]
+    assert metric_values(cloudwatch, "FeatureWatchActive") == []

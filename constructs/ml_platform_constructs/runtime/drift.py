@@ -148,7 +148,7 @@ def watch_inactive(baseline: Mapping[str, Any]) -> Optional[str]:
     """Why the feature watch can judge nothing on this baseline, or None where it can judge something (a window may
     still be too small, which it says per window): a baseline built before the watch (version < 3) has neither the
     quartiles nor the held-back components it reads, and one whose numeric features have neither a spread to judge
-    nor components leaves it nothing to see. Published every run (FeatureWatchActive), so it is never silent."""
+    nor components leaves it nothing to see. In every run's result; the first is alarmed (FeatureWatchActive 0)."""
     version = baseline.get("version", 1)
     if version < 3:
         return (f"the baseline is version {version}, built before the feature watch (version 3): rebuild it "

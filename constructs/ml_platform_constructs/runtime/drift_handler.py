@@ -64,7 +64,7 @@ def run(env: dict[str, str], s3: Any, cloudwatch: Any, now: datetime) -> dict:
         "objects_found": len(keys), "objects_read": read_objects, "objects_skipped": len(keys) - read_objects,
         "records_read": window.records, "records_malformed": window.malformed,
         "missing_values": window.missing_values, "other_category_values": window.other_category_values,
-        **decision,
+        "baseline_version": baseline.get("version", 1), **decision,
     }
     _publish(cloudwatch, env["METRIC_NAMESPACE"], endpoint, summary, now)
     s3.put_object(Bucket=env["BASELINE_BUCKET"], Key=f"{env['RESULTS_PREFIX']}{now:%Y/%m/%d/%H%M%S}.json",
@@ -103,14 +103,19 @@ def _publish(cloudwatch: Any, namespace: str, endpoint: str, summary: dict, now:
 
 
 def _feature_watch_data(datum: Callable[..., dict], summary: dict) -> list[dict]:
-    """Whether the baseline lets the watch judge anything (FeatureWatchActive), spread ratios (per feature, their
+    """Whether the baseline lets the watch judge (FeatureWatchActive), spread ratios (per feature, their
     maximum and minimum, and how many left the band significantly) and the explained variance share, its signed drop
     and its significant shift; none of the latter where the window had too few values, so the feature watch alarms
     see missing data, not a calm window."""
-    watch = summary["feature_watch"]
-    # Every run: 0 where the baseline leaves the watch nothing to judge (built before it: rebuild), so its alarm
-    # says so instead of the watch's alarms staying quiet for want of data.
-    data = [datum("FeatureWatchActive", 0.0 if summary["feature_watch_inactive"] else 1.0)]
+    watch, data = summary["feature_watch"], []
+    # 1 where the baseline lets the watch judge, 0 where it was built before the watch (a rebuild fixes it), so its
+    # alarm says so instead of the watch's alarms staying quiet for want of data. A current baseline whose inputs give
+    # the watch nothing (no numeric feature with a spread) publishes neither: nothing a rebuild would change, and
+    # the results say why.
+    if summary["feature_watch_inactive"] is None:
+        data.append(datum("FeatureWatchActive", 1.0))
+    elif summary["baseline_version"] < 3:
+        data.append(datum("FeatureWatchActive", 0.0))
     ratios = watch["spread_ratio"]
     if ratios:
         data += [datum("MaxSpreadRatio", max(ratios.values())), datum("MinSpreadRatio", min(ratios.values())),

@@ -59,7 +59,7 @@ def feature_watch_alarms(scope: Construct, *, namespace: str, endpoint_name: str
                          period: Duration, alerts: sns.ITopic) -> dict[str, cloudwatch.Alarm]:
     """``feature_spread`` (a spread ratio left its band, significantly), ``explained_variance`` (the features'
     relations changed: the explained share or a pairwise correlation, significantly) and ``feature_watch_inactive``
-    (the baseline leaves the watch nothing to judge: one built before the watch), all notifying ``alerts``. A window
+    (the baseline was built before the watch, which then judges nothing), all notifying ``alerts``. A window
     without enough values publishes neither of the first two: missing data, not breaching."""
     low, high = settings.std_ratio_low, settings.std_ratio_high
     alarms = {
@@ -78,16 +78,16 @@ def feature_watch_alarms(scope: Construct, *, namespace: str, endpoint_name: str
                               f"explain {settings.explained_variance_drop:g} points more or less of the inputs' variance "
                               "than on held-back training rows, or a pair's correlation moved by 0.3 or more, beyond "
                               "the noise (a broken join, a feature replaced by another)"),
-        # FeatureWatchActive is published every run: 0 when the baseline predates the watch (its alarms above would
-        # otherwise stay quiet for want of data, as on every 0.4 baseline).
+        # FeatureWatchActive is 0 when the baseline predates the watch (its alarms above would otherwise stay quiet
+        # for want of data, as on every 0.4 baseline); inputs without a numeric feature to watch publish nothing.
         "feature_watch_inactive": feature_watch_metric(namespace, endpoint_name, "FeatureWatchActive",
                                                        period).create_alarm(
             scope, "FeatureWatchInactiveAlarm", threshold=1, evaluation_periods=1,
             comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             alarm_description=f"{endpoint_name}: the feature watch judges nothing: the drift baseline was built "
-                              "before it (version < 3: no quartiles, no held-back components), or none of its numeric "
-                              "features has a spread to judge. Rebuild the baseline from a training sample: "
+                              "before it (version < 3: no quartiles, no held-back components). Rebuild the baseline "
+                              "from a training sample: "
                               "./platform drift-baseline ENV ENDPOINT SAMPLE.csv in the platform app, or with the "
                               "library only: python -m ml_platform_constructs drift-baseline SAMPLE.csv --endpoint "
                               f"{endpoint_name} --bucket BUCKET (the drift baseline's bucket). The drift check's "
