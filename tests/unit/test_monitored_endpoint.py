@@ -326,3 +326,45 @@ def test_the_endpoint_writes_to_a_log_group_of_its_own_with_retention_and_the_lo
     [logs_statement] = [s for s in role_policy["Properties"]["PolicyDocument"]["Statement"]
                         if any(a.startswith("logs:") for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))]
     assert sorted(logs_statement["Action"]) == ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]
+
+
+def bare_isolated_vpc(stack):
+    """Isolated subnets and no VPC endpoint at all."""
+    return ec2.Vpc(stack, "Vpc", availability_zones=["us-east-1a", "us-east-1b"], nat_gateways=0,
+                   restrict_default_security_group=False,
+                   subnet_configuration=[ec2.SubnetConfiguration(name="c", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)])
+
+
+def test_isolated_subnets_without_an_s3_endpoint_fail_at_synth_with_the_fix():
+    stack = Stack(App(), "S", env={"account": "123456789012", "region": "us-east-1"})
+    datasets = DatasetBucket(stack, "D")
+    with pytest.raises(ValidationError) as error:
+        MonitoredEndpoint(stack, "E", endpoint_name="e", image_uri=IMAGE, model_data_bucket=datasets.bucket,
+                          model_data_key="m.tar.gz", instance_type="ml.m5.large", alerts=sns.Topic(stack, "T"),
+                          baseline_bucket=datasets, vpc=bare_isolated_vpc(stack))
+    message = str(error.value)
+    assert message.startswith("MonitoredEndpoint: vpc='S/Vpc' is invalid: isolated subnets with an S3 VPC endpoint")
+    assert "CreateEndpoint fails without one" in message
+    assert "Fix: PlatformNetwork (it has an S3 gateway endpoint), vpc.add_gateway_endpoint('S3'" in message
+
+
+@pytest.mark.parametrize("network", ["s3-gateway", "s3-interface", "nat", "imported"])
+def test_an_s3_route_or_a_vpc_that_cannot_be_seen_passes(network):
+    stack = Stack(App(), "N", env={"account": "123456789012", "region": "us-east-1"})
+    if network == "nat":
+        vpc = ec2.Vpc(stack, "Vpc", availability_zones=["us-east-1a"], nat_gateways=1,
+                      restrict_default_security_group=False)
+    elif network == "imported":
+        vpc = ec2.Vpc.from_vpc_attributes(stack, "Vpc", vpc_id="vpc-0123456789abcdef0",
+                                          availability_zones=["us-east-1a"], private_subnet_ids=["subnet-0123456789abcdef0"])
+    else:
+        vpc = bare_isolated_vpc(stack)
+        if network == "s3-gateway":
+            vpc.add_gateway_endpoint("S3", service=ec2.GatewayVpcEndpointAwsService.S3)
+        else:
+            vpc.add_interface_endpoint("S3", service=ec2.InterfaceVpcEndpointAwsService.S3)
+    datasets = DatasetBucket(stack, "D")
+    endpoint = MonitoredEndpoint(stack, "E", endpoint_name="e", image_uri=IMAGE, model_data_bucket=datasets.bucket,
+                                 model_data_key="m.tar.gz", instance_type="ml.m5.large", alerts=sns.Topic(stack, "T"),
+                                 baseline_bucket=datasets, vpc=vpc)
+    assert endpoint.endpoint.endpoint_name == "e"  # built: the check stayed quiet

@@ -30,7 +30,7 @@ from .feature_watch import FeatureWatch, feature_watch_alarms, feature_watch_wid
 from ..governance.scope import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, validate_budget_scope
 from ..operations.jobs import ECR_IMAGE
 from ..foundation.nag_support import AcknowledgeWildcardResources, nag_arn, stack_arn, suppress_checkov
-from ..foundation.network import require_private_subnets
+from ..foundation.network import missing_interface_endpoints, require_private_subnets
 from ..foundation.platform_key import allow_log_groups
 from ..runtime.promotion import VERSION, VERSION_PLACEHOLDER, model_version_parameter
 from ..foundation.runtime_function import runtime_function
@@ -100,7 +100,8 @@ class MonitoredEndpoint(Construct):
     :param alerts: the alert topic.
     :param baseline_bucket: the environment's DatasetBucket (drift baselines and results).
     :param vpc: the model runs in its private subnets (``vpc_subnets``), with a security group without inbound rules.
-        Public subnets (or subnets of this app that map public IPs or route to an internet gateway) fail synth.
+        Public subnets (or subnets of this app that map public IPs or route to an internet gateway) fail synth, and so
+        do isolated subnets of a VPC of this app without an S3 VPC endpoint (SageMaker loads the artifact through it).
     :param allow_public_subnets: accept such subnets, with a warning. Default: False.
     :param budget_scope: the ``BudgetGuard`` scope whose stop lists this endpoint as left running (a guard never
         stops an endpoint: it serves users); tag ``ml-platform:budget-scope`` on the endpoint. Default: ``"account"``.
@@ -210,6 +211,7 @@ class MonitoredEndpoint(Construct):
             if settings is not None:
                 settings.validate()
         require_private_subnets(self, "MonitoredEndpoint", vpc, vpc_subnets, allow_public_subnets)
+        self._require_s3_route(vpc, vpc_subnets)
         validate_budget_scope("MonitoredEndpoint", budget_scope)
         Tags.of(self).add(BUDGET_SCOPE_TAG, budget_scope, include_resource_types=["AWS::SageMaker::Endpoint"])
         if logs_key is not None:  # the construct's log groups
@@ -384,6 +386,19 @@ class MonitoredEndpoint(Construct):
         if auto_scaling is not None and not 1 <= auto_scaling.min_capacity <= auto_scaling.max_capacity:
             fail("auto_scaling", auto_scaling, "1 <= min_capacity <= max_capacity",
                  "e.g. EndpointAutoScaling(max_capacity=4, invocations_per_instance=100)")
+
+    @staticmethod
+    def _require_s3_route(vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection]) -> None:
+        """In isolated subnets of a VPC of this app, the model reaches its artifact only through an S3 VPC endpoint
+        (https://docs.aws.amazon.com/sagemaker/latest/dg/host-vpc.html#host-vpc-s3): without one, CreateEndpoint fails
+        at deploy. (An imported VPC's endpoints cannot be seen from here.)"""
+        if missing_interface_endpoints(vpc, vpc_subnets, ["s3"]):
+            raise ValidationError(
+                "MonitoredEndpoint", "vpc", vpc.node.path,
+                "isolated subnets with an S3 VPC endpoint (no NAT gateway: SageMaker loads the model artifact "
+                "through it, and CreateEndpoint fails without one); missing: ['s3']",
+                "PlatformNetwork (it has an S3 gateway endpoint), vpc.add_gateway_endpoint('S3', "
+                "service=ec2.GatewayVpcEndpointAwsService.S3), or subnets with a NAT gateway")
 
     # --- the declared model version and its rollout ------------------------------------------------------------
     def _declared_model(self, bucket: s3.IBucket, key: str, version: Optional[str],
