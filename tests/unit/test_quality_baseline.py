@@ -15,8 +15,9 @@ from ops import model as model_ops
 from stacks.config import DEFAULT_CONFIG, ConfigError, parse
 from tests.unit.test_quality_handler import (ENV, NOW, aws, captured, first_run, hours_before,  # noqa: F401
                                              labels, metric)
-from tests.unit.test_runs_ops import (BASELINE, CloudFormation, decisions, evidence, gate, promote,  # noqa: F401
-                                     recorded_run)
+from tests.unit.test_model_promote import CloudWatch, SageMaker, Serving, evaluated, live_key
+from tests.unit.test_model_promote import promote as promote_checked
+from tests.unit.test_runs_ops import BASELINE, decisions, gate, recorded_run  # noqa: F401
 
 SETTINGS_KEYS = ("PROBLEM_TYPE", "BASELINE", "PROMOTED_BASELINE", "PREDICTION_PATH", "PROBABILITY_THRESHOLD",
                  "MIN_LABELLED", "MAX_DROP")
@@ -42,7 +43,7 @@ def function_settings(template, parameters: dict[str, str]) -> Settings:
     return Settings.from_environment({k: resolve(variables[k]) for k in SETTINGS_KEYS if k in variables})
 
 
-def deployed(cloudformation: CloudFormation) -> dict[str, str]:
+def deployed(cloudformation: Serving) -> dict[str, str]:
     """The Serving stack's parameter values after the fake's updates (UsePreviousValue keeps what was there)."""
     values = {BASELINE: cloudformation.baseline}
     for update in cloudformation.updates:
@@ -90,10 +91,10 @@ def test_an_endpoint_without_a_declared_version_has_no_baseline_parameter(synth_
 
 def test_a_promotion_sets_the_promoted_runs_held_out_score_and_the_function_judges_against_it(gate, templates):
     better = recorded_run(gate["tmp"], gate["uri"], "better", 0.9, s3=gate["s3"])
-    evidence(gate, better, gate["live"])
-    cloudformation = CloudFormation(live=gate["live"])
+    evaluated(gate, better, gate["live"])
+    cloudformation = Serving(live=gate["live"])
     lines = []
-    assert promote(gate, better, cloudformation, lines) == 0
+    assert promote_checked(gate, better, cloudformation, lines=lines) == 0
     assert deployed(cloudformation)[BASELINE] == "0.9:2000"  # the judged score and the examples it was judged on
     settings = function_settings(templates["dev/Serving"], deployed(cloudformation))
     assert (settings.baseline, settings.baseline_examples, settings.baseline_source) == (0.9, 2000, "promotion")
@@ -103,10 +104,10 @@ def test_a_promotion_sets_the_promoted_runs_held_out_score_and_the_function_judg
 
 def test_a_refused_candidate_leaves_the_baseline_as_it_was(gate, templates):
     worse = recorded_run(gate["tmp"], gate["uri"], "worse", 0.8, s3=gate["s3"])
-    evidence(gate, worse, gate["live"], candidate=0.8)
-    cloudformation = CloudFormation(live=gate["live"], baseline="0.85")  # set by the live model's promotion
+    evaluated(gate, worse, gate["live"], candidate=0.8)
+    cloudformation = Serving(live=gate["live"], baseline="0.85")  # set by the live model's promotion
     with pytest.raises(SystemExit, match="refusing to promote"):
-        promote(gate, worse, cloudformation, [])
+        promote_checked(gate, worse, cloudformation)
     assert cloudformation.updates == []
     assert function_settings(templates["dev/Serving"], deployed(cloudformation)).baseline == 0.85
     assert "quality_baseline" not in decisions(gate, worse)[-1]
@@ -122,18 +123,26 @@ def test_a_score_the_quality_check_cannot_take_as_its_baseline_is_not_promoted(g
     endpoint = gate["endpoint"]
     regression = replace(endpoint, quality=replace(endpoint.quality, problem_type="regression", baseline=3.2),
                          promotion=replace(endpoint.promotion, metric="holdout_mae", higher_is_better=False))
+    from ops.runs import run_record
+
     perfect = recorded_run(gate["tmp"], gate["uri"], "perfect", 0.9, s3=gate["s3"])
     where = evaluation.evidence_uri("datasets", "training", perfect, gate["live"])
-    out = evaluation.Evaluation("s3://runs/x/model.tar.gz", None, evaluation._Place(where, gate["s3"]))
-    out.write_outcomes(evaluation.CANDIDATE, {f"s{i}": 0.0 for i in range(500)}, kind="error")
-    out.write_outcomes(evaluation.LIVE, {f"s{i}": 3.0 for i in range(500)}, kind="error")
-    out.finish()
-    cloudformation = CloudFormation(live=gate["live"])
+    gate["s3"].put_object(Bucket="datasets", Key=live_key(gate), Body=b"live model")
+    job = evaluation.Evaluation(run_record(gate["client"], perfect)["model_uri"], f"s3://datasets/{live_key(gate)}",
+                                evaluation._Place(where, gate["s3"]))
+    job.model(evaluation.CANDIDATE)
+    job.write_outcomes(evaluation.CANDIDATE, {f"s{i}": 0.0 for i in range(500)}, kind="error")
+    job.model(evaluation.LIVE)
+    job.write_outcomes(evaluation.LIVE, {f"s{i}": 3.0 for i in range(500)}, kind="error")
+    job.finish()
+    cloudformation = Serving(live=gate["live"])
     with pytest.raises(SystemExit, match=r"refusing to promote run \w+ to classifier in dev: the candidate's score 0 "
                                          r"cannot be the quality check's baseline \(baseline=0.0: the live model's MAE, "
                                          r"above 0\)"):
         model_ops.promote(gate["env"], regression, perfect, client=gate["client"], cloudformation=cloudformation,
-                          s3=gate["s3"], caller="arn:aws:iam::111111111111:user/ops", out=[].append)
+                          s3=gate["s3"], sagemaker=SageMaker(f"models/classifier/{perfect}/model.tar.gz",
+                                                             live_key(gate)),
+                          cloudwatch=CloudWatch(), caller="arn:aws:iam::111111111111:user/ops", out=[].append)
     assert cloudformation.updates == []
     assert [d["outcome"] for d in decisions(gate, perfect)] == ["refused"]
 
@@ -141,7 +150,7 @@ def test_a_score_the_quality_check_cannot_take_as_its_baseline_is_not_promoted(g
 def test_a_serving_stack_deployed_before_the_quality_check_must_be_deployed_first(gate):
     better = recorded_run(gate["tmp"], gate["uri"], "better", 0.9, s3=gate["s3"])
 
-    class Older(CloudFormation):
+    class Older(Serving):
         def describe_stacks(self, StackName):
             described = super().describe_stacks(StackName)
             for stack in described["Stacks"]:
@@ -149,19 +158,15 @@ def test_a_serving_stack_deployed_before_the_quality_check_must_be_deployed_firs
             return described
     older = Older(live=gate["live"])
     with pytest.raises(SystemExit, match=rf"^error: dev-Serving has no parameter {BASELINE}: deploy dev"):
-        promote(gate, better, older, [])
+        promote_checked(gate, better, older)
     assert older.updates == []
 
 
 def test_model_status_says_which_baseline_the_check_uses(gate):
-    class SageMaker:
-        def describe_endpoint(self, EndpointName):
-            return {"EndpointStatus": "InService"}
-
     def status(baseline):
         return model_ops.status(gate["env"], gate["endpoint"], client=gate["client"],
-                                cloudformation=CloudFormation(live=gate["live"], baseline=baseline),
-                                sagemaker=SageMaker())
+                                cloudformation=Serving(live=gate["live"], baseline=baseline),
+                                sagemaker=SageMaker(live_key(gate), live_key(gate)))
     assert status("").endswith("; quality baseline 0.92 (configured: no promotion yet)")
     assert status("0.85").endswith("; quality baseline 0.85 (promoted)")
 
