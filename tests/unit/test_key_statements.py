@@ -119,7 +119,8 @@ def test_an_endpoints_logs_key_gets_the_logs_statement(scope):
 
     data = DatasetBucket(scope, "Data")
     vpc = ec2.Vpc(scope, "Vpc", max_azs=1, nat_gateways=0, restrict_default_security_group=False,
-                  subnet_configuration=[ec2.SubnetConfiguration(name="c", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)])
+                  subnet_configuration=[ec2.SubnetConfiguration(name="c", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)],
+                  gateway_endpoints={"S3": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.S3)})
     MonitoredEndpoint(scope, "Endpoint", endpoint_name="team-clf", model_data_bucket=data.bucket,
                       image_uri="683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1",
                       model_data_key="m.tar.gz", instance_type="ml.m5.large", alerts=sns.Topic(scope, "Alerts"),

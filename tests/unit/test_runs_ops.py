@@ -30,11 +30,10 @@ def recorded_run(tmp_path, uri, name, accuracy, *, s3=None, model=True, holdout=
            "ML_PLATFORM_INSTANCE_TYPE": "g5.xlarge", "ML_PLATFORM_LIFECYCLE": "spot", "ML_PLATFORM_JOB_NAME": name}
     clock = iter(range(1_800_000_000, 1_800_100_000, 900)).__next__
     first = TrackedRun.start(params={"lr": 0.1}, seed=7, env=env, s3=s3, tracking_uri=uri, clock=clock,
-                             prices=load_prices("us-east-1"), holdout=holdout, code_directory=str(tmp_path))
+                             prices=load_prices("us-east-1"), holdout=holdout)
     first.log_holdout(accuracy=0.5, step=0)
     first.stop()
-    second = TrackedRun.start(env=env, s3=s3, tracking_uri=uri, clock=clock, prices=load_prices("us-east-1"),
-                              code_directory=str(tmp_path))
+    second = TrackedRun.start(env=env, s3=s3, tracking_uri=uri, clock=clock, prices=load_prices("us-east-1"))
     second.log_holdout(accuracy=accuracy, step=10)
     if model and s3:
         s3.put_object(Bucket="runs", Key=f"checkpoints/training/{name}/model.tar.gz", Body=b"model")
@@ -134,6 +133,40 @@ class CloudFormation:
                     raise WaiterError(name, "Waiter encountered a terminal failure state", {})
         return Waiter()
 
+    def get_template(self, StackName):
+        """The endpoint as the deployed Serving template declares it: its configuration and rollback alarms."""
+        return {"TemplateBody": {"Resources": {"classifierResource": {"Type": "AWS::SageMaker::Endpoint", "Properties": {
+            "EndpointName": ENDPOINT, "EndpointConfigName": {"Fn::GetAtt": ["classifierConfig", "EndpointConfigName"]},
+            "DeploymentConfig": {"AutoRollbackConfiguration": {"Alarms": [{"AlarmName": f"{ENDPOINT}-p99-latency"}]}}}}}}}
+
+    def describe_stack_resource(self, StackName, LogicalResourceId):
+        return {"StackResourceDetail": {"PhysicalResourceId": f"arn:aws:sagemaker:us-east-1:111111111111:endpoint-config/"
+                                                              f"config-{len(self.updates)}"}}
+
+
+ENDPOINT = "ml-platform-dev-classifier"
+
+
+class SageMaker:
+    """The endpoint after an update: on the declared configuration, serving the promoted model."""
+
+    def __init__(self, run_id, config="config-1"):
+        self.run_id, self.config = run_id, config
+
+    def describe_endpoint(self, EndpointName):
+        return {"EndpointStatus": "InService", "EndpointConfigName": self.config}
+
+    def describe_endpoint_config(self, EndpointConfigName):
+        return {"ProductionVariants": [{"ModelName": "model-1"}]}
+
+    def describe_model(self, ModelName):
+        return {"PrimaryContainer": {"ModelDataUrl": f"s3://datasets/models/classifier/{self.run_id}/model.tar.gz"}}
+
+
+class CloudWatch:
+    def describe_alarms(self, AlarmNames):
+        return {"MetricAlarms": [{"AlarmName": name, "StateValue": "OK"} for name in AlarmNames]}
+
 
 @pytest.fixture
 def gate(tmp_path, mlflow_store, config, monkeypatch):
@@ -151,7 +184,8 @@ def gate(tmp_path, mlflow_store, config, monkeypatch):
 
 def promote(gate, run_id, cloudformation, lines):
     return model_ops.promote(gate["env"], gate["endpoint"], run_id, client=gate["client"], cloudformation=cloudformation,
-                             s3=gate["s3"], caller="arn:aws:iam::111111111111:user/ops", out=lines.append,
+                             s3=gate["s3"], sagemaker=SageMaker(run_id), cloudwatch=CloudWatch(),
+                             caller="arn:aws:iam::111111111111:user/ops", out=lines.append,
                              now=lambda: datetime(2026, 12, 1, 9, 30, tzinfo=timezone.utc))
 
 
@@ -167,9 +201,15 @@ def evidence(gate, run_id, live, *, candidate=0.90, reference=0.85, n=2000, agai
     for i in (order[:extra] if extra > 0 else order[extra:]):
         candidate_right[i] = extra > 0
     where = evaluation.evidence_uri("datasets", "training", run_id, live if against_live else None)
-    out = evaluation.Evaluation("s3://runs/x/model.tar.gz", None, evaluation._Place(where, gate["s3"]))
+    live_model = f"s3://datasets/models/classifier/{live}/model.tar.gz" if against_live else None
+    if against_live:
+        gate["s3"].put_object(Bucket="datasets", Key=live_model[len("s3://datasets/"):], Body=b"live model")
+    out = evaluation.Evaluation(runs_ops.run_record(gate["client"], run_id)["model_uri"], live_model,
+                                evaluation._Place(where, gate["s3"]))
+    out.model(evaluation.CANDIDATE)  # as the job reads it: the manifest names the object scored
     out.write_outcomes(evaluation.CANDIDATE, candidate_right)
     if against_live:
+        out.model(evaluation.LIVE)
         out.write_outcomes(evaluation.LIVE, live_right)
     out.finish()
     return where
@@ -192,7 +232,7 @@ def test_a_worse_candidate_is_refused_with_the_judgement_and_the_refusal_is_reco
     [refused] = decisions(gate, worse)
     assert refused["outcome"] == "refused" and refused["examples"] == 2000 and refused["test"].startswith("paired")
     assert refused["evidence"].endswith(f"/evaluations/training/{worse}/{gate['live']}/")
-    assert "models/classifier/" not in str(gate["s3"].list_objects_v2(Bucket="datasets"))
+    assert f"models/classifier/{worse}/" not in str(gate["s3"].list_objects_v2(Bucket="datasets"))
 
 
 def test_a_better_candidate_is_copied_and_rolled_out_through_the_declared_parameter(gate):
