@@ -21,7 +21,9 @@ cannot see (when the instance started and ended) in ``Attempt.from_clock``.
 
 from __future__ import annotations
 
+import json
 import math
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,6 +34,12 @@ BUCKETS = ("productive", "data_wait", "startup", "restore", "checkpoint_save", "
 PHASES = ("startup", "restore", "step", "data_wait", "checkpoint_save", "evaluation", "since_checkpoint")
 # Clocks of the instance and of the job differ by a little: a job's phases may exceed the paid time by this much.
 CLOCK_SLACK_SECONDS = 1.0
+# The live metrics a job prints (embedded metric format: CloudWatch Logs extracts them from the job's log stream,
+# so the job needs no cloudwatch:PutMetricData). One window every METRIC_WINDOW_SECONDS.
+# https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html
+GOODPUT_NAMESPACE = "MLPlatform/Goodput"
+METRIC_WINDOW_SECONDS = 300
+WINDOW_METRICS = ("ProductiveShare", "DataWaitShare", "CheckpointShare")
 
 
 @dataclass(frozen=True)
@@ -166,12 +174,13 @@ class PhaseClock:
     ``summary()`` gives the seconds per phase (``PHASES``) for the attempt's record.
     """
 
-    def __init__(self, now=time.monotonic) -> None:
-        self._now = now
+    def __init__(self, now=time.monotonic, wall=time.time) -> None:
+        self._now, self._wall = now, wall
         self._started = now()
         self._first_step: Optional[float] = None
         self._seconds = dict.fromkeys(PHASES, 0.0)
         self._in_step = False
+        self._window_started, self._window_seconds = self._started, dict(self._seconds)
 
     def _mark_first_step(self) -> None:
         if self._first_step is None:
@@ -226,6 +235,34 @@ class PhaseClock:
 
     def summary(self) -> dict[str, float]:
         return {name: round(value, 3) for name, value in self._seconds.items()}
+
+    def window(self) -> Optional[dict[str, float]]:
+        """The shares of the time since the last window (percent): productive steps (data wait excluded) and
+        checkpoint saves of the wall time, data wait of the step time (None with no step in it). Starts the next."""
+        now = self._now()
+        elapsed = now - self._window_started
+        delta = {name: self._seconds[name] - self._window_seconds[name] for name in PHASES}
+        self._window_started, self._window_seconds = now, dict(self._seconds)
+        if elapsed <= 0:
+            return None
+        shares = {"ProductiveShare": 100 * (delta["step"] - delta["data_wait"]) / elapsed,
+                  "CheckpointShare": 100 * delta["checkpoint_save"] / elapsed}
+        if delta["step"] > 0:
+            shares["DataWaitShare"] = 100 * delta["data_wait"] / delta["step"]
+        return {name: round(min(100.0, max(0.0, value)), 2) for name, value in shares.items()}
+
+    def emit(self, queue: str, stream=None) -> Optional[dict]:
+        """Print the window's shares as one embedded-metric-format line (dimension ``Queue``) to ``stream``
+        (stdout: the job's log stream). Call it every METRIC_WINDOW_SECONDS; returns the document printed."""
+        shares = self.window()
+        if shares is None:
+            return None
+        document = {"_aws": {"Timestamp": int(self._wall() * 1000), "CloudWatchMetrics": [{
+            "Namespace": GOODPUT_NAMESPACE, "Dimensions": [["Queue"]],
+            "Metrics": [{"Name": name, "Unit": "Percent"} for name in WINDOW_METRICS if name in shares]}]},
+            "Queue": queue, **shares}
+        print(json.dumps(document, separators=(",", ":")), file=stream or sys.stdout, flush=True)
+        return document
 
 
 # --- what to change when a job is input-bound -------------------------------------------------------------------
