@@ -117,6 +117,7 @@ def test_the_endpoint_lists_the_quality_alarms(built):
     assert alarms["quality_not_judged"] is quality.not_judged_alarm
     assert alarms["quality_labels_backlog"] is quality.labels_backlog_alarm
     assert alarms["quality_labels_lost"] is quality.labels_lost_alarm
+    assert alarms["quality_labels_starved"] is quality.labels_starved_alarm
 
 
 def test_a_label_that_cannot_be_used_alarms_malformed_or_expired(built):

@@ -311,6 +311,7 @@ class MonitoredEndpoint(Construct):
             self.alarms["quality_not_judged"] = self.quality.not_judged_alarm
             self.alarms["quality_labels_backlog"] = self.quality.labels_backlog_alarm
             self.alarms["quality_labels_lost"] = self.quality.labels_lost_alarm
+            self.alarms["quality_labels_starved"] = self.quality.labels_starved_alarm
             self.alarms["quality_check"] = self.quality.check_failing_alarm
         self.dashboard = self._dashboard(drift_schedule)
         self.dashboard.add_widgets(*feature_watch_widgets(DRIFT_NAMESPACE, endpoint_name, drift_schedule))
