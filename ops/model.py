@@ -20,7 +20,7 @@ the dataset), which scores the candidate run's model and the live model on the p
 their outcomes under `evaluations/<queue>/<run id>/<live version>/` of the dataset bucket. Its role alone writes
 there, and only a holder of `TrainingQueue.grant_evaluate` submits it: no training job can write its own evidence.
 Nothing the evaluation does comes from the candidate run's own record but its model: the split is the platform's
-(`runtime.holdout`'s salt and fraction), and a run (candidate or live) whose passport declares another split is
+(the library's held-out salt and fraction), and a run (candidate or live) whose passport declares another split is
 refused (it may have trained on the examples it would be judged on).
 
 `promote`: refuses while a rollback alarm of the endpoint is in ALARM (a rollout would roll itself back); checks that

@@ -115,7 +115,7 @@ def operations_cli(work: Path, wheel: Path) -> dict:
                                  "from ml_platform_constructs.advice import PRESETS, advise, queue_block; "
                                  "from ml_platform_constructs.operations import cli, jobs; cli.parser(); "
                                  "block = queue_block(advise(PRESETS['resnet50-imagenet'], target='queue'), 'dev'); "
-                                 "print(block.splitlines()[1]); "
+                                 "print(next(line for line in block.splitlines() if not line.startswith('#'))); "
                                  "print(sorted({m.split('.')[0] for m in sys.modules} & {'aws_cdk', 'jsii'}))"),
             "no_region": run("-m", "ml_platform_constructs", "budget", "status")}
 
