@@ -95,7 +95,7 @@ def test_dataset_bucket_exists_encrypted_with_kms(deployed):
 def test_report_says_the_emulator_did_not_apply_lifecycle_rules(deployed):
     bucket = resource(deployed, "dev-Data", "Datasets", "AWS::S3::Bucket")
     lifecycle = finding(bucket, "lifecycle rules")
-    assert (lifecycle.ok, lifecycle.detail) == (False, "0 of 4 applied")
+    assert (lifecycle.ok, lifecycle.detail) == (False, "0 of 5 applied")
     assert bucket.status == PARTIAL
 
 
@@ -242,7 +242,7 @@ def test_only_what_the_emulator_cannot_answer_is_left_not_checked(deployed):
 
 def test_the_whole_table_and_its_verdict(deployment):
     table = deployment.table()
-    assert table.endswith("local deploy: 5 stacks complete; 14 resources partly applied, 44 not created by the emulator")
+    assert table.endswith("local deploy: 5 stacks complete; 15 resources partly applied, 49 not created by the emulator")
     assert "What moto did not apply or create, by type (each a known gap of moto's, pinned by tests/emulator):\n" \
            "  PARTIAL       1 x AWS::AutoScaling::AutoScalingGroup: capacity rebalance not as declared\n" in table
     assert all(r.logical_id in table for stack in deployment.reports for r in stack.resources)
@@ -250,9 +250,9 @@ def test_the_whole_table_and_its_verdict(deployment):
 
 def test_up_shows_the_emulators_gaps_in_one_line_as_expected_with_the_table(deployment):
     assert up.emulator_lines(deployment, "logs/emulator-report.txt") == [
-        "Emulator: dev deployed to moto, 5 stacks CREATE_COMPLETE as reported; of 185 resources 110 as declared, 17 not "
+        "Emulator: dev deployed to moto, 5 stacks CREATE_COMPLETE as reported; of 191 resources 110 as declared, 17 not "
         "read back",
-        "  14 PARTIAL, 44 NOT CREATED: expected (moto skips those types and settings); each in logs/emulator-report.txt"]
+        "  15 PARTIAL, 49 NOT CREATED: expected (moto skips those types and settings); each in logs/emulator-report.txt"]
 
 
 def test_the_readme_up_example_shows_what_the_emulator_created(deployment):
@@ -278,7 +278,8 @@ def test_quality_alarm_and_latency_scaling_exist_only_in_a_real_account(deployed
     serving = deployed["dev-Serving"]
     missing = {r.logical_id for r in serving.resources if r.status == MISSING}
     for prefix in ("classifierQualityAlarm", "classifierFeatureSpreadAlarm", "classifierExplainedVarianceAlarm",
-                   "classifierScalableTarget", "classifierP99LatencyAlarm"):
+                   "classifierScalableTarget", "classifierP99LatencyAlarm", "classifierLatencyScaleOutAlarm",
+                   "classifierScaleInAlarm", "classifierQualityLabelsStarvedAlarm", "classifierFeatureWatchInactiveAlarm"):
         assert any(logical_id.startswith(prefix) for logical_id in missing), prefix
     policies = serving.by_type("AWS::ApplicationAutoScaling::ScalingPolicy")
-    assert len(policies) == 2 and all(p.status == MISSING for p in policies)  # target tracking and the P99 step
+    assert len(policies) == 3 and all(p.status == MISSING for p in policies)  # target tracking, the P99 step, scale-in
