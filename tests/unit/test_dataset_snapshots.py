@@ -1,5 +1,6 @@
 """Dataset snapshots: the build runbook, its clean-up, its IAM scope, retention, and fleets mounting versions."""
 
+import hashlib
 import json
 import subprocess
 
@@ -90,6 +91,19 @@ def test_copy_labels_the_filesystem_the_way_fleets_mount_it(built):
     assert any("aws s3 sync" in c for c in commands)
     # The data volume is found by its serial (the volume id), never an instance-store disk.
     assert "VOLUME='{{ FindVolume.VolumeId }}'" in commands and any("SERIAL" in c for c in commands)
+
+
+def test_the_snapshot_holds_a_content_manifest_of_every_file(built, tmp_path):
+    """Written once by the builder, so a run fingerprints a mounted snapshot by its id and this manifest."""
+    commands = steps(built[0])["CopyDataset"]["inputs"]["Parameters"]["commands"]
+    line = next(c for c in commands if "MANIFEST.sha256" in c)
+    assert commands.index(line) == next(i for i, c in enumerate(commands) if "aws s3 sync" in c) + 1
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "labels.csv").write_text("id,label\n1,cat\n")
+    (tmp_path / "MANIFEST.sha256").write_text("stale\n")
+    subprocess.run(["bash", "-c", line.replace("/mnt/dataset", str(tmp_path))], check=True)
+    digest = hashlib.sha256(b"id,label\n1,cat\n").hexdigest()
+    assert (tmp_path / "MANIFEST.sha256").read_text() == f"{digest}  ./train/labels.csv\n"
 
 
 def test_parameters_that_reach_the_shell_cannot_carry_quotes(built):

@@ -50,7 +50,8 @@ def test_a_job_ended_by_an_update_resumes_from_its_checkpoint(tmp_path, retry_st
     env = job_env(tmp_path)
     rows = example.load_rows(example.make_dataset(samples=600))
     first = example.Job({**env, "AWS_BATCH_JOB_ATTEMPT": "1"})
-    run = TrackedRun.start(params=PARAMS, env={**env, "AWS_BATCH_JOB_ATTEMPT": "1"})
+    # The code directory is the test's own: a commit elsewhere in the repository between the attempts is no change.
+    run = TrackedRun.start(params=PARAMS, env={**env, "AWS_BATCH_JOB_ATTEMPT": "1"}, code_directory=str(tmp_path))
 
     def stopped_by_the_update_after_epoch_3(state):
         if state["epoch"] == 3:  # past the update's timeout, ECS stops the task: SIGTERM
@@ -60,5 +61,6 @@ def test_a_job_ended_by_an_update_resumes_from_its_checkpoint(tmp_path, retry_st
     assert batch_decision(retry_strategy, {"exitCode": code, "statusReason": "Essential container in task exited"}) == "RETRY"
     second = example.Job({**env, "AWS_BATCH_JOB_ATTEMPT": "2"})
     assert second.resume()["epoch"] == 3
-    finished, code = example.train(second, TrackedRun.start(env={**env, "AWS_BATCH_JOB_ATTEMPT": "2"}), rows, PARAMS)
+    finished, code = example.train(second, TrackedRun.start(env={**env, "AWS_BATCH_JOB_ATTEMPT": "2"},
+                                                           code_directory=str(tmp_path)), rows, PARAMS)
     assert (finished["epoch"], code) == (PARAMS["epochs"], 0)
