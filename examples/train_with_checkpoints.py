@@ -49,6 +49,7 @@ from typing import Any, Optional
 from urllib.parse import urlparse
 
 from ml_platform_constructs.runtime import evaluation
+from ml_platform_constructs.runtime.goodput import PhaseClock
 from ml_platform_constructs.runtime.holdout import describe, split
 from ml_platform_constructs.runtime.passport import DatasetRef
 from ml_platform_constructs.runtime.tracking import Location, TrackedRun
@@ -107,31 +108,39 @@ def outcomes(state: dict, rows: list) -> dict[str, bool]:
     return {sample_id: predicted(state, x) == label for sample_id, label, x in rows}
 
 
-def train_epoch(state: dict, rows: list, *, seed: int, lr: float, momentum: float, batch_size: int) -> float:
-    """One epoch of SGD with momentum; the shuffle depends only on (seed, epoch). Returns the mean log loss."""
+def train_epoch(state: dict, rows: list, *, seed: int, lr: float, momentum: float, batch_size: int,
+                clock: PhaseClock, should_stop=lambda: False) -> Optional[float]:
+    """One epoch of SGD with momentum; the shuffle depends only on (seed, epoch). Returns the mean log loss, or None
+    when ``should_stop`` turned true between two batches: the epoch is abandoned (``state`` is then half-trained:
+    the attempt ends from its last checkpoint, and the abandoned steps are the work the interruption lost).
+    ``clock`` times each batch's wait (``clock.batches``: here a list slice; with PyTorch, the DataLoader) and
+    each step (``clock.step``)."""
     order = list(range(len(rows)))
     random.Random(seed * 100_003 + state["epoch"]).shuffle(order)
     classes, features = len(state["bias"]), len(state["weights"][0])
     loss = 0.0
-    for start in range(0, len(order), batch_size):
-        batch = [rows[i] for i in order[start:start + batch_size]]
-        grad_w = [[0.0] * features for _ in range(classes)]
-        grad_b = [0.0] * classes
-        for _, label, x in batch:
-            p = probabilities(state, x)
-            loss -= math.log(max(p[label], 1e-12))
+    loader = ([rows[i] for i in order[start:start + batch_size]] for start in range(0, len(order), batch_size))
+    for batch in clock.batches(loader):
+        if should_stop():
+            return None
+        with clock.step():
+            grad_w = [[0.0] * features for _ in range(classes)]
+            grad_b = [0.0] * classes
+            for _, label, x in batch:
+                p = probabilities(state, x)
+                loss -= math.log(max(p[label], 1e-12))
+                for k in range(classes):
+                    error = p[k] - (1.0 if k == label else 0.0)
+                    grad_b[k] += error
+                    row = grad_w[k]
+                    for j, v in enumerate(x):
+                        row[j] += error * v
             for k in range(classes):
-                error = p[k] - (1.0 if k == label else 0.0)
-                grad_b[k] += error
-                row = grad_w[k]
-                for j, v in enumerate(x):
-                    row[j] += error * v
-        for k in range(classes):
-            state["velocity_b"][k] = momentum * state["velocity_b"][k] - lr * grad_b[k] / len(batch)
-            state["bias"][k] += state["velocity_b"][k]
-            for j in range(features):
-                state["velocity_w"][k][j] = momentum * state["velocity_w"][k][j] - lr * grad_w[k][j] / len(batch)
-                state["weights"][k][j] += state["velocity_w"][k][j]
+                state["velocity_b"][k] = momentum * state["velocity_b"][k] - lr * grad_b[k] / len(batch)
+                state["bias"][k] += state["velocity_b"][k]
+                for j in range(features):
+                    state["velocity_w"][k][j] = momentum * state["velocity_w"][k][j] - lr * grad_w[k][j] / len(batch)
+                    state["weights"][k][j] += state["velocity_w"][k][j]
     state["epoch"] += 1
     return loss / len(rows)
 
@@ -226,30 +235,49 @@ def read_dataset(uri: str, s3: Any = None) -> str:
 
 
 def train(job: Job, run: TrackedRun, rows: list, params: dict, *, on_epoch=None) -> tuple[dict, int]:
-    """Trains from the newest checkpoint to params["epochs"]; returns (state, exit code)."""
+    """Trains from the newest checkpoint to params["epochs"]; returns (state, exit code). Its phases go to the
+    run's clock (``run.clock``: restore, steps and their data wait, checkpoint saves, evaluations), the attempt's
+    goodput ledger."""
+    clock = run.clock
     train_rows, holdout_rows = split(rows, key=lambda row: row[0])
     features, classes = len(rows[0][2]), max(label for _, label, _ in rows) + 1
-    state = job.resume()
+    with clock.phase("restore"):
+        state = job.resume()
     if state is None:
         state = new_state(features, classes)
-        run.log_holdout(accuracy=accuracy(state, holdout_rows), step=0)  # the untrained model: chance
+        with clock.phase("evaluation"):
+            run.log_holdout(accuracy=accuracy(state, holdout_rows), step=0)  # the untrained model: chance
     else:
         print(f"resuming from the checkpoint of epoch {state['epoch']}", flush=True)
     while state["epoch"] < params["epochs"]:
         if job.should_stop():
-            job.save(state)
+            with clock.phase("checkpoint_save"):
+                job.save(state)
+            clock.checkpoint_saved()
             run.stop("stop requested (SIGTERM or the stop file) at epoch %d" % state["epoch"])
             return state, STOPPED_EXIT_CODE
         loss = train_epoch(state, train_rows, seed=params["seed"], lr=params["lr"], momentum=params["momentum"],
-                           batch_size=params["batch_size"])
-        job.save(state)
+                           batch_size=params["batch_size"], clock=clock, should_stop=job.should_stop)
+        if loss is None:  # stopped mid-epoch: the checkpoint of the last whole epoch stands, this epoch is redone
+            run.stop(f"stop requested (SIGTERM or the stop file) during epoch {state['epoch'] + 1}; resumes from "
+                     f"the checkpoint of epoch {state['epoch']}")
+            return state, STOPPED_EXIT_CODE
+        with clock.phase("checkpoint_save"):
+            job.save(state)
+        clock.checkpoint_saved()
         run.checkpointed()
-        run.log_metrics({"train_loss": loss, "train_accuracy": accuracy(state, train_rows)}, step=state["epoch"])
+        with clock.phase("evaluation"):  # the training-set accuracy: a pass over the data that trains nothing
+            train_accuracy = accuracy(state, train_rows)
+        run.log_metrics({"train_loss": loss, "train_accuracy": train_accuracy}, step=state["epoch"])
         print(f"epoch {state['epoch']}/{params['epochs']}: loss {loss:.4f}", flush=True)
         if on_epoch:
             on_epoch(state)
-    run.log_holdout(accuracy=accuracy(state, holdout_rows), step=state["epoch"])
-    run.record_model(job.save_model(state, params))
+    with clock.phase("evaluation"):
+        final = accuracy(state, holdout_rows)
+    run.log_holdout(accuracy=final, step=state["epoch"])
+    with clock.phase("checkpoint_save"):  # the model artifact: a save like a checkpoint's
+        uri = job.save_model(state, params)
+    run.record_model(uri)
     run.finish()
     return state, 0
 

@@ -13,7 +13,9 @@ gpu, instance_type, lifecycle, queue, job_id, attempts with each one's environme
 params, environment, ...), ``metrics``, ``cost_usd`` (``cost_lower_bound``), ``spot_interruptions``,
 ``usd_per_accuracy_point``, ``over_chance``, ``against_live`` (the gain over the live model on the same held-out
 ids, from the latest promotion's evaluation), ``usd_per_million_tokens``, ``improves_on``, ``model_uri`` and
-``promotions`` (the gate's decisions); with --local, ``kept_at`` (where ./platform up kept the run's model, passport,
+``promotions`` (the gate's decisions), ``ledger`` (where its paid time and dollars went: ``paid_hours``,
+``paid_usd``, ``goodput``, ``buckets`` with each one's ``hours``, ``usd`` and ``share``, and ``notes``; null for a
+run without attempts); with --local, ``kept_at`` (where ./platform up kept the run's model, passport,
 package list and dataset).
 """
 
@@ -25,6 +27,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
+from ml_platform_constructs.runtime.budget_guard import load_prices
+from ml_platform_constructs.runtime.goodput import BUCKETS, Ledger, run_ledger
 from ml_platform_constructs.runtime.tracking import PROMOTION_TAG_PREFIX, RECORD_NAME, TAG_PREFIX, gain_over_live
 
 from ops.cli import Parser
@@ -108,7 +112,34 @@ def run_record(client: Any, run_id: str, target: str = "ENV|--local") -> dict:
         "tags": {k: v for k, v in tags.items() if k.startswith(TAG_PREFIX) and not k.startswith(PROMOTION_TAG_PREFIX)},
         "promotions": promotions,
         "against_live": against_live,
+        "ledger": ledger_json(record.get("passport", {})),
     }
+
+
+def record_ledger(passport: dict) -> tuple[Optional[Ledger], list[str]]:
+    """The run's goodput ledger and its notes, priced as its cost is (the Region's price table), or (None, [])
+    for a record without attempts."""
+    attempts = passport.get("attempts") or []
+    if not attempts:
+        return None, []
+    environment = passport.get("environment") or {}
+    region = environment.get("AWS_REGION") or environment.get("AWS_DEFAULT_REGION") or "us-east-1"
+    return run_ledger(attempts, load_prices(region))
+
+
+def ledger_json(passport: dict) -> Optional[dict]:
+    found, notes = record_ledger(passport)
+    return None if found is None else {**found.to_dict(), "notes": notes}
+
+
+def ledger_lines(found: Ledger, notes: list[str], indent: str = "    ") -> list[str]:
+    """One line per bucket with time in it: hours, USD and percent of the paid time, largest first."""
+    lines = []
+    for bucket in sorted(BUCKETS, key=lambda b: -found.seconds[b]):
+        if found.seconds[bucket] > 0:
+            lines.append(f"{indent}{bucket:<16} {found.seconds[bucket] / 3600:>9.4f} h {found.usd[bucket]:>11.6f} USD "
+                         f"{found.share(bucket):>6.1%}")
+    return lines + [f"{indent}({note})" for note in notes]
 
 
 def with_local_copy(record: dict, store: Path) -> dict:
@@ -224,6 +255,12 @@ def format_record(record: dict) -> str:
             lines.append(f"  rerun: the code at {commit.get('commit') or '(unknown commit)'}, the packages of "
                          f"{p['packages']['artifact']}, the dataset above; ML_PLATFORM_CHECKPOINT_URI a new prefix (a new "
                          f"run); then {'python ' if p['command'][0].endswith('.py') else ''}{' '.join(p['command'])}")
+    found, notes = record_ledger(p) if p else (None, [])
+    if found is not None:
+        goodput = "-" if found.goodput is None else f"{found.goodput:.1%}"
+        lines.append(f"  goodput ledger: {found.paid_seconds / 3600:.4f} paid instance-hours, {found.paid_usd:.6f} "
+                     f"USD over {found.attempts} attempt(s); goodput {goodput} (productive of paid):")
+        lines += ledger_lines(found, notes)
     lines.append("  metrics: " + (", ".join(f"{k} {_number(v)}" for k, v in sorted(record["metrics"].items())) or "-"))
     cost = record.get("cost_usd")
     if cost is None:

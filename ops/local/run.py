@@ -6,7 +6,8 @@ moto on 127.0.0.1 stands in for S3: the dataset is uploaded under datasets/, che
 checkpoints/training/<job name>/. Attempt 1 gets a real SIGTERM once it reports epoch 3 (a simulated Spot reclaim)
 and must checkpoint and exit 143, which the queue's retry strategy retries; the epoch it stops at is the one it
 says (it goes on training until the signal lands, one epoch or more under load). Attempt 2 must resume from that
-checkpoint and exit 0. The run goes to the local MLflow store (SQLite under .ml-platform/, git-ignored), one run
+checkpoint and exit 0; the run's goodput ledger shows the reclaim as the lost steps of the epoch it abandoned and the
+restore of attempt 2. The run goes to the local MLflow store (SQLite under .ml-platform/, git-ignored), one run
 for both attempts, priced as the queue's g5.xlarge on Spot would be. Before the emulator stops (its S3 goes with
 it), the run's model, passport, package list and dataset are copied to .ml-platform/runs/<run id>/: what a rerun
 needs (docs/RUNS.md, "Rerunning a run").
@@ -34,7 +35,7 @@ from ml_platform_constructs.runtime.tracking import PACKAGES_NAME, RECORD_NAME
 
 from .emulator import client_environment, moto_server
 from .. import terminal
-from ..runs import LOCAL_STORE, format_record, local_tracking_uri, run_record, with_local_copy
+from ..runs import LOCAL_STORE, format_record, local_tracking_uri, record_ledger, run_record, with_local_copy
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "train_with_checkpoints.py"
@@ -156,6 +157,18 @@ def simulate(port: int, store: Path, work: Path, *, job_name: Optional[str] = No
     return record["run_id"]
 
 
+def ledger_line(record: dict) -> str:
+    """The run's goodput ledger in one line (what ./platform up's summary shows): paid time and dollars, then each
+    bucket's share, largest first; the simulated reclaim is the lost and restore shares."""
+    found, _ = record_ledger(record["passport"])
+    if found is None or not found.paid_seconds:
+        return "ledger: no paid time recorded"
+    shares = ", ".join(f"{bucket} {found.share(bucket):.0%}" for bucket in sorted(found.seconds, key=lambda b: -found.seconds[b])
+                       if found.seconds[bucket] > 0)
+    return (f"ledger: {found.paid_seconds:.1f} s paid, {found.paid_usd:.6f} USD over {found.attempts} attempts: "
+            f"{shares}")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--store", type=Path, default=LOCAL_STORE, help="the local MLflow store's directory")
@@ -171,7 +184,9 @@ def main(argv: list[str]) -> int:
     from mlflow.tracking import MlflowClient
 
     print("\nThe run it recorded (./platform runs show --local " + run_id + "):")
-    print(format_record(with_local_copy(run_record(MlflowClient(local_tracking_uri(args.store)), run_id), args.store)))
+    record = with_local_copy(run_record(MlflowClient(local_tracking_uri(args.store)), run_id), args.store)
+    print(format_record(record))
+    print(f"    {ledger_line(record)}")
     print(f"(priced as a {INSTANCE_TYPE} {LIFECYCLE} instance, the queue's type this local run stands in for)")
     return 0
 

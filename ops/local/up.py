@@ -77,13 +77,15 @@ def emulator_lines(deployed: local_deploy.LocalDeploy, table: str) -> list[str]:
 
 
 def local_run_lines(output: str) -> list[str]:
-    """Each attempt's outcome, the run's held-out accuracy and cost, and the command that shows its passport, from
-    ops.local.run's output."""
+    """Each attempt's outcome, the run's goodput ledger in one line, its held-out accuracy and cost, and the command
+    that shows its passport, from ops.local.run's output."""
     attempts = re.findall(r"^    (attempt \d+: .*? -> exit \d+)", output, re.M)
     run = re.search(r"\(\./platform runs show --local (\w+)\)", output)
     result = re.search(r"finished: (holdout accuracy [\d.]+), \d+ attempt\(s\), (cost [\d.e-]+ USD)", output)
     recorded = f"{result[1]}, {result[2]}; " if result else ""
-    return [*(f"  {line}" for line in attempts), f"  one run recorded: {recorded}its passport:",
+    ledger = re.search(r"^    (ledger: .*)$", output, re.M)  # ops.local.run's one-line goodput ledger
+    return [*(f"  {line}" for line in attempts), *([f"  {ledger[1]}"] if ledger else []),
+            f"  one run recorded: {recorded}its passport:",
             f"    ./platform runs show --local {run[1] if run else '(not found)'}"]
 
 
@@ -134,7 +136,7 @@ def main(argv: list[str], *, assembly: Path = ROOT / "cdk.out", local_assembly: 
     output = run_file.read_text()
     run_lines = local_run_lines(output)
     kept = re.search(r"^    kept: .* in (\S+)/ ", output, re.M)  # the model outlives the emulator (ops.local.run)
-    print(f"    {len(run_lines) - 2} attempts, one run in .ml-platform/"
+    print(f"    {sum(1 for line in run_lines if line.startswith('  attempt '))} attempts, one run in .ml-platform/"
           + (f"; its model and passport in {kept[1]}/" if kept else "") + f" ({seconds:.0f} s)")
 
     lines = [

@@ -181,6 +181,13 @@ class PhaseClock:
         self._seconds = dict.fromkeys(PHASES, 0.0)
         self._in_step = False
         self._window_started, self._window_seconds = self._started, dict(self._seconds)
+        self._queue: Optional[str] = None
+        self._stream = None
+
+    def emit_windows(self, queue: str, stream=None) -> None:
+        """From now on, ``emit(queue)`` at the end of the first step after each METRIC_WINDOW_SECONDS: checked on
+        step boundaries (no thread, no timer; a job that stops stepping prints nothing, and its alarms see no data)."""
+        self._queue, self._stream = queue, stream
 
     def _mark_first_step(self) -> None:
         if self._first_step is None:
@@ -208,9 +215,11 @@ class PhaseClock:
             yield
         finally:
             self._in_step = False
-            elapsed = self._now() - started
-            self._seconds["step"] += elapsed
-            self._seconds["since_checkpoint"] += elapsed
+            ended = self._now()
+            self._seconds["step"] += ended - started
+            self._seconds["since_checkpoint"] += ended - started
+            if self._queue is not None and ended - self._window_started >= METRIC_WINDOW_SECONDS:
+                self.emit(self._queue, self._stream)
 
     def batches(self, loader: Iterable) -> Iterator:
         """The loader's batches; the time blocked on each is data wait, counted as step time (the GPU waits)."""
@@ -328,3 +337,56 @@ def loader_settings_for(instance_type: str, *, dataset_gb: Optional[float] = Non
                          "memory_gib to loader_settings()")
     return loader_settings(vcpus=entry.vcpus, gpus=entry.gpu_count, memory_gib=entry.memory_gib,
                            dataset_gb=dataset_gb, decodes_images_on_cpu=decodes_images_on_cpu)
+
+
+# --- a recorded run's ledger ---------------------------------------------------------------------------------------
+
+STARTUP_LOWER_BOUND = ("startup is a lower bound: the platform does not see the instance's start before the job's "
+                       "attempt began (boot, image pull), so that time is in no attempt's paid time")
+
+
+def _seconds_between(start: str, end: str) -> float:
+    from datetime import datetime
+
+    return max(0.0, (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds())
+
+
+def passport_attempts(attempts: Iterable[Mapping], prices: Mapping) -> tuple[list[Attempt], list[str]]:
+    """The ledger's attempts from a run passport's (``runtime.tracking``), and notes on what is estimated. Paid
+    time runs from the attempt's recorded start to its recorded end (or its last record while it runs); the job's
+    ``phases`` fill the buckets; an attempt that ended ``stopped`` or ``lost`` loses its steps since its last
+    checkpoint, and a lost one also the time from its last record to AWS Batch's end of it (the job was stepping
+    when it vanished). The rate is the attempt's own price x its GPU share x its nodes, as the run's cost."""
+    from .run_cost import hourly_usd
+
+    found, notes = [], [STARTUP_LOWER_BOUND]
+    for record in attempts:
+        number = record.get("number")
+        start = record["started_at"]
+        end = record.get("ended_at") or record.get("last_seen_at") or start
+        phases = dict(record.get("phases") or {})
+        if not phases:
+            notes.append(f"attempt {number}: no phases recorded (a job without the helper's clock): its time is idle")
+        lost_unseen = 0.0
+        if record.get("outcome") == "lost" and record.get("last_seen_at"):
+            lost_unseen = _seconds_between(record["last_seen_at"], end)
+            phases["step"] = phases.get("step", 0.0) + lost_unseen
+            phases["since_checkpoint"] = phases.get("since_checkpoint", 0.0) + lost_unseen
+        instance_type, lifecycle = record.get("instance_type"), record.get("lifecycle")
+        if instance_type in prices["on_demand_hourly"] and lifecycle:
+            rate = hourly_usd(prices, instance_type, lifecycle)
+        else:
+            rate = 0.0
+            notes.append(f"attempt {number}: {instance_type or 'instance type unknown'} {lifecycle or ''} unpriced: "
+                         "its dollars are 0")
+        found.append(Attempt.from_clock(phases, paid_seconds=_seconds_between(start, end),
+                                        interrupted=record.get("outcome") in ("stopped", "lost"),
+                                        usd_per_hour=rate, nodes=int(record.get("nodes") or 1),
+                                        gpu_share=float(record.get("gpu_share") or 1.0)))
+    return found, notes
+
+
+def run_ledger(attempts: Iterable[Mapping], prices: Mapping) -> tuple[Ledger, list[str]]:
+    """A recorded run's ledger (``passport_attempts``, summed) and its notes."""
+    found, notes = passport_attempts(attempts, prices)
+    return ledger(found), notes

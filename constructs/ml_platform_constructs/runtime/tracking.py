@@ -38,6 +38,13 @@ Where things go:
   ``ml_platform.*`` tags and the record and package list as artifacts. A tracking failure is reported once and
   never stops training: the record next to the checkpoints stays complete.
 
+Goodput: ``run.clock`` (``goodput.PhaseClock``, restarted at each attempt's start) times the job's phases: wrap the
+loader in ``run.clock.batches(loader)`` (time blocked on it is data wait), each step in ``run.clock.step()``,
+restores, saves and evaluations in ``run.clock.phase(...)``, and call ``run.clock.checkpoint_saved()`` after a
+save. Each attempt records them as ``phases`` at every save; on AWS Batch (``AWS_BATCH_JQ_NAME`` set) the clock
+prints its shares every ``goodput.METRIC_WINDOW_SECONDS`` as an embedded-metric-format line, the queue's goodput
+alarms' data. ``run.loader_settings()`` gives DataLoader settings for the attempt's instance.
+
 Cost: every attempt's hours x its instance's price x its GPU share x its nodes (``AWS_BATCH_JOB_NUM_NODES``). An
 attempt lost without a word is billed to AWS Batch's ``stoppedAt`` for it when the job may read it
 (``batch:DescribeJobs``), else to its last checkpoint, and the cost is then marked a lower bound.
@@ -66,6 +73,7 @@ from typing import Any, Callable, Mapping, Optional, Union
 
 from . import passport as passports
 from .budget_guard import load_prices
+from .goodput import LoaderSettings, PhaseClock, loader_settings, loader_settings_for
 from .run_cost import gpu_share, hourly_usd
 
 RECORD_NAME = "passport.json"
@@ -75,6 +83,13 @@ TAG_PREFIX = "ml_platform."
 PROMOTION_TAG_PREFIX = f"{TAG_PREFIX}promotion."
 HOLDOUT_PREFIX = "holdout_"
 RUNNING, STOPPED, FINISHED = "RUNNING", "STOPPED", "FINISHED"
+
+
+def main_node(env: Mapping[str, str]) -> bool:
+    """True unless this is a node of a multi-node job other than its main node (AWS Batch's variables:
+    https://docs.aws.amazon.com/batch/latest/userguide/job_env_vars.html)."""
+    index, main = env.get("AWS_BATCH_JOB_NODE_INDEX"), env.get("AWS_BATCH_JOB_MAIN_NODE_INDEX")
+    return index is None or main is None or index == main
 
 
 def _iso(epoch: float) -> str:
@@ -257,11 +272,18 @@ class TrackedRun:
     """One run of a training job across its attempts (see the module docstring)."""
 
     def __init__(self, record: dict, location: Location, sink: Optional[MlflowSink], *,
-                 clock: Callable[[], float] = time.time, prices: Optional[Mapping] = None, batch: Any = None) -> None:
+                 clock: Callable[[], float] = time.time, prices: Optional[Mapping] = None, batch: Any = None,
+                 monotonic: Callable[[], float] = time.monotonic, writes: bool = True) -> None:
         self.record = record
         self.location = location
         self.sink = sink
         self._clock = clock
+        self._monotonic = monotonic
+        # The attempt's phases (goodput.PhaseClock), recorded in it as ``phases`` at every save; restarted when this
+        # process begins its attempt, so they lie within the attempt's recorded start and end.
+        self.clock = PhaseClock(now=monotonic, wall=clock)
+        self._timing = False  # this process began the last attempt: its phases are the clock's
+        self._writes = writes  # False on a multi-node job's other nodes: only the main node records the run
         self._prices = prices
         self._batch = batch
         self._sink_failed = False
@@ -273,10 +295,12 @@ class TrackedRun:
               env: Optional[Mapping[str, str]] = None, s3: Any = None, tracking_uri: Optional[str] = None,
               experiment: Optional[str] = None, run_name: Optional[str] = None, code_directory: Optional[str] = None,
               clock: Callable[[], float] = time.time, prices: Optional[Mapping] = None,
-              batch: Any = None) -> "TrackedRun":
+              batch: Any = None, monotonic: Callable[[], float] = time.monotonic) -> "TrackedRun":
         """Continues the run recorded next to the checkpoints when this attempt's configuration is the run's
         (``identity``; SystemExit naming what changed otherwise), or starts one; either way a new attempt begins.
-        ``batch``: a Batch client for the times of a lost attempt (default: boto3's, on AWS Batch only)."""
+        ``batch``: a Batch client for the times of a lost attempt (default: boto3's, on AWS Batch only). On a
+        multi-node job only the main node (``AWS_BATCH_JOB_NODE_INDEX`` equal to ``AWS_BATCH_JOB_MAIN_NODE_INDEX``)
+        writes the record and logs to MLflow: the others read it and time their own phases."""
         env = dict(os.environ) if env is None else dict(env)
         if "ML_PLATFORM_CHECKPOINT_URI" not in env:
             raise SystemExit("ML_PLATFORM_CHECKPOINT_URI is not set: the run record lives next to the checkpoints "
@@ -286,7 +310,8 @@ class TrackedRun:
         experiment = (experiment or env.get("MLFLOW_EXPERIMENT_NAME") or env.get("ML_PLATFORM_QUEUE_NAME")
                       or env.get("ML_PLATFORM_FLEET_NAME") or "ml-platform")
         existing = location.read(RECORD_NAME)
-        sink = mlflow_sink(tracking_uri, experiment)
+        writes = main_node(env)
+        sink = mlflow_sink(tracking_uri, experiment) if writes else None
         fingerprint, dataset_list = passports.dataset_fingerprint(dataset, s3) if dataset else (None, None)
         passport, packages, diff = passports.collect(env=env, seed=seed, params=params or {},
                                                      code_directory=code_directory, dataset=fingerprint)
@@ -300,7 +325,8 @@ class TrackedRun:
             cls._same_configuration(record, identity, compared)
             if sink and record.get("tracking_uri") != sink.tracking_uri:
                 sink = None  # the run was not created in this tracking store: keep to the record
-            run = cls(record, location, sink, clock=clock, prices=prices, batch=batch)
+            run = cls(record, location, sink, clock=clock, prices=prices, batch=batch, monotonic=monotonic,
+                      writes=writes)
             if run.finished:
                 return run
             run._continue(env, packages)
@@ -311,7 +337,7 @@ class TrackedRun:
                   "tracking_uri": tracking_uri if sink else None, "status": RUNNING, "created_at": _iso(now),
                   "finished_at": None, "checkpoint_uri": location.uri, "identity": identity, "passport": passport,
                   "metrics": {}, "first_holdout": {}}
-        run = cls(record, location, sink, clock=clock, prices=prices, batch=batch)
+        run = cls(record, location, sink, clock=clock, prices=prices, batch=batch, monotonic=monotonic, writes=writes)
         run.record["run_id"] = run._safely(lambda: sink.create(name, run._tags()), None) if sink else None
         run.record["run_id"] = run.record["run_id"] or uuid.uuid4().hex
         artifacts = {PACKAGES_NAME: "\n".join(packages) + "\n"}
@@ -320,7 +346,8 @@ class TrackedRun:
         if diff is not None:
             artifacts[passports.DIFF_NAME] = diff
         for artifact, text in artifacts.items():  # next to the passport always; in MLflow as well when there is one
-            location.write(artifact, text)
+            if writes:
+                location.write(artifact, text)
         if sink:
             # The passport's parameters, secrets as "<redacted>" (passport.redact_params).
             run._safely(lambda: sink.log(run.run_id, params={**passport["params"], "seed": seed}))
@@ -392,13 +419,19 @@ class TrackedRun:
         instance_type, lifecycle = passports.instance(env)
         environment = passports.attempt_environment(env, packages)
         now = _iso(self._clock())
+        self.clock = PhaseClock(now=self._monotonic, wall=self._clock)
+        self._timing = True
+        queue = env.get("AWS_BATCH_JQ_NAME")  # set by AWS Batch; the queue's goodput alarms read this dimension
+        if queue:
+            self.clock.emit_windows(queue)
         passport = self.record["passport"]
         attempts = passport["attempts"]
         number = len(attempts) + 1
         if environment["packages_sha256"] != passport["packages"]["sha256"]:
             environment["packages_artifact"] = f"packages-attempt-{number}.txt"
             listed = "\n".join(packages) + "\n"
-            self.location.write(environment["packages_artifact"], listed)
+            if self._writes:
+                self.location.write(environment["packages_artifact"], listed)
             if self.sink:
                 self._safely(lambda: self.sink.artifact(self.run_id, environment["packages_artifact"], listed))
         before = next((a["environment"] for a in reversed(attempts) if a.get("environment")), None)
@@ -425,6 +458,22 @@ class TrackedRun:
         self._save()
 
     # --- during the run -----------------------------------------------------------------------------------------
+    def loader_settings(self, *, dataset_gb: Optional[float] = None,
+                        decodes_images_on_cpu: bool = False) -> LoaderSettings:
+        """Data-loader settings for the instance this attempt runs on (``goodput.loader_settings``:
+        ``.dataloader_kwargs()`` for ``torch.utils.data.DataLoader``): from the GPU catalog for a known type, else
+        from this host's vCPUs, GPUs and memory."""
+        instance_type = self.attempt.get("instance_type") if self.record["passport"]["attempts"] else None
+        try:
+            return loader_settings_for(instance_type or "", dataset_gb=dataset_gb,
+                                       decodes_images_on_cpu=decodes_images_on_cpu)
+        except ValueError:  # not a catalog type (or run by hand): this host's counts
+            gpus = (self.attempt.get("environment") or {}).get("gpu", {}).get("count") \
+                if self.record["passport"]["attempts"] else None
+            memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
+            return loader_settings(vcpus=os.cpu_count() or 1, gpus=gpus or 1, memory_gib=memory_gib,
+                                   dataset_gb=dataset_gb, decodes_images_on_cpu=decodes_images_on_cpu)
+
     @property
     def run_id(self) -> str:
         return self.record["run_id"]
@@ -608,6 +657,10 @@ class TrackedRun:
         return {f"{TAG_PREFIX}{k}": str(v) for k, v in tags.items() if v is not None}
 
     def _save(self, artifacts: bool = False) -> None:
+        if self._timing:
+            self.attempt["phases"] = self.clock.summary()
+        if not self._writes:
+            return
         text = json.dumps(self.record, indent=1, sort_keys=True)
         self.location.write(RECORD_NAME, text)
         if artifacts and self.sink:
