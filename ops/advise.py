@@ -34,7 +34,6 @@ from ml_platform_constructs.advice.advisor import (
     MAX_JOB_HOURS,
     NOT_MODELLED,
     PRESETS,
-    QUANTIZED_BASE_SPEED,
     Advice,
     CostAssumptions,
     MeasuredThroughput,
@@ -343,7 +342,7 @@ def _recommendation(best, w: Workload) -> str:
     """The recommendation line: shape, money, hours, where its throughput comes from, and what it assumes."""
     terms = [f"{best.throughput_source} throughput"]
     if w.quantized_base and best.throughput_source != "measured":
-        terms.append(f"x{QUANTIZED_BASE_SPEED} for {w.quantized_base}'s dequantization, assumed until measured")
+        terms.append(f"x{w.quantized_speed} for {w.quantized_base}'s dequantization, assumed until measured")
     if best.compile_hours:
         terms.append(f"{best.compile_hours:.1f} h Neuron graph compilation")
     return (f"Recommended: {_shape(best)} on {best.lifecycle}: about {best.usd:,.2f} USD and "
@@ -512,7 +511,7 @@ def throughput_table() -> str:
     from ml_platform_constructs.advice import advisor
     from ml_platform_constructs.advice.advisor import shape_throughput
     from ml_platform_constructs.advice.gpu_catalog import (ACCELERATOR_CATALOG, GPU_SPECS, METHODS, NETWORK_GBPS,
-                                                          NEURON_CATALOG, method_refused)
+                                                          NEURON_CATALOG, method_refused, neuron_path)
     from ml_platform_constructs.advice.throughput import PUBLISHED, RELATIVE_SPEED
     out = ["# Throughput: every number the GPU advisor uses, with its source or rule",
            "",
@@ -541,42 +540,55 @@ def throughput_table() -> str:
                    f"{row.rule or 'measured'} | {row.uncertainty or '-'} |")
     out += ["", "## Which methods run where", "",
             "A shape whose accelerator cannot run a job's method is excluded at rule 1 with the reason.", "",
-            "| method | needs | Neuron | source | refused on |", "|---|---|---|---|---|"]
+            "| method | needs | on Trainium | source | refused on |", "|---|---|---|---|---|"]
     for method in METHODS.values():
         refused = [model for model in GPU_SPECS if method_refused(model, method.name)]
         out.append(f"| {method.label} (`--{method.name}`) | NVIDIA compute capability "
-                   f"{method.min_compute_capability:g}+ | {'runs' if method.neuron else 'no backend'} | "
+                   f"{method.min_compute_capability:g}+ | {method.neuron_refusal} | "
                    f"{method.source} | {', '.join(refused) or '-'} |")
     out += ["", "## Trainium per NeuronCore", "",
-            "Each (logical) NeuronCore is a data-parallel worker with its share of the chip's memory; a model that "
-            "fits no core is tensor parallel over the fewest cores of one instance that hold it (neuronx-distributed: "
-            f"the model must be written for it). A job's first run compiles its graphs: {advisor.NEURON_COMPILE_MINUTES} "
-            "minutes assumed (`--neuron-compile-minutes`, 0 once the Neuron Persistent Cache holds them). Throughput "
+            "Each generation trains on its own Neuron SDK path, which the model must be written for: Neuron ended "
+            "PyTorch/XLA training in release 2.30 (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/about-neuron/"
+            "announcements/neuron2.x/announce-no-support-pytorch-xla-training.html) and its successor TorchNeuron "
+            "supports Trn2 and Trn3 only (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/release-notes/"
+            "components/torchneuron.html). Each (logical) NeuronCore is a data-parallel worker with its share of the "
+            "chip's memory; a model that fits no core is tensor parallel over the fewest cores of one instance that "
+            f"hold it. A job's first run compiles its graphs: {advisor.NEURON_COMPILE_MINUTES} minutes assumed on "
+            "either path, no Neuron page giving a duration (`--neuron-compile-minutes`, 0 once cached). Throughput "
             "is a datasheet ratio (the relative-speed table): every Trainium row is `unmeasured` and ranks after every "
             "eligible GPU until `--measured` gives a Neuron number. Sources: "
             "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-hardware/trainium.html, "
             "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-features/logical-neuroncore-config.html, "
-            "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/frameworks/torch/torch-neuronx/api-reference-guide/training/pytorch-neuron-parallel-compile.html.",
-            "", "| instance | chips | workers (LNC 1) | MiB each | workers (LNC 2) | MiB each |", "|---|---|---|---|---|---|"]
+            "and each path's compile page in the table.",
+            "", "| instance | chips | workers (LNC 1) | MiB each | workers (LNC 2) | MiB each | SDK path | tensor "
+                "parallel | compile |", "|---|---|---|---|---|---|---|---|---|"]
     for instance in NEURON_CATALOG.values():
+        path = neuron_path(instance.gpu_model)
         out.append(f"| {instance.name} | {instance.gpu_count} | {instance.workers(1)} | {instance.worker_memory_mib(1):,} "
-                   f"| {instance.workers(2)} | {instance.worker_memory_mib(2):,} |")
+                   f"| {instance.workers(2)} | {instance.worker_memory_mib(2):,} | {path.name} | {path.tensor_parallel} "
+                   f"| {path.compile} |")
     out += ["", "## Communication across instances", "",
             "Per optimizer step each instance moves, over its network, x (n - 1) / n for n instances (ring "
-            f"collectives): data parallel {advisor.ALL_REDUCE_VOLUME}x the {advisor.GRADIENT_BYTES}-byte gradients "
-            f"of the trained parameters; ZeRO-3/FSDP {advisor.ZERO3_VOLUME}x the model's 16-bit weights (gathered "
-            "forward and backward, gradients reduce-scattered; LoRA: the frozen base gathered twice plus the "
-            "adapters' gradients), per the ZeRO paper (https://arxiv.org/abs/1910.02054, sec. 7). Overlap rule: a "
+            f"collectives): data parallel {advisor.ALL_REDUCE_VOLUME}x the {advisor.DDP_GRADIENT_BYTES}-byte (FP32) "
+            "gradients of the trained parameters, once a step (DDP under torch.autocast keeps FP32 parameters, so "
+            "its gradients are FP32: https://pytorch.org/docs/stable/amp.html); ZeRO-3/FSDP "
+            f"{advisor.ZERO3_VOLUME}x the model's 16-bit weights (gathered forward and backward, gradients "
+            f"reduce-scattered in {advisor.SHARDED_GRADIENT_BYTES} bytes: FSDP MixedPrecision with BF16 reduce_dtype, "
+            "https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.MixedPrecision; LoRA: the frozen base "
+            "gathered twice plus the adapters' gradients) on every micro-batch, so x ceil(a worker's share of the "
+            "global batch / the micro-batch that fits) with gradient accumulation, per the ZeRO paper "
+            "(https://arxiv.org/abs/1910.02054, sec. 7). Overlap rule: a "
             "step takes max(compute, bytes / bandwidth), the best case of prefetching and bucketed all-reduce. "
             "Bandwidth per instance, from the EC2 accelerated-computing network specifications "
             "(https://docs.aws.amazon.com/ec2/latest/instancetypes/ac.html; trn1.32xlarge from the Neuron Trn1 page):",
             "", "| instance | Gbps |", "|---|---|"]
     out += [f"| {name} | {gbps:,} |" for name, gbps in NETWORK_GBPS.items()]
     out += ["", "## Other rules", "",
-            f"- Quantized base (QLoRA, LLM.int8()): throughput x {advisor.QUANTIZED_BASE_SPEED}: each 4-bit or 8-bit "
-            "weight is dequantized to BF16 before its matmul, forward and backward (bitsandbytes' compute dtype); "
-            "no measurement for these presets, so assumed until `--measured` replaces it, and printed on the "
-            "recommendation line.",
+            f"- Quantized base: throughput x {advisor.QUANTIZED_BASE_SPEED} for QLoRA (NF4) and x "
+            f"{advisor.INT8_BASE_SPEED} for LLM.int8(), the slower (its outlier decomposition runs some columns in "
+            "16-bit, https://arxiv.org/abs/2208.07339 sec. 3.2): each 4-bit or 8-bit weight is dequantized to BF16 "
+            "before its matmul, forward and backward (bitsandbytes' compute dtype); no measurement for these "
+            "presets, so both are assumed until `--measured` replaces them, and printed on the recommendation line.",
             "- FP8 (`--fp8`): eligibility only (the methods table); its speed is counted as BF16's until measured.",
             *(f"- Not modelled, refused in one line: {text}." for text in advisor.NOT_MODELLED.values()),
             f"- A custom image model's forward pass under {MIN_FORWARD_GFLOPS:g} GFLOPs is refused as not modelled "
@@ -663,6 +675,8 @@ def main(argv: list[str]) -> int:
     advice = advise(workload, assumptions=assumptions, measured=measured, max_instances=args.max_instances,
                     region=env.region, target=args.block, minimize=args.minimize, accelerator=args.accelerator,
                     arm64_dlami=args.arm64_dlami)
+    if advice.cpu_bound():
+        fail(advice.cpu_bound())
     if args.json:
         print(json.dumps(advice.to_json(), indent=1))
     else:

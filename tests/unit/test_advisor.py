@@ -234,10 +234,10 @@ def test_published_single_gpu_number_scaled_to_more_gpus_per_instance():
 def test_multi_node_throughput_is_compute_or_communication_whichever_is_longer():
     """Issue 29, item 5: every multi-node shape got a flat x0.85, whatever its network. Now a step takes
     max(compute, bytes per step / the instance's bandwidth)."""
-    # BERT-large data parallel on 2 x p4de (400 Gbps): 2 x 340M x 2 bytes x 1/2 = 0.68 GB in 13.6 ms, under the
-    # 0.15 s of compute for 256 sequences: compute-bound, no loss
+    # BERT-large data parallel on 2 x p4de (400 Gbps): 2 x 340M x 4 bytes (DDP's FP32 gradients) x 1/2 = 1.36 GB
+    # in 27 ms, under the 0.15 s of compute for 256 sequences: compute-bound, no loss
     rate, _, note = shape_throughput(PRESETS["bert-large-finetune"], GPU_CATALOG["p4de.24xlarge"], 2)
-    assert rate == pytest.approx(846.7 / 8 * 16) and "0.7 GB over 400 Gbps = 0.01 s" in note
+    assert rate == pytest.approx(846.7 / 8 * 16) and "1.4 GB over 400 Gbps = 0.03 s" in note
     # ZeRO-3 full 7B with a 16-sequence step on 8 x g5.12xlarge (40 Gbps): 3 x 6.74e9 x 2 bytes x 7/8 = 35.4 GB
     # in 7.08 s against 2.4 s of compute: network-bound at 65,536 tokens / 7.08 s
     small_step = with_overrides(PRESETS["llm-7b-full"], global_batch_items=16)
@@ -253,9 +253,34 @@ def test_multi_node_throughput_is_compute_or_communication_whichever_is_longer()
 def test_step_bytes_follow_the_zero_papers_volumes():
     full, lora = PRESETS["llm-7b-full"], PRESETS["llm-7b-lora"]
     assert full.step_bytes(1, True) == 0
-    assert full.step_bytes(2, False) == pytest.approx(2 * 6.74e9 * 2 / 2)  # data parallel all-reduce
-    assert full.step_bytes(2, True) == pytest.approx(3 * 6.74e9 * 2 / 2)  # ZeRO-3
+    # data parallel: DDP under AMP all-reduces FP32 gradients (4 bytes), once a step whatever the accumulation
+    assert full.step_bytes(2, False) == pytest.approx(2 * 6.74e9 * 4 / 2)
+    assert full.step_bytes(2, False, micro_batches=4) == full.step_bytes(2, False)
+    assert full.step_bytes(2, True) == pytest.approx(3 * 6.74e9 * 2 / 2)  # ZeRO-3, FSDP's BF16 reduce_dtype
     assert lora.step_bytes(4, True) == pytest.approx((2 * 6.74e9 * 2 + 2 * lora.trainable_parameters * 2) * 3 / 4)
+    # ZeRO-3 gathers and reduce-scatters on every micro-batch
+    assert full.step_bytes(2, True, micro_batches=2) == pytest.approx(2 * full.step_bytes(2, True))
+    assert lora.step_bytes(4, True, micro_batches=3) == pytest.approx(3 * lora.step_bytes(4, True))
+
+
+def test_zero3_traffic_repeats_per_micro_batch_when_accumulation_is_needed():
+    """Review of issue 29, finding 2: ZeRO-3's gathers were counted once per optimizer step. A worker whose share
+    of the global batch needs two micro-batches moves twice the bytes (a custom 20B full fine-tune, not a preset)."""
+    job = Workload(name="custom", description="20B", parameters=20e9, trainable_parameters=20e9, optimizer="adam",
+                   sample_unit="tokens", samples=1e8, flops_per_sample=8 * 20e9,
+                   activation_gib_per_item=20.0, global_batch_items=64, dataset_gib=1, sequence=4096, layers=48)
+    instance = GPU_CATALOG["p4de.24xlarge"]
+    fits, sharding, _, micro = memory_fit(job, instance, 2)
+    share = math.ceil(64 / 16)
+    assert fits and sharding and micro < share  # accumulation needed
+    micro_batches = math.ceil(share / micro)
+    _, _, note = shape_throughput(job, instance, 2)
+    expected = 3 * 20e9 * 2 / 2 * micro_batches / 1e9
+    assert f"{expected:,.1f} GB ({micro_batches} micro-batches)" in note
+    # with room for the whole share in one micro-batch the bytes are one step's
+    roomy = replace(job, activation_gib_per_item=0.1)
+    _, _, note = shape_throughput(roomy, instance, 2)
+    assert f"{3 * 20e9 * 2 / 2 / 1e9:,.1f} GB over" in note
 
 
 def test_estimate_scales_the_nearest_gpus_number_by_sustained_speed():
@@ -679,14 +704,44 @@ def test_llm_int8_needs_compute_capability_7_5_so_not_a_v100():
                   "p3.2xlarge").excluded is None
 
 
-def test_fp8_runs_on_ada_hopper_and_trainium_only():
+# us-east-1 lists trn2.48xlarge as not offered; these tests need its row ranked
+WITH_TRN2 = {**PRICES, "not_offered": [t for t in PRICES.get("not_offered", ()) if t != "trn2.48xlarge"]}
+
+
+def test_fp8_runs_on_ada_and_hopper_only():
+    """Review of issue 29, finding 7: FP8 was counted as running on Trainium1. Neuron's only FP8 (MXFP8) training
+    path is Trn3's, so trn1 and trn2 refuse --fp8 with the reason."""
     workload = custom_llm(1.3e9, hidden=2048, layers=24, fp8=True)
-    result = advise(workload, prices=PRICES, target="none", accelerator="neuron")
+    result = advise(workload, prices=WITH_TRN2, target="none", accelerator="neuron")
     refused = {o.instance_type.split(".")[0] for o in result.options
                if o.rule == "runs" and o.excluded.startswith("FP8 training needs compute capability 8.9")}
     assert refused == {"g4dn", "g5g", "g5", "p3", "p3dn", "p4d", "p4de"}  # Turing, Ampere, Volta
-    for name in ("g6.xlarge", "g6e.xlarge", "p5.4xlarge", "trn1.2xlarge"):
+    for name in ("g6.xlarge", "g6e.xlarge", "p5.4xlarge"):
         assert option(result, name).rule != "runs"
+    for name in ("trn1.2xlarge", "trn1.32xlarge", "trn2.48xlarge"):
+        assert option(result, name).rule == "runs"
+        assert option(result, name).excluded.startswith("FP8 training has no training path in the Neuron SDK")
+    # without --fp8 the same job runs on Trainium
+    plain = advise(replace(workload, fp8=False), prices=WITH_TRN2, target="none", accelerator="neuron")
+    assert option(plain, "trn1.2xlarge").rule != "runs"
+
+
+def test_trainium_exclusions_and_sharding_name_the_sdk_path_of_each_generation():
+    """Review of issue 29, finding 1: the rows named neuronx-distributed and torch-neuronx's PyTorch/XLA flow for
+    every Trainium; now trn1 names the legacy XLA path and trn2 TorchNeuron."""
+    cuda_model = custom_llm(1.3e9, hidden=2048, layers=24)
+    result = advise(cuda_model, prices=WITH_TRN2, target="none", accelerator="cuda")
+    assert "legacy PyTorch/XLA path" in option(result, "trn1.2xlarge").excluded
+    assert option(result, "trn2.48xlarge").excluded.startswith("trn2 trains models written for TorchNeuron")
+    fleet = advise(PRESETS["llm-7b-lora"], prices=WITH_TRN2)
+    assert "Neuron DLAMI of TorchNeuron" in option(fleet, "trn2.48xlarge").excluded
+    # a 34B model fits no core: tensor parallel by each path's own library
+    big = with_overrides(custom_llm(34e9, hidden=8192, layers=48), deadline_hours=None)
+    ranked = advise(big, prices=WITH_TRN2, target="none", accelerator="neuron")
+    assert "neuronx-distributed" in option(ranked, "trn1.32xlarge").sharding
+    assert "DTensor tensor parallelism on TorchNeuron" in option(ranked, "trn2.48xlarge").sharding
+    lines = " ".join(CostAssumptions().lines(PRICES))
+    assert "neuron_parallel_compile" in lines and "torch.compile with the neuron backend" in lines
 
 
 def test_trainium_memory_is_per_neuroncore_and_a_model_too_big_for_one_is_tensor_parallel():
@@ -784,6 +839,17 @@ def test_quantized_base_throughput_carries_the_stated_slowdown_unless_measured()
     assert source == "measured" and measured == pytest.approx(1234.0)  # a measurement already holds the slowdown
 
 
+def test_llm_int8_has_its_own_assumed_slowdown_below_nf4s():
+    """Review of issue 29, finding 8: LLM.int8() shared QLoRA's x0.7, yet it is the slower of the two."""
+    from ml_platform_constructs.advice.advisor import INT8_BASE_SPEED, QUANTIZED_BASE_SPEED
+    workload = custom_llm(13e9, trainable=25e6)
+    plain, _, _ = shape_throughput(workload, GPU_CATALOG["g6e.xlarge"], 1)
+    int8, _, note = shape_throughput(replace(workload, int8=True), GPU_CATALOG["g6e.xlarge"], 1)
+    qlora, _, _ = shape_throughput(replace(workload, qlora=True), GPU_CATALOG["g6e.xlarge"], 1)
+    assert INT8_BASE_SPEED < QUANTIZED_BASE_SPEED and int8 < qlora and int8 == pytest.approx(plain * INT8_BASE_SPEED)
+    assert f"x {INT8_BASE_SPEED} for LLM.int8()'s dequantization (assumed until measured)" in note
+
+
 def test_the_t4_ratio_is_labelled_as_derived_from_inference():
     """Item 7: the T4's training speed came from an inference ratio without saying so."""
     assert "derived from inference" in RELATIVE_SPEED["NVIDIA T4"].uncertainty
@@ -813,7 +879,10 @@ def test_the_minimize_time_trade_off_is_named_when_it_pays_much_more_for_little_
     best = result.recommended
     assert best.lifecycle == "on-demand" and line.startswith("trade-off (much more for little time): ")
     assert f"{best.usd:,.2f} USD against {best.usd_spot:,.2f} on {best.instance_type} x1 spot" in line
-    assert "--minimize cost takes the cheaper one" in line
+    # --minimize cost recommends the cheapest choice of all, not necessarily the one compared (review finding 8)
+    cheapest = advise(workload, prices=PRICES).recommended
+    assert f"--minimize cost recommends {cheapest.instance_type} x{cheapest.instances} {cheapest.lifecycle} at " \
+           f"{cheapest.usd:,.2f} USD, the cheapest" in line
     # quiet where nothing cheaper exists (the cheapest objective) and where the fastest is the cheapest
     assert advise(workload, prices=PRICES).trade_off() is None
     only = {"p5en.48xlarge": GPU_CATALOG["p5en.48xlarge"]}

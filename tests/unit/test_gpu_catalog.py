@@ -150,8 +150,23 @@ def test_a_worker_is_a_gpu_or_a_neuroncore():
     ("NVIDIA A100 80GB", "fp8", "FP8 training needs compute capability 8.9 or more; the NVIDIA A100 80GB is 8.0"),
     ("NVIDIA L4", "fp8", None),
     ("NVIDIA H200", "fp8", None),
-    ("AWS Trainium", "fp8", None),
+    ("AWS Trainium", "fp8", "FP8 training has no training path in the Neuron SDK for Trn1 or Trn2: Neuron's MXFP8 "
+                            "training (TorchAO Neuron) runs on Trn3 only"),
+    ("AWS Trainium2", "fp8", "FP8 training has no training path in the Neuron SDK for Trn1 or Trn2: Neuron's MXFP8 "
+                             "training (TorchAO Neuron) runs on Trn3 only"),
 ])
 def test_which_methods_run_where(model, method, reason):
     from ml_platform_constructs.advice.gpu_catalog import method_refused
     assert method_refused(model, method) == reason
+
+
+def test_each_trainium_names_the_neuron_sdk_path_it_trains_on():
+    """Review of issue 29, finding 1: Neuron ended PyTorch/XLA training in 2.30 and TorchNeuron runs on Trn2 and
+    Trn3 only, so Trn1 trains on the legacy XLA path and Trn2 on TorchNeuron."""
+    from ml_platform_constructs.advice.gpu_catalog import NEURON_PATHS, neuron_path
+    trn1, trn2 = neuron_path("AWS Trainium"), neuron_path("AWS Trainium2")
+    assert trn1 is NEURON_PATHS["xla"] and "legacy PyTorch/XLA" in trn1.name and "2.29 or earlier" in trn1.name
+    assert "neuron_parallel_compile" in trn1.compile and "neuronx-distributed" in trn1.tensor_parallel
+    assert trn2 is NEURON_PATHS["torchneuron"] and trn2.name.startswith("TorchNeuron")
+    assert 'torch.compile(backend="neuron")' in trn2.compile and "DTensor" in trn2.tensor_parallel
+    assert all(spec.neuron_sdk in NEURON_PATHS for spec in GPU_SPECS.values() if spec.accelerator == "neuron")

@@ -32,7 +32,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Iterable, Optional, Sequence
 
 from .gpu_catalog import (ACCELERATOR_CATALOG, GPU_CATALOG, GPU_SPECS, LNC_SETTINGS, MAX_GPU_MEMORY_RATIO,
-                          MIN_INSTANCE_TYPES, TRN2_DEFAULT_LNC, GpuInstanceType, boot_seconds, method_refused)
+                          MIN_INSTANCE_TYPES, TRN2_DEFAULT_LNC, GpuInstanceType, boot_seconds, method_refused,
+                          neuron_path)
 from .throughput import RELATIVE_SPEED, published
 
 GIB = 1024 ** 3
@@ -51,9 +52,12 @@ QLORA_FROZEN_BYTES_PER_PARAMETER = 4.127 / 8
 INT8_FROZEN_BYTES_PER_PARAMETER = 1
 # A 4-bit or 8-bit base is dequantized to the compute dtype (BF16) before every matmul, forward and backward
 # (bitsandbytes' bnb_4bit_compute_dtype: https://huggingface.co/docs/bitsandbytes/main/en/reference/nn/linear4bit).
-# No published measurement gives the cost for these presets: the advisor assumes 30% less throughput until a
-# measurement of your own replaces it (--measured), and says so on the recommendation line.
+# No published measurement gives the cost for these presets: the advisor assumes 30% less throughput for NF4
+# (QLoRA) and, separately, 50% less for LLM.int8(), whose mixed-precision decomposition (outlier columns in 16-bit,
+# the rest in int8) makes it the slower of the two (https://arxiv.org/abs/2208.07339 sec. 3.2), until a measurement
+# of your own replaces them (--measured); the recommendation line says so.
 QUANTIZED_BASE_SPEED = 0.7
+INT8_BASE_SPEED = 0.5
 # What CUDA keeps of a GPU's memory before the model gets any: its context, cuBLAS/cuDNN workspaces and NCCL's
 # buffers (about 1 GiB with PyTorch), then the caching allocator's fragmentation (5% of the rest).
 RUNTIME_RESERVE_MIB = 1024
@@ -66,22 +70,35 @@ INTRA_NODE_SCALING = 0.9  # per-GPU throughput kept when a shape has more GPUs p
 # ZeRO-3 moves 3x the model's 16-bit weights: gathered forward and backward, gradients reduce-scattered) over the
 # instance's network bandwidth (gpu_catalog.NETWORK_GBPS). Overlap rule: the step takes max(compute, communication)
 # (ZeRO-3/FSDP prefetch the next layer's weights and DDP all-reduces gradient buckets during the backward pass),
-# the best case; a step with more communication than compute is network-bound.
-GRADIENT_BYTES = 2  # 16-bit gradients
+# the best case; a step with more communication than compute is network-bound. ZeRO-3/FSDP gathers and
+# reduce-scatters on every micro-batch's forward and backward, so with gradient accumulation (a worker's share of
+# the global batch over its micro-batch) its bytes repeat per micro-batch; DDP all-reduces once per step (no_sync).
+# Gradient bytes: DDP under torch.autocast keeps FP32 parameters, so it all-reduces FP32 gradients, 4 bytes
+# (https://pytorch.org/docs/stable/amp.html: autocast changes the ops' dtype, not the parameters'); ZeRO-3 is counted
+# with FSDP MixedPrecision(param_dtype=bfloat16, reduce_dtype=bfloat16): 16-bit gathers and reduce-scatters
+# (https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.MixedPrecision).
+DDP_GRADIENT_BYTES = 4  # FP32 gradients (AMP), all-reduced by DDP
+SHARDED_GRADIENT_BYTES = 2  # BF16 reduce_dtype (FSDP MixedPrecision)
 ZERO3_VOLUME = 3  # weights gathered twice, gradients reduce-scattered once
 ALL_REDUCE_VOLUME = 2
 DEFAULT_UTILIZATION = 0.35  # share of the reference GPU's dense TFLOPS where no number exists for a workload
 REFERENCE_GPU = "NVIDIA A100 80GB"
 MAX_INSTANCES = 8
 SOFTWARE_STARTUP_MINUTES = 4  # after boot: container image pull, CUDA and NCCL initialisation, data loader start
-# Trainium compiles its training graphs before the first step (neuron_parallel_compile pre-compiles them from a
-# short trial run; "for large models, the compilation time for each graph can be high":
-# https://awsdocs-neuron.readthedocs-hosted.com/en/latest/frameworks/torch/torch-neuronx/api-reference-guide/training/pytorch-neuron-parallel-compile.html);
-# the Neuron Persistent Cache keeps them for later runs. Assumed: 60 minutes on a job's first run, 0 once cached.
+# Trainium compiles its training graphs before training at speed, by the chip's SDK path (gpu_catalog.NEURON_PATHS):
+# on Trn1's legacy PyTorch/XLA path neuron_parallel_compile pre-compiles them ("for large models, the compilation
+# time for each graph can be high": https://awsdocs-neuron.readthedocs-hosted.com/en/latest/frameworks/torch/
+# torch-neuronx/api-reference-guide/training/pytorch-neuron-parallel-compile.html); on Trn2's TorchNeuron
+# torch.compile(backend="neuron") compiles on the first steps
+# (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/about-pytorch-neuron.html); a cache keeps them for
+# later runs. No Neuron page gives a duration: assumed 60 minutes on a job's first run on either path, 0 once cached.
 NEURON_COMPILE_MINUTES = 60
 TRADE_OFF_COST_RATIO = 1.5  # --minimize time: "much more" money ...
 TRADE_OFF_TIME_SHARE = 0.1  # ... for "little" time saved, as a share of the cheaper choice's hours
 MAX_JOB_HOURS = 8760  # a job the best shape needs more than a year for gets no config block: shrink it
+# A job whose CPU input pipeline holds the recommended shape this many times below its accelerators' rate is
+# CPU-bound: the GPU's price buys nothing, and the ranking is of vCPUs. Refused rather than ranked.
+CPU_BOUND_RATIO = 10
 
 # Spot. The Spot Instance Advisor gives per type and Region the savings over On-Demand and the "frequency of
 # interruption": the share of capacity Spot reclaimed during the trailing month, in bands. Read as the chance an
@@ -151,21 +168,28 @@ class Workload:
     def quantized_base(self) -> Optional[str]:
         return "QLoRA" if self.qlora else "LLM.int8()" if self.int8 else None
 
+    @property
+    def quantized_speed(self) -> float:
+        """The assumed throughput share of a quantized base (1 without one)."""
+        return QUANTIZED_BASE_SPEED if self.qlora else INT8_BASE_SPEED if self.int8 else 1.0
+
     def samples_per_step(self) -> float:
         """Samples (the throughput's unit) in one optimizer step: the global batch, in tokens for a language model."""
         return self.global_batch_items * (self.sequence if self.sample_unit == "tokens" else 1)
 
-    def step_bytes(self, instances: int, sharded: bool) -> float:
-        """Bytes each instance sends over its network per optimizer step (ring collectives: x (n - 1) / n)."""
+    def step_bytes(self, instances: int, sharded: bool, micro_batches: int = 1) -> float:
+        """Bytes each instance sends over its network per optimizer step (ring collectives: x (n - 1) / n).
+        ``micro_batches``: micro-batches per optimizer step (gradient accumulation); ZeRO-3's gathers and
+        reduce-scatters repeat on each, DDP's all-reduce does not."""
         if instances < 2:
             return 0.0
         ring = (instances - 1) / instances
-        gradients = ALL_REDUCE_VOLUME * self.trainable_parameters * GRADIENT_BYTES
         if not sharded:
-            return gradients * ring
+            return ALL_REDUCE_VOLUME * self.trainable_parameters * DDP_GRADIENT_BYTES * ring
+        gradients = ALL_REDUCE_VOLUME * self.trainable_parameters * SHARDED_GRADIENT_BYTES
         if self.lora:  # the frozen base is gathered forward and backward; only the adapters have gradients
-            return (2 * self.parameters * self.frozen_bytes() + gradients) * ring
-        return ZERO3_VOLUME * self.parameters * FROZEN_BYTES_PER_PARAMETER * ring
+            return (2 * self.parameters * self.frozen_bytes() + gradients) * ring * micro_batches
+        return ZERO3_VOLUME * self.parameters * FROZEN_BYTES_PER_PARAMETER * ring * micro_batches
 
     def state_gib(self) -> float:
         """Weights, gradients and optimizer states of the whole model, unsharded."""
@@ -203,10 +227,12 @@ def lora_parameters(rank: int, hidden: int, kv_hidden: int, ffn: int, layers: in
     return per_layer * layers
 
 
-NEURON_TUTORIALS = ("AWS Neuron training tutorials: https://awsdocs-neuron.readthedocs-hosted.com/en/latest/"
-                    "frameworks/torch/torch-neuronx/tutorials/training/bert.html (BERT-large), "
-                    "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/libraries/neuronx-distributed/tutorials/"
-                    "training_tutorials.html (Llama 2 7B fine-tuning, Llama 3 8B LoRA, Llama 70B)")
+NEURON_TUTORIALS = ("Trn1: the legacy PyTorch/XLA tutorials, Neuron SDK 2.29 or earlier "
+                    "(https://awsdocs-neuron.readthedocs-hosted.com/en/latest/frameworks/torch/torch-neuronx/tutorials/"
+                    "training/bert.html: BERT-large; https://awsdocs-neuron.readthedocs-hosted.com/en/latest/libraries/"
+                    "neuronx-distributed/tutorials/training_tutorials.html: Llama 2 7B, Llama 3 8B LoRA, Llama 70B); "
+                    "Trn2: TorchNeuron, the model as standard PyTorch on device \"neuron\" "
+                    "(https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/index.html)")
 
 
 def _llm(name: str, description: str, parameters: float, hidden: int, kv_hidden: int, ffn: int, layers: int,
@@ -292,7 +318,8 @@ class CostAssumptions:
         return {**asdict(self), "runtime_reserve_mib": RUNTIME_RESERVE_MIB,
                 "usable_memory_fraction": USABLE_MEMORY_FRACTION, "intra_node_scaling": INTRA_NODE_SCALING,
                 "communication": "max(compute, bytes per step / network bandwidth) per step",
-                "quantized_base_speed": QUANTIZED_BASE_SPEED, "spot_life_hours": SPOT_LIFE_HOURS,
+                "quantized_base_speed": QUANTIZED_BASE_SPEED, "int8_base_speed": INT8_BASE_SPEED,
+                "spot_life_hours": SPOT_LIFE_HOURS,
                 "interruption_bands": [{"band": label, "share_per_life": share, "wait_minutes": wait}
                                        for label, share, wait in INTERRUPTION_BANDS],
                 "default_utilization": DEFAULT_UTILIZATION, "reference_gpu": REFERENCE_GPU}
@@ -327,14 +354,19 @@ class CostAssumptions:
             "on each; activations and logits are per GPU",
             f"scaling: per-GPU throughput x {INTRA_NODE_SCALING} with more GPUs per instance than the reference run; "
             "across instances each step takes max(compute, communication): the bytes each instance moves per step "
-            "(data parallel: 2x the gradients; ZeRO-3: 3x the 16-bit weights) over its network bandwidth, "
-            "overlapped with compute (the best case); a reference run across nodes already holds its communication",
-            f"Trainium: memory per NeuronCore (trn1 16 GiB; trn2 by logical-core setting, LNC 2: 24 GiB), tensor "
+            f"(data parallel: 2x the FP32 gradients DDP all-reduces under AMP, once a step; ZeRO-3: 3x the 16-bit "
+            "weights, FSDP MixedPrecision with BF16 reduce_dtype, on every micro-batch of the step) over its network "
+            "bandwidth, overlapped with compute (the best case); a reference run across nodes already holds its "
+            "communication, and an estimate from it inherits that overhead (said in its how)",
+            f"Trainium: trn1 on {neuron_path('AWS Trainium').name}, trn2 on {neuron_path('AWS Trainium2').name}; "
+            "memory per NeuronCore (trn1 16 GiB; trn2 by logical-core setting, LNC 2: 24 GiB), tensor "
             f"parallel over the instance's cores where the model needs it; {self.neuron_compile_minutes:g} minutes of "
-            "graph compilation on the first run (0 once the Neuron cache holds them: --neuron-compile-minutes); "
-            "unmeasured rows rank after every GPU until --measured gives a Neuron number",
-            f"quantized base (QLoRA, LLM.int8()): throughput x {QUANTIZED_BASE_SPEED} for dequantizing before each "
-            "matmul, assumed until measured",
+            "graph compilation on the first run (trn1: neuron_parallel_compile; trn2: torch.compile with the neuron "
+            "backend; 0 once cached: --neuron-compile-minutes); unmeasured rows rank after every GPU until "
+            "--measured gives a Neuron number",
+            f"quantized base: throughput x {QUANTIZED_BASE_SPEED} for QLoRA (NF4) and x {INT8_BASE_SPEED} for "
+            "LLM.int8() (slower: its outlier decomposition), for dequantizing before each matmul, assumed until "
+            "measured",
             "estimated throughput: the nearest GPU with a measured or published number for the workload, x the "
             "two GPUs' sustained-speed ratio (throughput.RELATIVE_SPEED, docs/THROUGHPUT.md); with no number at "
             f"all, the {REFERENCE_GPU} at {DEFAULT_UTILIZATION:.0%} of its dense TFLOPS",
@@ -360,6 +392,7 @@ class Option:
     samples_per_second: float  # the whole shape
     throughput_source: str
     throughput_note: str
+    accelerator_samples_per_second: float  # the accelerators' rate, before the CPU input pipeline's cap
     startup_hours: float  # boot + software start
     dataset_load_hours: float
     training_hours: float
@@ -409,6 +442,19 @@ class Advice:
     def region(self) -> str:
         return self.prices.get("region", "")
 
+    def cpu_bound(self) -> Optional[str]:
+        """Why the job is CPU-bound (its input pipeline holds the recommended shape CPU_BOUND_RATIO times or more
+        below its accelerators' rate: the ranking is then of vCPUs, not GPUs), or None. ./platform advise and tco
+        refuse such a job with it."""
+        best = self.recommended
+        if best is None or best.accelerator_samples_per_second < CPU_BOUND_RATIO * best.samples_per_second:
+            return None
+        return (f"CPU-bound: on {best.instance_type} x{best.instances} the CPU input pipeline caps the job at "
+                f"{best.samples_per_second:,.0f} {self.workload.sample_unit}/s, "
+                f"{best.accelerator_samples_per_second / best.samples_per_second:,.0f}x below the accelerators' "
+                f"{best.accelerator_samples_per_second:,.0f}/s: the GPU buys nothing; use a CPU instance or "
+                "benchmark (--gpu-decode if your input pipeline runs on the GPU)")
+
     def eligible(self) -> list[Option]:
         return [o for o in self.options if o.excluded is None]
 
@@ -439,10 +485,15 @@ class Advice:
         usd, hours, cheapest, lifecycle = min(close or cheaper, key=lambda c: (c[0], c[1]))
         saved = hours - best.expected_hours
         much = best.usd >= TRADE_OFF_COST_RATIO * usd and saved <= TRADE_OFF_TIME_SHARE * hours
+        # what --minimize cost recommends instead: the cheapest choice of all, which may not be the one compared
+        low_usd, _, low, low_lifecycle = min(cheaper, key=lambda c: (c[0], c[1]))
+        same = low is cheapest and low_lifecycle == lifecycle
+        by_cost = ("that one" if same else
+                   f"{low.instance_type} x{low.instances} {low_lifecycle} at {low_usd:,.2f} USD, the cheapest")
         return (f"trade-off{' (much more for little time)' if much else ''}: {best.usd:,.2f} USD against "
                 f"{usd:,.2f} on {cheapest.instance_type} x{cheapest.instances} {lifecycle} ({best.usd / usd:.1f}x) to "
-                f"finish {saved:,.1f} h sooner ({saved / hours:.0%} of {hours:,.1f} h); --minimize cost takes the "
-                "cheaper one")
+                f"finish {saved:,.1f} h sooner ({saved / hours:.0%} of {hours:,.1f} h); --minimize cost recommends "
+                f"{by_cost}")
 
     def to_json(self) -> dict:
         return {
@@ -472,7 +523,7 @@ def memory_fit(workload: Workload, instance: GpuInstanceType, instances: int) ->
     """(fits, sharding, GiB per worker at micro-batch 1, largest micro-batch per worker that fits). The model is
     sharded when its state and one micro-batch item (activations and logits) do not fit one worker: over every GPU
     with ZeRO-3/FSDP, or on Trainium with tensor parallelism over the fewest NeuronCores of one instance that hold it
-    (neuronx-distributed; each core is otherwise a data-parallel worker)."""
+    (by the chip's SDK path, gpu_catalog.NEURON_PATHS; each core is otherwise a data-parallel worker)."""
     workers_per_instance = instance.workers(workload.logical_nc)
     gpus = workers_per_instance * instances
     usable = usable_gib(instance, workload.logical_nc)
@@ -484,8 +535,8 @@ def memory_fit(workload: Workload, instance: GpuInstanceType, instances: int) ->
         while degree < workers_per_instance and state / degree + item > usable:
             degree *= 2
         degree = min(degree, workers_per_instance)
-        sharding = (f"tensor parallel {degree} x data parallel {gpus // degree} over {gpus} NeuronCores (the model "
-                    "written for neuronx-distributed)")
+        sharding = (f"tensor parallel {degree} x data parallel {gpus // degree} over {gpus} NeuronCores "
+                    f"({neuron_path(instance.gpu_model).tensor_parallel})")
         state = state / degree
         gpus = gpus // degree  # data-parallel replicas share the global batch
     elif state + item > usable and gpus > 1:
@@ -543,6 +594,18 @@ def _scaling(per_instance_gpus: int, reference_gpus: int) -> float:
     return INTRA_NODE_SCALING if per_instance_gpus > reference_gpus else 1.0
 
 
+def _inherited(row: "_Anchor", instance: GpuInstanceType, instances: int) -> str:
+    """Where the reference run spans more GPUs than one instance of its GPU holds, its per-GPU rate carries that
+    run's inter-node communication: said, not stripped (no source gives the run's single-node rate).
+    ``instances``: the shape's instance count on the run's own GPU (0 for an estimate on another GPU)."""
+    per_instance = max(i.gpu_count for i in ACCELERATOR_CATALOG.values() if i.gpu_model == row.gpu_model)
+    if row.gpus <= per_instance or instance.gpu_count * instances >= row.gpus:
+        return ""
+    target = "this GPU's estimate" if instances == 0 else "a shape of fewer GPUs"
+    return (f"; inherited: the {row.gpus}-GPU reference run's per-GPU rate holds its inter-node communication "
+            f"across {row.gpus // per_instance} instances, which {target} keeps (pessimistic for one instance)")
+
+
 def _times(gpus: int, factor: float) -> str:
     return (f" x {gpus} GPUs" if gpus > 1 else "") + (f" x {factor:.3g} scaling" if factor != 1 else "")
 
@@ -557,22 +620,29 @@ def communication(workload: Workload, instance: GpuInstanceType, instances: int,
         return compute_rate, ""
     if reference_gpus > instance.gpu_count:
         return compute_rate, f"; its {reference_gpus}-GPU reference run already holds inter-node communication"
-    sharded = memory_fit(workload, instance, instances)[1] is not None
-    step_bytes = workload.step_bytes(instances, sharded and instance.accelerator == "cuda")
+    _, sharding, _, micro_batch = memory_fit(workload, instance, instances)
+    sharded = sharding is not None and instance.accelerator == "cuda"
+    # micro-batches per step: a worker's share of the global batch over the micro-batch that fits (ZeRO-3 repeats
+    # its collectives on each)
+    share = math.ceil(workload.global_batch_items / (instance.workers(workload.logical_nc) * instances))
+    micro_batches = math.ceil(share / micro_batch) if sharded and micro_batch else 1
+    step_bytes = workload.step_bytes(instances, sharded, micro_batches)
     network = instance.network_gbps * 1e9 / 8  # bytes per second
     compute = workload.samples_per_step() / compute_rate
     talk = step_bytes / network
     step = max(compute, talk)
-    how = (f"; per step {compute:,.2f} s compute, {step_bytes / 1e9:,.1f} GB over {instance.network_gbps:,} Gbps = "
-           f"{talk:,.2f} s, overlapped: {step:,.2f} s" + (" (network-bound)" if talk > compute else ""))
+    repeated = f" ({micro_batches} micro-batches)" if micro_batches > 1 else ""
+    how = (f"; per step {compute:,.2f} s compute, {step_bytes / 1e9:,.1f} GB{repeated} over "
+           f"{instance.network_gbps:,} Gbps = {talk:,.2f} s, overlapped: {step:,.2f} s"
+           + (" (network-bound)" if talk > compute else ""))
     return workload.samples_per_step() / step, how
 
 
 def _quantized(workload: Workload, rate: float, source: str) -> tuple[float, str]:
     if not workload.quantized_base or source == "measured":
         return rate, ""
-    return rate * QUANTIZED_BASE_SPEED, (f"; x {QUANTIZED_BASE_SPEED} for {workload.quantized_base}'s dequantization "
-                                         "(assumed until measured)")
+    speed = workload.quantized_speed
+    return rate * speed, f"; x {speed} for {workload.quantized_base}'s dequantization (assumed until measured)"
 
 
 def shape_throughput(workload: Workload, instance: GpuInstanceType, instances: int,
@@ -594,7 +664,8 @@ def _compute_throughput(workload: Workload, instance: GpuInstanceType, instances
         row = _pick(anchors[instance.gpu_model], instance.gpu_count)
         factor = _scaling(instance.gpu_count, row.gpus)
         # this GPU's own run: a run across nodes carries the inter-node communication of that hardware
-        return row.per_gpu * gpus * factor, row.source, f"{row.note}{_times(gpus, factor)}", row.gpus
+        return (row.per_gpu * gpus * factor, row.source,
+                f"{row.note}{_inherited(row, instance, instances)}{_times(gpus, factor)}", row.gpus)
     speed = RELATIVE_SPEED[instance.gpu_model].of(workload.workload_class)
     if anchors:
         # the GPU whose sustained speed is nearest this one's: the smallest extrapolation
@@ -603,7 +674,7 @@ def _compute_throughput(workload: Workload, instance: GpuInstanceType, instances
         ratio = speed / RELATIVE_SPEED[gpu].of(workload.workload_class)
         per_gpu = row.per_gpu * ratio
         how = (f"{row.per_gpu:,.1f}/s per GPU {row.source} on the {gpu} ({row.gpus} GPU) x {ratio:.3f} sustained "
-               f"{workload.workload_class} speed ratio = {per_gpu:,.1f}/s per GPU")
+               f"{workload.workload_class} speed ratio = {per_gpu:,.1f}/s per GPU{_inherited(row, instance, 0)}")
         reference_gpus = row.gpus
     else:
         reference = RELATIVE_SPEED[REFERENCE_GPU].of(workload.workload_class)
@@ -653,6 +724,7 @@ def _option(workload: Workload, instance: GpuInstanceType, instances: int, price
             assumptions: CostAssumptions, measured: Sequence[MeasuredThroughput], minimize: str) -> Option:
     fits, sharding, per_gpu_gib, micro_batch = memory_fit(workload, instance, instances)
     rate, source, note = shape_throughput(workload, instance, instances, measured)
+    accelerator_rate = rate
     if workload.cpu_samples_per_vcpu and not workload.gpu_decode:
         cpu_cap = instance.vcpus * instances * workload.cpu_samples_per_vcpu
         if cpu_cap < rate:
@@ -711,7 +783,8 @@ def _option(workload: Workload, instance: GpuInstanceType, instances: int, price
         instance_type=instance.name, instances=instances, gpus_per_instance=instance.gpu_count,
         gpu_model=instance.gpu_model, gpu_memory_gib=instance.gpu_memory_gib, efa=instance.efa, fits=fits,
         sharding=sharding, memory_per_gpu_gib=per_gpu_gib, micro_batch_per_gpu=micro_batch, samples_per_second=rate,
-        throughput_source=source, throughput_note=note, startup_hours=startup, dataset_load_hours=load,
+        throughput_source=source, throughput_note=note, accelerator_samples_per_second=accelerator_rate,
+        startup_hours=startup, dataset_load_hours=load,
         training_hours=training, hours=hours, hours_spot=hours_spot, expected_interruptions=interruptions,
         usd_spot=usd_spot, usd_on_demand=usd_on_demand, lifecycle=lifecycle, usd=usd,
         meets_deadline=deadline is None or expected <= deadline, on_demand_hourly=on_demand, spot_hourly=spot_hourly,
@@ -748,12 +821,12 @@ def runs(instance: GpuInstanceType, workload: Workload, target: str, prices: dic
     if instance.accelerator == "neuron":
         neuron = accelerator == "neuron" or (accelerator is None and workload.neuron)
         if not neuron:
-            return ("Trainium runs models built with the AWS Neuron SDK (torch-neuronx), not CUDA code: pass "
-                    "--accelerator neuron if yours is")
+            return (f"{instance.family} trains models written for {neuron_path(instance.gpu_model).name}, not CUDA "
+                    "code: pass --accelerator neuron if yours is")
         if target != "none":
             return ("the platform's fleets and queues run NVIDIA GPUs (their AMIs carry the NVIDIA driver, not the "
                     "Neuron runtime): rank it with --block none and run it with SageMaker or ParallelCluster on the "
-                    "Neuron DLAMI")
+                    f"Neuron DLAMI of {neuron_path(instance.gpu_model).name}")
         return None
     if instance.architecture != "x86_64":
         if target == "queue":

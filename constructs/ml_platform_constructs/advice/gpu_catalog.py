@@ -33,7 +33,9 @@ Sources (AWS documentation):
   (https://huggingface.co/docs/bitsandbytes/main/en/installation: NVIDIA CUDA, AMD, Intel XPU, Apple Silicon, Intel
   Gaudi and CPU; LLM.int8() needs compute capability 7.5+, NF4/FP4 6.0+; no Neuron backend), and Transformer Engine's
   support matrix (https://nvidia.github.io/TransformerEngine/support_matrix.html: FP8 needs compute capability 8.9+:
-  Ada, Hopper, Blackwell) with Trainium's cFP8 (trainium.html: 190 FP16/BF16/cFP8/TF32 TFLOPS).
+  Ada, Hopper, Blackwell); Trainium's cFP8 datatype is no training path: Neuron's MXFP8 training is Trn3 only.
+- Which Neuron SDK path each Trainium trains on (NEURON_PATHS): Trn1 the legacy PyTorch/XLA path (Neuron 2.29 or
+  earlier), Trn2 TorchNeuron; sources at NEURON_PATHS.
 - The SSM parameter of the latest DLAMI, named by the rule "/aws/service/deeplearning/ami/<arch>/<name without
   deep, learning, ami>/latest/ami-id": https://docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html
 
@@ -213,6 +215,7 @@ class GpuSpec:
     accelerator: str = "cuda"
     neuron_cores: int = 0  # physical NeuronCores per chip (Trainium); 0 for a GPU
     lnc_configurable: bool = False  # whether the Logical NeuronCore Configuration groups them (Trainium2)
+    neuron_sdk: str = ""  # Trainium: the Neuron SDK training path the chip needs (NEURON_PATHS); "" for a GPU
 
     def workers_per_chip(self, logical_nc: int = TRN2_DEFAULT_LNC) -> int:
         """One worker per GPU; per NeuronCore on Trainium (per logical core where LNC groups them)."""
@@ -263,12 +266,52 @@ GPU_SPECS: dict[str, GpuSpec] = {spec.model: spec for spec in (
     GpuSpec("AWS Trainium", 190, 820, 32768, None,
             "AWS Neuron, Trainium architecture (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/"
             "neuron-hardware/trainium.html): 190 FP16/BF16 TFLOPS per chip (two NeuronCore-v2), 32 GiB at 820 GB/s",
-            accelerator="neuron", neuron_cores=2),
+            accelerator="neuron", neuron_cores=2, neuron_sdk="xla"),
     GpuSpec("AWS Trainium2", 667, 2900, 98304, None,
             "AWS Neuron, Trainium2 architecture (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/about-neuron/"
             "arch/neuron-hardware/trainium2.html): 667 BF16 TFLOPS dense per chip (eight NeuronCore-v3), 96 GiB at "
-            "2.9 TB/s", accelerator="neuron", neuron_cores=8, lnc_configurable=True),
+            "2.9 TB/s", accelerator="neuron", neuron_cores=8, lnc_configurable=True, neuron_sdk="torchneuron"),
 )}
+
+
+@dataclass(frozen=True)
+class NeuronPath:
+    """A Neuron SDK training path: what a model must be written for to train on a Trainium generation."""
+
+    name: str  # as exclusions and notes name it
+    tensor_parallel: str  # what shards a model over NeuronCores on this path
+    compile: str  # what compiles the training graphs before the first step, with its source
+    source: str
+
+
+# Neuron ended PyTorch/XLA training in release 2.30.0 ("Starting with Neuron Release 2.30.0, PyTorch/XLA is no longer
+# supported for training workloads on Trainium": https://awsdocs-neuron.readthedocs-hosted.com/en/latest/about-neuron/
+# announcements/neuron2.x/announce-no-support-pytorch-xla-training.html; 2.29 shipped the last, PyTorch 2.9), and NxD
+# Training reached end of support in 2.32 (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/archive/nxd-training/
+# nxd-training-tp-appnote.html). Its successor, TorchNeuron, lists "Supported instances: Trn2 and Trn3"
+# (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/release-notes/components/torchneuron.html): Trn1 trains only
+# on the legacy path, pinned to Neuron SDK 2.29 or earlier.
+NEURON_PATHS: dict[str, NeuronPath] = {
+    "xla": NeuronPath(
+        "the legacy PyTorch/XLA path (torch-neuronx with Neuron SDK 2.29 or earlier, unsupported for training from "
+        "2.30; TorchNeuron does not run on Trn1)",
+        "neuronx-distributed tensor parallelism (legacy, end of support in Neuron 2.32)",
+        "neuron_parallel_compile ahead of the run, legacy (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/"
+        "frameworks/torch/torch-neuronx/api-reference-guide/training/pytorch-neuron-parallel-compile.html)",
+        "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/about-neuron/announcements/neuron2.x/"
+        "announce-no-support-pytorch-xla-training.html"),
+    "torchneuron": NeuronPath(
+        "TorchNeuron (native PyTorch on device \"neuron\", Neuron SDK 2.33+, public beta)",
+        "DTensor tensor parallelism on TorchNeuron",
+        "torch.compile(backend=\"neuron\") JIT-compiling the graphs on the first steps "
+        "(https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/about-pytorch-neuron.html)",
+        "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/index.html"),
+}
+
+
+def neuron_path(gpu_model: str) -> NeuronPath:
+    """The Neuron SDK training path a Trainium chip needs."""
+    return NEURON_PATHS[GPU_SPECS[gpu_model].neuron_sdk]
 
 
 @dataclass(frozen=True)
@@ -278,21 +321,24 @@ class Method:
     name: str
     label: str  # as an exclusion names it
     min_compute_capability: Optional[float]  # NVIDIA; None: any CUDA GPU
-    neuron: bool  # whether the Neuron SDK runs it
+    neuron_refusal: str  # why no Trainium in the catalog runs it
     source: str
 
 
 BITSANDBYTES = "bitsandbytes installation guide (https://huggingface.co/docs/bitsandbytes/main/en/installation)"
 METHODS: dict[str, Method] = {method.name: method for method in (
-    Method("qlora", "QLoRA (bitsandbytes 4-bit NF4)", 6.0, False,
+    Method("qlora", "QLoRA (bitsandbytes 4-bit NF4)", 6.0, "has no Neuron backend",
            f"{BITSANDBYTES}: NF4/FP4 quantization needs compute capability 6.0+; backends for NVIDIA, AMD, Intel, "
            "Apple Silicon, Gaudi and CPU, none for Neuron"),
-    Method("int8", "LLM.int8() (bitsandbytes 8-bit)", 7.5, False,
+    Method("int8", "LLM.int8() (bitsandbytes 8-bit)", 7.5, "has no Neuron backend",
            f"{BITSANDBYTES}: LLM.int8() needs compute capability 7.5+ (Turing, T4, or newer)"),
-    Method("fp8", "FP8 training", 8.9, True,
+    Method("fp8", "FP8 training", 8.9,
+           "has no training path in the Neuron SDK for Trn1 or Trn2: Neuron's MXFP8 training (TorchAO Neuron) runs "
+           "on Trn3 only",
            "Transformer Engine support matrix (https://nvidia.github.io/TransformerEngine/support_matrix.html): FP8 "
-           "needs compute capability 8.9+ (Ada, Hopper, Blackwell); Trainium computes in cFP8 (https://awsdocs-"
-           "neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-hardware/trainium.html), Trainium2 in FP8"),
+           "needs compute capability 8.9+ (Ada, Hopper, Blackwell); on Neuron, TorchAO Neuron's MXFP8 training is "
+           "\"supported on Trn3 instances\" (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/training/"
+           "torchao-neuron/index.html), none of the catalog's"),
 )}
 
 
@@ -300,7 +346,7 @@ def method_refused(gpu_model: str, method: str) -> Optional[str]:
     """Why a method does not run on an accelerator, or None."""
     spec, rule = GPU_SPECS[gpu_model], METHODS[method]
     if spec.accelerator == "neuron":
-        return None if rule.neuron else f"{rule.label} has no Neuron backend"
+        return f"{rule.label} {rule.neuron_refusal}"
     if rule.min_compute_capability and float(spec.compute_capability) < rule.min_compute_capability:
         return (f"{rule.label} needs compute capability {rule.min_compute_capability:g} or more; the {gpu_model} is "
                 f"{spec.compute_capability}")
