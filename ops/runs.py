@@ -137,7 +137,7 @@ def ledger_lines(found: Ledger, notes: list[str], indent: str = "    ") -> list[
     lines = []
     for bucket in sorted(BUCKETS, key=lambda b: -found.seconds[b]):
         if found.seconds[bucket] > 0:
-            lines.append(f"{indent}{bucket:<16} {found.seconds[bucket] / 3600:>9.4f} h {found.usd[bucket]:>11.6f} USD "
+            lines.append(f"{indent}{bucket:<16} {found.seconds[bucket] / 3600:>10.6f} h {found.usd[bucket]:>11.6f} USD "
                          f"{found.share(bucket):>6.1%}")
     return lines + [f"{indent}({note})" for note in notes]
 

@@ -56,19 +56,25 @@ def example_module():
 
 def run_attempt(command: list[str], env: dict[str, str], *, sigterm_after_epoch: Optional[int] = None,
                 timeout: float = 300) -> tuple[int, list[str]]:
-    """Runs one attempt; with ``sigterm_after_epoch``, sends the process SIGTERM once it reports that epoch (what
-    the interruption watcher does on a Spot notice). Returns (exit code, output lines). The attempt runs in its own
+    """Runs one attempt; with ``sigterm_after_epoch``, sends the process SIGTERM a quarter epoch after it reports
+    that epoch (a quarter of the time between its last two epoch lines: inside the next epoch's steps, as a Spot notice
+    lands mid-step, so the steps since the checkpoint are lost work in the run's ledger). Returns (exit code, output lines). The attempt runs in its own
     process group (``ops.terminal``): a Ctrl-C of the local run ends it too."""
     process = terminal.start(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     deadline = time.monotonic() + timeout
     signalled = False
+    epoch_seen: list[float] = []  # when each epoch line came
     assert process.stdout is not None
     try:
         for line in process.stdout:
             lines.append(line.rstrip("\n"))
+            if line.startswith("epoch "):
+                epoch_seen.append(time.monotonic())
             if (sigterm_after_epoch is not None and not signalled
                     and line.startswith(f"epoch {sigterm_after_epoch}/")):
+                if len(epoch_seen) >= 2:
+                    time.sleep((epoch_seen[-1] - epoch_seen[-2]) / 4)
                 process.send_signal(signal.SIGTERM)
                 signalled = True
             if time.monotonic() > deadline:

@@ -136,7 +136,7 @@ def test_runs_show_prints_the_runs_ledger_and_its_json_carries_it():
     assert found["buckets"]["productive"]["share"] == pytest.approx(2100 / 3600, abs=1e-4)
     assert found["buckets"]["idle"]["hours"] == pytest.approx(240 / 3600, abs=1e-4)
     lines = runs.ledger_lines(*runs.record_ledger(passport))
-    assert lines[0].split() == ["productive", "0.5833", "h", f"{2100 / 3600 * hourly_usd(PRICES, 'g5.xlarge', 'spot'):.6f}",
+    assert lines[0].split() == ["productive", "0.583333", "h", f"{2100 / 3600 * hourly_usd(PRICES, 'g5.xlarge', 'spot'):.6f}",
                                 "USD", "58.3%"]
     assert [line.split()[0] for line in lines[:4]] == ["productive", "data_wait", "startup", "idle"]
     assert runs.ledger_json({"attempts": []}) is None
