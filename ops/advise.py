@@ -9,7 +9,8 @@
   ./platform advise PRESET --wide                # the wide table (every price column); --all: every shape
 
 Not modelled, refused in one line with the reason: tabular (GBDT: XGBoost, LightGBM) and diffusion (no cited
-measurement: benchmark first).
+measurement: benchmark first), by name or by their figures: a custom image model above 100 forward GFLOPs an image
+(diffusion-sized), and a job whose CPU input pipeline holds the best shape 10x or more below its GPUs (CPU-bound).
 
 Presets: resnet50-imagenet, bert-large-finetune, llm-7b-lora, llm-7b-full, llm-70b-lora (the library's advisor, which a
 team without the platform app calls itself). --measured ENV reads the JSON records under benchmarks/ in
@@ -91,6 +92,10 @@ MAXIMA = {"deadline_hours": (8760, "a year"), "max_instances": (1000, "config's 
 # ImageNet network, is 0.06 GMACs (0.12 GFLOPs) at 224x224 (torchvision's model table,
 # https://pytorch.org/vision/stable/models.html); a tabular model or a tiny network is CPU-bound.
 MIN_FORWARD_GFLOPS = 0.05
+# Above this, a forward pass is no network the convnet speed ratios describe: they were measured on ResNet-50
+# (8.2 GFLOPs at 224x224), and 100 is 12x that; an SDXL-sized diffusion U-Net at 1024x1024 is thousands, a ViT-L/16
+# at 224x224 about 123 (61.6 GMACs, torchvision's model table above). Such a model is refused: benchmark first.
+MAX_FORWARD_GFLOPS = 100
 WIDTH = 100  # the default output's width; --wide prints the whole table
 INTEGERS = ("seq_len", "hidden", "layers", "vocab", "global_batch", "max_instances")
 
@@ -159,6 +164,11 @@ def validate(args: argparse.Namespace) -> None:
             fail(f"--forward-gflops={args.forward_gflops:g}: not modelled: under {MIN_FORWARD_GFLOPS:g} GFLOPs an image "
                  "is no network the advisor models (MobileNetV3-Small: 0.12); a tabular/GBDT or tiny model is "
                  "CPU-bound: use a CPU instance or benchmark")
+        if args.forward_gflops > MAX_FORWARD_GFLOPS:
+            fail(f"--forward-gflops={args.forward_gflops:g}: not modelled: above {MAX_FORWARD_GFLOPS:g} GFLOPs an "
+                 "image (12x ResNet-50's 8.2, whose measured speeds the convnet ratios are) is a diffusion U-Net or a "
+                 "large vision transformer, which no cited measurement here describes: benchmark first "
+                 "(examples/gpu_benchmark.py, then --measured)")
         if args.activation_gib_per_image is None:
             fail("custom image model: --activation-gib-per-image is required (no default: ResNet-50 at 224x224 "
                  "keeps about 0.04 GiB an image, a diffusion U-Net at 1024x1024 tens of GiB; measure one step "
@@ -591,9 +601,14 @@ def throughput_table() -> str:
             "presets, so both are assumed until `--measured` replaces them, and printed on the recommendation line.",
             "- FP8 (`--fp8`): eligibility only (the methods table); its speed is counted as BF16's until measured.",
             *(f"- Not modelled, refused in one line: {text}." for text in advisor.NOT_MODELLED.values()),
-            f"- A custom image model's forward pass under {MIN_FORWARD_GFLOPS:g} GFLOPs is refused as not modelled "
-            "(MobileNetV3-Small: 0.12 GFLOPs, https://pytorch.org/vision/stable/models.html); "
+            f"- A custom image model's forward pass under {MIN_FORWARD_GFLOPS:g} GFLOPs or above "
+            f"{MAX_FORWARD_GFLOPS:g} is refused as not modelled (MobileNetV3-Small: 0.12 GFLOPs; ViT-L/16 about "
+            "123, https://pytorch.org/vision/stable/models.html; above 100, 12x ResNet-50's 8.2, the convnet "
+            "ratios measured on ResNet-50 say nothing: a diffusion U-Net or a large ViT, benchmark first); "
             "`--activation-gib-per-image` has no default.",
+            f"- CPU-bound: where the CPU input pipeline holds the recommended shape {advisor.CPU_BOUND_RATIO}x or "
+            "more below its accelerators' rate, the job is refused (use a CPU instance or benchmark): the ranking "
+            "would be of vCPUs, not GPUs.",
             f"- A job over {MAX_JOB_HOURS:,} hours on its best shape gets no config block."]
     out += ["", "## What the advisor uses, per GPU and preset", "",
             "Per GPU on the instance named (its smallest with that GPU: the published row for that GPU count, and "

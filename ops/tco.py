@@ -37,7 +37,7 @@ from ml_platform_constructs.advice.advisor import NOT_MODELLED, PRESETS, Option,
 from ml_platform_constructs.advice.gpu_catalog import ACCELERATOR_CATALOG
 from ml_platform_constructs.runtime.budget_guard import load_prices
 from ops import terminal
-from ops.advise import add_workload_arguments, fail, workload_from_args
+from ops.advise import WIDTH, _wrap, add_workload_arguments, fail, workload_from_args
 from ops.aws_access import environment
 from ops.cdk_cli import synth
 from ops.cli import Parser, bounded
@@ -195,22 +195,31 @@ def tco(templates: list[dict], name: str, region: str, inputs: TcoInputs, prices
     return months
 
 
-def format_tco(name: str, region: str, months: list[MonthCost], models: int) -> str:
-    classes = sorted({c for m in months for c in m.storage_by_class})
+def format_tco(name: str, region: str, months: list[MonthCost], models: int, wide: bool = False) -> str:
+    """The months as a table: 100 columns by default (the S3 classes summed into one column, prose folded);
+    ``wide``: a column per storage class, lines unfolded."""
+    width = 10_000 if wide else WIDTH
+    classes = sorted({c for m in months for c in m.storage_by_class if c != "capture buckets"})
     groups = list(months[0].groups)
-    header = ["month", *[f"S3 {c}" if c != "capture buckets" else "capture" for c in classes], *groups, "total"]
-    widths = [max(9, len(h)) for h in header]
-    out = [f"\n== TCO {name} ({region}), {len(months)} months: {sum(m.total for m in months):,.0f} USD, "
-           f"{sum(m.total for m in months) / len(months):,.0f} USD per month on average, "
-           f"{sum(m.total for m in months) / len(months) / models:,.0f} per model per month ({models} model(s))",
-           "  " + " ".join(h.rjust(w) for h, w in zip(header, widths))]
-    for m in months:
-        row = [str(m.month), *[f"{m.storage_by_class.get(c, 0):,.2f}" for c in classes],
-               *[f"{m.groups[g]:,.2f}" for g in groups], f"{m.total:,.2f}"]
-        out.append("  " + " ".join(v.rjust(w) for v, w in zip(row, widths)))
+    if wide:
+        storage_columns = [(f"S3 {c}", lambda m, c=c: m.storage_by_class.get(c, 0)) for c in classes]
+    else:
+        storage_columns = [("S3", lambda m: sum(v for c, v in m.storage_by_class.items() if c != "capture buckets"))]
+    columns = [*storage_columns, ("capture", lambda m: m.storage_by_class.get("capture buckets", 0)),
+               *[(g, lambda m, g=g: m.groups[g]) for g in groups], ("total", lambda m: m.total)]
+    rows = [[str(m.month), *[f"{value(m):,.2f}" for _, value in columns]] for m in months]
+    header = ["month", *[title for title, _ in columns]]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
+    total = sum(m.total for m in months)
+    out = _wrap(f"== TCO {name} ({region}), {len(months)} months: {total:,.0f} USD, {total / len(months):,.0f} USD "
+                f"per month on average, {total / len(months) / models:,.0f} per model per month ({models} model(s))"
+                + ("" if wide else "; --wide: a column per storage class"), width=width)
+    out.insert(0, "")
+    out.append("  " + " ".join(h.rjust(w) for h, w in zip(header, widths)))
+    out += ["  " + " ".join(v.rjust(w) for v, w in zip(row, widths)) for row in rows]
     last = months[-1]
-    out.append(f"  month {last.month}: storage {last.storage:,.2f} ("
-               + ", ".join(f"{c} {v:,.2f}" for c, v in sorted(last.storage_by_class.items())) + ")")
+    out += _wrap(f"month {last.month}: storage {last.storage:,.2f} ("
+                 + ", ".join(f"{c} {v:,.2f}" for c, v in sorted(last.storage_by_class.items())) + ")", "  ", width)
     return "\n".join(out)
 
 
@@ -301,6 +310,8 @@ def parser() -> Parser:
     figure("--models", 1, 10_000, "models the monthly cost is shared by", "2", integer=True)
     figure("--log-gb-month", 0, 1_000_000, "GB of logs ingested a month", "5", default=5)
     figure("--custom-metrics", 0, 1_000_000, "custom metrics sent all month", "50", default=50, integer=True)
+    costs.add_argument("--wide", action="store_true", help="a column per storage class, lines unfolded (default: "
+                                                           "100 columns)")
     add_workload_arguments(costs, positional=False)
     return costs
 
@@ -332,8 +343,11 @@ def main(argv: list[str]) -> int:
         types = queue_types(templates)
         if not types:
             fail(f"{name} has no training queue to price a job on: pass --job-usd, or add a queue to {name}")
-        best = advise(workload, prices=prices, region=region, target="queue",
-                      catalog={t: ACCELERATOR_CATALOG[t] for t in types}).recommended
+        advice = advise(workload, prices=prices, region=region, target="queue",
+                        catalog={t: ACCELERATOR_CATALOG[t] for t in types})
+        if advice.cpu_bound():
+            fail(advice.cpu_bound())
+        best = advice.recommended
         job_usd = best.usd if best else 0.0
         job_hours = best.expected_hours if best else 0.0
         label = (f"{workload.name} on {best.instance_type} x{best.instances}, {best.lifecycle}, per ./platform advise "
@@ -352,11 +366,12 @@ def main(argv: list[str]) -> int:
                        job_hours=job_hours, job_label=label, models=args.models, log_gb_month=args.log_gb_month,
                        custom_metrics=args.custom_metrics)
     models = args.models or max(1, endpoints)
-    print("Lifecycle cost (TCO). Assumptions:\n" + "\n".join(f"  - {line}" for line in inputs.lines(prices)))
-    if capacity:
-        print(f"  ! {capacity}")
-    print(f"  - {against_cost(name, region, templates, prices, inputs)}")
-    print(format_tco(name, region, tco(templates, name, region, inputs, prices), models))
+    width = 10_000 if args.wide else WIDTH
+    print("\n".join(["Lifecycle cost (TCO). Assumptions:",
+                     *(folded for line in inputs.lines(prices) for folded in _wrap(f"- {line}", "  ", width)),
+                     *(_wrap(f"! {capacity}", "  ", width) if capacity else []),
+                     *_wrap(f"- {against_cost(name, region, templates, prices, inputs)}", "  ", width)]))
+    print(format_tco(name, region, tco(templates, name, region, inputs, prices), models, args.wide))
     return 0
 
 

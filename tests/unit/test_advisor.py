@@ -898,3 +898,37 @@ def test_a_job_longer_than_a_year_gets_no_config_block():
         with pytest.raises(ValueError, match=r"the job takes [\d,]+ h on its best shape, more than a year \(8,760 h\)"):
             block(huge, "dev")
     assert fleet_block(advise(with_overrides(PRESETS["resnet50-imagenet"], samples=1e8), prices=PRICES), "dev")
+
+
+def test_a_job_the_cpu_pipeline_holds_ten_times_below_the_gpu_is_cpu_bound():
+    """Review of issue 29, finding 4: a tabular-sized job through the image path recommended g4dn.16xlarge at
+    6,400 images/s, its 64 vCPUs' cap, with no word that the GPU buys nothing."""
+    tabular = tiny_model(parameters=1e6, samples=1e8, flops_per_sample=3 * 0.06e9, activation_gib_per_item=0.001)
+    result = advise(tabular, prices=PRICES)
+    best = result.recommended
+    assert best.accelerator_samples_per_second >= 10 * best.samples_per_second
+    assert result.cpu_bound() == (
+        f"CPU-bound: on {best.instance_type} x1 the CPU input pipeline caps the job at {best.samples_per_second:,.0f} "
+        f"images/s, {best.accelerator_samples_per_second / best.samples_per_second:,.0f}x below the accelerators' "
+        f"{best.accelerator_samples_per_second:,.0f}/s: the GPU buys nothing; use a CPU instance or benchmark "
+        "(--gpu-decode if your input pipeline runs on the GPU)")
+    # quiet on ResNet-50 (capped on small instances, under 10x) and where the GPU decodes
+    assert advise(PRESETS["resnet50-imagenet"], prices=PRICES).cpu_bound() is None
+    assert advise(replace(tabular, gpu_decode=True), prices=PRICES).cpu_bound() is None
+
+
+def test_the_64_gpu_runs_inter_node_overhead_is_stated_where_it_is_inherited():
+    """Review of issue 29, finding 6: the 64-GPU H100 row's per-GPU rate holds multi-node overhead, which every
+    estimate from it and every smaller H100 shape inherited silently."""
+    full = PRESETS["llm-7b-full"]
+    _, _, note = shape_throughput(full, GPU_CATALOG["p5.48xlarge"], 1)
+    assert ("inherited: the 64-GPU reference run's per-GPU rate holds its inter-node communication across 8 "
+            "instances, which a shape of fewer GPUs keeps (pessimistic for one instance)") in note
+    _, source, note = shape_throughput(full, GPU_CATALOG["p5en.48xlarge"], 1)  # H200: estimated from the H100 row
+    assert source == "estimated" and "which this GPU's estimate keeps" in note
+    # the run's own size holds its communication as measured: nothing inherited, nothing added
+    _, _, note = shape_throughput(full, GPU_CATALOG["p5.48xlarge"], 8)
+    assert "inherited" not in note and "already holds" in note
+    # a single-instance reference row says nothing
+    _, _, note = shape_throughput(PRESETS["bert-large-finetune"], GPU_CATALOG["g6e.xlarge"], 1)
+    assert "inherited" not in note

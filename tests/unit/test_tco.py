@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -94,7 +95,7 @@ def assembly(tmp_path, dev_templates):
 
 
 def test_main_prints_months_and_per_model(assembly, capsys):
-    assert tco.main(["dev", "--assembly", str(assembly), "--months", "3", "--job-usd", "25", "--models", "2"]) == 0
+    assert tco.main(["dev", "--assembly", str(assembly), "--months", "3", "--job-usd", "25", "--models", "2", "--wide"]) == 0
     out = capsys.readouterr().out
     assert "== TCO dev (us-east-1), 3 months" in out and "per model per month (2 model(s))" in out
     assert "20 jobs per month x 25.00 USD (given)" in out
@@ -105,7 +106,7 @@ def test_main_prints_months_and_per_model(assembly, capsys):
 def test_main_prices_a_custom_workload_as_advise_does(assembly, dev_templates, capsys):
     argv = ["--workload", "custom", "--params", "1.3e9", "--tokens", "1e8", "--seq-len", "2048", "--hidden", "2048",
             "--layers", "24", "--lora-params", "5e6"]  # full training of 1.3e9 fits none of dev's queue types
-    assert tco.main(["dev", "--assembly", str(assembly), "--months", "1", *argv]) == 0
+    assert tco.main(["dev", "--assembly", str(assembly), "--months", "1", "--wide", *argv]) == 0  # unfolded
     out = capsys.readouterr().out
     types = tco.queue_types(dev_templates)
     best = advise(workload_from_args(_namespace(argv)), prices=PRICES, target="queue",
@@ -159,7 +160,8 @@ def test_a_job_is_priced_on_the_queues_own_types_and_the_gap_to_cost_is_explaine
     queue runs) and a line names both figures."""
     types = tco.queue_types(dev_templates)
     assert types and all(t.startswith(("g5.", "g6.")) for t in types)  # dev's queue: small G types
-    assert tco.main(["dev", "--assembly", str(assembly), "--months", "1", "--workload", "bert-large-finetune"]) == 0
+    assert tco.main(["dev", "--assembly", str(assembly), "--months", "1", "--workload", "bert-large-finetune",
+                     "--wide"]) == 0
     out = capsys.readouterr().out
     best = advise(PRESETS["bert-large-finetune"], prices=PRICES, target="queue",
                   catalog={t: GPU_CATALOG[t] for t in types}).recommended
@@ -200,3 +202,27 @@ def test_bad_input_is_one_line(assembly, argv, message):
     with pytest.raises(SystemExit) as raised:
         tco.main(["dev", "--assembly", str(assembly), *argv])
     assert str(raised.value.code).startswith("error: ") and message in str(raised.value.code)
+
+
+def test_the_output_fits_100_columns_and_the_wide_table_is_behind_wide(assembly, capsys):
+    """Review of issue 29, finding 8: tco dev's monthly table was about 170 columns wide."""
+    assert tco.main(["dev", "--assembly", str(assembly), "--months", "3"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 100
+    header = next(line for line in out.splitlines() if line.strip().startswith("month ") and "total" in line)
+    assert header.split()[:2] == ["month", "S3"] and "S3 STANDARD" not in out.split("month 3:")[0]
+    assert tco.main(["dev", "--assembly", str(assembly), "--months", "3", "--wide"]) == 0
+    wide = capsys.readouterr().out
+    assert "S3 STANDARD" in wide and max(len(line) for line in wide.splitlines()) > 100
+    # both tables carry the same monthly totals
+    totals = [line.split()[-1] for line in out.splitlines() if re.match(r"\s+[123] ", line)]
+    assert totals == [line.split()[-1] for line in wide.splitlines() if re.match(r"\s+[123] ", line)] and totals
+
+
+def test_a_cpu_bound_job_is_refused_as_advise_refuses_it(assembly):
+    """Review of issue 29, finding 4: tco prices jobs through the advisor, so it refuses a CPU-bound one too."""
+    argv = ["--workload", "custom", "--params", "1e6", "--images", "1e8", "--forward-gflops", "0.06",
+            "--activation-gib-per-image", "0.001"]
+    with pytest.raises(SystemExit) as raised:
+        tco.main(["dev", "--assembly", str(assembly), "--months", "1", *argv])
+    assert str(raised.value.code).startswith("error: CPU-bound: on ")
