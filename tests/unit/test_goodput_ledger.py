@@ -156,7 +156,8 @@ def test_each_save_records_the_attempts_phases(tmp_path):
 @pytest.mark.parametrize("queue", ["training", None], ids=["on AWS Batch", "by hand"])
 def test_the_clock_prints_a_window_line_every_window_on_batch_only(tmp_path, queue):
     ticks = Ticks(step=0)
-    env = env_for(tmp_path, **({"AWS_BATCH_JQ_NAME": queue} if queue else {}))
+    env = env_for(tmp_path, **({"AWS_BATCH_JQ_NAME": "training-JobQueue-a1b2", "ML_PLATFORM_QUEUE_NAME": queue}
+                               if queue else {}))
     run = TrackedRun.start(env=env, code_directory=str(tmp_path), monotonic=ticks)
     out = io.StringIO()
     with redirect_stdout(out):

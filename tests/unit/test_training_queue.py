@@ -299,6 +299,43 @@ def test_job_role_reads_datasets_and_writes_only_its_checkpoints(built):
     assert "/checkpoints/training/*" in text and "/datasets/*" in text
 
 
+def test_the_job_role_reads_its_own_lost_attempts_end_and_nothing_else_of_batch(built):
+    statements = [st for policy in built[0].find_resources("AWS::IAM::Policy").values()
+                  if policy["Properties"]["PolicyName"].startswith("QueueJobRole")
+                  for st in policy["Properties"]["PolicyDocument"]["Statement"]]
+    read = next(st for st in statements if st.get("Sid") == "ReadOwnJobAttempts")
+    assert read == {"Sid": "ReadOwnJobAttempts", "Action": "batch:DescribeJobs", "Effect": "Allow", "Resource": "*"}
+    batch_actions = {a for st in statements for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])
+                     if a.startswith("batch:")}
+    assert batch_actions == {"batch:DescribeJobs"}
+
+
+def test_the_goodput_alarms_go_to_the_alerts_with_the_fix_for_the_queues_instances(built):
+    template, parts = built
+    queue = parts["queue"]
+    assert set(queue.alarms) == {"idle", "memory", "input_bound", "checkpoint_bound"}
+    alarms = template.find_resources("AWS::CloudWatch::Alarm")
+    by_metric = {a["Properties"].get("MetricName"): a["Properties"] for a in alarms.values()}
+    input_bound, checkpoint_bound = by_metric["DataWaitShare"], by_metric["CheckpointShare"]
+    assert (input_bound["Threshold"], input_bound["EvaluationPeriods"], checkpoint_bound["Threshold"]) == (30, 3, 10)
+    assert input_bound["Dimensions"] == [{"Name": "Queue", "Value": "training"}]
+    assert "Fix for g5.xlarge: DataLoader(num_workers=2" in input_bound["AlarmDescription"]
+    assert "async_save" in checkpoint_bound["AlarmDescription"]
+    alerts = next(k for k in template.find_resources("AWS::SNS::Topic") if k.startswith("Alerts"))
+    assert input_bound["AlarmActions"] == [{"Ref": alerts}] and checkpoint_bound["AlarmActions"] == [{"Ref": alerts}]
+    body = json.dumps(next(iter(template.find_resources("AWS::CloudWatch::Dashboard").values()))["Properties"])
+    assert "DataWaitShare" in body and "MLPlatform/Goodput" in body
+
+
+def test_the_goodput_thresholds_are_props(synth_stack):
+    template = synth_stack(lambda stack: queue_stack(stack, input_bound_percent=50, checkpoint_bound_percent=5,
+                                                     bound_minutes=30))
+    by_metric = {a["Properties"].get("MetricName"): a["Properties"]
+                 for a in template.find_resources("AWS::CloudWatch::Alarm").values()}
+    assert (by_metric["DataWaitShare"]["Threshold"], by_metric["DataWaitShare"]["EvaluationPeriods"]) == (50, 6)
+    assert by_metric["CheckpointShare"]["Threshold"] == 5
+
+
 def test_add_job_definition_reuses_the_queue_settings_with_another_image_and_command(synth_stack):
     def body(stack):
         queue = queue_stack(stack)["queue"]
@@ -328,6 +365,9 @@ def test_add_job_definition_reuses_the_queue_settings_with_another_image_and_com
     ({"job_vcpus": 64}, r"job_vcpus=64 is invalid: 1-8 \(the largest type's vCPUs\)"),
     ({"job_memory": Size.gibibytes(40)}, r"job_memory='40960 MiB' is invalid"),
     ({"queue_name": "has space"}, r"queue_name='has space' is invalid"),
+    ({"input_bound_percent": 100}, r"input_bound_percent=100 is invalid: a percentage from 1 to 99"),
+    ({"checkpoint_bound_percent": 0}, r"checkpoint_bound_percent=0 is invalid: a percentage from 1 to 99"),
+    ({"bound_minutes": 7}, r"bound_minutes=7 is invalid: a multiple of 5 minutes"),
 ])
 def test_bad_props_fail_at_synth_with_prop_value_range_and_fix(synth_stack, overrides, message):
     with pytest.raises(ValidationError, match=message):

@@ -421,9 +421,9 @@ class TrackedRun:
         now = _iso(self._clock())
         self.clock = PhaseClock(now=self._monotonic, wall=self._clock)
         self._timing = True
-        queue = env.get("AWS_BATCH_JQ_NAME")  # set by AWS Batch; the queue's goodput alarms read this dimension
-        if queue:
-            self.clock.emit_windows(queue)
+        if env.get("AWS_BATCH_JQ_NAME"):  # on AWS Batch (its job queues' names are generated): the dimension is
+            # the platform's queue name, as the queue's goodput alarms read it (the job definition sets it)
+            self.clock.emit_windows(env.get("ML_PLATFORM_QUEUE_NAME") or env["AWS_BATCH_JQ_NAME"])
         passport = self.record["passport"]
         attempts = passport["attempts"]
         number = len(attempts) + 1

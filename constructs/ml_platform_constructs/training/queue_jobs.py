@@ -120,7 +120,13 @@ def job_role(scope: Construct, queue_name: str, datasets: Optional[DatasetBucket
     Validations.of(role).acknowledge(Acknowledgment(
         id="AwsSolutions-IAM5[Resource::*]",
         reason="PutMetricData has no resource-level permissions; limited to the platform's training and "
-               "benchmark namespaces by condition."))
+               "benchmark namespaces by condition. DescribeJobs (ReadOwnJobAttempts) has none either: a read of job "
+               "records, for the job's own lost attempt's end."))
+    # The job-contract helper reads AWS Batch's stoppedAt of its own lost attempt, to bill it to its real end (not
+    # its last checkpoint). DescribeJobs has no resource-level permissions: "*" is the only resource it takes
+    # (https://docs.aws.amazon.com/service-authorization/latest/reference/list_awsbatch.html); it reads, changes nothing.
+    role.add_to_principal_policy(iam.PolicyStatement(sid="ReadOwnJobAttempts", actions=["batch:DescribeJobs"],
+                                                     resources=["*"]))
     if datasets is not None:
         datasets.grant_training(role, checkpoint_prefix=checkpoint_prefix, write_prefixes=[BENCHMARK_PREFIX],
                                 owner="the queue's")

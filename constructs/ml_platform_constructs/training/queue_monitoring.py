@@ -18,6 +18,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from .goodput_alarms import goodput_widget
 from .instance_bootstrap import GPU_NAMESPACE
 
 
@@ -87,7 +88,8 @@ def triggered_rules(rule: events.IRule, period: Duration, **kwargs) -> cloudwatc
 def queue_dashboard(scope: Construct, *, queue_name: str, log_group: logs.ILogGroup, period: Duration,
                     idle_threshold: float, spot_retries: cloudwatch.IMetric, failed_jobs: cloudwatch.IMetric,
                     gpu_utilization: cloudwatch.IMetric) -> cloudwatch.Dashboard:
-    """Jobs by state, Spot retries and failed jobs, the queue's GPU utilization and each instance's."""
+    """Jobs by state, Spot retries and failed jobs, the queue's GPU utilization and each instance's, and the jobs'
+    goodput shares (productive, data wait, checkpoint saves)."""
     return cloudwatch.Dashboard(scope, "Dashboard", widgets=[[
         cloudwatch.LogQueryWidget(
             title="Job state changes by state (Batch events logged by the queue)", width=12,
@@ -105,4 +107,6 @@ def queue_dashboard(scope: Construct, *, queue_name: str, log_group: logs.ILogGr
                 label="", period=period,
                 expression=f"SELECT AVG(nvidia_smi_utilization_gpu) FROM SCHEMA(\"{GPU_NAMESPACE}\", InstanceId, "
                            f"QueueName) WHERE QueueName = '{queue_name}' GROUP BY InstanceId")]),
+    ], [
+        goodput_widget(queue_name),  # the jobs' own shares: what no GPU counter says (why a GPU waits)
     ]])

@@ -35,6 +35,8 @@ from ..data.dataset_bucket import DatasetBucket
 from ..data.dataset_snapshots import DatasetVolume
 from ..errors import ValidationError
 from ..governance.scope import ACCOUNT_SCOPE, govern, validate_budget_scope
+from .goodput_alarms import (BOUND_MINUTES, CHECKPOINT_BOUND_PERCENT, INPUT_BOUND_PERCENT, goodput_alarms,
+                             validate_goodput_props)
 from .gpu_alarms import (as_instance_types, gpu_alarms, gpu_memory_used_ratio, gpu_metric, validate_alarm_props,
                          validate_gpu_types)
 from .instance_bootstrap import validate_dataset_volumes
@@ -123,6 +125,13 @@ class TrainingQueue(Construct):
         job's container at the same path. Default: none.
     :param idle_threshold_percent / idle_evaluation_periods / alarm_period / memory_pressure_threshold: as
         SpotGpuFleet's (40, 3, 5 minutes, 0.7).
+    :param input_bound_percent / checkpoint_bound_percent / bound_minutes: the goodput alarms
+        (``alarms["input_bound"]``, ``alarms["checkpoint_bound"]``, to ``alerts``): a job's data wait over
+        ``input_bound_percent`` of its step time, or its checkpoint saves over ``checkpoint_bound_percent`` of its
+        time, for ``bound_minutes`` (a multiple of the jobs' 5-minute metric window), from the shares the
+        job-contract helper prints (``runtime.goodput``); each alarm's text carries the fix for the queue's
+        instances. Default: 30, 10 and 15: an alarm after three windows in a row over the threshold; no job
+        stepping, no data, no alarm.
     :param allow_low_diversity / allow_mixed_gpu_memory: as SpotGpuFleet's. Default: False.
     :param removal_policy: of the log group. Default: RETAIN.
     :param budget_scope: the ``BudgetGuard`` scope that may stop this queue (tag ``ml-platform:budget-scope`` on
@@ -160,6 +169,9 @@ class TrainingQueue(Construct):
         idle_evaluation_periods: int = 3,
         alarm_period: Duration = Duration.minutes(5),
         memory_pressure_threshold: Optional[float] = 0.7,
+        input_bound_percent: float = INPUT_BOUND_PERCENT,
+        checkpoint_bound_percent: float = CHECKPOINT_BOUND_PERCENT,
+        bound_minutes: int = BOUND_MINUTES,
         allow_low_diversity: bool = False,
         allow_public_subnets: bool = False,
         allow_mixed_gpu_memory: bool = False,
@@ -199,6 +211,8 @@ class TrainingQueue(Construct):
                              idle_evaluation_periods=idle_evaluation_periods, alarm_period=alarm_period,
                              memory_pressure_threshold=memory_pressure_threshold)
         validate_dataset_volumes(self, "TrainingQueue", dataset_volumes)
+        validate_goodput_props("TrainingQueue", input_bound_percent=input_bound_percent,
+                               checkpoint_bound_percent=checkpoint_bound_percent, bound_minutes=bound_minutes)
         self.gpus_per_job = self.catalog_entries[0].gpu_count
         self.multi_node_job_size = smallest_fit(self.multi_node_entries) if self.multi_node_entries else None
         self.job_vcpus, self.job_memory_mib = job_size(self, self.catalog_entries, job_vcpus, job_memory)
@@ -273,6 +287,16 @@ class TrainingQueue(Construct):
             actions=[cw_actions.SnsAction(alerts)],
             idle_note="A running job whose GPUs sit this low is starved by its input pipeline (data loading, "
                       "preprocessing): see the TrainingQueue page of the library docs. An empty queue publishes nothing and does not alarm.")
+        input_bound, checkpoint_bound = goodput_alarms(
+            self, queue_name=self.queue_name, instance_types=[e.name for e in self.catalog_entries],
+            input_bound_percent=input_bound_percent,
+            checkpoint_bound_percent=checkpoint_bound_percent, bound_minutes=bound_minutes)
+        # The queue's alarms by name (memory: absent with memory_pressure_threshold=None).
+        self.alarms = {name: alarm for name, alarm in (("idle", self.idle_alarm), ("memory", self.memory_alarm),
+                                                       ("input_bound", input_bound),
+                                                       ("checkpoint_bound", checkpoint_bound)) if alarm is not None}
+        for alarm in (input_bound, checkpoint_bound):
+            alarm.add_alarm_action(cw_actions.SnsAction(alerts))
         self.dashboard = queue_dashboard(
             self, queue_name=self.queue_name, log_group=self.log_group, period=alarm_period,
             idle_threshold=idle_threshold_percent, spot_retries=self.metric_spot_retries(),
