@@ -51,10 +51,11 @@ from ops.cli import Parser
 
 RULES = [
     ("runs", "the accelerator runs the job's methods (QLoRA and LLM.int8() need bitsandbytes: no Neuron backend, "
-             "LLM.int8() compute capability 7.5+; FP8 8.9+ or Trainium) and the platform can run it for the target: "
-             "NVIDIA GPUs on x86_64 with the platform's driver for a fleet or a queue (arm64 T4G needs AWS's ARM64 "
-             "DLAMI with PyTorch; V100 an AMI of your own; Trainium a model built with the Neuron SDK, outside fleets "
-             "and queues: --block none), offered in the Region"),
+             "LLM.int8() compute capability 7.5+; FP8 8.9+, on no Trainium of the catalog) and the platform can run it "
+             "for the target: NVIDIA GPUs on x86_64 with the platform's driver for a fleet or a queue (arm64 T4G "
+             "needs AWS's ARM64 DLAMI with PyTorch; V100 an AMI of your own; Trainium a model built for its Neuron "
+             "SDK path, trn1 the legacy PyTorch/XLA one, trn2 TorchNeuron, outside fleets and queues: --block "
+             "none), offered in the Region"),
     ("memory", "model state + one micro-batch of activations and logits fit each worker (a GPU as CUDA offers it; "
                "a NeuronCore on Trainium), sharded when it fits no single one: ZeRO-3/FSDP over the shape's GPUs "
                "(never on one GPU), tensor parallel over an instance's NeuronCores"),
