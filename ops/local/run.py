@@ -163,16 +163,19 @@ def simulate(port: int, store: Path, work: Path, *, job_name: Optional[str] = No
     return record["run_id"]
 
 
+SHORT_BUCKETS = {"productive": "productive", "data_wait": "data", "startup": "start", "restore": "restore",
+                 "checkpoint_save": "saves", "evaluation": "eval", "lost": "lost", "idle": "idle"}
+
+
 def ledger_line(record: dict) -> str:
-    """The run's goodput ledger in one line (what ./platform up's summary shows): paid time and dollars, then each
-    bucket's share, largest first; the simulated reclaim is the lost and restore shares."""
+    """The run's goodput ledger in one line of under 120 characters (what ./platform up's summary shows): paid time
+    and dollars, then each bucket's share, largest first; the simulated reclaim is the lost and restore shares."""
     found, _ = record_ledger(record["passport"])
     if found is None or not found.paid_seconds:
         return "ledger: no paid time recorded"
-    shares = ", ".join(f"{bucket} {found.share(bucket):.0%}" for bucket in sorted(found.seconds, key=lambda b: -found.seconds[b])
-                       if found.seconds[bucket] > 0)
-    return (f"ledger: {found.paid_seconds:.1f} s paid, {found.paid_usd:.6f} USD over {found.attempts} attempts: "
-            f"{shares}")
+    shares = ", ".join(f"{SHORT_BUCKETS[bucket]} {found.share(bucket):.0%}"
+                       for bucket in sorted(found.seconds, key=lambda b: -found.seconds[b]) if found.seconds[bucket] > 0)
+    return f"ledger: {found.paid_seconds:.0f} s, {found.paid_usd:.6f} USD: {shares}"
 
 
 def main(argv: list[str]) -> int:

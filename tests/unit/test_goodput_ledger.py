@@ -95,7 +95,12 @@ def test_the_local_runs_ledger_adds_up_to_its_paid_time_and_shows_the_reclaim_as
     assert found.paid_usd == pytest.approx(found.paid_seconds / 3600 * hourly_usd(PRICES, "g5.xlarge", "spot"))
     assert notes == [STARTUP_LOWER_BOUND]
     shown = local_run.ledger_line({"passport": record(tmp_path)["passport"]})
-    assert shown.startswith(f"ledger: {found.paid_seconds:.1f} s paid") and "lost " in shown and "restore " in shown
+    assert shown.startswith(f"ledger: {found.paid_seconds:.0f} s, {found.paid_usd:.6f} USD: ")
+    assert "lost " in shown and "restore " in shown
+    every = {"passport": {"attempts": [{**attempts[0], "outcome": "stopped", "phases": {
+        "startup": 10.0, "restore": 10.0, "step": 100.0, "data_wait": 10.0, "checkpoint_save": 10.0, "evaluation": 10.0,
+        "since_checkpoint": 10.0}, "started_at": "2026-11-30T12:00:00+00:00", "ended_at": "2026-11-30T14:46:39+00:00"}]}}
+    assert len(local_run.ledger_line(every)) <= 118  # every bucket, 9999 s: up's summary lines are 120 at most
     # ./platform up's summary carries that line.
     output = f"    attempt 1: x -> exit 143\n    attempt 2: y -> exit 0\n    {shown}\n"
     assert f"  {shown}" in local_run_lines(output)
