@@ -22,7 +22,12 @@ into a BytesIO instead of JSON).
    gives 2 minutes in all), record the stop in the run and exit 143 (128 + SIGTERM): the queue retries that
    attempt, which resumes here. Exit 0 only when training is finished: AWS Batch records 0 as SUCCEEDED and never
    runs the job again.
-5. Checkpoint every epoch: an instance can also vanish without notice.
+5. Checkpoint every epoch: an instance can also vanish without notice. A stop that comes mid-epoch abandons that
+   epoch (the checkpoint of the last whole one stands): its steps are the work the interruption lost.
+   Its phases go to the run's clock (``run.clock``): restore, each batch's wait (``clock.batches``) and step
+   (``clock.step``), checkpoint saves and evaluations, the attempt's goodput ledger (``./platform runs show``). It
+   has no DataLoader (its batches are list slices); a PyTorch job builds one with
+   ``DataLoader(dataset, **run.loader_settings().dataloader_kwargs())``, the settings for the attempt's instance.
 6. Judge the model on held-out data: 5% of the rows, chosen by a hash of their id column (``runtime.holdout``,
    keyed by ``id``: a row's side never moves when a column is added), never train it; ``holdout_accuracy`` before training and at the end. At the end the run gets its cost (every
    attempt's instance-hours x prices), Spot interruptions and USD per accuracy point, and the model is written
