@@ -3,9 +3,10 @@
   python -m ops.local.run [--store DIR]      (the end of ./platform up; needs no AWS account)
 
 moto on 127.0.0.1 stands in for S3: the dataset is uploaded under datasets/, checkpoints and the run record go to
-checkpoints/training/<job name>/. Attempt 1 gets a real SIGTERM once it reports epoch 3 (a simulated Spot reclaim)
-and must checkpoint and exit 143, which the queue's retry strategy retries; the epoch it stops at is the one it
-says (it goes on training until the signal lands, one epoch or more under load). Attempt 2 must resume from that
+checkpoints/training/<job name>/. Attempt 1 gets a real SIGTERM a quarter epoch after it reports epoch 3 (a
+simulated Spot reclaim, mid-step) and must stop from its last whole epoch's checkpoint and exit 143, which the
+queue's retry strategy retries; the epoch it stops at is the one it says (it goes on training until the signal
+lands, one epoch or more under load). Attempt 2 must resume from that
 checkpoint and exit 0; the run's goodput ledger shows the reclaim as the lost steps of the epoch it abandoned and the
 restore of attempt 2. The run goes to the local MLflow store (SQLite under .ml-platform/, git-ignored), one run
 for both attempts, priced as the queue's g5.xlarge on Spot would be. Before the emulator stops (its S3 goes with
