@@ -45,6 +45,11 @@ class DataStack(Stack):
                 automatic_model_registration=config.mlflow.automatic_model_registration,
                 vpc=vpc, vpc_subnets=subnets, removal_policy=config.removal_policy,
                 uri_parameter_name=f"/{config.project}/{config.name}/mlflow/tracking-uri")
+            if config.mlflow.tracking_server_size is None:
+                # Kept for one release (remove in 0.7): Compute and Serving stacks deployed with 0.5 import the
+                # app's ARN, and CloudFormation refuses to delete an export another stack still imports, so the
+                # Data stack's update would fail before they are redeployed without it.
+                self.export_value(self.tracking.arn)
             # ./platform runs and model promote find the environment's MLflow by this output.
             CfnOutput(self, "MlflowTrackingUri", value=self.tracking.tracking_uri,
                       description="SageMaker MLflow ARN: mlflow.set_tracking_uri(it) with the sagemaker-mlflow plugin")

@@ -315,3 +315,12 @@ def test_a_construct_error_raised_inside_synth_is_reduced_to_its_message():
     assert user_error(error.value) == "DatasetBucket: bucket_name='A' is invalid: lowercase letters. Fix: rename it"
     assert user_error(ConfigError("k", 1, "allowed", "fix")) == "config: k=1 is invalid: allowed. Fix: fix"
     assert user_error(RuntimeError("something else broke")) is None  # other errors keep their traceback
+
+
+def test_the_data_stack_keeps_the_mlflow_export_that_0_5_stacks_import(templates):
+    """Compute and Serving stacks deployed with 0.5 import the MLflow app's ARN: the Data stack keeps exporting it
+    for one release, or its update fails ("Cannot delete export ... as it is in use") before they are redeployed."""
+    outputs = templates["dev/Data"].to_json()["Outputs"]
+    exports = {o.get("Export", {}).get("Name"): o["Value"] for o in outputs.values()}
+    assert exports["dev-Data:ExportsOutputFnGetAttTracking0CBED059ArnAAC3BDAF"] == {
+        "Fn::GetAtt": ["Tracking0CBED059", "Arn"]}

@@ -119,7 +119,7 @@ def scale_in_alarm(template):
 def test_scale_in_waits_for_traffic_and_latency_to_allow_one_instance_fewer(built):
     alarm = scale_in_alarm(built[0])
     assert (alarm["Threshold"], alarm["EvaluationPeriods"], alarm["ComparisonOperator"], alarm["TreatMissingData"]) == (
-        1, 3, "GreaterThanOrEqualToThreshold", "notBreaching")
+        1, 3, "GreaterThanOrEqualToThreshold", "breaching")  # no data: nothing was served
     queries = {m["Id"]: m for m in alarm["Metrics"]}
     stats = {k: (m["MetricStat"]["Metric"]["MetricName"], m["MetricStat"]["Stat"], m["MetricStat"]["Period"])
              for k, m in queries.items() if "MetricStat" in m}

@@ -325,7 +325,10 @@ def test_the_endpoint_writes_to_a_log_group_of_its_own_with_retention_and_the_lo
                        if k.startswith("ClassifierModelRole"))
     [logs_statement] = [s for s in role_policy["Properties"]["PolicyDocument"]["Statement"]
                         if any(a.startswith("logs:") for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))]
-    assert sorted(logs_statement["Action"]) == ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]
+    # On that group alone (CreateLogGroup as AWS's execution-role policy lists it, never on another group).
+    assert sorted(logs_statement["Action"]) == ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:DescribeLogStreams",
+                                                "logs:PutLogEvents"]
+    assert all("/aws/sagemaker/Endpoints/" in json.dumps(r) for r in logs_statement["Resource"])
 
 
 def bare_isolated_vpc(stack):

@@ -197,8 +197,11 @@ def _scale_in(scope: Construct, endpoint_name: str, target: appscaling.ScalableT
     ).create_alarm(
         scope, "ScaleInAlarm", threshold=1, evaluation_periods=SCALING_ALARM_PERIODS,
         comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-        # No data at all (no metrics published): keep the instances, as target tracking does without data.
-        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        # No data at all is no traffic: SageMaker publishes Invocations only for requests, and an expression over
+        # an empty range returns no value rather than FILL's 0 (https://repost.aws/knowledge-center/
+        # cloudwatch-alarm-insufficient-data-state). Breaching then, so an idle endpoint scales in to min_capacity
+        # (target tracking no longer scales in; never below min_capacity).
+        treat_missing_data=cloudwatch.TreatMissingData.BREACHING,
         alarm_description=f"Scales {endpoint_name} in: for 15 minutes one instance fewer would keep every "
                           "tracked metric under its target and the judged p99 is under "
                           f"{p99_threshold * SCALE_IN_LATENCY_SHARE / 1000:g} ms (or nothing was served)")

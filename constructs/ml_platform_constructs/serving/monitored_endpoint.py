@@ -479,7 +479,8 @@ class MonitoredEndpoint(Construct):
         """The log group SageMaker writes the containers' logs to (``/aws/sagemaker/Endpoints/<endpoint_name>``,
         https://docs.aws.amazon.com/sagemaker/latest/dg/logging-cloudwatch.html). Created here, before the endpoint,
         with a retention and ``logs_key``: left to SageMaker, it would create it on first start, never expiring
-        and under CloudWatch Logs' own key. The model role may write to it, not create it."""
+        and under CloudWatch Logs' own key. An endpoint deployed before 0.6 has this group already (SageMaker made
+        it): delete it or `cdk import` it before the first deploy of 0.6 (MonitoredEndpoint page)."""
         log_group = logs.LogGroup(self, "EndpointLogs", log_group_name=f"/aws/sagemaker/Endpoints/{self.endpoint_name}",
                                   retention=logs.RetentionDays.THREE_MONTHS, encryption_key=self._logs_key,
                                   removal_policy=self._removal_policy)
@@ -501,10 +502,13 @@ class MonitoredEndpoint(Construct):
                 actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
                 resources=[f"arn:{stack.partition}:ecr:{region}:{account}:repository/{repository}"]))
             self.role.add_to_principal_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
-        # The endpoint's log group is the construct's (EndpointLogs, created before the endpoint): its streams only.
+        # The endpoint's log group is the construct's (EndpointLogs, created before the endpoint). CreateLogGroup
+        # stays, on that group only: AWS's execution-role policy lists it and does not say SageMaker tolerates its
+        # absence; the group exists, so the call changes nothing, and if the group were deleted the containers'
+        # logs would still have somewhere to go. https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-roles.html
         log_groups = "arn:{partition}:logs:{region}:{account}:log-group:/aws/sagemaker/Endpoints/" + self.endpoint_name
         self.role.add_to_principal_policy(iam.PolicyStatement(
-            actions=["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+            actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
             resources=[stack_arn(stack, log_groups), stack_arn(stack, f"{log_groups}:*")]))
         # SageMaker creates the network interfaces of a model in a VPC with the execution role.
         self.role.add_to_principal_policy(iam.PolicyStatement(
