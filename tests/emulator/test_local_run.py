@@ -25,3 +25,7 @@ def test_up_ends_with_one_recorded_run_across_a_simulated_spot_reclaim(mlflow_st
     # up shows the run: its passport, cost and cost per accuracy point.
     assert f"Run {run.info.run_id} (example-" in out and "passport:" in out
     assert "USD per accuracy point" in out and "1 Spot interruption(s)" in out
+    # The run's goodput ledger in one line: the simulated reclaim is work lost and a restore (issue 31).
+    [ledger] = [line for line in out.splitlines() if line.lstrip().startswith("ledger: ")]
+    assert re.search(r"ledger: \d+ s, [\d.]+ USD: .*restore \d+%", ledger) and "lost " in ledger, ledger
+    assert len(ledger) <= 120
