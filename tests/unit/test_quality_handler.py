@@ -183,8 +183,20 @@ def test_the_capture_sample_bound_skips_records_and_counts_them(aws):
     first_run(s3, cloudwatch)
     for part in range(3):
         captured(s3, hours_before(5), [f"p{part}-{i}" for i in range(10)])
-    summary = quality_handler.run({**ENV, "MAX_RECORDS": "15"}, s3, cloudwatch, NOW)
+    reads = []
+
+    class Counting:  # the capture files the check downloads
+        def __getattr__(self, name):
+            return getattr(s3, name)
+
+        def get_object(self, **kwargs):
+            reads.append(kwargs["Key"])
+            return s3.get_object(**kwargs)
+
+    summary = quality_handler.run({**ENV, "MAX_RECORDS": "15"}, Counting(), cloudwatch, NOW)
     assert (summary["records_indexed"], summary["records_skipped"]) == (20, 10)
+    # past the sample no capture file is downloaded: an hour of any size costs the sample's reads, not the hour's
+    assert len([key for key in reads if "/capture/" in key or key.endswith(".jsonl")]) == 2, reads
 
 
 def test_handler_reads_its_environment(aws, monkeypatch):

@@ -201,15 +201,17 @@ def index_hour(env: dict, s3: Any, settings: quality.Settings, hour: datetime) -
     keys = _keys(s3, env["CAPTURE_BUCKET"], prefix)
     random.Random(f"{prefix}").shuffle(keys)
     join = quality.Join(settings)
-    budget, records, skipped = int(env["MAX_RECORDS"]), 0, 0
+    budget, records, read = int(env["MAX_RECORDS"]), 0, 0
     for key in keys:
-        lines = _read_lines(s3, env["CAPTURE_BUCKET"], key)
         if records >= budget:
-            skipped += len(lines)
-            continue
+            break  # past the sample: the files left are not read (reading them would cost the time saved)
+        lines = _read_lines(s3, env["CAPTURE_BUCKET"], key)
         for line in lines:
             join.add_capture_line(line)
         records += len(lines)
+        read += 1
+    # The records left out, estimated from the files read (a file holds the records of one capture flush).
+    skipped = round((len(keys) - read) * records / read) if read else 0
     return {"hour": hour.isoformat(), "predictions": join.predictions, "records": records, "skipped": skipped,
             "malformed": join.malformed_records}
 
