@@ -109,6 +109,18 @@ def test_a_resubmission_with_a_new_configuration_under_the_same_name_stops_with_
     assert len(saved(tmp_path)["passport"]["attempts"]) == 1  # the refused attempt records nothing
 
 
+def test_images_are_compared_by_digest_only_so_a_retry_without_one_continues(tmp_path):
+    """The ECS metadata endpoint may not answer on one attempt: a URI beside a digest is no change; two digests are."""
+    image = {"ML_PLATFORM_IMAGE": "repo/train:1"}
+    first = begin(tmp_path, env=queue_env(tmp_path, **image, ML_PLATFORM_IMAGE_DIGEST="sha256:" + "a" * 64))
+    first.stop()
+    second = begin(tmp_path, env=queue_env(tmp_path, attempt="2", **image))
+    assert second.run_id == first.run_id
+    second.stop()
+    with pytest.raises(SystemExit, match=r"another configuration: image sha256:a+ -> sha256:b+\. "):
+        begin(tmp_path, env=queue_env(tmp_path, attempt="3", **image, ML_PLATFORM_IMAGE_DIGEST="sha256:" + "b" * 64))
+
+
 def test_a_finished_run_with_new_data_under_its_name_is_refused_not_exited_0_without_training(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
@@ -347,6 +359,14 @@ def test_an_untracked_module_makes_the_code_dirty_and_is_in_the_diff_kept_next_t
     assert (commit["dirty"], commit["changes"], commit["diff_artifact"]) == (True, ["?? model.py"], "code.diff")
     diff = (tmp_path / "ckpt" / "code.diff").read_text()
     assert "+LAYERS = 12" in diff and commit["diff_sha256"] == passport.hashlib.sha256(diff.encode()).hexdigest()
+
+
+def test_an_untracked_file_that_may_hold_secrets_is_listed_never_copied_into_the_diff(tmp_path, checkout):
+    (checkout / ".env").write_text("HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123456789\n")
+    (checkout / "model.py").write_text("LAYERS = 12\n")
+    state, diff = passport.git_commit({}, str(checkout))
+    assert state["dirty"] and "+LAYERS = 12" in diff
+    assert "hf_abcdefghijklmnopqrstuvwxyz" not in diff and "may hold secrets): .env" in diff
 
 
 def test_a_clean_checkout_is_clean_and_keeps_no_diff(tmp_path, checkout):

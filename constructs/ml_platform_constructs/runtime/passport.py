@@ -225,6 +225,8 @@ def container_image(env: Mapping[str, str], timeout: float = 2.0) -> dict:
 
 DIFF_NAME = "code.diff"
 UNTRACKED_DIFF_BYTES = 256 * 1024  # an untracked file larger than this is listed, not copied into the diff
+# Untracked files the diff never copies: they usually hold credentials (.env, keys, credential files).
+SECRET_FILE = re.compile(r"^\.env|credential|secret|\.pem$|\.key$|^id_(rsa|ed25519|ecdsa)|\.p12$|\.pfx$", re.I)
 CHANGES_LISTED = 50
 
 
@@ -260,7 +262,9 @@ def git_commit(env: Mapping[str, str], directory: Optional[str] = None) -> tuple
     for line in lines:
         if line.startswith("?? "):
             path = top / line[3:].strip('"')
-            if path.is_file() and path.stat().st_size <= UNTRACKED_DIFF_BYTES:
+            if SECRET_FILE.search(path.name):
+                parts.append(f"# untracked, not copied (its name says it may hold secrets): {line[3:]}\n")
+            elif path.is_file() and path.stat().st_size <= UNTRACKED_DIFF_BYTES:
                 # --no-index exits 1 when the files differ, which they always do here.
                 parts.append(_run(["git", "-C", str(top), "diff", "--no-color", "--no-index", "--", "/dev/null",
                                    line[3:].strip('"')], ok=(0, 1), strip=False) or "")

@@ -364,6 +364,11 @@ class TrackedRun:
         recorded = record.get("identity")
         if recorded is None:
             return  # a record of format 1 has no identity to compare with
+        before, after = recorded["parts"].get("image"), identity["parts"].get("image")
+        if not (str(before).startswith("sha256:") and str(after).startswith("sha256:")):
+            # A digest on one side and a URI on the other (the ECS metadata endpoint did not answer in time on one
+            # attempt) says nothing about a change: images are compared by digest only.
+            compared = tuple(part for part in compared if part != "image")
         changes = passports.identity_changes(recorded["parts"], identity["parts"], compared)
         if not changes:
             return
