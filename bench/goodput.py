@@ -10,7 +10,7 @@ GPU-hours and dollars per useful GPU-hour for both, and where the rest went.
 
 from __future__ import annotations
 
-import json
+import functools
 import random
 import sys
 from dataclasses import dataclass
@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "constructs"))
 from ops.cli import Parser, bounded  # noqa: E402
 from ml_platform_constructs.advice.advisor import INTERRUPTION_BANDS, interruption_rate  # noqa: E402
+from ml_platform_constructs.runtime.budget_guard import load_prices  # noqa: E402
 from ml_platform_constructs.runtime.goodput import BUCKETS, Attempt, Ledger, ledger  # noqa: E402
 
 GOODPUT_TARGET = 0.9  # the platform's defaults (issue 31)
@@ -74,9 +75,10 @@ def platform(useful_hours: float, jobs: int) -> Scenario:
                     "assumed where stated; reclaims at the Spot Advisor band")
 
 
+@functools.cache
 def prices() -> dict:
-    return json.loads((ROOT / "constructs" / "ml_platform_constructs" / "runtime" / "prices.json").read_text())[
-        "regions"][REGION]
+    """The Region's price table, read once (every simulated job prices its attempts with it)."""
+    return load_prices(REGION)
 
 
 def on_demand_hourly() -> float:

@@ -274,16 +274,7 @@ class DatasetBucket(Construct):
         self.grant_read(role, checkpoint_prefix)
         for prefix in (checkpoint_prefix, *write_prefixes):
             self.grant_write_prefix(role, prefix)
-        prefixes = [DATASETS_PREFIX, checkpoint_prefix, *write_prefixes]
-        reason = (f"Object-level access is scoped to {owner} prefixes ({', '.join(prefixes)}); the wildcards are "
-                  "CDK's grant actions and the objects under those prefixes.")
-        Validations.of(role).acknowledge(*[
-            Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason)
-            for finding in ("Action::s3:GetObject*", "Action::s3:GetBucket*", "Action::s3:List*", "Action::s3:Abort*",
-                            "Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*")])
-        # The bucket ARN reads as an export name when the bucket is in another stack: named after synth resolves it.
-        policy = role.node.find_child("DefaultPolicy")
-        policy.node.add_validation(AcknowledgeWildcardResources(policy, [f"/{p}*" for p in prefixes], reason))
+        self._acknowledge_prefix_grants(role, [DATASETS_PREFIX, checkpoint_prefix, *write_prefixes], owner)
 
     def grant_evaluation(self, role: iam.Role, *, checkpoint_prefix: str, evaluation_prefix: str, owner: str) -> None:
         """What a promotion's evaluation job gets: read ``datasets/``, the candidates' models under
@@ -292,13 +283,19 @@ class DatasetBucket(Construct):
         for prefix in (DATASETS_PREFIX, checkpoint_prefix, MODELS_PREFIX):
             self.grant_read(role, prefix)
         self.grant_write_prefix(role, evaluation_prefix)
-        prefixes = [DATASETS_PREFIX, checkpoint_prefix, MODELS_PREFIX, evaluation_prefix]
+        self._acknowledge_prefix_grants(role, [DATASETS_PREFIX, checkpoint_prefix, MODELS_PREFIX, evaluation_prefix],
+                                        owner)
+
+    @staticmethod
+    def _acknowledge_prefix_grants(role: iam.Role, prefixes: list[str], owner: str) -> None:
+        """The cdk-nag acknowledgements of a role's prefix-scoped grants, next to the role."""
         reason = (f"Object-level access is scoped to {owner} prefixes ({', '.join(prefixes)}); the wildcards are "
                   "CDK's grant actions and the objects under those prefixes.")
         Validations.of(role).acknowledge(*[
             Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason)
             for finding in ("Action::s3:GetObject*", "Action::s3:GetBucket*", "Action::s3:List*", "Action::s3:Abort*",
                             "Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*")])
+        # The bucket ARN reads as an export name when the bucket is in another stack: named after synth resolves it.
         policy = role.node.find_child("DefaultPolicy")
         policy.node.add_validation(AcknowledgeWildcardResources(policy, [f"/{p}*" for p in prefixes], reason))
 
