@@ -12,7 +12,7 @@ from constructs import Construct
 
 from ..advice import gpu_catalog
 from ..errors import ValidationError
-from ..runtime.goodput import GOODPUT_NAMESPACE, METRIC_WINDOW_SECONDS, loader_settings
+from ..runtime.goodput import GOODPUT_NAMESPACE, METRIC_WINDOW_SECONDS, loader_settings_for
 
 # The defaults: data wait over 30% of step time, or checkpoint saves over 10% of wall time, for 15 minutes.
 INPUT_BOUND_PERCENT = 30
@@ -28,7 +28,7 @@ def goodput_metric(queue_name: str, name: str) -> cloudwatch.Metric:
 
 
 def input_bound_fix(entry: gpu_catalog.GpuInstanceType) -> str:
-    settings = loader_settings(vcpus=entry.vcpus, gpus=entry.gpu_count, memory_gib=entry.memory_gib)
+    settings = loader_settings_for(entry.name)
     return (f"Fix for {entry.name}: DataLoader(num_workers={settings.num_workers}, prefetch_factor="
             f"{settings.prefetch_factor}, pin_memory={settings.pin_memory}, persistent_workers=True) per GPU process "
             "(runtime.goodput.loader_settings_for); datasets over 50 GB preloaded onto EBS (dataset_volumes); "
