@@ -1,5 +1,5 @@
 """The story's month, replayed: two simulated months of the same training work through the goodput ledger
-(runtime.goodput, the code that also computes real runs), once as the story ran it and once on the platform's
+(ml_platform_job.goodput, the code that also computes real runs), once as the story ran it and once on the platform's
 defaults. A benchmark, not part of the suite.
 
 Usage: ./platform bench goodput [--seed N] [--trials N]
@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT / "constructs"))
 from ops.cli import Parser, bounded  # noqa: E402
 from ml_platform_constructs.advice.advisor import INTERRUPTION_BANDS, interruption_rate  # noqa: E402
 from ml_platform_constructs.runtime.budget_guard import load_prices  # noqa: E402
-from ml_platform_constructs.runtime.goodput import BUCKETS, Attempt, Ledger, ledger  # noqa: E402
+from ml_platform_job.goodput import BUCKETS, Attempt, Ledger, ledger  # noqa: E402
 
 GOODPUT_TARGET = 0.9  # the platform's defaults (issue 31)
 INSTANCE = "p4d.24xlarge"  # both months: the difference is the platform's mechanisms, not the GPU choice

@@ -34,6 +34,7 @@ from ops.cli import Parser, bounded  # noqa: E402
 
 WORK = ROOT / "build" / "mutation"
 PACKAGE = ROOT / "constructs" / "ml_platform_constructs"
+JOB_PACKAGE = ROOT / "job" / "ml_platform_job"
 # What the tests need beside the code (copied into each work folder).
 COPIED = ("stacks", "config", "examples", "tests", "cdk.json", "pytest.ini", "app.py", "bench")
 
@@ -52,7 +53,7 @@ MODULES: dict[str, tuple[str, ...]] = {
         "test_runtime_maths.py", "test_drift.py", "test_drift_handler.py", "test_feature_watch.py"),
     "ml_platform_constructs/runtime/drift_handler.py": (
         "test_drift_metrics.py", "test_drift_handler.py", "test_feature_watch.py"),
-    "ml_platform_constructs/runtime/benchmark.py": ("test_runtime_maths.py", "test_benchmark.py"),
+    "ml_platform_job/benchmark.py": ("test_runtime_maths.py", "test_benchmark.py"),
     "ml_platform_constructs/operations/jobs.py": ("test_library_jobs.py", "test_job_commands.py"),
     "ops/job.py": ("test_job_ops.py", "test_job_ops_commands.py"),
     "ops/cost_estimate.py": ("test_cost_estimate.py", "test_cost_estimate_lines.py"),
@@ -113,6 +114,7 @@ def prepare(module: str, tests: tuple[str, ...]) -> Path:
     work.mkdir(parents=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "cdk.out*")
     shutil.copytree(PACKAGE, work / "ml_platform_constructs", ignore=ignore)
+    shutil.copytree(JOB_PACKAGE, work / "ml_platform_job", ignore=ignore)
     shutil.copytree(ROOT / "ops", work / "ops", ignore=ignore)
     for name in COPIED:
         source = ROOT / name

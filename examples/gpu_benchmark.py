@@ -7,7 +7,7 @@
 Runs wherever CUDA runs (a fleet instance, a queue job, a workstation) with synthetic data, so it measures
 the GPU and not the input pipeline. Needs torch (and torchvision for resnet50-imagenet); the platform does not
 install them: use the Deep Learning AMI's or your container's. Timing, the record and publishing are in
-ml_platform_constructs.runtime.benchmark (tested on CPU); this file only builds the models.
+ml_platform_job.benchmark (tested on CPU); this file only builds the models.
 
 What each preset runs (one GPU; the advisor scales per-GPU numbers to a shape):
 - resnet50-imagenet: torchvision ResNet-50, 224x224, batch 256, channels-last, SGD with momentum, autocast;
@@ -36,7 +36,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ml_platform_constructs.advice.gpu_catalog import GPU_CATALOG
-from ml_platform_constructs.runtime.benchmark import benchmark_record, local_instance_type, measure, publish
+from ml_platform_job.benchmark import benchmark_record, local_instance_type, measure, publish
 
 LLM_SHAPES = {  # hidden, heads, FFN, total layers
     "llm-7b-lora": (4096, 32, 11008, 32), "llm-7b-full": (4096, 32, 11008, 32), "llm-70b-lora": (8192, 64, 28672, 80),

@@ -28,12 +28,12 @@ into a BytesIO instead of JSON).
    (``clock.step``), checkpoint saves and evaluations, the attempt's goodput ledger (``./platform runs show``). It
    has no DataLoader (its batches are list slices); a PyTorch job builds one with
    ``DataLoader(dataset, **run.loader_settings().dataloader_kwargs())``, the settings for the attempt's instance.
-6. Judge the model on held-out data: 5% of the rows, chosen by a hash of their id column (``runtime.holdout``,
+6. Judge the model on held-out data: 5% of the rows, chosen by a hash of their id column (``ml_platform_job.holdout``,
    keyed by ``id``: a row's side never moves when a column is added), never train it; ``holdout_accuracy`` before training and at the end. At the end the run gets its cost (every
    attempt's instance-hours x prices), Spot interruptions and USD per accuracy point, and the model is written
    next to the checkpoints as model.tar.gz (what ``./platform model promote`` deploys).
 
-With ``--evaluate`` it is the queue's evaluation job instead (``runtime.evaluation``, started by ``./platform model
+With ``--evaluate`` it is the queue's evaluation job instead (``ml_platform_job.evaluation``, started by ``./platform model
 evaluate``): it scores the candidate's model and the live model on every held-out example of the dataset and writes
 their per-example outcomes, the evidence the promotion gate judges.
 """
@@ -53,11 +53,11 @@ import tarfile
 from typing import Any, Optional
 from urllib.parse import urlparse
 
-from ml_platform_constructs.runtime import evaluation
-from ml_platform_constructs.runtime.goodput import PhaseClock
-from ml_platform_constructs.runtime.holdout import describe, split
-from ml_platform_constructs.runtime.passport import DatasetRef
-from ml_platform_constructs.runtime.tracking import Location, TrackedRun
+from ml_platform_job import evaluation
+from ml_platform_job.goodput import PhaseClock
+from ml_platform_job.holdout import describe, split
+from ml_platform_job.passport import DatasetRef
+from ml_platform_job.tracking import Location, TrackedRun
 
 STOPPED_EXIT_CODE = 143  # 128 + SIGTERM: the queue's retry strategy retries it
 CHECKPOINT_PREFIX = "ckpt-"
@@ -297,7 +297,7 @@ def main(argv: list[str], env: Optional[dict[str, str]] = None, s3: Any = None) 
     parser.add_argument("--dataset", default="blobs", help="name under $ML_PLATFORM_DATASETS_URI")
     parser.add_argument("--dataset-version", default="v1")
     parser.add_argument("--evaluate", action="store_true",
-                        help="the promotion's evaluation job: score the candidate and the live model (runtime.evaluation)")
+                        help="the promotion's evaluation job: score the candidate and the live model (ml_platform_job.evaluation)")
     args = parser.parse_args(argv)
     env = dict(os.environ) if env is None else env
     datasets = env.get("ML_PLATFORM_DATASETS_URI")

@@ -45,7 +45,7 @@ from ml_platform_constructs.advice.advisor import (
     transformer_activation_gib,
     with_overrides,
 )
-from ml_platform_constructs.runtime.benchmark import BENCHMARK_PREFIX
+from ml_platform_job.benchmark import BENCHMARK_PREFIX
 
 from ops.cli import Parser
 

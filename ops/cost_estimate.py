@@ -40,7 +40,7 @@ class Assumptions:
 
     def lines(self) -> list[str]:
         return [
-            "prices: each environment at its own Region's rates (sources and dates: runtime/prices.json)",
+            "prices: each environment at its own Region's rates (sources and dates: ml_platform_job/prices.json)",
             f"GPU fleets and training queues run at max size {self.utilization:.0%} of the month (--utilization), on "
             "the median-priced of their types (queues: per vCPU, up to their max vCPUs); Spot at the table's "
             "discount per family",

@@ -22,7 +22,7 @@ import re
 import sys
 from typing import Any, Optional
 
-from ml_platform_constructs.runtime.goodput import BUCKETS, Ledger
+from ml_platform_job.goodput import BUCKETS, Ledger
 
 from ops.cli import Parser
 from ops.runs import open_store, record_ledger, run_record

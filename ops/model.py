@@ -54,15 +54,15 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ml_platform_constructs.operations import jobs
-from ml_platform_constructs.runtime import evaluation
-from ml_platform_constructs.runtime.holdout import HOLDOUT_FRACTION
+from ml_platform_job import evaluation
+from ml_platform_job.holdout import HOLDOUT_FRACTION
 from ml_platform_constructs.runtime.promotion import (DEFAULT_ALPHA, DEFAULT_TOLERANCE, EvidenceError, Judgement,
                                                       Outcomes, baseline_value, judge_outcomes, model_key,
                                                       model_version_parameter, quality_baseline_parameter,
                                                       read_outcomes, split_problem)
 from ml_platform_constructs.runtime.quality import Settings as QualitySettings
 from ml_platform_constructs.runtime.quality import parse_baseline
-from ml_platform_constructs.runtime.tracking import PROMOTION_TAG_PREFIX
+from ml_platform_job.tracking import PROMOTION_TAG_PREFIX
 
 from ops.aws_access import environment, require_known, session_for
 from ops.cli import Parser
@@ -72,7 +72,7 @@ from stacks.config import EndpointConfig, EnvironmentConfig
 
 CAPABILITIES = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]
 EVALUATION_POLL_SECONDS = 30
-# The held-out split every judged run is evaluated on: runtime.holdout's (TrackedRun records it, the example trains with
+# The held-out split every judged run is evaluated on: ml_platform_job.holdout's (TrackedRun records it, the example trains with
 # it). Never a run's own record: a candidate could name the split, or the dataset, it looks best on.
 PLATFORM_HOLDOUT = {"salt": "", "fraction": HOLDOUT_FRACTION}
 
@@ -174,7 +174,7 @@ def platform_split_problem(holdout: Optional[dict]) -> Optional[str]:
     for key in ("salt", "fraction"):
         if holdout.get(key) != PLATFORM_HOLDOUT[key]:
             return (f"it was split with {key} {holdout.get(key)!r} and the platform evaluates on {key} "
-                    f"{PLATFORM_HOLDOUT[key]!r} (runtime.holdout's split): it may have trained on the examples it would "
+                    f"{PLATFORM_HOLDOUT[key]!r} (ml_platform_job.holdout's split): it may have trained on the examples it would "
                     "be judged on. Train it with the platform's split")
     return None
 
@@ -200,7 +200,7 @@ def evaluate(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, c
     if not command:
         raise PromotionError(f"{endpoint.name} in {env.name} has no promotion.evaluate_command: set the command that "
                              'scores a candidate and the live model (e.g. ["python", "train.py", "--evaluate"]; '
-                             "runtime.evaluation's contract)")
+                             "ml_platform_job.evaluation's contract)")
     queue = evaluation_queue(env, endpoint)
     candidate = candidate_run(client, run_id)
     _, _, live = serving_stack(cloudformation, env, endpoint)

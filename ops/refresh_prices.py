@@ -1,4 +1,4 @@
-"""Refreshes the price table the library ships (constructs/ml_platform_constructs/runtime/prices.json) from AWS.
+"""Refreshes the price table the library ships (job/ml_platform_job/prices.json) from AWS.
 
   python -m ops.refresh_prices [--region R]... [--no-spot-advisor]
       (default: every Region of the table and of config)
@@ -23,7 +23,7 @@ from ml_platform_constructs.advice.price_table import fetch_spot_advisor, refres
 
 from stacks import config as platform_config
 
-TABLE = Path(__file__).resolve().parent.parent / "constructs" / "ml_platform_constructs" / "runtime" / "prices.json"
+TABLE = Path(__file__).resolve().parent.parent / "job" / "ml_platform_job" / "prices.json"
 
 
 def default_regions(table: dict) -> list[str]:

@@ -22,14 +22,15 @@ package list and dataset).
 from __future__ import annotations
 
 import json
+import shlex
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
-from ml_platform_constructs.runtime.budget_guard import load_prices
-from ml_platform_constructs.runtime.goodput import BUCKETS, Ledger, run_ledger
-from ml_platform_constructs.runtime.tracking import PROMOTION_TAG_PREFIX, RECORD_NAME, TAG_PREFIX, gain_over_live
+from ml_platform_job.prices import load_prices
+from ml_platform_job.goodput import BUCKETS, Ledger, run_ledger
+from ml_platform_job.tracking import PROMOTION_TAG_PREFIX, RECORD_NAME, TAG_PREFIX, gain_over_live
 
 from ops.cli import Parser
 
@@ -202,6 +203,19 @@ def _seeds(seeds: Optional[dict]) -> str:
     return f"{seeds['seed']} set for {', '.join(what)}; {flags}{benchmark}; PYTHONHASHSEED {seeds.get('PYTHONHASHSEED') or 'unset'}"
 
 
+def rerun_command(passport: Mapping[str, Any]) -> str:
+    """The recorded command as a shell line: in its working directory, with its interpreter (records before 0.7 have
+    neither: ``python`` for a script then)."""
+    command = [shlex.quote(part) for part in passport["command"]]
+    interpreter = passport.get("interpreter")
+    if interpreter:
+        command = [shlex.quote(interpreter), *command]
+    elif passport["command"][0].endswith(".py"):
+        command = ["python", *command]
+    directory = passport.get("working_directory")
+    return (f"cd {shlex.quote(directory)} && " if directory else "") + " ".join(command)
+
+
 def format_record(record: dict) -> str:
     p = record["passport"]
     lines = [f"Run {record['run_id']} ({record['run_name']}, experiment {record['experiment']}): {record['status']}"]
@@ -254,7 +268,7 @@ def format_record(record: dict) -> str:
         if p.get("command"):
             lines.append(f"  rerun: the code at {commit.get('commit') or '(unknown commit)'}, the packages of "
                          f"{p['packages']['artifact']}, the dataset above; ML_PLATFORM_CHECKPOINT_URI a new prefix (a new "
-                         f"run); then {'python ' if p['command'][0].endswith('.py') else ''}{' '.join(p['command'])}")
+                         f"run); then {rerun_command(p)}")
     found, notes = record_ledger(p) if p else (None, [])
     if found is not None:
         goodput = "-" if found.goodput is None else f"{found.goodput:.1%}"

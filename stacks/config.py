@@ -167,7 +167,7 @@ class PromotionConfig:
     tolerance_points: float = 0.5  # how much worse a candidate may be: accuracy points, or percent of the live MAE
     alpha: float = 0.05  # the largest chance of promoting a candidate worse by the tolerance or more
     higher_is_better: bool = True
-    evaluate_command: tuple[str, ...] = ()  # the evaluation job's command (runtime.evaluation's contract)
+    evaluate_command: tuple[str, ...] = ()  # the evaluation job's command (ml_platform_job.evaluation's contract)
     queue: Optional[str] = None  # whose evaluation job definition runs it; default: the retraining queue, else the first
 
 
@@ -580,7 +580,7 @@ def _promotion(at: str, raw: Any) -> PromotionConfig:
                 "name one of the environment's queues")
     return PromotionConfig(
         metric=_string(f"{at}.metric", raw.get("metric", "holdout_accuracy"), r"^holdout_[A-Za-z0-9_.-]{1,200}$",
-                       "a held-out metric (holdout_<name>, as runtime.tracking logs it)", 'e.g. "holdout_accuracy"'),
+                       "a held-out metric (holdout_<name>, as ml_platform_job.tracking logs it)", 'e.g. "holdout_accuracy"'),
         tolerance_points=_in_range(f"{at}.tolerance_points", raw.get("tolerance_points", 0.5), 0, 100, "[)",
                                    "points of accuracy (or percent of the live MAE) from 0 to under 100", "e.g. 0.5"),
         alpha=_in_range(f"{at}.alpha", raw.get("alpha", 0.05), 0, 0.5, "()",

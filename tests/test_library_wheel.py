@@ -145,7 +145,9 @@ def test_the_wheel_metadata_stands_alone(wheel):
         names = archive.namelist()
         metadata_name = next(n for n in names if n.endswith(".dist-info/METADATA"))
         metadata = Parser().parsestr(archive.read(metadata_name).decode())
-    assert "ml_platform_constructs/py.typed" in names and "ml_platform_constructs/runtime/prices.json" in names
+    assert "ml_platform_constructs/py.typed" in names
+    assert not any(n.startswith("ml_platform_job/") for n in names)  # the job side is its own distribution
+    assert any(r.startswith("ml-platform-job") for r in metadata.get_all("Requires-Dist"))
     assert not any(n.startswith(("stacks/", "ops/", "tests/", "examples/")) for n in names)
     version = tomllib.loads((LIBRARY / "pyproject.toml").read_text())["project"]["version"]
     assert metadata["Version"] == version
@@ -164,3 +166,28 @@ def test_the_wheel_metadata_stands_alone(wheel):
         [entry] = [text for heading, text in entries.items() if construct in heading.split()]
         assert f"]({pages}{page}.md" in entry, construct
     assert re.findall(r"\]\((?!https?://|#)([^)]*)\)", description) == []
+
+
+JOB_SIDE = ROOT / "job"
+
+
+def test_the_job_side_installs_with_boto3_alone_no_cdk(built):
+    """What a training image installs: the job side's wheel requires boto3 and nothing of the CDK; in a venv with
+    only it and boto3, every module that needs no framework imports, and neither aws-cdk-lib, jsii, constructs nor
+    the construct library is there or loaded."""
+    with zipfile.ZipFile(built["job_wheel"]) as archive:
+        names = archive.namelist()
+        metadata = Parser().parsestr(archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode())
+    required = [r for r in metadata.get_all("Requires-Dist") if "extra ==" not in r]
+    assert [re.split(r"[ <>=!~;]", r, 1)[0] for r in required] == ["boto3"]
+    assert {"ml_platform_job/prices.json", "ml_platform_job/py.typed"} <= set(names)
+    assert metadata["Version"] == tomllib.loads((JOB_SIDE / "pyproject.toml").read_text())["project"]["version"]
+    job = built["job_cli"]
+    assert job["probe"]["returncode"] == 0, job["probe"]
+    probe = json.loads(job["probe"]["stdout"])
+    assert {"tracking", "passport", "goodput", "checkpoints", "rehearse", "prices", "evaluation"} <= set(probe["modules"])
+    assert probe["loaded"] == []
+    assert job["cdk"]["returncode"] != 0 and job["constructs"]["returncode"] != 0
+    assert job["help"]["returncode"] == 0 and "--exact" in job["help"]["stdout"]
+    assert job["no_command"]["returncode"] == 2
+    assert job["no_command"]["stderr"].count("\n") == 1 and job["no_command"]["stderr"].startswith("error: no job command")

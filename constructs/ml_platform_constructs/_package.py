@@ -1,5 +1,6 @@
-"""How the package and its domain folders present themselves: names that load on first use, and the module paths of
-0.3 that moved in 0.4. Standard library only: importing ``ml_platform_constructs`` (or its CDK-free folders
+"""How the package and its domain folders present themselves: names that load on first use, the module paths of
+0.3 that moved in 0.4, and the job side's modules that left ``runtime`` for their own distribution in 0.7
+(``ml-platform-job``, import ``ml_platform_job``). Standard library only: importing ``ml_platform_constructs`` (or its CDK-free folders
 ``advice``, ``operations``, ``runtime``) must not import aws-cdk-lib."""
 
 from __future__ import annotations
@@ -50,6 +51,22 @@ MOVED = {
 }
 
 
+# The job side (what runs inside a training container) left the runtime room for its own distribution, which installs
+# without aws-cdk-lib: the old paths import the new modules, with a warning, for one release.
+JOB_SIDE_MOVED_IN, JOB_SIDE_REMOVED_IN = "0.7.0", "0.8.0"
+JOB_PACKAGE = "ml_platform_job"
+MOVED_TO_JOB_SIDE = {
+    "runtime.benchmark": "benchmark",
+    "runtime.evaluation": "evaluation",
+    "runtime.goodput": "goodput",
+    "runtime.holdout": "holdout",
+    "runtime.job_metrics": "job_metrics",
+    "runtime.passport": "passport",
+    "runtime.run_cost": "prices",
+    "runtime.tracking": "tracking",
+}
+
+
 def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """A module's ``__getattr__`` and ``__dir__`` (PEP 562) for ``exports`` (public name -> the module, relative to
     ``package``, that defines it): a name's module is imported when the name is first used."""
@@ -72,15 +89,15 @@ def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[st
 class _MovedModule(importlib.abc.Loader):
     """Loads an old path as the module it moved to (the same object: its names, its state), with a warning."""
 
-    def __init__(self, new: str) -> None:
-        self.new = new
+    def __init__(self, new: str, moved_in: str = MOVED_IN, removed_in: str = REMOVED_IN) -> None:
+        self.new, self.moved_in, self.removed_in = new, moved_in, removed_in
 
     def create_module(self, spec):  # the default: a placeholder, replaced in exec_module
         return None
 
     def exec_module(self, module) -> None:
-        warnings.warn(f"{module.__name__} moved to {self.new} in {MOVED_IN}; import it from there (the old path is "
-                      f"removed in {REMOVED_IN})", DeprecationWarning, stacklevel=2)
+        warnings.warn(f"{module.__name__} moved to {self.new} in {self.moved_in}; import it from there (the old path "
+                      f"is removed in {self.removed_in})", DeprecationWarning, stacklevel=2)
         # The import system hands out whatever sys.modules holds under the name once this returns.
         sys.modules[module.__name__] = importlib.import_module(self.new)
 
@@ -90,6 +107,9 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
         package, _, name = fullname.partition(".")
         if package == PACKAGE and name in MOVED:
             return importlib.util.spec_from_loader(fullname, _MovedModule(f"{PACKAGE}.{MOVED[name]}"))
+        if package == PACKAGE and name in MOVED_TO_JOB_SIDE:
+            return importlib.util.spec_from_loader(fullname, _MovedModule(
+                f"{JOB_PACKAGE}.{MOVED_TO_JOB_SIDE[name]}", JOB_SIDE_MOVED_IN, JOB_SIDE_REMOVED_IN))
         return None
 
 

@@ -31,8 +31,8 @@ from typing import Optional
 
 import boto3
 
-from ml_platform_constructs.runtime.passport import DATASET_LIST_NAME, DIFF_NAME
-from ml_platform_constructs.runtime.tracking import PACKAGES_NAME, RECORD_NAME
+from ml_platform_job.passport import DATASET_LIST_NAME, DIFF_NAME
+from ml_platform_job.tracking import PACKAGES_NAME, RECORD_NAME
 
 from .emulator import client_environment, moto_server
 from .. import terminal

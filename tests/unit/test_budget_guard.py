@@ -192,12 +192,11 @@ def test_the_stop_functions_code_imports_as_lambda_packages_it(tmp_path):
     import shutil
     import subprocess
     import sys
-    from importlib import resources
-
+    from ml_platform_constructs.foundation.runtime_function import runtime_source
     from ml_platform_constructs.governance.budget_guard import STOP_FUNCTION_FILES
 
     for name in STOP_FUNCTION_FILES:
-        shutil.copy(resources.files("ml_platform_constructs.runtime") / name, tmp_path / name)
+        shutil.copy(runtime_source(name), tmp_path / name)
     subprocess.run([sys.executable, "-c", "import budget_guard; budget_guard.load_table(); budget_guard.PendingJobs"],
                    cwd=tmp_path, check=True)
 

@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from iam_policy import Request, allowed, role_statements
-from ml_platform_constructs.runtime import evaluation
+from ml_platform_job import evaluation
 from tests.unit.test_training_queue import queue_stack
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_with_checkpoints.py"

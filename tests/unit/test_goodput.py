@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ml_platform_constructs.runtime.goodput import (BUCKETS, Attempt, PhaseClock, attempt_ledger, ledger,
+from ml_platform_job.goodput import (BUCKETS, Attempt, PhaseClock, attempt_ledger, ledger,
                                                      loader_settings, loader_settings_for)
 
 ROOT = Path(__file__).resolve().parents[2]

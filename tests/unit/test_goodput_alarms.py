@@ -9,7 +9,7 @@ import pytest
 from aws_cdk.assertions import Match
 
 from ml_platform_constructs.errors import ValidationError
-from ml_platform_constructs.runtime.goodput import GOODPUT_NAMESPACE, METRIC_WINDOW_SECONDS, PhaseClock
+from ml_platform_job.goodput import GOODPUT_NAMESPACE, METRIC_WINDOW_SECONDS, PhaseClock
 from ml_platform_constructs.training.goodput_alarms import goodput_alarms, goodput_widget
 
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from ml_platform_constructs.runtime.budget_guard import load_prices
-from ml_platform_constructs.runtime.run_cost import hourly_usd
+from ml_platform_job.prices import hourly_usd
 from ops import goodput
 
 SPOT = hourly_usd(load_prices("us-east-1"), "g5.xlarge", "spot")
@@ -78,7 +78,7 @@ def test_queue_selects_and_json_and_csv_carry_the_same_numbers(capsys):
 
 
 def test_bars_are_always_full_width():
-    from ml_platform_constructs.runtime.goodput import Ledger
+    from ml_platform_job.goodput import Ledger
 
     thirds = Ledger({**dict.fromkeys(goodput.BUCKETS, 0.0), "productive": 1.0, "lost": 1.0, "idle": 1.0},
                     dict.fromkeys(goodput.BUCKETS, 0.0), 1)

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from ml_platform_constructs.runtime.budget_guard import load_prices
-from ml_platform_constructs.runtime.goodput import BUCKETS, METRIC_WINDOW_SECONDS, STARTUP_LOWER_BOUND, run_ledger
-from ml_platform_constructs.runtime.run_cost import hourly_usd
-from ml_platform_constructs.runtime.tracking import TrackedRun
+from ml_platform_job.goodput import BUCKETS, METRIC_WINDOW_SECONDS, STARTUP_LOWER_BOUND, run_ledger
+from ml_platform_job.prices import hourly_usd
+from ml_platform_job.tracking import TrackedRun
 from ops import runs
 from ops.local import run as local_run
 from ops.local.up import local_run_lines
@@ -190,14 +190,14 @@ def test_only_the_main_node_of_a_multi_node_job_writes_the_record(tmp_path, node
 
 
 def test_loader_settings_are_the_attempts_instances():
-    from ml_platform_constructs.runtime.goodput import loader_settings_for
+    from ml_platform_job.goodput import loader_settings_for
 
     assert BUCKETS[0] == "productive"
     assert loader_settings_for("g5.xlarge").num_workers >= 1
 
 
 def test_the_helper_offers_loader_settings_for_the_attempts_instance(tmp_path):
-    from ml_platform_constructs.runtime.goodput import loader_settings_for
+    from ml_platform_job.goodput import loader_settings_for
 
     run = TrackedRun.start(env=env_for(tmp_path, ML_PLATFORM_INSTANCE_TYPE="g5.12xlarge"), code_directory=str(tmp_path))
     assert run.loader_settings() == loader_settings_for("g5.12xlarge")

@@ -9,7 +9,7 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from ml_platform_constructs import JOB_NAMESPACE
-from ml_platform_constructs.runtime.job_metrics import NAMESPACE, JobMetrics, job_id_from_environment
+from ml_platform_job.job_metrics import NAMESPACE, JobMetrics, job_id_from_environment
 from ml_platform_constructs.advice import job_cost as jc
 from ops import job_cost as app_job_cost
 

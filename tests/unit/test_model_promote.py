@@ -13,7 +13,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from ml_platform_constructs.runtime import evaluation
+from ml_platform_job import evaluation
 from ops import model as model_ops
 from ops.runs import run_record
 from tests.unit.test_runs_ops import BASELINE, HOLDOUT, PARAMETER, Batch, CloudFormation, decisions
@@ -359,7 +359,7 @@ def test_a_run_split_otherwise_than_the_platform_is_refused_even_when_the_live_r
     batch = Batch()
     with pytest.raises(SystemExit, match=rf"^error: run {candidate} cannot be judged on the platform's held-out split: "
                                          r"it was split with salt 'v2' and the platform evaluates on salt '' "
-                                         r"\(runtime.holdout's split\)"):
+                                         r"\(ml_platform_job.holdout's split\)"):
         model_ops.evaluate(gate["env"], gate["endpoint"], candidate, client=gate["client"],
                            cloudformation=Serving(live=live), batch=batch, out=[].append, sleep=lambda s: None)
     assert batch.submitted == []

@@ -182,7 +182,7 @@ def test_a_guard_given_a_teams_table_packages_it_for_its_function(tmp_path):
                   if r["Type"] == "AWS::Lambda::Function" and name.startswith("GuardStopFunction")]
     packaged = Path(assembly.directory) / function["Metadata"]["aws:asset:path"]
     assert json.loads((packaged / "prices.json").read_text()) == own
-    assert {p.name for p in packaged.iterdir()} == {"budget_guard.py", "pending_jobs.py", "prices.json"}
+    assert {p.name for p in packaged.iterdir()} == {"budget_guard.py", "pending_jobs.py", "prices.py", "prices.json"}
 
 
 def test_a_guard_refuses_a_price_table_that_is_not_one(tmp_path):

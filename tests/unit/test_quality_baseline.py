@@ -118,7 +118,7 @@ def test_a_score_the_quality_check_cannot_take_as_its_baseline_is_not_promoted(g
     the baseline on every run, so the promotion is refused before anything changes."""
     from dataclasses import replace
 
-    from ml_platform_constructs.runtime import evaluation
+    from ml_platform_job import evaluation
 
     endpoint = gate["endpoint"]
     regression = replace(endpoint, quality=replace(endpoint.quality, problem_type="regression", baseline=3.2),

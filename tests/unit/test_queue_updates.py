@@ -3,7 +3,7 @@ its compute environments (https://docs.aws.amazon.com/batch/latest/userguide/upd
 
 import pytest
 from aws_cdk import Duration
-from ml_platform_constructs.runtime.tracking import TrackedRun
+from ml_platform_job.tracking import TrackedRun
 from tests.conftest import training_queue
 from tests.unit.test_train_example import PARAMS, batch_decision, example, job_env
 

@@ -10,9 +10,10 @@ import pytest
 from botocore.exceptions import WaiterError
 from moto import mock_aws
 
-from ml_platform_constructs.runtime import evaluation, promotion
+from ml_platform_constructs.runtime import promotion
+from ml_platform_job import evaluation
 from ml_platform_constructs.runtime.budget_guard import load_prices
-from ml_platform_constructs.runtime.tracking import TrackedRun
+from ml_platform_job.tracking import TrackedRun
 from ops import model as model_ops
 from ops import runs as runs_ops
 

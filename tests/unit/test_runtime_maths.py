@@ -8,7 +8,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from ml_platform_constructs.runtime import benchmark, drift
+from ml_platform_constructs.runtime import drift
+from ml_platform_job import benchmark
 
 
 def test_eigen_values_largest_first_with_their_unit_vectors():

@@ -9,7 +9,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from ml_platform_constructs.runtime import holdout, passport, tracking
+from ml_platform_job import holdout, passport, tracking
 from ml_platform_constructs.runtime.budget_guard import load_prices
 
 PASSPORT_KEYS = {"seed", "git_commit", "image", "python", "packages", "frameworks", "gpu", "instance_type", "lifecycle",

@@ -13,7 +13,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from ml_platform_constructs.runtime.tracking import TrackedRun
+from ml_platform_job.tracking import TrackedRun
 from ops.local.run import run_attempt
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_with_checkpoints.py"
@@ -176,7 +176,8 @@ def test_simulated_reclaim_mid_run_resumes_from_the_checkpoint_and_finishes(tmp_
 def test_the_evaluation_job_scores_both_models_on_the_candidates_held_out_examples(tmp_path):
     """What ./platform model evaluate runs: per-example outcomes of the candidate and the live model on the same ids,
     the evidence the promotion gate judges."""
-    from ml_platform_constructs.runtime import evaluation, promotion
+    from ml_platform_constructs.runtime import promotion
+    from ml_platform_job import evaluation
 
     env = job_env(tmp_path)
     assert example.main(["--epochs", "6"], env=env) == 0  # the candidate

@@ -16,7 +16,7 @@ clients' Region, nothing else:
 - cloudwatch:GetMetricData: MLPlatform/Training ValidationAccuracy (first and last value), TokensProcessed
   and SamplesProcessed (sums) for dimension JobId.
 
-Prices: the Region's entry of runtime/prices.json, or of a team's own table (On-Demand per type; Spot at the family's assumed
+Prices: the Region's entry of ml_platform_job/prices.json, or of a team's own table (On-Demand per type; Spot at the family's assumed
 discount, not the price actually paid in that hour). Counted: each attempt's run time x its instance's price x
 the share of the instance's GPUs the job asked for. Not counted: instance boot before the container starts,
 a compute environment's scale-down delay, storage and data transfer.
@@ -28,9 +28,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Mapping, Optional
 
-from ..runtime.job_metrics import JOB_ID_DIMENSION, NAMESPACE, SAMPLES_PROCESSED, TOKENS_PROCESSED, VALIDATION_ACCURACY
+from ml_platform_job.job_metrics import JOB_ID_DIMENSION, NAMESPACE, SAMPLES_PROCESSED, TOKENS_PROCESSED, VALIDATION_ACCURACY
 from ..runtime.budget_guard import load_prices
-from ..runtime.run_cost import LIFECYCLES, gpu_share, hourly_usd
+from ml_platform_job.prices import LIFECYCLES, gpu_share, hourly_usd
 
 
 @dataclass(frozen=True)

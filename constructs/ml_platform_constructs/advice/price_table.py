@@ -1,7 +1,7 @@
 """The GPU price table: a team's own copy (``PriceTable``, for ``BudgetGuard(price_table=...)``) and its refresh
 from AWS (``python -m ml_platform_constructs prices refresh``). Standard library and boto3 only: no CDK.
 
-The shipped table (``runtime/prices.json``) holds one entry per Region under ``regions``: every Region that offers
+The shipped table (``ml_platform_job/prices.json``) holds one entry per Region under ``regions``: every Region that offers
 catalog types. Per Region a refresh reads:
 
 - ``on_demand_hourly``: every catalog type (GPU and Trainium) from the AWS Price List Query API (service AmazonEC2;

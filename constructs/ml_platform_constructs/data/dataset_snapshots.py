@@ -265,7 +265,7 @@ class DatasetSnapshotBuilder(Construct):
             "mkfs.ext4 -q -L \"$LABEL\" \"$DEV\"",
             "mkdir -p /mnt/dataset && mount \"$DEV\" /mnt/dataset",
             "aws s3 sync 's3://{{ SourceBucket }}/{{ SourcePrefix }}' /mnt/dataset --only-show-errors",
-            # The content manifest a run's passport fingerprints the snapshot by (runtime.passport.MANIFEST_NAME),
+            # The content manifest a run's passport fingerprints the snapshot by (ml_platform_job.passport.MANIFEST_NAME),
             # written once here so that no job reads the whole dataset to fingerprint it.
             "(cd /mnt/dataset && find . -type f ! -name MANIFEST.sha256 -print0 | sort -z | xargs -0 -r sha256sum) "
             "> /mnt/dataset/MANIFEST.sha256",

@@ -15,18 +15,26 @@ from constructs import Construct
 from .nag_support import suppress_checkov
 
 
+def runtime_source(name: str) -> Path:
+    """Where a Lambda function's file comes from: ``ml_platform_constructs/runtime``, or, when it is not there, the job
+    side's package (``ml_platform_job``: the price table and its reader, which jobs use too)."""
+    own = Path(str(resources.files("ml_platform_constructs.runtime"))) / name
+    return own if own.exists() else Path(str(resources.files("ml_platform_job"))) / name
+
+
 def runtime_function(scope: Construct, id: str, *, handler: str, files: Sequence[str],
                      replace: Optional[Mapping[str, str]] = None, **options: Any) -> lambda_.Function:
-    """A Python 3.14 arm64 function whose asset holds only ``files`` of ``ml_platform_constructs/runtime``, those named
-    in ``replace`` with the text given there instead (e.g. a team's own price table)."""
+    """A Python 3.14 arm64 function whose asset holds only ``files`` (each from ``runtime_source``), those named in
+    ``replace`` with the text given there instead (e.g. a team's own price table)."""
     code = str(resources.files("ml_platform_constructs.runtime"))
-    if replace:
+    sources = {name: runtime_source(name) for name in files}
+    if replace or any(source.parent != Path(code) for source in sources.values()):
         staged = Path(tempfile.mkdtemp(prefix="ml-platform-runtime-"))  # the asset is copied from it at synth
-        for name in files:
-            if name in replace:
+        for name, source in sources.items():
+            if replace and name in replace:
                 (staged / name).write_text(replace[name])
             else:
-                shutil.copy(Path(code) / name, staged / name)
+                shutil.copy(source, staged / name)
         code = str(staged)
     function = lambda_.Function(
         scope, id, runtime=lambda_.Runtime.PYTHON_3_14, architecture=lambda_.Architecture.ARM_64, handler=handler,

@@ -54,7 +54,7 @@ _POLICY_REASON = ("Describe/List calls and PutMetricData have no resource-level 
                   "queues only; pending-job records are parameters under one path, decrypted only through Parameter "
                   "Store for that path.")
 # The stop function's code: the handler and what it imports (in Lambda, each sits at the top of the package).
-STOP_FUNCTION_FILES = ("budget_guard.py", "pending_jobs.py", "prices.json")
+STOP_FUNCTION_FILES = ("budget_guard.py", "pending_jobs.py", "prices.py", "prices.json")
 
 
 class BudgetGuard(Construct):

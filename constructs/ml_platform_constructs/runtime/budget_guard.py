@@ -39,8 +39,10 @@ from typing import Any, Optional, Sequence
 
 try:
     from .pending_jobs import PendingJobs, active_job
-except ImportError:  # in Lambda the module sits at the top of the package
+    from ml_platform_job.prices import load_prices, load_table
+except ImportError:  # in Lambda the modules sit at the top of the package (prices.py from the job side's package)
     from pending_jobs import PendingJobs, active_job  # type: ignore[no-redef]
+    from prices import load_prices, load_table  # type: ignore[no-redef]
 
 # The tag keys governed constructs set on themselves; defined here once (this module runs in Lambda, standard
 # library only), imported by the constructs.
@@ -605,32 +607,6 @@ def spend_check(clients: dict, env: dict[str, str], prices: dict, now: datetime)
     except Exception as error:
         result["metrics_error"] = str(error)
     return result
-
-
-# --- prices -----------------------------------------------------------------------------------------------------
-
-def load_table() -> dict:
-    here = os.path.dirname(os.path.abspath(__file__))
-    with open(os.path.join(here, "prices.json")) as handle:
-        return json.load(handle)
-
-
-def load_prices(region: str, table: Optional[dict] = None) -> dict:
-    """The price table of one Region: its own rates over the table's shared defaults, with ``region`` set. A
-    Region the table lacks is priced at the dearest rate of any Region it has (flagged ``unpriced_region``)."""
-    table = table or load_table()
-    shared = {k: v for k, v in table.items() if k != "regions"}
-    regions = table["regions"]
-    if region in regions:
-        return {**shared, **regions[region], "region": region}
-    dearest = {"on_demand_hourly": {}, "spot_discount": {}}
-    for rates in regions.values():
-        for name, price in rates["on_demand_hourly"].items():
-            dearest["on_demand_hourly"][name] = max(price, dearest["on_demand_hourly"].get(name, 0.0))
-        for family, discount in rates["spot_discount"].items():
-            dearest["spot_discount"][family] = min(discount, dearest["spot_discount"].get(family, 1.0))
-    first = next(iter(regions.values()))
-    return {**shared, **first, **dearest, "region": region, "unpriced_region": True}
 
 
 # --- Lambda entry point -----------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """A training queue's goodput alarms: a job that waits on its input pipeline, or on its checkpoint saves, for
-longer than it should. The metrics are the ones the job-contract helper prints (runtime.goodput.PhaseClock.emit,
+longer than it should. The metrics are the ones the job-contract helper prints (ml_platform_job.goodput.PhaseClock.emit,
 embedded metric format, dimension Queue); each alarm's description carries the fix for the queue's instances."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from constructs import Construct
 
 from ..advice import gpu_catalog
 from ..errors import ValidationError
-from ..runtime.goodput import GOODPUT_NAMESPACE, METRIC_WINDOW_SECONDS, loader_settings_for
+from ml_platform_job.goodput import GOODPUT_NAMESPACE, METRIC_WINDOW_SECONDS, loader_settings_for
 
 # The defaults: data wait over 30% of step time, or checkpoint saves over 10% of wall time, for 15 minutes.
 INPUT_BOUND_PERCENT = 30
@@ -31,7 +31,7 @@ def input_bound_fix(entry: gpu_catalog.GpuInstanceType) -> str:
     settings = loader_settings_for(entry.name)
     return (f"Fix for {entry.name}: DataLoader(num_workers={settings.num_workers}, prefetch_factor="
             f"{settings.prefetch_factor}, pin_memory={settings.pin_memory}, persistent_workers=True) per GPU process "
-            "(runtime.goodput.loader_settings_for); datasets over 50 GB preloaded onto EBS (dataset_volumes); "
+            "(ml_platform_job.goodput.loader_settings_for); datasets over 50 GB preloaded onto EBS (dataset_volumes); "
             "images decoded on the GPU (NVIDIA DALI) where the CPU decodes them.")
 
 
@@ -63,7 +63,7 @@ def goodput_alarms(scope: Construct, *, queue_name: str, instance_types: Sequenc
     periods = validate_goodput_props(construct, input_bound_percent=input_bound_percent,
                                      checkpoint_bound_percent=checkpoint_bound_percent, bound_minutes=bound_minutes)
     entry = gpu_catalog.lookup(instance_types[0]) if instance_types else None
-    fix = input_bound_fix(entry) if entry else ("Fix: runtime.goodput.loader_settings_for(<instance type>) gives "
+    fix = input_bound_fix(entry) if entry else ("Fix: ml_platform_job.goodput.loader_settings_for(<instance type>) gives "
                                                 "the loader settings for an instance.")
     input_bound = cloudwatch.Alarm(
         scope, "InputBoundAlarm", metric=goodput_metric(queue_name, "DataWaitShare"),

@@ -20,8 +20,8 @@ from constructs import Construct
 
 from ..data.dataset_snapshots import DatasetVolume, filesystem_label
 from ..errors import ValidationError
-from ..runtime.benchmark import INSTANCE_TYPE_FILE
-from ..runtime.passport import LIFECYCLE_FILE
+from ml_platform_job.benchmark import INSTANCE_TYPE_FILE
+from ml_platform_job.passport import LIFECYCLE_FILE
 
 GPU_NAMESPACE = "MLPlatform/GPU"
 RUNTIME_DIR = "/opt/ml-platform"

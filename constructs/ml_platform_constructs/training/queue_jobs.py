@@ -25,7 +25,7 @@ from ..errors import ValidationError
 from .instance_bootstrap import RUN_DIR
 from ..data.mlflow_tracking import MlflowTracking
 from ..operations.jobs import MULTI_NODE_NODES, image_problem
-from ..runtime.benchmark import BENCHMARK_NAMESPACE, BENCHMARK_PREFIX
+from ml_platform_job.benchmark import BENCHMARK_NAMESPACE, BENCHMARK_PREFIX
 
 JOB_NAMESPACE = "MLPlatform/Training"
 # Batch retries: 1-10 attempts: https://docs.aws.amazon.com/batch/latest/userguide/job_retries.html
@@ -202,7 +202,7 @@ class JobSettings:
     :param volumes: from ``job_volumes``.
     :param attempts: attempts per job, Spot reclaims included.
     :param timeout: per attempt.
-    :param tracking: where runtime.tracking records runs (``MLFLOW_TRACKING_URI``), as the stack of each job
+    :param tracking: where ml_platform_job.tracking records runs (``MLFLOW_TRACKING_URI``), as the stack of each job
         definition reads it (a definition may live in another stack: an endpoint's retraining job).
     """
     queue_name: str

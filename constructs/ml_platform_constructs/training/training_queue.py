@@ -129,7 +129,7 @@ class TrainingQueue(Construct):
         (``alarms["input_bound"]``, ``alarms["checkpoint_bound"]``, to ``alerts``): a job's data wait over
         ``input_bound_percent`` of its step time, or its checkpoint saves over ``checkpoint_bound_percent`` of its
         time, for ``bound_minutes`` (a multiple of the jobs' 5-minute metric window), from the shares the
-        job-contract helper prints (``runtime.goodput``); each alarm's text carries the fix for the queue's
+        job-contract helper prints (``ml_platform_job.goodput``); each alarm's text carries the fix for the queue's
         instances. Default: 30, 10 and 15: an alarm after three windows in a row over the threshold; no job
         stepping, no data, no alarm.
     :param allow_low_diversity / allow_mixed_gpu_memory: as SpotGpuFleet's. Default: False.

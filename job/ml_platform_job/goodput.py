@@ -206,6 +206,16 @@ class PhaseClock:
         finally:
             self._seconds[name] += self._now() - started
 
+    def add(self, name: str, seconds: float) -> None:
+        """Counts ``seconds`` already spent in a phase the caller timed itself (restore, checkpoint_save, evaluation)."""
+        if name not in ("restore", "checkpoint_save", "evaluation"):
+            raise ValueError(f"phase {name!r}: one of restore, checkpoint_save, evaluation (steps: step())")
+        self._seconds[name] += max(0.0, seconds)
+
+    def now(self) -> float:
+        """The clock's own time (monotonic seconds)."""
+        return self._now()
+
     @contextmanager
     def step(self) -> Iterator[None]:
         self._mark_first_step()
@@ -329,13 +339,13 @@ def loader_settings(*, vcpus: int, gpus: int, memory_gib: float, dataset_gb: Opt
 def loader_settings_for(instance_type: str, *, dataset_gb: Optional[float] = None,
                         decodes_images_on_cpu: bool = False) -> LoaderSettings:
     """``loader_settings`` for a GPU type of the catalog."""
-    from ..advice.gpu_catalog import GPU_CATALOG
+    from .instances import INSTANCE_SHAPES
 
-    entry = GPU_CATALOG.get(instance_type)
+    entry = INSTANCE_SHAPES.get(instance_type)
     if entry is None:
         raise ValueError(f"instance_type={instance_type!r}: not a GPU type of the catalog; give vcpus, gpus and "
                          "memory_gib to loader_settings()")
-    return loader_settings(vcpus=entry.vcpus, gpus=entry.gpu_count, memory_gib=entry.memory_gib,
+    return loader_settings(vcpus=entry.vcpus, gpus=entry.gpus, memory_gib=entry.memory_gib,
                            dataset_gb=dataset_gb, decodes_images_on_cpu=decodes_images_on_cpu)
 
 
@@ -352,12 +362,12 @@ def _seconds_between(start: str, end: str) -> float:
 
 
 def passport_attempts(attempts: Iterable[Mapping], prices: Mapping) -> tuple[list[Attempt], list[str]]:
-    """The ledger's attempts from a run passport's (``runtime.tracking``), and notes on what is estimated. Paid
+    """The ledger's attempts from a run passport's (``ml_platform_job.tracking``), and notes on what is estimated. Paid
     time runs from the attempt's recorded start to its recorded end (or its last record while it runs); the job's
     ``phases`` fill the buckets; an attempt that ended ``stopped`` or ``lost`` loses its steps since its last
     checkpoint, and a lost one also the time from its last record to AWS Batch's end of it (the job was stepping
     when it vanished). The rate is the attempt's own price x its GPU share x its nodes, as the run's cost."""
-    from .run_cost import hourly_usd
+    from .prices import hourly_usd
 
     found, notes = [], [STARTUP_LOWER_BOUND]
     for record in attempts:

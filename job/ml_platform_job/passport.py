@@ -1,6 +1,6 @@
 """A training run's passport: what it takes to reproduce and compare a run (standard library and boto3 only).
 
-Collected by ``runtime.tracking.TrackedRun`` when a job starts; each reader falls back quietly where the
+Collected by ``ml_platform_job.tracking.TrackedRun`` when a job starts; each reader falls back quietly where the
 information is not there (no GPU on a laptop, no container metadata outside ECS) and says so with ``None``.
 
 - ``environment``: only the platform's, NCCL's, CUDA's and seed variables, and never one whose name or value
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import re
 import shutil
@@ -428,6 +429,9 @@ def collect(*, env: Mapping[str, str], seed: Optional[int], params: Mapping[str,
     passport = {
         "seed": seed,
         "command": redact_command(list(sys.argv)),
+        # What runs the command, and where: a rerun needs both ("python" alone may be another interpreter).
+        "interpreter": sys.executable,
+        "working_directory": os.getcwd(),
         "git_commit": commit,
         "image": container_image(env),
         "python": platform.python_version(),

@@ -1,9 +1,9 @@
 """The job-contract helper: one recorded run per training job, whatever the number of attempts, with its passport,
 metrics, held-out scores and cost (standard library and boto3; MLflow when installed).
 
-    from ml_platform_constructs.runtime.holdout import describe, split
-    from ml_platform_constructs.runtime.passport import DatasetRef
-    from ml_platform_constructs.runtime.tracking import TrackedRun
+    from ml_platform_job.holdout import describe, split
+    from ml_platform_job.passport import DatasetRef
+    from ml_platform_job.tracking import TrackedRun
 
     run = TrackedRun.start(params={"lr": 0.1, "epochs": 20}, seed=1234,
                            dataset=DatasetRef("blobs", "v1", "s3://bucket/datasets/blobs/v1/"),
@@ -72,9 +72,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
 from . import passport as passports
-from .budget_guard import load_prices
 from .goodput import LoaderSettings, PhaseClock, loader_settings, loader_settings_for
-from .run_cost import gpu_share, hourly_usd
+from .prices import gpu_share, hourly_usd, load_prices
+from .storage import Location
 
 RECORD_NAME = "passport.json"
 PACKAGES_NAME = "packages.txt"
@@ -86,10 +86,12 @@ RUNNING, STOPPED, FINISHED = "RUNNING", "STOPPED", "FINISHED"
 
 
 def main_node(env: Mapping[str, str]) -> bool:
-    """True unless this is a node of a multi-node job other than its main node (AWS Batch's variables:
-    https://docs.aws.amazon.com/batch/latest/userguide/job_env_vars.html)."""
+    """True for the one process of a job that records its run: on the main node of a multi-node job (AWS Batch's
+    variables: https://docs.aws.amazon.com/batch/latest/userguide/job_env_vars.html), and global rank 0 of a job of
+    several processes (``RANK``, as torchrun sets it: rank 0 runs on the main node)."""
     index, main = env.get("AWS_BATCH_JOB_NODE_INDEX"), env.get("AWS_BATCH_JOB_MAIN_NODE_INDEX")
-    return index is None or main is None or index == main
+    rank = (env.get("RANK") or "0").strip()
+    return (index is None or main is None or index == main) and rank in ("", "0")
 
 
 def _iso(epoch: float) -> str:
@@ -98,40 +100,6 @@ def _iso(epoch: float) -> str:
 
 def _epoch(iso: str) -> float:
     return datetime.fromisoformat(iso).timestamp()
-
-
-class Location:
-    """A prefix records are written under: ``s3://bucket/prefix/`` or a local directory."""
-
-    def __init__(self, uri: str, s3: Any = None) -> None:
-        self.uri = uri if uri.endswith("/") else uri + "/"
-        self._s3 = s3
-        if self.uri.startswith("s3://"):
-            self.bucket, _, self.prefix = self.uri[len("s3://"):].partition("/")
-
-    @property
-    def s3(self) -> Any:
-        if self._s3 is None:
-            import boto3
-            self._s3 = boto3.client("s3")
-        return self._s3
-
-    def read(self, name: str) -> Optional[str]:
-        if self.uri.startswith("s3://"):
-            try:
-                return self.s3.get_object(Bucket=self.bucket, Key=self.prefix + name)["Body"].read().decode()
-            except self.s3.exceptions.NoSuchKey:
-                return None
-        path = Path(self.uri) / name
-        return path.read_text() if path.exists() else None
-
-    def write(self, name: str, text: str) -> None:
-        if self.uri.startswith("s3://"):
-            self.s3.put_object(Bucket=self.bucket, Key=self.prefix + name, Body=text.encode(),
-                               ContentType="application/json" if name.endswith(".json") else "text/plain")
-            return
-        Path(self.uri).mkdir(parents=True, exist_ok=True)
-        (Path(self.uri) / name).write_text(text)
 
 
 def local_artifact_location(tracking_uri: str) -> Optional[str]:
@@ -224,7 +192,7 @@ def attempts_cost(attempts: list[dict], prices: Mapping) -> tuple[Optional[float
 
 def gain_over_live(record: Mapping[str, Any], manifest: Mapping[str, Any]) -> dict:
     """The run's accuracy points over the live model and its cost per point, from an evaluation's manifest
-    (``runtime.evaluation``: both models scored on the same held-out ids). ``usd_per_accuracy_point`` is None when
+    (``ml_platform_job.evaluation``: both models scored on the same held-out ids). ``usd_per_accuracy_point`` is None when
     the run gained nothing, has no cost, or the two were not scored on the same ids (``reason`` says which)."""
     candidate, live = manifest.get("candidate"), manifest.get("live")
     found = {"live_score": None, "candidate_score": None, "examples": None, "accuracy_points": None,
@@ -290,7 +258,8 @@ class TrackedRun:
 
     # --- start or continue --------------------------------------------------------------------------------------
     @classmethod
-    def start(cls, *, params: Optional[Mapping[str, Any]] = None, seed: Optional[int] = None,
+    def start(cls, *, params: Optional[Mapping[str, Any]] = None, flags: Optional[Mapping[str, Any]] = None,
+              seed: Optional[int] = None,
               dataset: Optional[passports.DatasetRef] = None, holdout: Optional[Mapping[str, Any]] = None,
               env: Optional[Mapping[str, str]] = None, s3: Any = None, tracking_uri: Optional[str] = None,
               experiment: Optional[str] = None, run_name: Optional[str] = None, code_directory: Optional[str] = None,
@@ -300,7 +269,8 @@ class TrackedRun:
         (``identity``; SystemExit naming what changed otherwise), or starts one; either way a new attempt begins.
         ``batch``: a Batch client for the times of a lost attempt (default: boto3's, on AWS Batch only). On a
         multi-node job only the main node (``AWS_BATCH_JOB_NODE_INDEX`` equal to ``AWS_BATCH_JOB_MAIN_NODE_INDEX``)
-        writes the record and logs to MLflow: the others read it and time their own phases."""
+        writes the record and logs to MLflow: the others read it and time their own phases. ``flags``: parameters
+        that do not make the run (a logging interval, output paths): recorded, never compared."""
         env = dict(os.environ) if env is None else dict(env)
         if "ML_PLATFORM_CHECKPOINT_URI" not in env:
             raise SystemExit("ML_PLATFORM_CHECKPOINT_URI is not set: the run record lives next to the checkpoints "
@@ -316,6 +286,8 @@ class TrackedRun:
         passport, packages, diff = passports.collect(env=env, seed=seed, params=params or {},
                                                      code_directory=code_directory, dataset=fingerprint)
         passport["holdout"] = dict(holdout) if holdout else None
+        # Flags (logging interval, output paths): recorded, never part of the run's identity.
+        passport["flags"] = passports.redact_params(flags or {})
         identity = passports.run_identity(passport)
         if existing is not None:
             record = json.loads(existing)
@@ -570,10 +542,19 @@ class TrackedRun:
         if self.sink:
             self._safely(lambda: self.sink.log(self.run_id, tags={f"{TAG_PREFIX}model_uri": uri}))
 
-    def checkpointed(self) -> None:
-        """The job wrote a checkpoint: the attempt was alive until now (the cost of an attempt that is lost without
-        a word is counted until then). Writes the record."""
+    def checkpointed(self, step: Optional[int] = None) -> None:
+        """The job wrote a checkpoint (of ``step``, when it has one): the attempt was alive until now (the cost of an
+        attempt that is lost without a word is counted until then). Writes the record."""
         self.attempt["last_seen_at"] = _iso(self._clock())
+        self.attempt["checkpoints"] = self.attempt.get("checkpoints", 0) + 1
+        if step is not None:
+            self.attempt["checkpoint_step"] = step
+        self._save()
+
+    def restored(self, step: Optional[int], checkpoint: Optional[str] = None) -> None:
+        """The attempt resumed from a checkpoint (of ``step``; ``checkpoint``: where it lies), not from the start:
+        ``runs show`` and the rehearsal read it. Writes the record."""
+        self.attempt["restored_from"] = {"step": step, "checkpoint": checkpoint}
         self._save()
 
     def stop(self, reason: str = "stop requested (SIGTERM or the stop file)") -> dict:
@@ -588,9 +569,13 @@ class TrackedRun:
         return self.record
 
     def finish(self, *, improves_on: Union[None, float, Mapping[str, Any]] = None,
-               tokens: Optional[float] = None) -> dict:
-        """Training is done: the attempt ends, cost and its per-point figures are computed; exit 0 next."""
+               tokens: Optional[float] = None, final_state_sha256: Optional[str] = None) -> dict:
+        """Training is done: the attempt ends, cost and its per-point figures are computed; exit 0 next.
+        ``final_state_sha256``: the trained weights' digest (``torch_state.state_digest``), which a rehearsal compares
+        with an uninterrupted run's."""
         now = self._clock()
+        if final_state_sha256 is not None:
+            self.record["final_state_sha256"] = final_state_sha256
         self.attempt.update(outcome="finished", ended_at=_iso(now), last_seen_at=_iso(now))
         self.record.update(status=FINISHED, finished_at=_iso(now))
         self._summarize(improves_on=improves_on, tokens=tokens)

@@ -1,7 +1,7 @@
 """The promotion gate's evidence: per-example held-out outcomes of a candidate and of the live model, written by an
 evaluation job (standard library and boto3 only).
 
-Why a job of its own: the gate (``promotion.judge_outcomes``) is only as good as its evidence, and a training job
+Why a job of its own: the gate (``ml_platform_constructs.runtime.promotion.judge_outcomes``) is only as good as its evidence, and a training job
 can write to every run of its queue (checkpoints, MLflow). A TrainingQueue's evaluation job definition runs the
 queue's own image (``./platform model evaluate`` overrides no image) with a role that reads datasets, the candidates'
 models and the live models, and alone writes ``evaluations/<queue>/``; it cannot read that prefix back, so
@@ -13,7 +13,7 @@ record; README, "Promotion"):
 - ``ML_PLATFORM_CANDIDATE_MODEL_URI``: the candidate run's model (``s3://.../model.tar.gz``, or a local path);
 - ``ML_PLATFORM_LIVE_MODEL_URI``: the live model, empty when there is none (the first promotion);
 - ``ML_PLATFORM_HOLDOUT_SALT`` and ``ML_PLATFORM_HOLDOUT_FRACTION``: the platform's held-out split
-  (``runtime.holdout``'s), which every judged run must have trained with;
+  (``ml_platform_job.holdout``'s), which every judged run must have trained with;
 - ``ML_PLATFORM_EVALUATION_URI``: where the outcomes go (``evaluations/<queue>/<run id>/<live version>/``);
 - ``ML_PLATFORM_EVALUATION_DATASET_URI`` (``DATASET``): never set by ``./platform model evaluate``, whose job reads
   the dataset its command (config ``promotion.evaluate_command``) names; a job run by hand may take its dataset from
@@ -34,10 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-try:
-    from . import promotion
-except ImportError:  # in Lambda the module sits at the top of the package
-    import promotion  # type: ignore[no-redef]
+from . import outcomes as evidence
 
 CANDIDATE, LIVE = "candidate", "live"
 MANIFEST = "evaluation.json"
@@ -140,8 +137,8 @@ class Evaluation:
 
     def write_outcomes(self, which: str, outcomes: Mapping[Any, Any], kind: str = "correct") -> None:
         _check_which(which)
-        text = promotion.write_outcomes(outcomes, kind)
-        self._outcomes[which] = promotion.read_outcomes(text.splitlines(), source=f"{which}.jsonl")
+        text = evidence.write_outcomes(outcomes, kind)
+        self._outcomes[which] = evidence.read_outcomes(text.splitlines(), source=f"{which}.jsonl")
         self.output.write(f"{which}.jsonl", text.encode())
 
     def finish(self, **details: Any) -> dict:
@@ -170,7 +167,7 @@ def _check_which(which: str) -> None:
         raise ValueError(f"which={which!r}: {CANDIDATE!r} or {LIVE!r}")
 
 
-def read_evidence(uri: str, s3: Any = None) -> tuple[promotion.Outcomes, Optional[promotion.Outcomes], dict]:
+def read_evidence(uri: str, s3: Any = None) -> tuple[evidence.Outcomes, Optional[evidence.Outcomes], dict]:
     """(candidate outcomes, live outcomes or None, manifest) of an evaluation; SystemExit when it is not there."""
     place = _Place(uri, s3)
     manifest = place.read(MANIFEST)
@@ -179,7 +176,7 @@ def read_evidence(uri: str, s3: Any = None) -> tuple[promotion.Outcomes, Optiona
     outcomes = {}
     for which in (CANDIDATE, LIVE):
         body = place.read(f"{which}.jsonl")
-        outcomes[which] = None if body is None else promotion.read_outcomes(body.decode().splitlines(),
+        outcomes[which] = None if body is None else evidence.read_outcomes(body.decode().splitlines(),
                                                                             source=f"{uri}{which}.jsonl")
     if outcomes[CANDIDATE] is None:
         raise SystemExit(f"error: the evaluation at {uri} has no {CANDIDATE}.jsonl: run it again")

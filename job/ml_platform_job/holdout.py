@@ -1,6 +1,6 @@
 """Held-out data: a deterministic split that keeps 5% of the samples out of training (standard library only).
 
-    from ml_platform_constructs.runtime.holdout import split
+    from ml_platform_job.holdout import split
 
     train, holdout = split(samples, key=lambda s: s["id"])      # 95% / 5%, the same on every machine and attempt
     train, holdout = split(rows, key=lambda r: r["id"], group=lambda r: r["user_id"])  # a user's rows on one side

@@ -1,0 +1,455 @@
+"""A plain PyTorch training loop that survives a Spot reclaim exactly, in a few lines (torch; boto3 for ``s3://``).
+
+    job = TrainingJob.start(params=args, flags=["log_interval", "save_model"])    # the run, its seed, the stop signal
+    train_loader = job.loader(dataset, batch_size=64, shuffle=True, num_workers=4, persistent_workers=True)
+    model, optimizer, scheduler = ...
+    job.track(model=model, optimizer=optimizer, scheduler=scheduler)   # resumes from the newest checkpoint, if any
+    for epoch in job.epochs(1, args.epochs + 1):                       # from the epoch (and sample) it stopped at
+        for data, target in train_loader:                             # a stop is taken between two steps
+            ...                                                        # the step, unchanged
+        job.log_holdout(accuracy=evaluate(model))                      # and validation, logging, scheduler.step()
+        scheduler.step()
+    job.finish(model=model)                                            # the model, the run's cost; exit 0 after it
+
+What it does for the loop:
+
+- **Checkpoints** (``checkpoints.CheckpointStore`` under ``ML_PLATFORM_CHECKPOINT_URI``, complete or absent, the newest
+  ``keep``): every tracked object's ``state_dict()`` (model, optimizer, scheduler, AMP scaler, anything with
+  ``state_dict``/``load_state_dict``), every random generator (Python, NumPy, torch CPU and CUDA; each rank's own) and
+  the data position (a global sample counter: a stop mid-epoch resumes mid-epoch). Saved at the end of each epoch,
+  every ``save_every_minutes`` of training inside an epoch, and on a stop.
+- **The stop**: SIGTERM or the stop file (``stop.StopRequest``), seen after the step that was running, agreed by every
+  rank; the job saves (when the last save's duration fits in the time left before SIGKILL, else it says so and keeps
+  the previous checkpoint), records the stop and exits 143, which the queue retries. It never exits 0 unless
+  ``finish`` ran.
+- **Exactness**: the loader's order and every sample's random draws come from (seed, epoch, sample) (``data``), so the
+  resumed run ends with the same weights as an uninterrupted one, bit for bit on CPU with deterministic algorithms,
+  with ``num_workers > 0`` and persistent workers. ``finish`` records the weights' digest; the rehearsal compares it.
+- **The run** (``tracking.TrackedRun``): one record per job across attempts, its passport (the parameters that make
+  the run, apart from ``flags`` that do not), held-out scores, cost; **goodput**: data wait, steps, saves, restores,
+  and the rest of an epoch's body (validation, logging) as evaluation.
+
+Only global rank 0 writes the record, the model and the checkpoint's shared state; every rank writes its own random
+generators. Sharded models (FSDP, DeepSpeed ZeRO-3) need each rank's shard saved: use Lightning or the Trainer adapter.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import secrets
+import sys
+import time
+from dataclasses import asdict, is_dataclass
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
+
+from . import STOPPED_EXIT_CODE
+from .checkpoints import DEFAULT_KEEP, Checkpoint, CheckpointStore, CorruptCheckpoint
+from .stop import StopRequest, _distributed, rank as _rank, world_size as _world_size
+from .storage import Location
+from .torch_state import rng_state, set_rng_state, state_digest
+from .tracking import RECORD_NAME, TrackedRun
+
+STATE_FILE = "state.pt"
+MODEL_FILE = "model.pt"
+RANK_FILE = "rng-rank-{rank}.pt"
+# A save on a stop is made only when the last one took at most the time left before SIGKILL less this margin.
+SAVE_MARGIN_SECONDS = 5.0
+DEFAULT_SAVE_EVERY_MINUTES = 30.0
+# Parameters that never make a run another run: how it logs and where it writes. Recorded as the run's flags.
+DEFAULT_FLAGS = frozenset({
+    "log_interval", "log_every", "log_every_n_steps", "log_level", "logging_steps", "logging_dir", "verbose", "quiet",
+    "progress", "progress_bar", "output_dir", "checkpoint_dir", "save_dir", "save_model", "overwrite_output_dir",
+    "report_to", "run_name", "disable_tqdm", "tensorboard_dir", "wandb_project", "no_cuda", "no_accel", "no_mps",
+})
+CHECKPOINT_URI = "ML_PLATFORM_CHECKPOINT_URI"
+
+
+def _as_params(params: Any) -> dict[str, Any]:
+    """A job's parameters as a dict: argparse's Namespace, a dataclass (TrainingArguments), a mapping, or None."""
+    if params is None:
+        return {}
+    if isinstance(params, Mapping):
+        return dict(params)
+    if hasattr(params, "to_dict") and callable(params.to_dict):
+        return dict(params.to_dict())
+    if is_dataclass(params) and not isinstance(params, type):
+        return asdict(params)
+    if hasattr(params, "__dict__"):
+        return dict(vars(params))
+    raise TypeError(f"params={params!r}: a mapping, argparse's Namespace or a dataclass of the job's parameters")
+
+
+def _recorded_seed(location: Location) -> Optional[int]:
+    """The seed an earlier attempt of this run chose (None when there is no run yet)."""
+    try:
+        text = location.read(RECORD_NAME)
+        return json.loads(text)["passport"].get("seed") if text else None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+class TrainingJob:
+    """A plain PyTorch loop's side of the job contract (see the module docstring). Make it with ``start``."""
+
+    def __init__(self, run: TrackedRun, store: CheckpointStore, stop: StopRequest, *, seed: int,
+                 save_every_minutes: Optional[float] = DEFAULT_SAVE_EVERY_MINUTES, save_each_epoch: bool = True) -> None:
+        self.run = run
+        self.store = store
+        self.stop = stop
+        self.seed = seed
+        self.save_every_seconds = None if not save_every_minutes else save_every_minutes * 60
+        self.save_each_epoch = save_each_epoch
+        self.objects: dict[str, Any] = {}
+        self.epoch: Optional[int] = None  # the caller's epoch number inside epochs()
+        self.step = 0  # optimizer steps (loader batches) trained, over the whole run
+        self.samples_seen = 0  # global samples trained, over the whole run
+        self._epoch_index = 0  # epochs begun before this one: the sampler's epoch
+        self._position = 0  # global samples of the current epoch already trained
+        self._epochs_managed = False
+        self._loader: Optional[JobLoader] = None
+        self._restored: Optional[dict] = None
+        self._last_save_step: Optional[int] = None
+        self._last_save_at = run.clock.now()
+        self._save_seconds: Optional[float] = None
+        self._loader_ended_at: Optional[float] = None
+
+    # --- starting -----------------------------------------------------------------------------------------------
+    @classmethod
+    def start(cls, *, params: Any = None, flags: Iterable[str] = (), seed: Optional[int] = None,
+              deterministic: bool = False, dataset: Any = None, holdout: Optional[Mapping[str, Any]] = None,
+              keep: int = DEFAULT_KEEP, save_every_minutes: Optional[float] = DEFAULT_SAVE_EVERY_MINUTES,
+              save_each_epoch: bool = True, env: Optional[Mapping[str, str]] = None, s3: Any = None,
+              tracking_uri: Optional[str] = None, experiment: Optional[str] = None, run_name: Optional[str] = None,
+              code_directory: Optional[str] = None) -> "TrainingJob":
+        """Installs the stop handler and the PID file, starts or continues the run and seeds every generator.
+
+        ``params``: the job's parameters (argparse's Namespace, a dataclass or a mapping); the ones named in ``flags``
+        (and ``DEFAULT_FLAGS``: logging intervals, output paths) are recorded but never make another run.
+        ``seed``: the run's (default: ``params["seed"]``, else one chosen and recorded by the first attempt).
+        ``deterministic``: torch's deterministic algorithms (slower; what bit-for-bit exactness on a GPU needs).
+        ``dataset``/``holdout``: a ``passport.DatasetRef`` and ``holdout.describe(...)``, recorded and compared.
+        ``keep``: complete checkpoints kept (default 2). ``save_every_minutes``: a save inside an epoch after this much
+        training since the last (default 30; None: at epoch ends and stops only). An earlier attempt that finished
+        (only its exit was lost) ends this one with exit 0."""
+        env = dict(os.environ) if env is None else dict(env)
+        if not env.get(CHECKPOINT_URI):
+            raise SystemExit(f"{CHECKPOINT_URI} is not set: checkpoints and the run record live there (./platform job "
+                             "submit sets it; locally, set it to a directory or an s3:// prefix)")
+        stop = StopRequest(env).install()
+        values = _as_params(params)
+        unknown = [name for name in flags if not isinstance(name, str)]
+        if unknown:
+            raise TypeError(f"flags={list(flags)!r}: parameter names (str)")
+        flagged = set(flags) | DEFAULT_FLAGS
+        identity = {k: v for k, v in values.items() if k not in flagged}
+        recorded = {k: v for k, v in values.items() if k in flagged}
+        location = Location(env[CHECKPOINT_URI], s3)
+        if seed is None:
+            given = identity.get("seed")
+            seed = given if isinstance(given, int) and not isinstance(given, bool) else _recorded_seed(location)
+            seed = secrets.randbits(31) if seed is None else seed
+        run = TrackedRun.start(params=identity, flags=recorded, seed=seed, dataset=dataset, holdout=holdout, env=env,
+                               s3=s3, tracking_uri=tracking_uri, experiment=experiment, run_name=run_name,
+                               code_directory=code_directory or os.path.dirname(os.path.abspath(sys.argv[0] or ".")))
+        if run.finished:
+            stop.uninstall()
+            print(f"run {run.run_id} already finished (an earlier attempt's exit was lost): nothing to do", flush=True)
+            raise SystemExit(0)
+        run.seed_everything(seed, deterministic=deterministic)
+        if _rank() == 0:
+            print(f"run {run.run_id}, attempt {run.attempt['number']}", flush=True)
+        return cls(run, CheckpointStore(location, keep=keep), stop, seed=seed, save_every_minutes=save_every_minutes,
+                   save_each_epoch=save_each_epoch)
+
+    @property
+    def clock(self) -> Any:
+        return self.run.clock
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+    @property
+    def resumed(self) -> bool:
+        """True when this attempt continued from a checkpoint."""
+        return self._restored is not None
+
+    # --- what is saved ------------------------------------------------------------------------------------------
+    def track(self, **objects: Any) -> "TrainingJob":
+        """Saves and restores these with every checkpoint (each needs ``state_dict`` and ``load_state_dict``: a
+        model, an optimizer, an LR scheduler, an AMP GradScaler, ...), then restores them, the generators and the data
+        position from the newest complete checkpoint, if there is one. Call it once, after making them."""
+        bad = [f"{name} ({type(value).__name__})" for name, value in objects.items()
+               if not (callable(getattr(value, "state_dict", None)) and callable(getattr(value, "load_state_dict", None)))]
+        if bad:
+            raise TypeError(f"track: {', '.join(bad)}: no state_dict()/load_state_dict(); track models, optimizers, "
+                            "schedulers, scalers (anything with both), or keep the value in job.extra")
+        if not objects:
+            raise TypeError("track: name what to save, e.g. job.track(model=model, optimizer=optimizer)")
+        if self.objects:
+            raise RuntimeError("track: called twice; name every object in one call (it restores them together)")
+        self.objects = dict(objects)
+        self._restore()
+        return self
+
+    def _restore(self) -> None:
+        import torch  # type: ignore[import-not-found]
+
+        with self.clock.phase("restore"):
+            for checkpoint in reversed(self.store.complete()):
+                try:
+                    # The job's own checkpoint, under its own prefix (which only its queue's job role writes): it
+                    # holds generator states (NumPy's arrays, Python's tuples) beside the tensors.
+                    payload = torch.load(io.BytesIO(self.store.read(checkpoint, STATE_FILE)), map_location="cpu",
+                                         weights_only=False)
+                    own = None
+                    if _rank() != 0 and RANK_FILE.format(rank=_rank()) in checkpoint.files:
+                        own = torch.load(io.BytesIO(self.store.read(checkpoint, RANK_FILE.format(rank=_rank()))),
+                                         map_location="cpu", weights_only=False)
+                except CorruptCheckpoint as error:
+                    print(f"ml_platform_job: {error}; trying the checkpoint before it", file=sys.stderr, flush=True)
+                    continue
+                break
+            else:
+                return
+            missing = sorted(set(self.objects) - set(payload["objects"]))
+            if missing:
+                raise SystemExit(f"error: the checkpoint of step {checkpoint.step} holds no {', '.join(missing)} (it "
+                                 f"holds {', '.join(sorted(payload['objects']))}): track the same objects as the "
+                                 "attempt that saved it, or start a new run under a new job name")
+            for name, value in self.objects.items():
+                value.load_state_dict(payload["objects"][name])
+            skipped = set_rng_state((own or payload)["rng"])
+            position = payload["job"]
+            self.step, self.samples_seen = position["step"], position["samples_seen"]
+            self._epoch_index, self._position = position["epoch_index"], position["position"]
+            self.epoch = position.get("epoch")
+            self._restored = position
+            self._last_save_step = self.step
+        where = f"{self.store.location.uri}{checkpoint.folder}"
+        self.run.restored(self.step, where)
+        for line in skipped:
+            print(f"ml_platform_job: {line}", file=sys.stderr, flush=True)
+        if _rank() == 0:
+            print(f"resuming from the checkpoint of step {self.step} (epoch {self.epoch if self.epoch is not None else self._epoch_index}, "
+                  f"sample {self._position} of it)", flush=True)
+
+    def save(self) -> Optional[Checkpoint]:
+        """Writes a checkpoint of the current step now (every rank calls it: it is a collective when there are
+        several). Returns it (None on ranks other than 0)."""
+        import torch  # type: ignore[import-not-found]
+
+        started = self.clock.now()
+        with self.clock.phase("checkpoint_save"):
+            me, dist = _rank(), _distributed()
+            position = {"step": self.step, "samples_seen": self.samples_seen, "epoch_index": self._epoch_index,
+                        "position": self._position, "epoch": self.epoch, "world_size": _world_size()}
+            folder = self.store.location.child(f"checkpoints/step-{self.step:012d}")
+            listed: dict[str, Any] = {}
+            if me != 0:
+                buffer = io.BytesIO()
+                torch.save({"rng": rng_state()}, buffer)
+                name = RANK_FILE.format(rank=me)
+                listed = {name: CheckpointStore.write_file(folder, name, buffer.getvalue())}
+            gathered = [listed]
+            if dist is not None:
+                gathered = [None] * dist.get_world_size()
+                dist.all_gather_object(gathered, listed)
+            checkpoint = None
+            if me == 0:
+                buffer = io.BytesIO()
+                torch.save({"format": 1, "job": position, "rng": rng_state(),
+                            "objects": {name: value.state_dict() for name, value in self.objects.items()}}, buffer)
+                others = {k: v for entry in gathered if entry for k, v in entry.items()}
+                checkpoint = self.store.save(self.step, {STATE_FILE: buffer.getvalue()}, meta=position, listed=others)
+            if dist is not None:
+                dist.barrier()  # no rank goes on (or exits) before the checkpoint is complete
+        self.clock.checkpoint_saved()
+        self._save_seconds = self.clock.now() - started
+        self._last_save_at, self._last_save_step = self.clock.now(), self.step
+        self.run.checkpointed(step=self.step)
+        return checkpoint
+
+    # --- the loop -----------------------------------------------------------------------------------------------
+    def loader(self, dataset: Any, *, shuffle: bool = False, drop_last: bool = False, **kwargs: Any) -> "JobLoader":
+        """A ``torch.utils.data.DataLoader`` over a map-style dataset whose order and random draws come from (seed,
+        epoch, sample) and which resumes at the data position (``data``). Takes DataLoader's keywords except
+        ``sampler``, ``batch_sampler`` and ``generator`` (it makes those); ``shuffle`` as DataLoader's. Every rank of a
+        job of several takes its share. One per job: the training data."""
+        from torch.utils.data import DataLoader  # type: ignore[import-not-found]
+
+        from .data import JobSampler, SeededSamples
+
+        taken = [name for name in ("sampler", "batch_sampler", "generator") if name in kwargs]
+        if taken:
+            raise TypeError(f"loader: {', '.join(taken)}: the job's loader makes its own (its position is what resumes "
+                            "mid-epoch); drop them, or use a plain DataLoader and give up exact resume")
+        if self._loader is not None:
+            raise RuntimeError("loader: called twice; the job resumes one training loader (validation loaders are "
+                               "plain DataLoaders)")
+        sampler = JobSampler(dataset, seed=self.seed, shuffle=shuffle, drop_last=drop_last, tagged=True)
+        import torch  # type: ignore[import-not-found]
+
+        generator = torch.Generator()  # the workers' base seed: never drawn from torch's global generator
+        generator.manual_seed(self.seed)
+        loader = DataLoader(SeededSamples(dataset, self.seed), sampler=sampler, drop_last=drop_last,
+                            generator=generator, **kwargs)
+        self._loader = JobLoader(self, loader, sampler, dataset)
+        return self._loader
+
+    def epochs(self, start: int, stop: Optional[int] = None) -> Iterator[int]:
+        """The epochs to train, as ``range(start, stop)`` (or ``range(start)``), from the one a resumed attempt stopped
+        in. After each epoch's body it saves (``save_each_epoch``) and takes a stop that came meanwhile."""
+        if stop is None:
+            start, stop = 0, start
+        first = start + self._epoch_index
+        self._epochs_managed = True
+        try:
+            for epoch in range(first, stop):
+                self.epoch = epoch
+                if self._epoch_index != epoch - start:
+                    self._epoch_index, self._position = epoch - start, 0
+                self._loader_ended_at = None
+                yield epoch
+                if self._loader_ended_at is not None:  # validation, logging, the scheduler: the epoch's own end
+                    self.clock.add("evaluation", self.clock.now() - self._loader_ended_at)
+                self._epoch_index, self._position, self.epoch = epoch - start + 1, 0, epoch + 1
+                save, stopping = self._agree(self.save_each_epoch and epoch + 1 < stop, self.stop.requested)
+                if stopping:
+                    self._stop()
+                if save:
+                    self.save()
+        finally:
+            self._epochs_managed = False
+
+    def _agree(self, save: bool, stopping: bool) -> tuple[bool, bool]:
+        """(save, stop) as every rank sees them: one all-reduce (MAX) of both flags when there are several."""
+        dist = _distributed()
+        if dist is None:
+            return save, stopping
+        import torch  # type: ignore[import-not-found]
+
+        device = (torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl"
+                  else torch.device("cpu"))
+        flags = torch.tensor([int(save), int(stopping)], dtype=torch.int32, device=device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        save, agreed = bool(flags[0].item()), bool(flags[1].item())
+        if agreed and not stopping:
+            self.stop.request("another rank was asked to stop")
+        return save, agreed
+
+    def _after_step(self, samples: int) -> None:
+        """A step ended: the data position moves on; a save falls due; a stop is taken."""
+        self.step += 1
+        self.samples_seen += samples
+        self._position += samples
+        due = self.save_every_seconds is not None and self.clock.now() - self._last_save_at >= self.save_every_seconds
+        save, stopping = self._agree(due, self.stop.requested)
+        if stopping:
+            self._stop()
+        if save:
+            self.save()
+
+    def _stop(self) -> None:
+        """Saves (when it fits in the time left), records the stop and exits 143."""
+        left = self.stop.seconds_left()
+        fits = self._save_seconds is None or left is None or self._save_seconds + SAVE_MARGIN_SECONDS <= left
+        dist = _distributed()
+        if dist is not None:  # every rank saves, or none
+            import torch  # type: ignore[import-not-found]
+
+            device = (torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl"
+                      else torch.device("cpu"))
+            flag = torch.tensor([0 if fits else 1], dtype=torch.int32, device=device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            fits = not flag.item()
+        where = f"step {self.step} (epoch {self.epoch if self.epoch is not None else self._epoch_index}, sample " \
+                f"{self._position} of it)"
+        if self._last_save_step == self.step:
+            note = f"the checkpoint of {where} is written"
+        elif fits:
+            self.save()
+            note = f"checkpoint written at {where}"
+        else:
+            note = (f"no checkpoint: the last save took {self._save_seconds:.0f} s and {max(0.0, left or 0):.0f} s are "
+                    f"left before SIGKILL; the retry resumes from step {self._last_save_step} (save more often: "
+                    "save_every_minutes, or raise the queue's stop_timeout)")
+        self.run.stop(f"stop requested ({self.stop.reason}) at {where}; {note}")
+        if _rank() == 0:
+            print(f"stopped ({self.stop.reason}) at {where}: {note}; exit {STOPPED_EXIT_CODE} (the queue retries it)",
+                  flush=True)
+        self.stop.uninstall()
+        raise SystemExit(STOPPED_EXIT_CODE)
+
+    # --- the run ------------------------------------------------------------------------------------------------
+    def log(self, metrics: Mapping[str, float], step: Optional[int] = None) -> None:
+        """Metrics into the run (the latest of each in its record; every value in MLflow, with ``step``)."""
+        self.run.log_metrics(metrics, step=self.step if step is None else step)
+
+    def log_holdout(self, step: Optional[int] = None, **metrics: float) -> None:
+        """Held-out scores (``accuracy`` a fraction from 0 to 1), logged as ``holdout_<name>``."""
+        self.run.log_holdout(step=self.step if step is None else step, **metrics)
+
+    def finish(self, model: Any = None, *, save_model: bool = True, improves_on: Any = None,
+               tokens: Optional[float] = None) -> dict:
+        """Training is done: the model's digest (what a rehearsal compares) and, with ``save_model``, its
+        ``state_dict`` as ``model.pt`` next to the checkpoints (the run's model); then the run's cost. Exit 0 after."""
+        import torch  # type: ignore[import-not-found]
+
+        digest = state_digest(model) if model is not None else None
+        if model is not None and save_model and _rank() == 0:
+            with self.clock.phase("checkpoint_save"):
+                buffer = io.BytesIO()
+                torch.save(model.state_dict(), buffer)
+                self.store.location.write(MODEL_FILE, buffer.getvalue())
+            self.run.record_model(self.store.location.uri + MODEL_FILE)
+        record = self.run.finish(improves_on=improves_on, tokens=tokens, final_state_sha256=digest)
+        self.stop.uninstall()
+        if _rank() == 0:
+            cost = (f"cost {record['cost_usd']} USD" if record.get("cost_usd") is not None
+                    else f"cost unknown ({record.get('cost_note')})")
+            print(f"run {self.run_id} finished: {len(record['passport']['attempts'])} attempt(s), {cost}", flush=True)
+        return record
+
+
+class JobLoader:
+    """The job's training loader: iterate it as a DataLoader (it is one underneath: ``.loader``). Each epoch starts at
+    the data position; the time blocked on it is data wait; after each step the position moves on and a stop or a
+    due save is taken."""
+
+    def __init__(self, job: TrainingJob, loader: Any, sampler: Any, dataset: Any) -> None:
+        self.job, self.loader, self.sampler, self.dataset = job, loader, sampler, dataset
+        self.batch_size = loader.batch_size
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("job", "loader", "sampler", "dataset"):
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
+    def __iter__(self) -> Iterator[Any]:
+        job, sampler = self.job, self.sampler
+        if not job.objects:
+            raise RuntimeError("job.track(model=..., optimizer=..., ...) before the first batch: without it a resumed "
+                               "attempt would skip the data already trained on and start from untrained weights")
+        if not job._epochs_managed and job._position >= sampler.total_size:  # a loop of its own: the next epoch
+            job._epoch_index, job._position = job._epoch_index + 1, 0
+        sampler.set_position(job._epoch_index, job._position)
+        # The workers' base seed from (seed, epoch): a new iterator draws it from the loader's own generator.
+        self.loader.generator.manual_seed(job.seed + job._epoch_index)
+        ranks = sampler.num_replicas
+        left = sampler.remaining()
+        batch_size = self.batch_size or 1
+        for batch in job.clock.batches(self.loader):
+            with job.clock.step():
+                yield batch
+            taken = min(batch_size, left)
+            left -= taken
+            job._after_step(taken * ranks)
+        if not job._epochs_managed:
+            job._position = sampler.total_size
+        job._loader_ended_at = job.clock.now()

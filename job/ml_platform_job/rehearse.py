@@ -1,0 +1,369 @@
+"""The rehearsal: runs a job command as a training queue would, sends it SIGTERM mid-run as a Spot reclaim does,
+retries it as the queue's retry strategy would, and says whether it survived, before the first real reclaim does
+(standard library).
+
+    python -m ml_platform_job rehearse [--exact] [--datasets DIR] [--json] -- python train.py --epochs 3
+    ./platform job rehearse ...                      (the same, from the platform's checkout; --s3: emulated S3)
+
+1. Attempt 1 runs with the contract's variables (``ML_PLATFORM_CHECKPOINT_URI`` a fresh directory, or ``--checkpoints``
+   an ``s3://`` prefix; the stop file, PID file, job name, ``AWS_BATCH_JOB_ATTEMPT=1``, the stop timeout). Once its
+   first complete checkpoint exists (``checkpoints.CheckpointStore``) and a little more (a quarter of the time that
+   took, 0.5 to 30 s: the signal lands mid-step, as a reclaim's does), it gets SIGTERM; if no checkpoint comes within
+   ``--signal-after`` seconds, it gets SIGTERM then. ECS sends SIGKILL ``--stop-timeout`` seconds later (30 s by
+   default, ECS's; a TrainingQueue's is 110 s): so does the rehearsal.
+2. The queue retries exit 143 only (``training.queue_jobs.retry_strategies``): attempt 2 runs with the same
+   variables and ``AWS_BATCH_JOB_ATTEMPT=2``, to the end.
+3. With ``--exact``, the command runs once more, uninterrupted, under a checkpoint prefix of its own (a run of its
+   own), and the two runs' final weights are compared (the digest ``TrainingJob.finish`` records).
+
+One line per check, then ``rehearsal: PASS`` (exit 0) or ``rehearsal: FAIL: <reason> (read ...)`` (exit 1); 2 for a
+command line it cannot run. Each attempt's output is kept in the work directory (``--workdir``; a temporary one by
+default, named in the output).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from .checkpoints import CheckpointStore
+from .storage import Location
+from .tracking import RECORD_NAME
+
+STOPPED_EXIT_CODE = 143
+DOCS = "docs/BRING_YOUR_SCRIPT.md"
+DEFAULT_STOP_TIMEOUT = 30.0  # ECS's ECS_CONTAINER_STOP_TIMEOUT default
+DEFAULT_SIGNAL_AFTER = 300.0
+DEFAULT_ATTEMPT_TIMEOUT = 3600.0
+POLL_SECONDS = 0.2
+SIGNAL_DELAY_BOUNDS = (0.5, 30.0)
+
+
+@dataclass
+class Check:
+    """One thing the rehearsal checked: ``passed`` True, False, or None (not checked, and why in ``detail``)."""
+    name: str
+    passed: Optional[bool]
+    detail: str
+    fix: str = ""
+
+    @property
+    def label(self) -> str:
+        return {True: "PASS", False: "FAIL", None: "----"}[self.passed]
+
+
+@dataclass
+class Rehearsal:
+    command: list[str]
+    workdir: str
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.checks) and all(check.passed is not False for check in self.checks)
+
+    @property
+    def verdict(self) -> str:
+        """The last line: PASS, or FAIL with the first failed check and the page to read."""
+        if self.passed:
+            return "rehearsal: PASS"
+        failed = next(check for check in self.checks if check.passed is False)
+        return f"rehearsal: FAIL: {failed.name} (read {DOCS})"
+
+    def to_dict(self) -> dict:
+        return {"command": self.command, "workdir": self.workdir, "passed": self.passed, "verdict": self.verdict,
+                "checks": [asdict(check) for check in self.checks]}
+
+
+@dataclass
+class Attempt:
+    number: int
+    exit_code: Optional[int]
+    seconds: float
+    log: Path
+    signalled_after: Optional[float] = None  # seconds from start to SIGTERM
+    exited_after_signal: Optional[float] = None
+    killed: bool = False
+    first_checkpoint_after: Optional[float] = None
+    timed_out: bool = False
+
+    def tail(self, lines: int = 3) -> str:
+        try:
+            text = self.log.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return " | ".join(line.strip()[:120] for line in text[-lines:])
+
+
+class Runner:
+    """Runs attempts of a command in its own process group, its output to a log file."""
+
+    def __init__(self, command: Sequence[str], env: Mapping[str, str], workdir: Path,
+                 progress: Callable[[str], None]) -> None:
+        self.command, self.env, self.workdir, self.progress = list(command), dict(env), workdir, progress
+        self.process: Optional[subprocess.Popen] = None
+
+    def run(self, number: int, env: Mapping[str, str], *, checkpoint_uri: str, stop_after_checkpoint: bool,
+            signal_after: float, stop_timeout: float, attempt_timeout: float,
+            signal_delay: Optional[float] = None) -> Attempt:
+        log = self.workdir / f"attempt-{number}.log"
+        store = CheckpointStore(Location(checkpoint_uri))
+        started = time.monotonic()
+        with open(log, "wb") as out:
+            try:
+                self.process = subprocess.Popen(self.command, env={**self.env, **env}, stdout=out,
+                                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                start_new_session=True)
+            except OSError as error:
+                out.write(f"cannot start {self.command[0]}: {error.strerror}\n".encode())
+                return Attempt(number, None, 0.0, log)
+            attempt = Attempt(number, None, 0.0, log)
+            signal_at: Optional[float] = None
+            next_beat = started + 30
+            while True:
+                code = self.process.poll()
+                now = time.monotonic()
+                if code is not None:
+                    break
+                if stop_after_checkpoint and attempt.signalled_after is None:
+                    if attempt.first_checkpoint_after is None and store.latest() is not None:
+                        attempt.first_checkpoint_after = now - started
+                        delay = signal_delay if signal_delay is not None else min(
+                            max(attempt.first_checkpoint_after / 4, SIGNAL_DELAY_BOUNDS[0]), SIGNAL_DELAY_BOUNDS[1])
+                        signal_at = now + delay
+                        self.progress(f"    first complete checkpoint after {attempt.first_checkpoint_after:.1f} s; "
+                                      f"SIGTERM in {delay:.1f} s")
+                    if (signal_at is not None and now >= signal_at) or now - started >= signal_after:
+                        self.process.send_signal(signal.SIGTERM)  # ECS signals the container's first process only
+                        attempt.signalled_after = now - started
+                        self.progress(f"    SIGTERM sent after {attempt.signalled_after:.1f} s (a simulated Spot "
+                                      f"reclaim); SIGKILL after {stop_timeout:g} s more")
+                if attempt.signalled_after is not None and now - started - attempt.signalled_after >= stop_timeout:
+                    self._kill()
+                    attempt.killed = True
+                    break
+                if now - started >= attempt_timeout:
+                    self._kill()
+                    attempt.timed_out = True
+                    break
+                if now >= next_beat:
+                    self.progress(f"    attempt {number} running ({now - started:.0f} s)")
+                    next_beat = now + 30
+                time.sleep(POLL_SECONDS)
+            code = self.process.wait()
+            self._kill()  # anything the job left in its group (data-loader workers)
+            ended = time.monotonic()
+        attempt.exit_code = code
+        attempt.seconds = ended - started
+        if attempt.signalled_after is not None:
+            attempt.exited_after_signal = attempt.seconds - attempt.signalled_after
+        self.process = None
+        return attempt
+
+    def _kill(self) -> None:
+        if self.process is None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def stop(self) -> None:
+        """Ends what runs now (Ctrl-C of the rehearsal)."""
+        self._kill()
+
+
+def _record(uri: str) -> Optional[dict]:
+    try:
+        text = Location(uri).read(RECORD_NAME)
+        return json.loads(text) if text else None
+    except (ValueError, OSError):
+        return None
+
+
+def _exit_meaning(code: Optional[int]) -> str:
+    if code is None:
+        return "it did not start"
+    if code < 0:
+        try:
+            return f"it died of {signal.Signals(-code).name} (no handler: it wrote nothing and exited no code of its own)"
+        except ValueError:
+            return f"it died of signal {-code}"
+    if code == 0:
+        return "exit 0: AWS Batch records it as SUCCEEDED and never runs it again, unfinished"
+    if code == STOPPED_EXIT_CODE:
+        return "exit 143"
+    return f"exit {code}: the queue retries exit 143 only, so the job would end FAILED here"
+
+
+def rehearse(command: Sequence[str], *, workdir: Optional[str] = None, checkpoints: Optional[str] = None,
+             datasets: Optional[str] = None, stop_timeout: float = DEFAULT_STOP_TIMEOUT,
+             signal_after: float = DEFAULT_SIGNAL_AFTER, attempt_timeout: float = DEFAULT_ATTEMPT_TIMEOUT,
+             signal_delay: Optional[float] = None, exact: bool = False, env: Optional[Mapping[str, str]] = None,
+             progress: Callable[[str], None] = lambda line: None, runners: Optional[list] = None) -> Rehearsal:
+    """Runs the rehearsal (see the module docstring) and returns its checks. ``runners``: where the runner in use is
+    put, so that a caller can stop it on Ctrl-C."""
+    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="ml-platform-rehearsal-"))
+    work.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    interrupted_uri = checkpoints or str(work / "interrupted")
+    base = dict(os.environ if env is None else env)
+    contract = {"ML_PLATFORM_STOP_FILE": str(work / "stop-requested"), "ML_PLATFORM_JOB_PID_FILE": str(work / "job.pid"),
+                "ML_PLATFORM_STOP_TIMEOUT_SECONDS": f"{stop_timeout:g}", "ML_PLATFORM_REHEARSAL": "1",
+                "PYTHONUNBUFFERED": "1"}
+    if datasets:
+        contract["ML_PLATFORM_DATASETS_URI"] = datasets
+    result = Rehearsal(list(command), str(work))
+    runner = Runner(command, {**base, **contract}, work, progress)
+    if runners is not None:
+        runners.append(runner)
+    checks = result.checks
+    job_env = {"ML_PLATFORM_CHECKPOINT_URI": interrupted_uri, "ML_PLATFORM_JOB_NAME": f"rehearsal-{stamp}"}
+
+    progress(f"==> attempt 1: {' '.join(command)} (output: {work / 'attempt-1.log'})")
+    first = runner.run(1, {**job_env, "AWS_BATCH_JOB_ATTEMPT": "1"}, checkpoint_uri=interrupted_uri,
+                       stop_after_checkpoint=True, signal_after=signal_after, stop_timeout=stop_timeout,
+                       attempt_timeout=attempt_timeout, signal_delay=signal_delay)
+    store = CheckpointStore(Location(interrupted_uri))
+    if first.signalled_after is None:
+        if first.exit_code is None:
+            checks.append(Check("attempt 1 started", False, f"cannot run {command[0]}: {first.tail(1)}",
+                                "check the command after --"))
+        elif first.exit_code == 0:
+            checks.append(Check("attempt 1 ran until the stop", False, "it finished before it could be stopped "
+                                f"({first.seconds:.1f} s, no complete checkpoint until then)" if store.latest() is None
+                                else f"it finished {first.seconds:.1f} s in, before the signal",
+                                "give it more work (epochs or steps), so that it runs past its first checkpoint"))
+        else:
+            checks.append(Check("attempt 1 ran until the stop", False, f"it failed before the stop, {_exit_meaning(first.exit_code)}: "
+                                f"{first.tail()}", f"its output: {first.log}"))
+        return result
+
+    limit = f"within the stop timeout ({stop_timeout:g} s)"
+    early = _record(interrupted_uri)
+    if early is not None and early.get("status") == "FINISHED":
+        checks.append(Check("attempt 1 ran until the stop", False, f"it finished training before the signal landed "
+                            f"({first.signalled_after:.1f} s in; the first complete checkpoint came after "
+                            f"{first.first_checkpoint_after or 0:.1f} s)",
+                            "give it more work (epochs or steps), so that it runs well past its first checkpoint"))
+        return result
+    if first.killed:
+        checks.append(Check(f"exited 143 {limit}", False, f"still running {stop_timeout:g} s after SIGTERM: killed",
+                            f"save faster or more often, or raise the queue's stop_timeout ({DOCS}#stopping-in-time)"))
+    elif first.exit_code == STOPPED_EXIT_CODE:
+        checks.append(Check(f"exited 143 {limit}", True, f"{first.exited_after_signal:.1f} s after SIGTERM"))
+    else:
+        checks.append(Check(f"exited 143 {limit}", False, _exit_meaning(first.exit_code),
+                            f"stop with a checkpoint and exit 143 on SIGTERM: TrainingJob.start installs it ({DOCS})"))
+
+    latest = store.latest()
+    if latest is None:
+        checks.append(Check("a complete checkpoint written", False,
+                            f"none under {interrupted_uri} (a folder checkpoints/step-N/ with its COMPLETE.json)",
+                            f"save through the job side's checkpoints ({DOCS}#checkpoints)"))
+    else:
+        checks.append(Check("a complete checkpoint written", True, f"step {latest.step}"))
+
+    record = _record(interrupted_uri)
+    if first.exit_code == STOPPED_EXIT_CODE:
+        progress(f"==> attempt 2 (the queue's retry): output {work / 'attempt-2.log'}")
+        second = runner.run(2, {**job_env, "AWS_BATCH_JOB_ATTEMPT": "2"}, checkpoint_uri=interrupted_uri,
+                            stop_after_checkpoint=False, signal_after=signal_after, stop_timeout=stop_timeout,
+                            attempt_timeout=attempt_timeout)
+        record = _record(interrupted_uri)
+        attempts = (record or {}).get("passport", {}).get("attempts", [])
+        restored = attempts[1].get("restored_from") if len(attempts) > 1 else None
+        if restored:
+            checks.append(Check("the retry resumed (did not start over)", True, f"from step {restored.get('step')}"))
+        else:
+            checks.append(Check("the retry resumed (did not start over)", False,
+                                "attempt 2 recorded no restore: it started from the beginning",
+                                f"restore the newest checkpoint (job.track, or the framework callback) ({DOCS})"))
+        if second.exit_code == 0:
+            checks.append(Check("finished with exit 0", True, f"attempt 2 took {second.seconds:.1f} s"))
+        elif second.timed_out:
+            checks.append(Check("finished with exit 0", False, f"attempt 2 still ran after {attempt_timeout:g} s",
+                                "raise --attempt-timeout, or give the rehearsal a shorter job"))
+        else:
+            checks.append(Check("finished with exit 0", False, f"attempt 2: {_exit_meaning(second.exit_code)}: "
+                                f"{second.tail()}", f"its output: {second.log}"))
+    else:
+        checks.append(Check("the retry resumed (did not start over)", None, "no retry: the queue would not retry it"))
+
+    if record is None:
+        checks.append(Check("one run recorded", False, f"no run record ({RECORD_NAME}) under {interrupted_uri}",
+                            f"start the run with TrainingJob.start or TrackedRun.start ({DOCS})"))
+    else:
+        attempts = record.get("passport", {}).get("attempts", [])
+        outcomes = [a.get("outcome") for a in attempts]
+        if record.get("status") == "FINISHED" and outcomes == ["stopped", "finished"]:
+            checks.append(Check("one run recorded", True, f"run {record['run_id']}: 2 attempts, stopped then finished"))
+        else:
+            checks.append(Check("one run recorded", False, f"run {record.get('run_id')}: status {record.get('status')}, "
+                                f"attempts {', '.join(map(str, outcomes)) or 'none'} (expected: stopped, finished)",
+                                "record the stop and the finish (job.finish; the callbacks do both)"))
+
+    if not exact:
+        checks.append(Check("the final state equals an uninterrupted run's", None, "not checked (--exact runs the job a "
+                            "third time, uninterrupted, to compare)"))
+    elif record is None or record.get("status") != "FINISHED" or first.exit_code != STOPPED_EXIT_CODE:
+        checks.append(Check("the final state equals an uninterrupted run's", None, "not checked: the interrupted run "
+                            "did not finish"))
+    else:
+        clean_uri = str(work / "uninterrupted")
+        progress(f"==> once more, uninterrupted (--exact): output {work / 'attempt-3.log'}")
+        clean = runner.run(3, {"ML_PLATFORM_CHECKPOINT_URI": clean_uri, "ML_PLATFORM_JOB_NAME": f"rehearsal-{stamp}-clean",
+                               "AWS_BATCH_JOB_ATTEMPT": "1"}, checkpoint_uri=clean_uri, stop_after_checkpoint=False,
+                           signal_after=signal_after, stop_timeout=stop_timeout, attempt_timeout=attempt_timeout)
+        checks.append(_exactness(record, _record(clean_uri), clean))
+    return result
+
+
+def _exactness(interrupted: Mapping[str, Any], clean: Optional[Mapping[str, Any]], run: Attempt) -> Check:
+    name = "the final state equals an uninterrupted run's"
+    if run.exit_code != 0 or clean is None:
+        return Check(name, False, f"the uninterrupted run did not finish: {_exit_meaning(run.exit_code)}: {run.tail()}",
+                     f"its output: {run.log}")
+    a, b = interrupted.get("final_state_sha256"), clean.get("final_state_sha256")
+    if not a or not b:
+        return Check(name, None, "not checked: the run records no final weights (job.finish(model=model))")
+    if a == b:
+        return Check(name, True, f"the same weights, sha256 {a[:16]}...")
+    deterministic = (interrupted.get("passport", {}).get("seeds") or {}).get("deterministic")
+    if not deterministic:
+        return Check(name, None, f"not checked: the weights differ ({a[:12]}... vs {b[:12]}...) and the job runs "
+                     "without deterministic algorithms (TrainingJob.start(deterministic=True)): non-deterministic")
+    return Check(name, False, f"the weights differ ({a[:12]}... vs {b[:12]}...), with deterministic algorithms on",
+                 f"something the checkpoint lacks changes the run: see {DOCS}#what-exactness-needs")
+
+
+def format_lines(result: Rehearsal, width: int = 100) -> list[str]:
+    """One line per check (its detail and fix wrapped to ``width``), then the verdict."""
+    lines = []
+    for check in result.checks:
+        lines += _wrap(f"  {check.label}  {check.name}: {check.detail}", width, " " * 10)
+        if check.passed is False and check.fix:
+            lines += _wrap(f"{' ' * 10}fix: {check.fix}", width, " " * 15)
+    lines.append(result.verdict)
+    return lines
+
+
+def _wrap(text: str, width: int, indent: str) -> list[str]:
+    """``text`` in lines of at most ``width`` columns, its own leading spaces kept, ``indent`` before the later ones."""
+    lines, line = [], " " * (len(text) - len(text.lstrip(" ")))
+    for word in text.lstrip(" ").split(" "):
+        if line.strip() and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = indent + word
+        else:
+            line = f"{line} {word}" if line.strip() else line + word
+    lines.append(line)
+    return [entry[:width] for entry in lines]

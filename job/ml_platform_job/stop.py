@@ -1,0 +1,189 @@
+"""When a job must stop: SIGTERM or the stop file, the time left before SIGKILL, the PID file, and every rank agreeing
+on the step to stop at (standard library; torch.distributed when a process group is up).
+
+- SIGTERM: on AWS Batch, ECS sends it to the container and SIGKILL after the agent's ``ECS_CONTAINER_STOP_TIMEOUT``
+  (30 s by default; a TrainingQueue sets it, 110 s by default, and tells the job in ``ML_PLATFORM_STOP_TIMEOUT_SECONDS``:
+  https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs-agent-config.html). The platform's interruption
+  watcher also sends it on a Spot notice (2 minutes before the instance goes).
+- The stop file (``ML_PLATFORM_STOP_FILE``): the watcher writes it (JSON with the reason and, for a Spot notice, the
+  deadline in epoch seconds) before it signals; a job that cannot take signals (a child process) sees it instead.
+- The PID file (``ML_PLATFORM_JOB_PID_FILE``): on a fleet the watcher signals that process, and reports the fleet busy
+  while it lives.
+
+As Lightning's signal connector does, the handler only sets a flag the training loop reads between steps; it chains a
+handler installed before it, is installed from the main thread only, and is put back by ``uninstall``. A rank that
+stopped alone would leave the others waiting in their next collective forever: ``agreed`` makes the flag every rank's
+(an all-reduce of the flag, MAX), so all of them save the same step and exit together.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable, Mapping, Optional
+
+DEFAULT_STOP_FILE = "/run/ml-platform/stop-requested"
+DEFAULT_PID_FILE = "/run/ml-platform/job.pid"
+# ECS's default: https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs-agent-config.html
+DEFAULT_STOP_TIMEOUT_SECONDS = 30.0
+STOP_FILE_CHECK_SECONDS = 1.0  # the stop file is looked at no more often than this (a stat call per step otherwise)
+
+
+class StopRequest:
+    """Whether the job was asked to stop, and how long it has left. One per process; ``install`` it first thing."""
+
+    def __init__(self, env: Optional[Mapping[str, str]] = None, *, now: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
+        env = os.environ if env is None else env
+        self.stop_file = env.get("ML_PLATFORM_STOP_FILE") or DEFAULT_STOP_FILE
+        self.pid_file = env.get("ML_PLATFORM_JOB_PID_FILE") or DEFAULT_PID_FILE
+        self.stop_timeout = _seconds(env.get("ML_PLATFORM_STOP_TIMEOUT_SECONDS"), DEFAULT_STOP_TIMEOUT_SECONDS)
+        self._now, self._wall = now, wall
+        self.signalled_at: Optional[float] = None
+        self.reason: Optional[str] = None
+        self._file_checked_at = float("-inf")
+        self._file_seen = False
+        self._previous: Any = None
+        self._installed = False
+
+    # --- setting up ---------------------------------------------------------------------------------------------
+    def install(self) -> "StopRequest":
+        """Writes the PID file and installs the SIGTERM handler (from the main thread; elsewhere only the stop file is
+        seen, and a warning says so). Idempotent."""
+        if self._installed:
+            return self
+        try:
+            os.makedirs(os.path.dirname(self.pid_file) or ".", exist_ok=True)
+            with open(self.pid_file, "w") as handle:
+                handle.write(str(os.getpid()))
+        except OSError as error:  # a read-only /run outside the platform: the watcher then cannot signal this job
+            print(f"ml_platform_job: cannot write the PID file {self.pid_file} ({error.strerror}); set "
+                  "ML_PLATFORM_JOB_PID_FILE to a writable path", file=sys.stderr)
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        else:
+            print("ml_platform_job: not on the main thread: SIGTERM cannot be handled here, only the stop file is seen",
+                  file=sys.stderr)
+        self._installed = True
+        return self
+
+    def uninstall(self) -> None:
+        """Puts back the SIGTERM handler there was before ``install``."""
+        if self._installed and threading.current_thread() is threading.main_thread() and self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+        self._installed = False
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self.request("SIGTERM")
+        previous = self._previous
+        if callable(previous) and previous not in (signal.SIG_DFL, signal.SIG_IGN, signal.default_int_handler):
+            previous(signum, frame)  # a handler installed before ours (a framework's) sees it too
+
+    # --- asking ---------------------------------------------------------------------------------------------------
+    def request(self, reason: str) -> None:
+        """Asks the job to stop (the signal handler's, the stop file's, or a caller's own reason)."""
+        if self.signalled_at is None:
+            self.signalled_at = self._now()
+            self.reason = reason
+
+    @property
+    def requested(self) -> bool:
+        """True once SIGTERM came or the stop file exists (looked at once a second at most)."""
+        if self.signalled_at is not None:
+            return True
+        now = self._now()
+        if now - self._file_checked_at >= STOP_FILE_CHECK_SECONDS:
+            self._file_checked_at = now
+            if os.path.exists(self.stop_file):
+                self.request(f"the stop file {self.stop_file}{self._stop_file_reason()}")
+        return self.signalled_at is not None
+
+    def _stop_file_reason(self) -> str:
+        try:
+            with open(self.stop_file) as handle:
+                notice = json.load(handle)
+        except (OSError, ValueError):
+            return ""
+        return f" ({notice['reason']})" if isinstance(notice, dict) and notice.get("reason") else ""
+
+    def seconds_left(self) -> Optional[float]:
+        """Seconds until SIGKILL since the stop was asked for (None before): the stop timeout, or a Spot notice's
+        deadline in the stop file when that comes first."""
+        if self.signalled_at is None:
+            return None
+        left = self.stop_timeout - (self._now() - self.signalled_at)
+        deadline = self._stop_file_deadline()
+        if deadline is not None:
+            left = min(left, deadline - self._wall())
+        return left
+
+    def _stop_file_deadline(self) -> Optional[float]:
+        try:
+            with open(self.stop_file) as handle:
+                notice = json.load(handle)
+        except (OSError, ValueError):
+            return None
+        deadline = notice.get("deadline") if isinstance(notice, dict) else None
+        return float(deadline) if isinstance(deadline, (int, float)) else None
+
+    def agreed(self) -> bool:
+        """``requested`` on any rank, as every rank sees it: an all-reduce (MAX) of the flag when a torch.distributed
+        process group of more than one rank is up; the local flag otherwise. Every rank must call it at the same
+        step (it is a collective)."""
+        local = self.requested
+        dist = _distributed()
+        if dist is None:
+            return local
+        import torch  # type: ignore[import-not-found]
+
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+        flag = torch.tensor([1 if local else 0], dtype=torch.int32, device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item() and not local:
+            self.request("another rank was asked to stop")
+        return bool(flag.item())
+
+
+def _distributed() -> Any:
+    """torch.distributed when a process group of more than one rank is up, else None (torch not even imported when
+    the job has not imported it)."""
+    if "torch" not in sys.modules:
+        return None
+    import torch.distributed as dist  # type: ignore[import-not-found]
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist
+    return None
+
+
+def rank() -> int:
+    """This process's global rank: torch.distributed's when up, else ``RANK`` (torchrun), else 0."""
+    dist = _distributed()
+    if dist is not None:
+        return dist.get_rank()
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
+def world_size() -> int:
+    dist = _distributed()
+    if dist is not None:
+        return dist.get_world_size()
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def _seconds(value: Optional[str], default: float) -> float:
+    try:
+        seconds = float(value) if value else default
+    except ValueError:
+        return default
+    return seconds if seconds > 0 else default
