@@ -48,6 +48,8 @@ def parser() -> argparse.ArgumentParser:
                      help="SIGTERM to SIGKILL, as the queue's (default 30: ECS's; a TrainingQueue's is 110)")
     run.add_argument("--signal-after", type=_positive, default=rehearsal.DEFAULT_SIGNAL_AFTER, metavar="S",
                      help="SIGTERM after this long when no complete checkpoint came (default 300)")
+    run.add_argument("--signal-delay", type=_positive, default=rehearsal.DEFAULT_SIGNAL_DELAY, metavar="S",
+                     help="SIGTERM this long after the first complete checkpoint (default 0.5)")
     run.add_argument("--attempt-timeout", type=_positive, default=rehearsal.DEFAULT_ATTEMPT_TIMEOUT, metavar="S",
                      help="an attempt running longer is ended and fails the rehearsal (default 3600)")
     run.add_argument("--json", action="store_true", help="the checks as JSON on stdout (progress goes to stderr)")
@@ -80,6 +82,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         result = rehearsal.rehearse(command, workdir=args.workdir, checkpoints=args.checkpoints,
                                     datasets=args.datasets, stop_timeout=args.stop_timeout,
                                     signal_after=args.signal_after, attempt_timeout=args.attempt_timeout,
+                                    signal_delay=args.signal_delay,
                                     exact=args.exact, progress=lambda line: print(line, file=out, flush=True),
                                     runners=runners)
         if args.json:

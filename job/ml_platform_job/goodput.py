@@ -212,6 +212,17 @@ class PhaseClock:
             raise ValueError(f"phase {name!r}: one of restore, checkpoint_save, evaluation (steps: step())")
         self._seconds[name] += max(0.0, seconds)
 
+    def add_step(self, seconds: float, data_wait: float = 0.0) -> None:
+        """Counts a step (or its data wait) a framework's hooks timed: ``seconds`` of step time, ``data_wait`` of it
+        blocked on the input pipeline (Hugging Face's Trainer fetches a batch between two of its step hooks)."""
+        self._mark_first_step()
+        seconds, data_wait = max(0.0, seconds), max(0.0, min(data_wait, seconds))
+        self._seconds["step"] += seconds
+        self._seconds["data_wait"] += data_wait
+        self._seconds["since_checkpoint"] += seconds
+        if self._queue is not None and self._now() - self._window_started >= METRIC_WINDOW_SECONDS:
+            self.emit(self._queue, self._stream)
+
     def now(self) -> float:
         """The clock's own time (monotonic seconds)."""
         return self._now()

@@ -200,14 +200,13 @@ class TrainingJob:
         with self.clock.phase("restore"):
             for checkpoint in reversed(self.store.complete()):
                 try:
-                    # The job's own checkpoint, under its own prefix (which only its queue's job role writes): it
-                    # holds generator states (NumPy's arrays, Python's tuples) beside the tensors.
+                    # Tensors and plain values only (weights_only): a checkpoint never runs code when it is read.
                     payload = torch.load(io.BytesIO(self.store.read(checkpoint, STATE_FILE)), map_location="cpu",
-                                         weights_only=False)
+                                         weights_only=True)
                     own = None
                     if _rank() != 0 and RANK_FILE.format(rank=_rank()) in checkpoint.files:
                         own = torch.load(io.BytesIO(self.store.read(checkpoint, RANK_FILE.format(rank=_rank()))),
-                                         map_location="cpu", weights_only=False)
+                                         map_location="cpu", weights_only=True)
                 except CorruptCheckpoint as error:
                     print(f"ml_platform_job: {error}; trying the checkpoint before it", file=sys.stderr, flush=True)
                     continue

@@ -7,8 +7,8 @@ retries it as the queue's retry strategy would, and says whether it survived, be
 
 1. Attempt 1 runs with the contract's variables (``ML_PLATFORM_CHECKPOINT_URI`` a fresh directory, or ``--checkpoints``
    an ``s3://`` prefix; the stop file, PID file, job name, ``AWS_BATCH_JOB_ATTEMPT=1``, the stop timeout). Once its
-   first complete checkpoint exists (``checkpoints.CheckpointStore``) and a little more (a quarter of the time that
-   took, 0.5 to 30 s: the signal lands mid-step, as a reclaim's does), it gets SIGTERM; if no checkpoint comes within
+   first complete checkpoint exists (``checkpoints.CheckpointStore``) and a little more (``--signal-delay``, 0.5 s by
+   default: the job is stepping again, and the signal lands mid-step, as a reclaim's does), it gets SIGTERM; if no checkpoint comes within
    ``--signal-after`` seconds, it gets SIGTERM then. ECS sends SIGKILL ``--stop-timeout`` seconds later (30 s by
    default, ECS's; a TrainingQueue's is 110 s): so does the rehearsal.
 2. The queue retries exit 143 only (``training.queue_jobs.retry_strategies``): attempt 2 runs with the same
@@ -44,7 +44,7 @@ DEFAULT_STOP_TIMEOUT = 30.0  # ECS's ECS_CONTAINER_STOP_TIMEOUT default
 DEFAULT_SIGNAL_AFTER = 300.0
 DEFAULT_ATTEMPT_TIMEOUT = 3600.0
 POLL_SECONDS = 0.2
-SIGNAL_DELAY_BOUNDS = (0.5, 30.0)
+DEFAULT_SIGNAL_DELAY = 0.5  # after the first complete checkpoint: the job is stepping again by then
 
 
 @dataclass
@@ -136,8 +136,7 @@ class Runner:
                 if stop_after_checkpoint and attempt.signalled_after is None:
                     if attempt.first_checkpoint_after is None and store.latest() is not None:
                         attempt.first_checkpoint_after = now - started
-                        delay = signal_delay if signal_delay is not None else min(
-                            max(attempt.first_checkpoint_after / 4, SIGNAL_DELAY_BOUNDS[0]), SIGNAL_DELAY_BOUNDS[1])
+                        delay = DEFAULT_SIGNAL_DELAY if signal_delay is None else signal_delay
                         signal_at = now + delay
                         self.progress(f"    first complete checkpoint after {attempt.first_checkpoint_after:.1f} s; "
                                       f"SIGTERM in {delay:.1f} s")

@@ -1,5 +1,6 @@
 """Every random generator a training process draws from, saved and put back, and a digest of a model's state
-(torch and NumPy where installed; nothing here imports them before the job has).
+(torch and NumPy where installed; nothing here imports them before the job has). The states are tensors and plain
+Python values, so ``torch.load(weights_only=True)`` reads them back.
 
 Lightning (``fabric/utilities/seed.py``) and Hugging Face (``rng_state.pth``) keep the same four: Python's ``random``,
 NumPy's global generator, torch's CPU generator and each CUDA device's. ``set_rng_state`` tolerates a missing key (a
@@ -20,8 +21,9 @@ def rng_state() -> dict[str, Any]:
     """The state of every generator this process has loaded."""
     state: dict[str, Any] = {"python": random.getstate()}
     numpy = sys.modules.get("numpy")
-    if numpy is not None:
-        state["numpy"] = numpy.random.get_state()
+    if numpy is not None:  # plain values, so that torch.load(weights_only=True) takes it (Lightning's default)
+        kind, keys, position, has_gauss, cached = numpy.random.get_state()
+        state["numpy"] = (str(kind), [int(k) for k in keys], int(position), int(has_gauss), float(cached))
     torch = sys.modules.get("torch")
     if torch is not None:
         state["torch"] = torch.get_rng_state()
@@ -40,7 +42,8 @@ def set_rng_state(state: Mapping[str, Any]) -> list[str]:
     if "numpy" in state:
         if numpy is None:
             import numpy  # type: ignore[import-not-found, no-redef]
-        numpy.random.set_state(state["numpy"])
+        kind, keys, position, has_gauss, cached = state["numpy"]
+        numpy.random.set_state((kind, numpy.asarray(keys, dtype=numpy.uint32), position, has_gauss, cached))
     torch = sys.modules.get("torch")
     if "torch" in state and torch is not None:
         torch.set_rng_state(state["torch"])

@@ -1,0 +1,255 @@
+"""PyTorch Lightning on the platform: a ``Callback`` that saves and exits 143 on SIGTERM or the stop file, resumes from
+the newest complete checkpoint mid-epoch, records the run and times its phases (lightning).
+
+    from ml_platform_job.lightning import PlatformCallback
+
+    platform = PlatformCallback(hparams)                     # the run (its parameters), the stop signal
+    ...  def train_dataloader(self): return platform.loader(dataset, batch_size=32, shuffle=True, num_workers=4)
+    trainer = L.Trainer(..., callbacks=[platform])
+    trainer.fit(model, datamodule=data, ckpt_path=platform.ckpt_path)   # the newest complete checkpoint, or None
+    platform.finish(trainer)                                 # the model, its digest, the run's cost; exit 0 after
+
+How (Lightning's own checkpoint and hooks: https://lightning.ai/docs/pytorch/stable/extensions/callbacks.html):
+
+- The checkpoint is Lightning's (``trainer.save_checkpoint``: model, optimizers, schedulers, precision plugin, loops,
+  callbacks), saved at the end of each epoch, every ``save_every_minutes`` inside one, and on a stop, as
+  ``state.ckpt`` of a complete-or-absent checkpoint (``checkpoints.CheckpointStore``) under
+  ``ML_PLATFORM_CHECKPOINT_URI``; ``ckpt_path`` brings the newest one back for ``trainer.fit``. The callback's own
+  state in it holds what Lightning does not save: every random generator and the data position.
+- The data position: Lightning resumes its loops mid-epoch but re-reads a plain loader from its start ("resuming from a
+  checkpoint that ended before the epoch ended ... your dataloader is not resumable"). ``loader`` makes one whose
+  sampler (a ``DistributedSampler``, which Lightning leaves in place) starts a resumed epoch at the sample it stopped
+  at, with (seed, epoch, sample) randomness (``data``).
+- A stop (agreed by every rank after each training batch) saves and raises ``SystemExit(143)``, which Lightning
+  passes on after its teardown. Lightning's own SIGTERM handling raises ``SIGTERMException``, whose exit code is 0
+  (a stopped job would look SUCCEEDED to AWS Batch and never be retried): ``on_exception`` sets it to 143.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from lightning.pytorch.callbacks import Callback  # type: ignore[import-not-found]
+
+from . import STOPPED_EXIT_CODE
+from .checkpoints import CheckpointStore, CorruptCheckpoint
+from .job import DEFAULT_SAVE_EVERY_MINUTES, MODEL_FILE, SAVE_MARGIN_SECONDS, TrainingJob
+from .stop import rank as _rank
+from .torch_state import rng_state, set_rng_state, state_digest
+
+STATE_FILE = "state.ckpt"
+
+
+class PlatformCallback(Callback):
+    """The platform's side of a Lightning run (see the module docstring)."""
+
+    def __init__(self, params: Any = None, *, flags: Iterable[str] = (), seed: Optional[int] = None,
+                 save_every_minutes: Optional[float] = DEFAULT_SAVE_EVERY_MINUTES, save_each_epoch: bool = True,
+                 job: Optional[TrainingJob] = None, **start: Any) -> None:
+        """``params``: the run's hyperparameters (a mapping, argparse's Namespace or a dataclass); ``flags``: the
+        names among them that do not make the run. ``start``: ``TrainingJob.start``'s other keywords."""
+        self.job = job or TrainingJob.start(params=params, flags=flags, seed=seed, save_every_minutes=None, **start)
+        self.store: CheckpointStore = self.job.store
+        self.clock = self.job.clock
+        self.save_every_seconds = None if not save_every_minutes else save_every_minutes * 60
+        self.save_each_epoch = save_each_epoch
+        self.sampler: Any = None
+        self._resume: Optional[dict] = None  # the callback's state from the checkpoint being resumed
+        self._ckpt_path: Optional[str] = None
+        self._resolved = False
+        self._epoch_base = 0  # global samples of the current epoch trained before this attempt
+        self._trained = 0  # this rank's samples of the current epoch trained in this attempt
+        self._mark: Optional[float] = None
+        self._step_started: Optional[float] = None
+        self._last_save_at = self.clock.now()
+        self._save_seconds: Optional[float] = None
+        self._stopped_note: Optional[str] = None
+
+    @property
+    def state_key(self) -> str:
+        return "ml_platform_job.PlatformCallback"
+
+    # --- data -----------------------------------------------------------------------------------------------------
+    def loader(self, dataset: Any, *, shuffle: bool = False, drop_last: bool = False, **kwargs: Any) -> Any:
+        """The training DataLoader (``TrainingJob.loader``'s data: order and random draws from (seed, epoch, sample),
+        a resumed epoch starting at its sample); return it from ``train_dataloader``."""
+        import torch  # type: ignore[import-not-found]
+        from torch.utils.data import DataLoader  # type: ignore[import-not-found]
+
+        from .data import JobSampler, SeededSamples
+
+        taken = [name for name in ("sampler", "batch_sampler", "generator") if name in kwargs]
+        if taken:
+            raise TypeError(f"loader: {', '.join(taken)}: the platform's loader makes its own (its position is what "
+                            "resumes mid-epoch); drop them")
+        self.sampler = JobSampler(dataset, seed=self.job.seed, shuffle=shuffle, drop_last=drop_last, tagged=True)
+        position = (self._resume or {}).get("position")
+        if position and position["start"] >= self.sampler.total_size:  # saved at an epoch's end: the next one
+            self._resume["position"] = position = {"epoch": position["epoch"] + 1, "start": 0}
+        if position:
+            self.sampler.set_position(position["epoch"], position["start"])
+        generator = torch.Generator()
+        generator.manual_seed(self.job.seed + self.sampler.epoch)
+        self._batch_size = kwargs.get("batch_size", 1) or 1
+        return DataLoader(SeededSamples(dataset, self.job.seed), sampler=self.sampler, drop_last=drop_last,
+                          generator=generator, **kwargs)
+
+    # --- resuming -----------------------------------------------------------------------------------------------
+    @property
+    def ckpt_path(self) -> Optional[str]:
+        """The newest complete checkpoint as a local file (checked against its marker), or None: pass it to
+        ``trainer.fit(..., ckpt_path=...)``."""
+        if self._resolved:
+            return self._ckpt_path
+        with self.clock.phase("restore"):
+            for checkpoint in reversed(self.store.complete()):
+                try:
+                    data = self.store.read(checkpoint, STATE_FILE)
+                except (CorruptCheckpoint, KeyError) as error:
+                    print(f"ml_platform_job: {error}; trying the checkpoint before it", file=sys.stderr, flush=True)
+                    continue
+                path = Path(tempfile.mkdtemp(prefix="ml-platform-ckpt-")) / STATE_FILE
+                path.write_bytes(data)
+                self._ckpt_path = str(path)
+                self.job.run.restored(checkpoint.step, f"{self.store.location.uri}{checkpoint.folder}")
+                if _rank() == 0:
+                    print(f"resuming from the checkpoint of step {checkpoint.step}", flush=True)
+                break
+        self._resolved = True
+        return self._ckpt_path
+
+    def state_dict(self) -> dict:
+        sampler = self.sampler
+        position = None
+        if sampler is not None:
+            position = {"epoch": sampler.epoch, "start": min(sampler.total_size,
+                                                             self._epoch_base + self._trained * sampler.num_replicas)}
+        return {"rng": rng_state(), "position": position}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._resume = dict(state_dict)
+
+    # --- the loop -----------------------------------------------------------------------------------------------
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.sampler is None and _rank() == 0:
+            print("ml_platform_job: the training dataloader is not the platform's (platform.loader): a stop mid-epoch "
+                  "resumes as Lightning does, from the epoch's start", file=sys.stderr, flush=True)
+        if self._resume and self._resume.get("rng"):
+            for line in set_rng_state(self._resume["rng"]):  # after the sanity check, as the saved run stood
+                print(f"ml_platform_job: {line}", file=sys.stderr, flush=True)
+        self._mark = self.clock.now()
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        position = (self._resume or {}).get("position")
+        resumed_here = position and self.sampler is not None and position["epoch"] == self.sampler.epoch
+        self._epoch_base = position["start"] if resumed_here else 0
+        self._trained = 0
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        now = self.clock.now()
+        if self._mark is not None:
+            self.clock.add_step(now - self._mark, data_wait=now - self._mark)
+        self._step_started = now
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        now = self.clock.now()
+        if self._step_started is not None:
+            self.clock.add_step(now - self._step_started)
+        self._mark = now
+        if self.sampler is not None:
+            left = len(range(self._epoch_base + self.sampler.rank + self._trained * self.sampler.num_replicas,
+                             self.sampler.total_size, self.sampler.num_replicas))
+            self._trained += min(self._batch_size, left)
+        due = self.save_every_seconds is not None and now - self._last_save_at >= self.save_every_seconds
+        save, stopping = self.job._agree(due, self.job.stop.requested)
+        if stopping:
+            self._stop(trainer)
+        if save:
+            self._save(trainer)
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        self._validation_started = self.clock.now()
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if trainer.sanity_checking:
+            return
+        now = self.clock.now()
+        self.clock.add("evaluation", now - getattr(self, "_validation_started", now))
+        self._mark = now
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        self._mark = self.clock.now()
+        last = trainer.max_epochs is not None and trainer.current_epoch + 1 >= trainer.max_epochs
+        if self.save_each_epoch and not last:
+            self._save(trainer)
+
+    def _save(self, trainer: Any) -> None:
+        started = self.clock.now()
+        step = trainer.global_step
+        with self.clock.phase("checkpoint_save"):
+            with tempfile.TemporaryDirectory(prefix="ml-platform-ckpt-") as directory:
+                path = Path(directory) / STATE_FILE
+                trainer.save_checkpoint(str(path))  # every rank calls it; the strategy writes from rank 0
+                if trainer.is_global_zero:
+                    self.store.save(step, {STATE_FILE: path}, meta={"global_step": step,
+                                                                    "epoch": trainer.current_epoch})
+            trainer.strategy.barrier("ml_platform_job.save")
+        self.clock.checkpoint_saved()
+        now = self.clock.now()
+        self._save_seconds, self._last_save_at = now - started, now
+        self._mark = now
+        self.job.run.checkpointed(step=step)
+
+    def _stop(self, trainer: Any) -> None:
+        left = self.job.stop.seconds_left()
+        fits = self._save_seconds is None or left is None or self._save_seconds + SAVE_MARGIN_SECONDS <= left
+        if fits:
+            self._save(trainer)
+            note = f"checkpoint written at step {trainer.global_step}"
+        else:
+            note = (f"no checkpoint: the last save took {self._save_seconds:.0f} s and {max(0.0, left or 0):.0f} s are "
+                    "left before SIGKILL (save more often, or raise the queue's stop_timeout)")
+        self._record_stop(trainer, note)
+        raise SystemExit(STOPPED_EXIT_CODE)
+
+    def _record_stop(self, trainer: Any, note: str) -> None:
+        if self._stopped_note is not None:
+            return
+        self._stopped_note = note
+        self.job.run.stop(f"stop requested ({self.job.stop.reason}) at step {trainer.global_step}; {note}")
+        if _rank() == 0:
+            print(f"stopped ({self.job.stop.reason}) at step {trainer.global_step}: {note}; exit {STOPPED_EXIT_CODE} "
+                  "(the queue retries it)", flush=True)
+        self.job.stop.uninstall()
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        """Lightning's own SIGTERM stop (``SIGTERMException``, exit code 0) becomes exit 143; so does ours."""
+        if isinstance(exception, SystemExit) and (self.job.stop.requested or exception.code == STOPPED_EXIT_CODE):
+            self._record_stop(trainer, f"no new checkpoint (Lightning stopped outside a training batch); the retry "
+                                       f"resumes from the last one")
+            exception.code = STOPPED_EXIT_CODE
+
+    # --- the end ------------------------------------------------------------------------------------------------
+    def finish(self, trainer: Any, *, save_model: bool = True, improves_on: Any = None,
+               tokens: Optional[float] = None) -> dict:
+        """Training is done: the model's digest (what a rehearsal compares) and, with ``save_model``, its
+        ``state_dict`` as ``model.pt`` next to the checkpoints; then the run's cost. Exit 0 after."""
+        import torch  # type: ignore[import-not-found]
+
+        model = trainer.lightning_module
+        digest = state_digest(model)
+        if save_model and trainer.is_global_zero:
+            with self.clock.phase("checkpoint_save"):
+                buffer = io.BytesIO()
+                torch.save(model.state_dict(), buffer)
+                self.store.location.write(MODEL_FILE, buffer.getvalue())
+            self.job.run.record_model(self.store.location.uri + MODEL_FILE)
+        record = self.job.run.finish(improves_on=improves_on, tokens=tokens, final_state_sha256=digest)
+        self.job.stop.uninstall()
+        if _rank() == 0:
+            print(f"run {self.job.run_id} finished: {len(record['passport']['attempts'])} attempt(s)", flush=True)
+        return record

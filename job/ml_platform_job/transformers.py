@@ -1,0 +1,182 @@
+"""Hugging Face Trainer on the platform: a ``TrainerCallback`` that stops on SIGTERM or the stop file with a checkpoint
+and exit 143, resumes from the newest complete checkpoint, records the run and times its phases (transformers).
+
+    from ml_platform_job.transformers import PlatformCallback
+
+    platform = PlatformCallback(training_args)                    # the run, from the TrainingArguments; the stop signal
+    trainer = Trainer(model=model, args=training_args, ..., callbacks=[platform])
+    trainer.train(resume_from_checkpoint=platform.resume_from)    # the newest complete checkpoint, or None
+    platform.finish(trainer)                                      # the model, its digest, the run's cost; exit 0 after
+
+How (the Trainer's own flags and hooks: https://huggingface.co/docs/transformers/main_classes/callback):
+
+- The checkpoint is the Trainer's own ``checkpoint-N`` folder (model, optimizer, scheduler, scaler, RNG states and
+  the trainer state; on resume the Trainer skips the batches already trained, so a stop mid-epoch resumes mid-epoch).
+  Every time the Trainer saves (``on_save``), global rank 0 uploads the folder to ``ML_PLATFORM_CHECKPOINT_URI`` as a
+  complete-or-absent checkpoint (``checkpoints.CheckpointStore``); ``resume_from`` brings the newest complete one back
+  into ``output_dir`` (the node's first process downloads, the others wait: ``main_process_first``).
+- A stop (``stop.StopRequest``, agreed by every rank after each optimizer step) sets ``control.should_save`` and
+  ``control.should_training_stop``: the Trainer saves that step and leaves its loop; ``on_train_end`` then records the
+  stop and exits 143 (the queue retries it), so nothing after ``trainer.train()`` runs on an unfinished model. When
+  the last save took longer than the time left before SIGKILL, the stop skips the save and says so.
+- Periodic saves are the Trainer's (``save_strategy``, ``save_steps``): with ``save_strategy="no"`` an instance lost
+  without notice restarts from the beginning, and a warning says so.
+- Goodput: steps between ``on_step_begin`` and ``on_step_end``; the time from one step's end to the next one's begin,
+  less the evaluations and saves in it, is the data wait (the Trainer fetches the next batches there).
+
+Parameters: ``TrainingArguments.to_dict()`` (its tokens redacted); where output, logging and saving go
+(``HF_FLAGS``) is recorded but never makes another run.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from transformers import TrainerCallback  # type: ignore[import-not-found]
+
+from . import STOPPED_EXIT_CODE
+from .checkpoints import CheckpointStore
+from .job import DEFAULT_FLAGS, SAVE_MARGIN_SECONDS, TrainingJob
+from .stop import rank as _rank
+from .torch_state import state_digest
+
+PREFIX = "checkpoint"  # transformers.trainer_utils.PREFIX_CHECKPOINT_DIR
+# TrainingArguments that say where and how often the Trainer writes and logs, never what it trains.
+HF_FLAGS = frozenset(DEFAULT_FLAGS | {
+    "logging_dir", "logging_strategy", "logging_steps", "logging_first_step", "logging_nan_inf_filter", "log_level",
+    "log_level_replica", "log_on_each_node", "save_strategy", "save_steps", "save_total_limit", "save_on_each_node",
+    "save_only_model", "save_safetensors", "push_to_hub", "hub_model_id", "hub_strategy", "hub_token",
+    "hub_private_repo", "hub_always_push", "hub_revision", "resume_from_checkpoint", "enable_jit_checkpoint",
+    "disable_tqdm", "report_to", "run_name", "project", "trackio_space_id", "output_dir", "overwrite_output_dir",
+    "include_tokens_per_second", "include_num_input_tokens_seen", "skip_memory_metrics", "dataloader_prefetch_factor",
+    "dataloader_persistent_workers", "dataloader_pin_memory",
+})
+
+
+class PlatformCallback(TrainerCallback):
+    """The platform's side of a Hugging Face Trainer run (see the module docstring)."""
+
+    def __init__(self, args: Any, *, flags: Iterable[str] = (), job: Optional[TrainingJob] = None,
+                 **start: Any) -> None:
+        """``args``: the run's ``TrainingArguments``. ``flags``: more parameter names that do not make the run.
+        ``start``: ``TrainingJob.start``'s other keywords (``dataset``, ``holdout``, ``keep``, ``env``, ...)."""
+        self.args = args
+        self.job = job or TrainingJob.start(params=args, flags=set(flags) | HF_FLAGS, seed=getattr(args, "seed", None),
+                                            deterministic=bool(getattr(args, "full_determinism", False)),
+                                            save_every_minutes=None, **start)
+        self.store: CheckpointStore = self.job.store
+        self.clock = self.job.clock
+        self._mark: Optional[float] = None  # when the last step, evaluation or save ended
+        self._step_started: Optional[float] = None
+        self._stopping = False
+        self._saved_on_stop = False
+        self._save_seconds: Optional[float] = None
+        self._note = "no checkpoint written"
+        self._resume_from: Optional[str] = None
+        self._resolved = False
+        if str(getattr(args, "save_strategy", "")).lower().endswith("no") and _rank() == 0:
+            print("ml_platform_job: save_strategy is 'no': only a stop saves; an instance lost without notice "
+                  "restarts from the beginning (set save_strategy='steps' and save_steps)", file=sys.stderr, flush=True)
+
+    # --- resuming -----------------------------------------------------------------------------------------------
+    @property
+    def resume_from(self) -> Optional[str]:
+        """The newest complete checkpoint as a local ``checkpoint-N`` folder under ``output_dir`` (downloaded once
+        per node, checked against its marker), or None: pass it to ``trainer.train(resume_from_checkpoint=...)``."""
+        if self._resolved:
+            return self._resume_from
+        latest = self.store.latest()
+        if latest is not None:
+            folder = Path(self.args.output_dir) / f"{PREFIX}-{latest.step}"
+            with self.clock.phase("restore"), self.args.main_process_first(local=True, desc="platform checkpoint"):
+                self.store.download(latest, folder)
+            self._resume_from = str(folder)
+            self.job.run.restored(latest.step, f"{self.store.location.uri}{latest.folder}")
+            if _rank() == 0:
+                print(f"resuming from the checkpoint of step {latest.step}", flush=True)
+        self._resolved = True
+        return self._resume_from
+
+    # --- the Trainer's hooks ------------------------------------------------------------------------------------
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._mark = self.clock.now()
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        now = self.clock.now()
+        if self._mark is not None:  # the batches of this step were fetched since the last step ended
+            self.clock.add_step(now - self._mark, data_wait=now - self._mark)
+        self._step_started = now
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        now = self.clock.now()
+        if self._step_started is not None:
+            self.clock.add_step(now - self._step_started)
+        self._mark = now
+        if not self._stopping and self.job.stop.agreed():
+            self._stopping = True
+            left = self.job.stop.seconds_left()
+            fits = self._save_seconds is None or left is None or self._save_seconds + SAVE_MARGIN_SECONDS <= left
+            control.should_training_stop = True
+            if fits:
+                control.should_save = True
+            else:
+                self._note = (f"no checkpoint: the last save took {self._save_seconds:.0f} s and {max(0.0, left):.0f} s "
+                              "are left before SIGKILL (save more often, or raise the queue's stop_timeout)")
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        now = self.clock.now()
+        if self._mark is not None:
+            self.clock.add("evaluation", now - self._mark)
+        self._mark = now
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        started = self._mark if self._mark is not None else self.clock.now()
+        if state.is_world_process_zero:
+            folder = Path(args.output_dir) / f"{PREFIX}-{state.global_step}"
+            self.store.save_directory(state.global_step, folder, meta={"global_step": state.global_step,
+                                                                       "epoch": state.epoch})
+        now = self.clock.now()
+        self.clock.add("checkpoint_save", now - started)
+        self.clock.checkpoint_saved()
+        self._save_seconds = now - started
+        self._mark = now
+        self.job.run.checkpointed(step=state.global_step)
+        if self._stopping:
+            self._saved_on_stop = True
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        finished = state.max_steps and state.global_step >= state.max_steps
+        if not self._stopping or finished:
+            return
+        note = (f"checkpoint written at step {state.global_step}" if self._saved_on_stop
+                else self._note)
+        self.job.run.stop(f"stop requested ({self.job.stop.reason}) at step {state.global_step}; {note}")
+        if _rank() == 0:
+            print(f"stopped ({self.job.stop.reason}) at step {state.global_step}: {note}; exit {STOPPED_EXIT_CODE} "
+                  "(the queue retries it)", flush=True)
+        self.job.stop.uninstall()
+        raise SystemExit(STOPPED_EXIT_CODE)
+
+    # --- the end ------------------------------------------------------------------------------------------------
+    def finish(self, trainer: Any, *, save_model: bool = True, improves_on: Any = None,
+               tokens: Optional[float] = None) -> dict:
+        """Training is done: the model's digest (what a rehearsal compares) and, with ``save_model``, the model as
+        the Trainer saves it (``save_model``), uploaded to ``model/`` next to the checkpoints; then the run's cost."""
+        digest = state_digest(trainer.model)
+        if save_model:
+            local = Path(trainer.args.output_dir) / "platform-model"
+            trainer.save_model(str(local))
+            if trainer.is_world_process_zero():
+                with self.clock.phase("checkpoint_save"):
+                    model = self.store.location.child("model")
+                    for path in sorted(p for p in local.rglob("*") if p.is_file()):
+                        model.upload_file(path, path.relative_to(local).as_posix())
+                self.job.run.record_model(self.store.location.uri + "model/")
+        record = self.job.run.finish(improves_on=improves_on, tokens=tokens, final_state_sha256=digest)
+        self.job.stop.uninstall()
+        if _rank() == 0:
+            print(f"run {self.job.run_id} finished: {len(record['passport']['attempts'])} attempt(s)", flush=True)
+        return record
+
