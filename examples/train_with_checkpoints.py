@@ -5,8 +5,8 @@ TrainingQueue (AWS Batch) alike, and records its run with the library's job-cont
 It trains a real classifier: multinomial logistic regression, by mini-batch SGD with momentum, on a dataset of
 labelled feature rows (CSV with ``id,label,f0,f1,...``) under ``$ML_PLATFORM_DATASETS_URI``; ``make_dataset()``
 generates one (overlapping Gaussian classes, so held-out accuracy rises from chance to about 85%, not to 100%). Standard
-library only, no GPU: it runs anywhere, and the contract is the same for a PyTorch job (torch.save/torch.load
-into a BytesIO instead of JSON).
+library only, no GPU: it runs anywhere, and shows the contract a framework adapter keeps for a PyTorch job
+(``ml_platform_job.TrainingJob``, the Trainer and Lightning callbacks: docs/BRING_YOUR_SCRIPT.md).
 
 1. Write its PID to $ML_PLATFORM_JOB_PID_FILE first thing (before loading data): on a fleet the interruption
    watcher signals that process, and reports the fleet busy while it lives, so scale-to-zero never stops it.
@@ -15,19 +15,20 @@ into a BytesIO instead of JSON).
    in MLflow. Every attempt of the job continues the same run while its configuration is the run's; another
    configuration under the same job name stops with one line saying what changed (a new run takes a new name).
    Then seed every generator (``run.seed_everything``): what it set is recorded.
-3. Resume: load the newest checkpoint under $ML_PLATFORM_CHECKPOINT_URI, if any (on a queue,
-   ``./platform job submit`` sets it to checkpoints/<queue>/<job name>/, the same for every attempt). Each epoch's
-   shuffle comes from (seed, epoch), so a resumed run ends with exactly the model an uninterrupted one would.
-4. Stop: on SIGTERM, or when $ML_PLATFORM_STOP_FILE exists, write a checkpoint within 90 s (a Spot interruption
-   gives 2 minutes in all), record the stop in the run and exit 143 (128 + SIGTERM): the queue retries that
-   attempt, which resumes here. Exit 0 only when training is finished: AWS Batch records 0 as SUCCEEDED and never
-   runs the job again.
-5. Checkpoint every epoch: an instance can also vanish without notice. A stop that comes mid-epoch abandons that
-   epoch (the checkpoint of the last whole one stands): its steps are the work the interruption lost.
-   Its phases go to the run's clock (``run.clock``): restore, each batch's wait (``clock.batches``) and step
-   (``clock.step``), checkpoint saves and evaluations, the attempt's goodput ledger (``./platform runs show``). It
-   has no DataLoader (its batches are list slices); a PyTorch job builds one with
-   ``DataLoader(dataset, **run.loader_settings().dataloader_kwargs())``, the settings for the attempt's instance.
+3. Resume: load the newest complete checkpoint under $ML_PLATFORM_CHECKPOINT_URI, if any (on a queue,
+   ``./platform job submit`` sets it to checkpoints/<queue>/<job name>/, the same for every attempt), through the job
+   side's ``CheckpointStore`` (complete or absent: a marker written last; the newest two kept). Each epoch's shuffle
+   comes from (seed, epoch) and the checkpoint holds the batch the epoch had reached (its data position), so a
+   resumed run ends with exactly the model an uninterrupted one would, wherever in an epoch it stopped.
+4. Stop: on SIGTERM, or when $ML_PLATFORM_STOP_FILE exists, checked between two batches: write a checkpoint of that
+   very batch, record the stop in the run and exit 143 (128 + SIGTERM): the queue retries that attempt, which
+   resumes at that batch. Exit 0 only when training is finished: AWS Batch records 0 as SUCCEEDED and never runs the
+   job again.
+5. Checkpoint every epoch: an instance can also vanish without notice (its steps since the last checkpoint are the
+   work the interruption lost). Its phases go to the run's clock (``run.clock``): restore, each batch's wait
+   (``clock.batches``) and step (``clock.step``), checkpoint saves and evaluations, the attempt's goodput ledger
+   (``./platform runs show``). It has no DataLoader (its batches are list slices); a PyTorch job uses the job side's
+   ``TrainingJob`` instead, which does all of this for a plain loop (docs/BRING_YOUR_SCRIPT.md).
 6. Judge the model on held-out data: 5% of the rows, chosen by a hash of their id column (``ml_platform_job.holdout``,
    keyed by ``id``: a row's side never moves when a column is added), never train it; ``holdout_accuracy`` before training and at the end. At the end the run gets its cost (every
    attempt's instance-hours x prices), Spot interruptions and USD per accuracy point, and the model is written
@@ -42,25 +43,27 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import io
 import json
 import math
 import os
 import random
-import signal
 import sys
 import tarfile
 from typing import Any, Optional
 from urllib.parse import urlparse
 
 from ml_platform_job import evaluation
+from ml_platform_job.checkpoints import CheckpointStore
 from ml_platform_job.goodput import PhaseClock
 from ml_platform_job.holdout import describe, split
 from ml_platform_job.passport import DatasetRef
+from ml_platform_job.stop import StopRequest
 from ml_platform_job.tracking import Location, TrackedRun
 
 STOPPED_EXIT_CODE = 143  # 128 + SIGTERM: the queue's retry strategy retries it
-CHECKPOINT_PREFIX = "ckpt-"
+STATE_FILE = "state.json"
 MODEL_NAME = "model.tar.gz"
 DATASET_FILE = "data.csv"
 
@@ -87,8 +90,16 @@ def load_rows(text: str) -> list[tuple[str, int, list[float]]]:
 
 # --- the model: multinomial logistic regression -------------------------------------------------------------------
 def new_state(features: int, classes: int) -> dict:
-    return {"epoch": 0, "weights": [[0.0] * features for _ in range(classes)], "bias": [0.0] * classes,
+    """Weights, momentum, and where training stands: ``epoch`` (finished epochs), ``batch`` (batches of the current
+    epoch trained), ``step`` (batches trained in all) and the current epoch's loss so far."""
+    return {"epoch": 0, "batch": 0, "step": 0, "epoch_loss": 0.0,
+            "weights": [[0.0] * features for _ in range(classes)], "bias": [0.0] * classes,
             "velocity_w": [[0.0] * features for _ in range(classes)], "velocity_b": [0.0] * classes}
+
+
+def digest(state: dict) -> str:
+    """SHA-256 of the trained weights: the same digest, the same model (a rehearsal compares it)."""
+    return hashlib.sha256(json.dumps([state["weights"], state["bias"]]).encode()).hexdigest()
 
 
 def probabilities(state: dict, x: list[float]) -> list[float]:
@@ -115,16 +126,16 @@ def outcomes(state: dict, rows: list) -> dict[str, bool]:
 
 def train_epoch(state: dict, rows: list, *, seed: int, lr: float, momentum: float, batch_size: int,
                 clock: PhaseClock, should_stop=lambda: False) -> Optional[float]:
-    """One epoch of SGD with momentum; the shuffle depends only on (seed, epoch). Returns the mean log loss, or None
-    when ``should_stop`` turned true between two batches: the epoch is abandoned (``state`` is then half-trained:
-    the attempt ends from its last checkpoint, and the abandoned steps are the work the interruption lost).
-    ``clock`` times each batch's wait (``clock.batches``: here a list slice; with PyTorch, the DataLoader) and
-    each step (``clock.step``)."""
+    """The rest of the current epoch, from the batch it had reached (``state["batch"]``), by SGD with momentum; the
+    shuffle depends only on (seed, epoch). Returns the epoch's mean log loss, or None when ``should_stop`` turned true
+    between two batches: ``state`` then holds every batch trained so far and where the epoch stands, so a checkpoint of
+    it resumes at the next batch. ``clock`` times each batch's wait (``clock.batches``: here a list slice; with
+    PyTorch, the DataLoader) and each step (``clock.step``)."""
     order = list(range(len(rows)))
     random.Random(seed * 100_003 + state["epoch"]).shuffle(order)
     classes, features = len(state["bias"]), len(state["weights"][0])
-    loss = 0.0
-    loader = ([rows[i] for i in order[start:start + batch_size]] for start in range(0, len(order), batch_size))
+    starts = range(state["batch"] * batch_size, len(order), batch_size)
+    loader = ([rows[i] for i in order[start:start + batch_size]] for start in starts)
     for batch in clock.batches(loader):
         if should_stop():
             return None
@@ -133,7 +144,7 @@ def train_epoch(state: dict, rows: list, *, seed: int, lr: float, momentum: floa
             grad_b = [0.0] * classes
             for _, label, x in batch:
                 p = probabilities(state, x)
-                loss -= math.log(max(p[label], 1e-12))
+                state["epoch_loss"] -= math.log(max(p[label], 1e-12))
                 for k in range(classes):
                     error = p[k] - (1.0 if k == label else 0.0)
                     grad_b[k] += error
@@ -146,13 +157,17 @@ def train_epoch(state: dict, rows: list, *, seed: int, lr: float, momentum: floa
                 for j in range(features):
                     state["velocity_w"][k][j] = momentum * state["velocity_w"][k][j] - lr * grad_w[k][j] / len(batch)
                     state["weights"][k][j] += state["velocity_w"][k][j]
-    state["epoch"] += 1
-    return loss / len(rows)
+            state["batch"] += 1
+            state["step"] += 1
+    loss = state["epoch_loss"] / len(rows)
+    state.update(epoch=state["epoch"] + 1, batch=0, epoch_loss=0.0)
+    return loss
 
 
 # --- the job contract ---------------------------------------------------------------------------------------------
 class Job:
-    """Checkpoints under $ML_PLATFORM_CHECKPOINT_URI (``s3://`` or a directory), the stop signal and the PID file."""
+    """Checkpoints under $ML_PLATFORM_CHECKPOINT_URI (``s3://`` or a directory, through the job side's
+    ``CheckpointStore``), the stop request (SIGTERM or the stop file) and the PID file (``StopRequest``)."""
 
     def __init__(self, env: dict[str, str], s3: Any = None) -> None:
         if "ML_PLATFORM_CHECKPOINT_URI" not in env:
@@ -160,38 +175,40 @@ class Job:
                              "checkpoints/<queue>/<job name>/), or set it to an s3:// prefix or a directory of your own")
         self.env = env
         self.checkpoints = Location(env["ML_PLATFORM_CHECKPOINT_URI"], s3)
-        self.stop_file = env.get("ML_PLATFORM_STOP_FILE", "/run/ml-platform/stop-requested")
-        self.pid_file = env.get("ML_PLATFORM_JOB_PID_FILE", "/run/ml-platform/job.pid")
-        self.stop_signalled = False
+        self.store = CheckpointStore(self.checkpoints)
+        self.stop = StopRequest(env)
+        self.stop_file, self.pid_file = self.stop.stop_file, self.stop.pid_file
 
     def install(self) -> None:
-        signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stop_signalled", True))
-        os.makedirs(os.path.dirname(self.pid_file), exist_ok=True)
-        with open(self.pid_file, "w") as handle:
-            handle.write(str(os.getpid()))
+        self.stop.install()
+
+    @property
+    def stop_signalled(self) -> bool:
+        return self.stop.signalled_at is not None
+
+    @stop_signalled.setter
+    def stop_signalled(self, value: bool) -> None:
+        if value:
+            self.stop.request("SIGTERM")
 
     def should_stop(self) -> bool:
-        return self.stop_signalled or os.path.exists(self.stop_file)
-
-    def checkpoint_names(self) -> list[str]:
-        if self.checkpoints.uri.startswith("s3://"):
-            s3, bucket, prefix = self.checkpoints.s3, self.checkpoints.bucket, self.checkpoints.prefix
-            keys = [o["Key"][len(prefix):] for page in s3.get_paginator("list_objects_v2").paginate(
-                Bucket=bucket, Prefix=prefix + CHECKPOINT_PREFIX) for o in page.get("Contents", [])]
-        else:
-            directory = self.checkpoints.uri
-            keys = os.listdir(directory) if os.path.isdir(directory) else []
-        return sorted(k for k in keys if k.startswith(CHECKPOINT_PREFIX) and k.endswith(".json"))
+        return self.stop.requested
 
     def resume(self) -> Optional[dict]:
-        """The newest checkpoint's state, or None. Names sort by zero-padded epoch."""
-        names = self.checkpoint_names()
-        return json.loads(self.checkpoints.read(names[-1])) if names else None
+        """The newest complete checkpoint's state (with ``checkpoint``: where it lies), or None."""
+        latest = self.store.latest()
+        if latest is None:
+            return None
+        state = json.loads(self.store.read(latest, STATE_FILE))
+        state["checkpoint"] = f"{self.store.location.uri}{latest.folder}"
+        return state
 
-    def save(self, state: dict) -> str:
-        name = f"{CHECKPOINT_PREFIX}{state['epoch']:06d}.json"
-        self.checkpoints.write(name, json.dumps(state))
-        return name
+    def save(self, state: dict) -> int:
+        """A checkpoint of ``state`` as it stands (its step: the batches trained in all); returns the step."""
+        saved = {k: v for k, v in state.items() if k != "checkpoint"}
+        self.store.save(state["step"], {STATE_FILE: json.dumps(saved).encode()},
+                        meta={"epoch": state["epoch"], "batch": state["batch"]})
+        return state["step"]
 
     def save_model(self, state: dict, params: dict) -> str:
         """model.tar.gz (model.json inside) next to the checkpoints: the artifact a promotion deploys."""
@@ -239,6 +256,10 @@ def read_dataset(uri: str, s3: Any = None) -> str:
         return handle.read()
 
 
+def where(state: dict) -> str:
+    return f"epoch {state['epoch']}" + (f" (batch {state['batch']} of epoch {state['epoch'] + 1})" if state["batch"] else "")
+
+
 def train(job: Job, run: TrackedRun, rows: list, params: dict, *, on_epoch=None) -> tuple[dict, int]:
     """Trains from the newest checkpoint to params["epochs"]; returns (state, exit code). Its phases go to the
     run's clock (``run.clock``: restore, steps and their data wait, checkpoint saves, evaluations), the attempt's
@@ -253,24 +274,23 @@ def train(job: Job, run: TrackedRun, rows: list, params: dict, *, on_epoch=None)
         with clock.phase("evaluation"):
             run.log_holdout(accuracy=accuracy(state, holdout_rows), step=0)  # the untrained model: chance
     else:
-        print(f"resuming from the checkpoint of epoch {state['epoch']}", flush=True)
+        run.restored(state["step"], state.pop("checkpoint"))
+        print(f"resuming from the checkpoint of {where(state)}", flush=True)
     while state["epoch"] < params["epochs"]:
-        if job.should_stop():
+        loss = None
+        if not job.should_stop():
+            loss = train_epoch(state, train_rows, seed=params["seed"], lr=params["lr"], momentum=params["momentum"],
+                               batch_size=params["batch_size"], clock=clock, should_stop=job.should_stop)
+        if loss is None:  # stopped between two batches (or before the epoch): a checkpoint of that very batch
             with clock.phase("checkpoint_save"):
                 job.save(state)
             clock.checkpoint_saved()
-            run.stop("stop requested (SIGTERM or the stop file) at epoch %d" % state["epoch"])
-            return state, STOPPED_EXIT_CODE
-        loss = train_epoch(state, train_rows, seed=params["seed"], lr=params["lr"], momentum=params["momentum"],
-                           batch_size=params["batch_size"], clock=clock, should_stop=job.should_stop)
-        if loss is None:  # stopped mid-epoch: the checkpoint of the last whole epoch stands, this epoch is redone
-            run.stop(f"stop requested (SIGTERM or the stop file) during epoch {state['epoch'] + 1}; resumes from "
-                     f"the checkpoint of epoch {state['epoch']}")
+            run.stop(f"stop requested ({job.stop.reason}) at {where(state)}")
             return state, STOPPED_EXIT_CODE
         with clock.phase("checkpoint_save"):
             job.save(state)
         clock.checkpoint_saved()
-        run.checkpointed()
+        run.checkpointed(step=state["step"])
         with clock.phase("evaluation"):  # the training-set accuracy: a pass over the data that trains nothing
             train_accuracy = accuracy(state, train_rows)
         run.log_metrics({"train_loss": loss, "train_accuracy": train_accuracy}, step=state["epoch"])
@@ -283,7 +303,7 @@ def train(job: Job, run: TrackedRun, rows: list, params: dict, *, on_epoch=None)
     with clock.phase("checkpoint_save"):  # the model artifact: a save like a checkpoint's
         uri = job.save_model(state, params)
     run.record_model(uri)
-    run.finish()
+    run.finish(final_state_sha256=digest(state))
     return state, 0
 
 
@@ -327,7 +347,8 @@ def main(argv: list[str], env: Optional[dict[str, str]] = None, s3: Any = None) 
     print(f"run {run.run_id}, attempt {run.attempt['number']}", flush=True)
     state, code = train(job, run, rows, params)
     if code:
-        print(f"attempt {run.attempt['number']}: stopped at epoch {state['epoch']} of {args.epochs}; checkpoint "
+        batch = f" (batch {state['batch']} of the next)" if state["batch"] else ""
+        print(f"attempt {run.attempt['number']}: stopped at epoch {state['epoch']} of {args.epochs}{batch}; checkpoint "
               "written, exit 143 (the queue retries it)", flush=True)
     else:
         record = run.record

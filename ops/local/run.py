@@ -4,11 +4,11 @@
 
 moto on 127.0.0.1 stands in for S3: the dataset is uploaded under datasets/, checkpoints and the run record go to
 checkpoints/training/<job name>/. Attempt 1 gets a real SIGTERM a quarter epoch after it reports epoch 3 (a
-simulated Spot reclaim, mid-step) and must stop from its last whole epoch's checkpoint and exit 143, which the
+simulated Spot reclaim, mid-step) and must save a checkpoint of the batch it stopped at and exit 143, which the
 queue's retry strategy retries; the epoch it stops at is the one it says (it goes on training until the signal
-lands, one epoch or more under load). Attempt 2 must resume from that
-checkpoint and exit 0; the run's goodput ledger shows the reclaim as the lost steps of the epoch it abandoned and the
-restore of attempt 2. The run goes to the local MLflow store (SQLite under .ml-platform/, git-ignored), one run
+lands, one epoch or more under load). Attempt 2 must resume from that checkpoint, at that batch, and exit 0; the
+run's goodput ledger shows the reclaim as the restore of attempt 2, and no lost work (the stop saved its batch).
+The run goes to the local MLflow store (SQLite under .ml-platform/, git-ignored), one run
 for both attempts, priced as the queue's g5.xlarge on Spot would be. Before the emulator stops (its S3 goes with
 it), the run's model, passport, package list and dataset are copied to .ml-platform/runs/<run id>/: what a rerun
 needs (docs/RUNS.md, "Rerunning a run").
@@ -59,7 +59,7 @@ def run_attempt(command: list[str], env: dict[str, str], *, sigterm_after_epoch:
                 timeout: float = 300) -> tuple[int, list[str]]:
     """Runs one attempt; with ``sigterm_after_epoch``, sends the process SIGTERM a quarter epoch after it reports
     that epoch (a quarter of the time between its last two epoch lines: inside the next epoch's steps, as a Spot notice
-    lands mid-step, so the steps since the checkpoint are lost work in the run's ledger). Returns (exit code, output lines). The attempt runs in its own
+    lands mid-step). Returns (exit code, output lines). The attempt runs in its own
     process group (``ops.terminal``): a Ctrl-C of the local run ends it too."""
     process = terminal.start(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
@@ -170,7 +170,7 @@ SHORT_BUCKETS = {"productive": "productive", "data_wait": "data", "startup": "st
 
 def ledger_line(record: dict) -> str:
     """The run's goodput ledger in one line of under 120 characters (what ./platform up's summary shows): paid time
-    and dollars, then each bucket's share, largest first; the simulated reclaim is the lost and restore shares."""
+    and dollars, then each bucket's share, largest first; the simulated reclaim is the restore share (and lost work, had the stop not saved)."""
     found, _ = record_ledger(record["passport"])
     if found is None or not found.paid_seconds:
         return "ledger: no paid time recorded"

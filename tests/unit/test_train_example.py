@@ -4,6 +4,7 @@ of its own; a Spot reclaim judged by the queue's rendered retry strategy."""
 
 import importlib.util
 import json
+import math
 import os
 import signal
 import sys
@@ -13,6 +14,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from ml_platform_job.checkpoints import CheckpointStore
+from ml_platform_job.holdout import split
 from ml_platform_job.tracking import TrackedRun
 from ops.local.run import run_attempt
 
@@ -49,8 +52,12 @@ def test_a_fresh_run_learns_checkpoints_every_epoch_and_records_a_finished_run(t
     run = record(tmp_path)
     # The code's diff is kept beside the passport when the checkout the example runs from has uncommitted changes.
     diff = ["code.diff"] if run["passport"]["git_commit"]["dirty"] else []
-    assert names == [*(f"ckpt-{n:06d}.json" for n in range(1, 7)), *diff, "dataset-manifest.txt", "model.tar.gz",
-                     "packages.txt", "passport.json"]
+    assert names == ["checkpoints", *diff, "dataset-manifest.txt", "model.tar.gz", "packages.txt", "passport.json"]
+    # A checkpoint each epoch, the newest two kept, each complete (its marker names its state file).
+    store = CheckpointStore(str(tmp_path / "ckpt"))
+    assert [c.step for c in store.complete()] == [run["passport"]["attempts"][0]["checkpoint_step"] * n // 6
+                                                  for n in (5, 6)]
+    assert run["passport"]["attempts"][0]["checkpoints"] == 6
     assert run["status"] == "FINISHED" and len(run["passport"]["attempts"]) == 1
     # A real model: from the untrained model's score (one class for everything) to well above it, on data it never
     # trained on.
@@ -66,13 +73,23 @@ def test_a_stopped_run_resumes_to_exactly_the_model_an_uninterrupted_one_trains(
 
     env = job_env(tmp_path / "stopped")
     first = example.Job(env)
-    open(first.stop_file, "w").close()  # the watcher's stop file, before the first epoch ends
-    state, code = example.train(first, begin(env, tmp_path), rows, PARAMS)
-    assert (state["epoch"], code) == (0, 143)
-    os.remove(first.stop_file)
+    armed = []  # after epoch 2: the stop comes before the third epoch's 8th batch (the watcher's stop file)
+
+    def stop_mid_epoch():
+        if armed:
+            armed.append(None)
+        return len(armed) > 9  # the epoch's own check, then one before each batch
+    first.should_stop = stop_mid_epoch
+    state, code = example.train(first, begin(env, tmp_path), rows, PARAMS,
+                                on_epoch=lambda state: armed.append(None) if state["epoch"] == 2 else None)
+    assert (state["epoch"], state["batch"], code) == (2, 7, 143)
     resumed, code = example.train(example.Job(env), begin(env, tmp_path), rows, PARAMS)
     assert code == 0 and resumed["weights"] == straight["weights"] and resumed["bias"] == straight["bias"]
-    assert [a["outcome"] for a in record(tmp_path / "stopped")["passport"]["attempts"]] == ["stopped", "finished"]
+    attempts = record(tmp_path / "stopped")["passport"]["attempts"]
+    assert [a["outcome"] for a in attempts] == ["stopped", "finished"]
+    per_epoch = math.ceil(len(split(rows, key=lambda row: row[0])[0]) / PARAMS["batch_size"])
+    assert attempts[1]["restored_from"]["step"] == 2 * per_epoch + 7  # the very batch it stopped at: nothing redone
+    assert record(tmp_path / "stopped")["final_state_sha256"] == example.digest(straight)
 
 
 def test_sigterm_sets_the_stop_flag_and_the_pid_file_names_the_job(tmp_path):
@@ -102,7 +119,7 @@ def test_a_real_sigterm_mid_run_exits_143_and_the_next_attempt_resumes_and_finis
     assert stopped_at["outcome"] == "stopped"
     code, lines = run_attempt(command, {**env, "AWS_BATCH_JOB_ATTEMPT": "2"})
     assert code == 0, lines
-    assert any(line.startswith("resuming from the checkpoint of epoch") for line in lines)
+    assert any(line.startswith("resuming from the checkpoint of epoch") for line in lines), lines
     run = record(tmp_path)
     assert [a["outcome"] for a in run["passport"]["attempts"]] == ["stopped", "finished"]
     assert run["status"] == "FINISHED" and run["spot_interruptions"] == 1
@@ -163,14 +180,17 @@ def test_simulated_reclaim_mid_run_resumes_from_the_checkpoint_and_finishes(tmp_
                                                      "statusReason": "Essential container in task exited"}) == "RETRY"
 
         second = example.Job({**env, "AWS_BATCH_JOB_ATTEMPT": "2"}, s3=s3)
-        assert second.resume()["epoch"] == 2
+        assert (second.resume()["epoch"], second.resume()["batch"]) == (2, 0)
         again = TrackedRun.start(env={**env, "AWS_BATCH_JOB_ATTEMPT": "2"}, s3=s3, code_directory=str(tmp_path))
         finished, code = example.train(second, again, rows, PARAMS)
         assert (finished["epoch"], code, again.run_id) == (PARAMS["epochs"], 0, run.run_id)
-        keys = [o["Key"].rsplit("/", 1)[1] for o in s3.list_objects_v2(Bucket="datasets")["Contents"]]
+        prefix = "checkpoints/training/resnet-run-1/"
+        keys = [o["Key"][len(prefix):] for o in s3.list_objects_v2(Bucket="datasets")["Contents"]]
         diff = ["code.diff"] if again.record["passport"]["git_commit"]["dirty"] else []
-        assert keys == [*(f"ckpt-{n:06d}.json" for n in range(1, PARAMS["epochs"] + 1)), *diff, "model.tar.gz",
-                        "packages.txt", "passport.json"]
+        per_epoch = math.ceil(len(split(rows, key=lambda row: row[0])[0]) / PARAMS["batch_size"])
+        steps = [f"checkpoints/step-{s:012d}/{name}" for s in (5 * per_epoch, 6 * per_epoch)
+                 for name in ("COMPLETE.json", "state.json")]
+        assert keys == [*steps, *diff, "model.tar.gz", "packages.txt", "passport.json"]
 
 
 def test_the_evaluation_job_scores_both_models_on_the_candidates_held_out_examples(tmp_path):
