@@ -5,6 +5,8 @@
   ./platform job logs ENV JOB_ID
   ./platform job cancel ENV JOB_ID
   ./platform job cost ENV JOB_ID [--json]    what the job really cost (./platform job cost --help)
+  ./platform job rehearse [--s3] [--exact] [...] -- COMMAND...   a Spot reclaim rehearsed locally, before a real one
+                                             (./platform job rehearse --help; no AWS account)
 
 The commands are the library's (`python -m ml_platform_constructs job ...` for a team without the platform app),
 with ENV's queues from config and the Compute and Data stacks' outputs. `submit` checks everything it can before calling
@@ -112,7 +114,7 @@ def cancel(batch: Any, cloudformation: Any, env: EnvironmentConfig, job_id: str)
 
 def parser() -> Parser:
     jobs = Parser("./platform job", description=__doc__)
-    commands = jobs.add_subparsers(dest="command", required=True, metavar="{submit,list,logs,cancel,cost}")
+    commands = jobs.add_subparsers(dest="command", required=True, metavar="{submit,list,logs,cancel,cost,rehearse}")
     submit_parser = commands.add_parser("submit", help="run a training job on a queue",
                                         usage="%(prog)s ENV QUEUE --image IMAGE --name NAME [--gpus N] [--nodes N] "
                                               "-- COMMAND...")
@@ -129,6 +131,8 @@ def parser() -> Parser:
         sub.add_argument("env")
         sub.add_argument("job_id")
     commands.add_parser("cost", help="what a job really cost (./platform job cost --help)", add_help=False)
+    commands.add_parser("rehearse", help="a Spot reclaim rehearsed locally (./platform job rehearse --help)",
+                        add_help=False)
     return jobs
 
 
@@ -137,6 +141,9 @@ def main(argv: list[str], session_factory=None) -> int:
     if argv[:1] == ["cost"]:
         from ops import job_cost
         return job_cost.main(argv[1:], session_factory=session_factory)
+    if argv[:1] == ["rehearse"]:
+        from ops import rehearse
+        return rehearse.main(argv[1:])
     # The job's command follows "--" and may carry options of its own.
     ours, command = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     jobs = parser()

@@ -317,7 +317,7 @@ def rehearse(command: Sequence[str], *, workdir: Optional[str] = None, checkpoin
         checks.append(Check("the final state equals an uninterrupted run's", None, "not checked: the interrupted run "
                             "did not finish"))
     else:
-        clean_uri = str(work / "uninterrupted")
+        clean_uri = checkpoints.rstrip("/") + "-uninterrupted/" if checkpoints else str(work / "uninterrupted")
         progress(f"==> once more, uninterrupted (--exact): output {work / 'attempt-3.log'}")
         clean = runner.run(3, {"ML_PLATFORM_CHECKPOINT_URI": clean_uri, "ML_PLATFORM_JOB_NAME": f"rehearsal-{stamp}-clean",
                                "AWS_BATCH_JOB_ATTEMPT": "1"}, checkpoint_uri=clean_uri, stop_after_checkpoint=False,

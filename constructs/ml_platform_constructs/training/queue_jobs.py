@@ -151,12 +151,17 @@ def evaluation_role(scope: Construct, queue_name: str, datasets: DatasetBucket, 
     return role
 
 
-def container_environment(queue_name: str, datasets: Optional[DatasetBucket]) -> dict[str, str]:
+def container_environment(queue_name: str, datasets: Optional[DatasetBucket],
+                          stop_timeout_seconds: Optional[int] = None) -> dict[str, str]:
     """The job contract's variables every job of the queue gets (constructs/docs/JobContract.md; MLFLOW_TRACKING_URI
     is added per job definition, ``JobSettings.container``). A submission adds the job's own,
-    ML_PLATFORM_CHECKPOINT_URI and ML_PLATFORM_JOB_NAME (ml_platform_constructs.operations.jobs)."""
+    ML_PLATFORM_CHECKPOINT_URI and ML_PLATFORM_JOB_NAME (ml_platform_constructs.operations.jobs).
+    ``stop_timeout_seconds``: the instances' SIGTERM-to-SIGKILL time (the ECS agent's ECS_CONTAINER_STOP_TIMEOUT), told
+    to the job as ML_PLATFORM_STOP_TIMEOUT_SECONDS: the job side saves on a stop only when the save fits in it."""
     environment = {"ML_PLATFORM_QUEUE_NAME": queue_name, "ML_PLATFORM_STOP_FILE": f"{RUN_DIR}/stop-requested",
                    "ML_PLATFORM_JOB_NAMESPACE": JOB_NAMESPACE}
+    if stop_timeout_seconds is not None:
+        environment["ML_PLATFORM_STOP_TIMEOUT_SECONDS"] = str(stop_timeout_seconds)
     if datasets is not None:
         environment["ML_PLATFORM_DATASETS_URI"] = f"s3://{datasets.bucket_name}/{DATASETS_PREFIX}"
         environment["ML_PLATFORM_DATASET_BUCKET"] = datasets.bucket_name  # e.g. gpu_benchmark.py's records

@@ -256,7 +256,7 @@ class TrainingQueue(Construct):
 
         self._jobs = JobSettings(
             queue_name=self.queue_name, job_role=self.job_role, log_group=self.log_group,
-            environment=container_environment(self.queue_name, datasets),
+            environment=container_environment(self.queue_name, datasets, stop_timeout_seconds),
             volumes=job_volumes(dataset_volumes), attempts=job_attempts, timeout=job_timeout, tracking=tracking)
         self.job_definition = self.add_job_definition("JobDefinition", image_uri=image_uri)
         self._own_definition(self.job_definition, SINGLE_NODE)
