@@ -49,14 +49,20 @@ class JobSampler(DistributedSampler):
         super().__init__(dataset, num_replicas=num_replicas or _world_size(),
                          rank=_rank() if rank is None else rank, shuffle=shuffle, seed=seed, drop_last=drop_last)
         self.tagged = tagged
-        self.start = 0  # global samples of this epoch already trained, by all ranks; applied to the next __iter__
+        self._resume: Optional[tuple[int, int]] = None  # (epoch, global samples of it already trained)
 
     def set_position(self, epoch: int, start: int) -> None:
-        """The next iteration is epoch ``epoch`` from its global sample ``start`` (0: the whole epoch)."""
+        """Epoch ``epoch``, from its global sample ``start`` (0: the whole epoch): every iteration of that epoch starts
+        there (an iterator made twice, as Lightning does, starts at the same place); any other epoch starts at 0."""
         if not 0 <= start <= self.total_size:
             raise ValueError(f"start={start}: a global sample position from 0 to {self.total_size}")
         self.set_epoch(epoch)
-        self.start = start
+        self._resume = (epoch, start)
+
+    @property
+    def start(self) -> int:
+        """The global sample the current epoch starts at."""
+        return self._resume[1] if self._resume is not None and self._resume[0] == self.epoch else 0
 
     def order(self) -> list[int]:
         """The epoch's global order, padded (or cut) to a multiple of the ranks as ``DistributedSampler`` does."""
@@ -79,8 +85,7 @@ class JobSampler(DistributedSampler):
         return len(range(self.start + self.rank, self.total_size, self.num_replicas))
 
     def __iter__(self) -> Iterator[Any]:
-        start, self.start = self.start, 0
-        mine = self.order()[start + self.rank:self.total_size:self.num_replicas]
+        mine = self.order()[self.start + self.rank:self.total_size:self.num_replicas]
         if self.tagged:
             return iter([(self.epoch, index) for index in mine])
         return iter(mine)

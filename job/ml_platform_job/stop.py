@@ -42,6 +42,7 @@ class StopRequest:
         self.stop_file = env.get("ML_PLATFORM_STOP_FILE") or DEFAULT_STOP_FILE
         self.pid_file = env.get("ML_PLATFORM_JOB_PID_FILE") or DEFAULT_PID_FILE
         self.stop_timeout = _seconds(env.get("ML_PLATFORM_STOP_TIMEOUT_SECONDS"), DEFAULT_STOP_TIMEOUT_SECONDS)
+        self.first_on_node = (env.get("LOCAL_RANK") or "0").strip() == "0"
         self._now, self._wall = now, wall
         self.signalled_at: Optional[float] = None
         self.reason: Optional[str] = None
@@ -52,17 +53,13 @@ class StopRequest:
 
     # --- setting up ---------------------------------------------------------------------------------------------
     def install(self) -> "StopRequest":
-        """Writes the PID file and installs the SIGTERM handler (from the main thread; elsewhere only the stop file is
-        seen, and a warning says so). Idempotent."""
+        """Writes the PID file (the node's first process only: ``LOCAL_RANK`` 0 or unset, the one the watcher signals;
+        the others hear of the stop through ``agreed``) and installs the SIGTERM handler (from the main thread;
+        elsewhere only the stop file is seen, and a warning says so). Idempotent."""
         if self._installed:
             return self
-        try:
-            os.makedirs(os.path.dirname(self.pid_file) or ".", exist_ok=True)
-            with open(self.pid_file, "w") as handle:
-                handle.write(str(os.getpid()))
-        except OSError as error:  # a read-only /run outside the platform: the watcher then cannot signal this job
-            print(f"ml_platform_job: cannot write the PID file {self.pid_file} ({error.strerror}); set "
-                  "ML_PLATFORM_JOB_PID_FILE to a writable path", file=sys.stderr)
+        if self.first_on_node:
+            self._write_pid_file()
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
         else:
@@ -70,6 +67,15 @@ class StopRequest:
                   file=sys.stderr)
         self._installed = True
         return self
+
+    def _write_pid_file(self) -> None:
+        try:
+            os.makedirs(os.path.dirname(self.pid_file) or ".", exist_ok=True)
+            with open(self.pid_file, "w") as handle:
+                handle.write(str(os.getpid()))
+        except OSError as error:  # a read-only /run outside the platform: the watcher then cannot signal this job
+            print(f"ml_platform_job: cannot write the PID file {self.pid_file} ({error.strerror}); set "
+                  "ML_PLATFORM_JOB_PID_FILE to a writable path", file=sys.stderr)
 
     def uninstall(self) -> None:
         """Puts back the SIGTERM handler there was before ``install``."""

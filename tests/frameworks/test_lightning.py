@@ -1,0 +1,58 @@
+"""The Lightning adapter (issue 35): examples/lightning_module.py, with data-loader workers, persistent workers, random
+jitter per sample and dropout, rehearsed as a queue runs it: SIGTERM mid-epoch, Lightning's checkpoint with the
+callback's generators and data position, exit 143, the retry resumes at that batch and ends with the uninterrupted
+run's weights. Lightning's own SIGTERM stop exits 0; the callback makes it 143."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from conftest import EXAMPLES
+from ml_platform_job.lightning import PlatformCallback
+from ml_platform_job.rehearse import format_lines, rehearse
+
+
+def test_the_lightning_example_survives_a_reclaim_exactly(tmp_path):
+    result = rehearse([sys.executable, str(EXAMPLES / "lightning_module.py")], workdir=str(tmp_path), exact=True)
+    lines = format_lines(result)
+    assert lines[-1] == "rehearsal: PASS", "\n".join(lines)
+    record = json.loads((tmp_path / "interrupted" / "passport.json").read_text())
+    assert record["passport"]["flags"] == {"num_workers": 2}  # the workers do not make another run
+
+
+def test_lightnings_own_sigterm_stop_exits_143_not_0(tmp_path, monkeypatch):
+    env = {"ML_PLATFORM_CHECKPOINT_URI": str(tmp_path / "ckpt"), "ML_PLATFORM_STOP_FILE": str(tmp_path / "stop"),
+           "ML_PLATFORM_JOB_PID_FILE": str(tmp_path / "pid")}
+    platform = PlatformCallback({"lr": 0.1}, seed=1, env=env)
+    try:
+        platform.job.stop.request("SIGTERM")
+
+        class Trainer:
+            global_step = 12
+
+        stop = SIGTERMException()
+        assert stop.code is None  # what Lightning raises: exit status 0, SUCCEEDED to AWS Batch
+        platform.on_exception(Trainer(), None, stop)
+        assert stop.code == 143
+        record = json.loads((tmp_path / "ckpt" / "passport.json").read_text())
+        assert record["status"] == "STOPPED" and "at step 12" in record["passport"]["attempts"][0]["reason"]
+    finally:
+        platform.job.stop.uninstall()
+
+
+def test_an_exception_that_is_not_a_stop_is_left_as_it_is(tmp_path):
+    env = {"ML_PLATFORM_CHECKPOINT_URI": str(tmp_path / "ckpt"), "ML_PLATFORM_STOP_FILE": str(tmp_path / "stop"),
+           "ML_PLATFORM_JOB_PID_FILE": str(tmp_path / "pid")}
+    platform = PlatformCallback({"lr": 0.1}, seed=1, env=env)
+    try:
+        crash = SystemExit(1)
+        platform.on_exception(object(), None, crash)
+        assert crash.code == 1
+        with pytest.raises(TypeError, match="sampler: the platform's loader makes its own"):
+            platform.loader([1, 2, 3], sampler=None)
+    finally:
+        platform.job.stop.uninstall()
