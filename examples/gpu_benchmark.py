@@ -35,7 +35,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ml_platform_constructs.advice.gpu_catalog import GPU_CATALOG
+from ml_platform_job.instances import INSTANCE_SHAPES
 from ml_platform_job.benchmark import benchmark_record, local_instance_type, measure, publish
 
 LLM_SHAPES = {  # hidden, heads, FFN, total layers
@@ -119,8 +119,8 @@ def main(argv: list[str]) -> int:
         raise SystemExit("--bucket (or ML_PLATFORM_DATASET_BUCKET) is required to publish; --no-publish to print only")
     device = torch.device("cuda")
     instance_type = args.instance_type or local_instance_type() or "unknown"
-    entry = GPU_CATALOG.get(instance_type)
-    gpu_model = entry.gpu_model if entry else torch.cuda.get_device_name(device)
+    entry = INSTANCE_SHAPES.get(instance_type)
+    gpu_model = entry.gpu if entry else torch.cuda.get_device_name(device)
     clients = None
     if not args.no_publish:
         import boto3

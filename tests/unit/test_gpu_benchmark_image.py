@@ -1,5 +1,6 @@
-"""A GPU benchmark image needs Python, PyTorch, boto3 and the library wheel without its CDK dependencies (README,
-"A GPU benchmark image"): examples/gpu_benchmark.py imports nothing from aws-cdk-lib, jsii or constructs."""
+"""A GPU benchmark image needs Python, PyTorch, boto3 and the job side's wheel (ml-platform-job) only (docs/TRAINING.md,
+"A GPU benchmark image"): examples/gpu_benchmark.py imports nothing from aws-cdk-lib, jsii, constructs or the
+construct library."""
 
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import importlib.abc, runpy, sys, types
 
 class RefuseTheCdk(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("aws_cdk", "jsii", "constructs", "cdk_nag"):
+        if name.split(".")[0] in ("aws_cdk", "jsii", "constructs", "cdk_nag", "ml_platform_constructs"):
             raise ImportError(f"the benchmark imported {name}")
 
 sys.meta_path.insert(0, RefuseTheCdk())
