@@ -2,6 +2,8 @@
 
   ./platform runs list ENV|--local [--json]
   ./platform runs show ENV|--local RUN_ID [--json]
+  ./platform runs show --record DIR|FILE [--json]   a run from its record (passport.json) alone: a rehearsal's, or
+                                                     one copied from next to a job's checkpoints
 
 ENV reads the environment's SageMaker MLflow (the Data stack's MlflowTrackingUri output; AWS credentials of ENV's
 account, checked first; the sagemaker-mlflow plugin signs the calls). --local reads the local store that
@@ -260,9 +262,11 @@ def format_record(record: dict) -> str:
                       f"{cuda.get('build') or '-'} (driver supports {cuda.get('driver_supports') or '-'})"
                       if environment else "")
             nodes = f" x {a['nodes']} nodes" if a.get("nodes", 1) > 1 else ""
+            resumed = (f"; resumed from the checkpoint of step {a['restored_from'].get('step')}"
+                       if a.get("restored_from") else "")
             lines.append(f"    {a['number']}. {a.get('instance_type') or '?'} {a.get('lifecycle') or '?'}{nodes} "
                          f"{a['started_at']} to {a.get('ended_at') or a.get('last_seen_at')}: {a['outcome']}"
-                         + (f" ({a['reason']})" if a.get("reason") else "") + ran_on)
+                         + (f" ({a['reason']})" if a.get("reason") else "") + resumed + ran_on)
             if a.get("environment_changes"):
                 lines.append(f"       CHANGED from the attempt before: {'; '.join(a['environment_changes'])}")
         if p.get("command"):
@@ -315,7 +319,36 @@ def format_record(record: dict) -> str:
     return "\n".join(lines)
 
 
+def file_record(path: str) -> dict:
+    """``runs show``'s record from a run's record file alone (no MLflow): a directory holding ``passport.json`` (a
+    rehearsal's ``interrupted/``, a copy of a job's checkpoint prefix) or the file itself."""
+    found = Path(path)
+    found = found / RECORD_NAME if found.is_dir() else found
+    try:
+        record = json.loads(found.read_text())
+    except FileNotFoundError:
+        raise RunsError(f"no run record at {found} (a job's {RECORD_NAME} lies next to its checkpoints)") from None
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise RunsError(f"{found}: not a run record ({type(error).__name__}); pass the {RECORD_NAME} a job "
+                        "wrote") from None
+    if not isinstance(record, dict) or "passport" not in record or "run_id" not in record:
+        raise RunsError(f"{found}: not a run record (no run_id and passport); pass the {RECORD_NAME} a job wrote")
+    return {"run_id": record["run_id"], "run_name": record.get("run_name"), "experiment": record.get("experiment"),
+            "status": record.get("status"), "started_at": record.get("created_at"),
+            "passport": record.get("passport", {}), "metrics": record.get("metrics", {}),
+            **{key: record.get(key) for key in SUMMARY_KEYS}, "tags": {}, "promotions": [], "against_live": None,
+            "ledger": ledger_json(record.get("passport", {})), "record_file": str(found)}
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["show"] and any(a == "--record" or a.startswith("--record=") for a in argv):
+        shown = Parser("./platform runs show --record", description="a run from its record file alone")
+        shown.add_argument("--record", required=True, metavar="DIR|FILE")
+        shown.add_argument("--json", action="store_true")
+        args = shown.parse_args(argv[1:])
+        record = file_record(args.record)
+        print(json.dumps(record, indent=1) if args.json else format_record(record))
+        return 0
     parser = Parser("./platform runs", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     listing = commands.add_parser("list", help="the newest runs")

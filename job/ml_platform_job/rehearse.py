@@ -323,6 +323,8 @@ def rehearse(command: Sequence[str], *, workdir: Optional[str] = None, checkpoin
                                "AWS_BATCH_JOB_ATTEMPT": "1"}, checkpoint_uri=clean_uri, stop_after_checkpoint=False,
                            signal_after=signal_after, stop_timeout=stop_timeout, attempt_timeout=attempt_timeout)
         checks.append(_exactness(record, _record(clean_uri), clean))
+    if record is not None:
+        progress(f"==> the run it recorded: {Location(interrupted_uri).uri}{RECORD_NAME}")
     return result
 
 

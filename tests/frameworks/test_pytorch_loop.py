@@ -25,7 +25,7 @@ def test_the_loop_example_survives_a_reclaim_exactly_with_persistent_workers(tmp
 
 
 SABOTAGED = """
-import os, random, sys
+import os, random, sys, time
 import torch
 from ml_platform_job import TrainingJob
 
@@ -39,6 +39,7 @@ for epoch in job.epochs(40):
         optimizer.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
         optimizer.step()
+        time.sleep(0.01)  # a step that takes as long as a real one: the signal lands mid-run
 with torch.no_grad():  # what no checkpoint holds: a draw from the operating system
     model.bias.add_(random.SystemRandom().random())
 job.finish(model=model)
