@@ -84,10 +84,9 @@ BREAKS = [
           'findings.append(Finding("subscriptions", found == wanted,',
           'findings.append(Finding("subscriptions", True,',
           ("tests/emulator/test_local_deploy.py",)),
-    Break("example job: SIGTERM no longer stops the run", "examples/train_with_checkpoints.py",
-          'signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stop_signalled", True))',
-          "signal.signal(signal.SIGTERM, lambda *_: None)",
-          ("tests/unit/test_train_example.py", "tests/unit/test_reclaim_retry.py")),
+    Break("job side: SIGTERM no longer stops the run", "job/ml_platform_job/stop.py",
+          'self.request("SIGTERM")', "pass",
+          ("tests/unit/test_job_stop.py", "tests/unit/test_train_example.py", "tests/unit/test_rehearsal.py")),
 ]
 
 

@@ -64,6 +64,8 @@ DEFAULT_FLAGS = frozenset({
     "report_to", "run_name", "disable_tqdm", "tensorboard_dir", "wandb_project", "no_cuda", "no_accel", "no_mps",
 })
 CHECKPOINT_URI = "ML_PLATFORM_CHECKPOINT_URI"
+# A seed for a job that names none (the rehearsal sets it, so that its interrupted and uninterrupted runs compare).
+SEED_VARIABLE = "ML_PLATFORM_SEED"
 
 
 def _as_params(params: Any) -> dict[str, Any]:
@@ -127,7 +129,8 @@ class TrainingJob:
 
         ``params``: the job's parameters (argparse's Namespace, a dataclass or a mapping); the ones named in ``flags``
         (and ``DEFAULT_FLAGS``: logging intervals, output paths) are recorded but never make another run.
-        ``seed``: the run's (default: ``params["seed"]``, else one chosen and recorded by the first attempt).
+        ``seed``: the run's (default: ``params["seed"]``, else the one the run's first attempt recorded, else
+        ``ML_PLATFORM_SEED``, else one chosen at random and recorded).
         ``deterministic``: torch's deterministic algorithms (slower; what bit-for-bit exactness on a GPU needs).
         ``dataset``/``holdout``: a ``passport.DatasetRef`` and ``holdout.describe(...)``, recorded and compared.
         ``keep``: complete checkpoints kept (default 2). ``save_every_minutes``: a save inside an epoch after this much
@@ -149,7 +152,10 @@ class TrainingJob:
         if seed is None:
             given = identity.get("seed")
             seed = given if isinstance(given, int) and not isinstance(given, bool) else _recorded_seed(location)
-            seed = secrets.randbits(31) if seed is None else seed
+        if seed is None and env.get(SEED_VARIABLE, "").strip().isdigit():  # the rehearsal's, for its runs to compare
+            seed = int(env[SEED_VARIABLE])
+        if seed is None:
+            seed = secrets.randbits(31)
         run = TrackedRun.start(params=identity, flags=recorded, seed=seed, dataset=dataset, holdout=holdout, env=env,
                                s3=s3, tracking_uri=tracking_uri, experiment=experiment, run_name=run_name,
                                code_directory=code_directory or os.path.dirname(os.path.abspath(sys.argv[0] or ".")))

@@ -180,9 +180,22 @@ class PlatformCallback(Callback):
         now = self.clock.now()
         self.clock.add("evaluation", now - getattr(self, "_validation_started", now))
         self._mark = now
+        self._log(trainer)
+
+    def _log(self, trainer: Any) -> None:
+        """What the module logged (``self.log``: losses, validation metrics) into the run, at the global step."""
+        numbers = {}
+        for name, value in trainer.callback_metrics.items():
+            try:
+                numbers[name] = float(value)
+            except (TypeError, ValueError):  # a tensor of several values: not one figure
+                continue
+        if numbers:
+            self.job.run.log_metrics(numbers, step=trainer.global_step)
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         self._mark = self.clock.now()
+        self._log(trainer)
         last = trainer.max_epochs is not None and trainer.current_epoch + 1 >= trainer.max_epochs
         if self.save_each_epoch and not last:
             self._save(trainer)

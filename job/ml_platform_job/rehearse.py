@@ -14,7 +14,8 @@ retries it as the queue's retry strategy would, and says whether it survived, be
 2. The queue retries exit 143 only (``training.queue_jobs.retry_strategies``): attempt 2 runs with the same
    variables and ``AWS_BATCH_JOB_ATTEMPT=2``, to the end.
 3. With ``--exact``, the command runs once more, uninterrupted, under a checkpoint prefix of its own (a run of its
-   own), and the two runs' final weights are compared (the digest ``TrainingJob.finish`` records).
+   own) and with the same seed (``ML_PLATFORM_SEED``, which a job that names no seed takes), and the two runs' final
+   weights are compared (the digest ``TrainingJob.finish`` records).
 
 One line per check, then ``rehearsal: PASS`` (exit 0) or ``rehearsal: FAIL: <reason> (read ...)`` (exit 1); 2 for a
 command line it cannot run. Each attempt's output is kept in the work directory (``--workdir``; a temporary one by
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -217,6 +219,8 @@ def rehearse(command: Sequence[str], *, workdir: Optional[str] = None, checkpoin
     base = dict(os.environ if env is None else env)
     contract = {"ML_PLATFORM_STOP_FILE": str(work / "stop-requested"), "ML_PLATFORM_JOB_PID_FILE": str(work / "job.pid"),
                 "ML_PLATFORM_STOP_TIMEOUT_SECONDS": f"{stop_timeout:g}", "ML_PLATFORM_REHEARSAL": "1",
+                # One seed for every run of the rehearsal, for a job that names none (TrainingJob.start reads it).
+                "ML_PLATFORM_SEED": base.get("ML_PLATFORM_SEED") or str(random.randrange(2 ** 31)),
                 "PYTHONUNBUFFERED": "1"}
     if datasets:
         contract["ML_PLATFORM_DATASETS_URI"] = datasets

@@ -125,11 +125,18 @@ class PlatformCallback(TrainerCallback):
                 self._note = (f"no checkpoint: the last save took {self._save_seconds:.0f} s and {max(0.0, left):.0f} s "
                               "are left before SIGKILL (save more often, or raise the queue's stop_timeout)")
 
-    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_evaluate(self, args: Any, state: Any, control: Any, metrics: Optional[dict] = None, **kwargs: Any) -> None:
         now = self.clock.now()
         if self._mark is not None:
             self.clock.add("evaluation", now - self._mark)
         self._mark = now
+        self.on_log(args, state, control, logs=metrics)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Optional[dict] = None, **kwargs: Any) -> None:
+        """The Trainer's logged figures (loss, learning rate, evaluation metrics) into the run, at their step."""
+        numbers = {k: float(v) for k, v in (logs or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if numbers:
+            self.job.run.log_metrics(numbers, step=state.global_step)
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         started = self._mark if self._mark is not None else self.clock.now()

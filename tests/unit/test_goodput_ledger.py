@@ -71,7 +71,9 @@ class StopsMidEpoch(example.Job):
         return super().resume()
 
 
-def test_the_local_runs_ledger_adds_up_to_its_paid_time_and_shows_the_reclaim_as_lost_work_and_restore(tmp_path):
+def test_the_local_runs_ledger_adds_up_to_its_paid_time_and_shows_the_reclaim_as_a_restore_not_lost_work(tmp_path):
+    """The example saves the very batch a stop comes at (issue 35): the reclaim costs attempt 2's restore, and no
+    step is lost (before, the stopped epoch's steps were)."""
     env, ticks = env_for(tmp_path), Ticks()
     rows = example.load_rows(example.make_dataset(samples=600))
 
@@ -80,23 +82,25 @@ def test_the_local_runs_ledger_adds_up_to_its_paid_time_and_shows_the_reclaim_as
         return example.train(StopsMidEpoch(env, ticks, after_checks), run, rows, PARAMS)
     # 18 batches an epoch: the 30th check is mid-way through epoch 2.
     state, code = attempt(30)
-    assert (state["epoch"], code) == (1, 143)
+    assert (state["epoch"], code) == (1, 143) and state["batch"] > 0
+    stopped_at = state["step"]
     state, code = attempt(None)
     assert code == 0
     attempts = record(tmp_path)["passport"]["attempts"]
     assert [a["outcome"] for a in attempts] == ["stopped", "finished"]
     first, second = (a["phases"] for a in attempts)
-    assert first["since_checkpoint"] > 0 and first["step"] > first["since_checkpoint"]  # epoch 2's steps, abandoned
+    assert first["since_checkpoint"] == 0 and first["step"] > 0  # epoch 2's steps, saved by the stop
     assert second["restore"] > 0 and second["since_checkpoint"] == 0
+    assert attempts[1]["restored_from"]["step"] == stopped_at  # the very batch the stop came at
     found, notes = run_ledger(attempts, PRICES)
     assert found.paid_seconds == pytest.approx(paid_seconds(attempts), abs=1.0)
-    assert found.seconds["lost"] == pytest.approx(first["since_checkpoint"])
+    assert found.seconds["lost"] == 0
     assert found.seconds["restore"] > 0 and found.seconds["productive"] > 0
     assert found.paid_usd == pytest.approx(found.paid_seconds / 3600 * hourly_usd(PRICES, "g5.xlarge", "spot"))
     assert notes == [STARTUP_LOWER_BOUND]
     shown = local_run.ledger_line({"passport": record(tmp_path)["passport"]})
     assert shown.startswith(f"ledger: {found.paid_seconds:.0f} s, {found.paid_usd:.6f} USD: ")
-    assert "lost " in shown and "restore " in shown
+    assert "lost " not in shown and "restore " in shown
     every = {"passport": {"attempts": [{**attempts[0], "outcome": "stopped", "phases": {
         "startup": 10.0, "restore": 10.0, "step": 100.0, "data_wait": 10.0, "checkpoint_save": 10.0, "evaluation": 10.0,
         "since_checkpoint": 10.0}, "started_at": "2026-11-30T12:00:00+00:00", "ended_at": "2026-11-30T14:46:39+00:00"}]}}

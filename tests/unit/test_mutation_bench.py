@@ -13,7 +13,8 @@ spec.loader.exec_module(bench)
 
 def test_every_module_and_test_file_named_exists():
     for module, tests in bench.MODULES.items():
-        source = ROOT / module.replace("ml_platform_constructs/", "constructs/ml_platform_constructs/", 1)
+        source = ROOT / module.replace("ml_platform_constructs/", "constructs/ml_platform_constructs/", 1).replace(
+            "ml_platform_job/", "job/ml_platform_job/", 1)
         assert source.is_file(), module
         for test in tests:
             assert (ROOT / "tests" / "unit" / test).is_file(), (module, test)

@@ -17,7 +17,7 @@ UNKNOWN = r"^error: unknown environment 'nosuch': config/environments.toml decla
 
 COMMANDS = {  # module, its usage line's start, the command's arguments with an unknown environment
     "fleet": (fleet, "usage: ./platform fleet ", ["status", "nosuch"]),
-    "job": (job, "usage: ./platform job [-h] {submit,list,logs,cancel,cost}", ["list", "nosuch"]),
+    "job": (job, "usage: ./platform job [-h] {submit,list,logs,cancel,cost,rehearse}", ["list", "nosuch"]),
     "job submit": (job, "usage: ./platform job submit ENV QUEUE --image IMAGE --name NAME",
                    ["submit", "nosuch", "training", "--image", IMAGE, "--name", "a", "--", "python", "t.py"]),
     "job cost": (job, "usage: ./platform job cost ", ["cost", "nosuch", "job-1"]),
@@ -244,6 +244,7 @@ OWN_SESSIONS = {
     "local/deploy.py": "the local emulator, with dummy credentials",
     "local/run.py": "the example job against the local emulator's S3, with dummy credentials",
     "refresh_prices.py": "public Price List and Spot data, no environment's account",
+    "rehearse.py": "the rehearsal's checkpoints in the local emulator's S3 (--s3), with dummy credentials",
 }
 
 
