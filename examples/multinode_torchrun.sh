@@ -14,5 +14,8 @@ gpus_per_node="${GPUS_PER_NODE:-$(nvidia-smi --list-gpus | wc -l)}"
 if [ -e /dev/infiniband/uverbs0 ]; then
   export FI_PROVIDER="${FI_PROVIDER:-efa}" FI_EFA_USE_DEVICE_RDMA="${FI_EFA_USE_DEVICE_RDMA:-1}"
 fi
-exec "${TORCHRUN:-torchrun}" --nnodes="$AWS_BATCH_JOB_NUM_NODES" --node_rank="$AWS_BATCH_JOB_NODE_INDEX" \
-  --nproc_per_node="$gpus_per_node" --master_addr="$main_address" --master_port="${MASTER_PORT:-29500}" "$@"
+# The job side's launcher in front of torchrun (docs/BRING_YOUR_SCRIPT.md, "Stopping in time"): it passes ECS's SIGTERM
+# on, gives torchrun the queue's stop timeout and exits 143 when stopped (torchrun alone exits 1: never retried).
+exec "${PYTHON:-python3}" -m ml_platform_job launch -- "${TORCHRUN:-torchrun}" --nnodes="$AWS_BATCH_JOB_NUM_NODES" \
+  --node_rank="$AWS_BATCH_JOB_NODE_INDEX" --nproc_per_node="$gpus_per_node" --master_addr="$main_address" \
+  --master_port="${MASTER_PORT:-29500}" "$@"

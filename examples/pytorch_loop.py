@@ -89,11 +89,11 @@ def test(model: Net, device: torch.device, test_loader: DataLoader) -> float:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="A plain PyTorch loop that survives a Spot reclaim exactly")
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--lr", type=float, default=1.0)
     parser.add_argument("--gamma", type=float, default=0.7)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--samples", type=int, default=640, help="training images")
+    parser.add_argument("--samples", type=int, default=1920, help="training images")
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--log-interval", type=int, default=10)
     parser.add_argument("--deterministic", action="store_true", help="torch's deterministic algorithms")

@@ -285,7 +285,7 @@ def train(job: Job, run: TrackedRun, rows: list, params: dict, *, on_epoch=None)
             with clock.phase("checkpoint_save"):
                 job.save(state)
             clock.checkpoint_saved()
-            run.stop(f"stop requested ({job.stop.reason}) at {where(state)}")
+            run.stop(f"stop requested ({job.stop.reason}) at {where(state)}", step=state["step"], saved=True)
             return state, STOPPED_EXIT_CODE
         with clock.phase("checkpoint_save"):
             job.save(state)

@@ -1,4 +1,7 @@
-"""The job side's command line: ``python -m ml_platform_job rehearse [options] -- COMMAND...`` (or ``ml-platform-job``).
+"""The job side's command line (or ``ml-platform-job``):
+
+    python -m ml_platform_job rehearse [options] -- COMMAND...   prove that a job survives a Spot reclaim
+    python -m ml_platform_job launch -- torchrun ...               a job of several processes as the container's first
 
 Runs without the CDK or Node.js: in a training image, on a laptop, in CI. Every error is one line saying what to do.
 """
@@ -11,9 +14,11 @@ import signal
 import sys
 from typing import Optional, Sequence
 
+from . import launch as launcher
 from . import rehearse as rehearsal
 
 USAGE = "python -m ml_platform_job rehearse [options] -- COMMAND..."
+LAUNCH_USAGE = "python -m ml_platform_job launch -- COMMAND..."
 
 
 class _Parser(argparse.ArgumentParser):
@@ -54,15 +59,24 @@ def parser() -> argparse.ArgumentParser:
                      help="an attempt running longer is ended and fails the rehearsal (default 3600)")
     run.add_argument("--json", action="store_true", help="the checks as JSON on stdout (progress goes to stderr)")
     run.add_argument("job", nargs=argparse.REMAINDER, help="-- then the job's command")
+    launch = commands.add_parser("launch", help="run a job of several processes (torchrun) as the container's first "
+                                 "process: SIGTERM passed on, exit 143 when stopped", usage=LAUNCH_USAGE,
+                                 description=launcher.__doc__.split("\n\n")[0])
+    launch.add_argument("job", nargs=argparse.REMAINDER, help="-- then the command, e.g. torchrun ... train.py")
     return top
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser().parse_args(sys.argv[1:] if argv is None else list(argv))
-    if args.command != "rehearse":
-        print(f"error: a command is needed (usage: {USAGE})", file=sys.stderr)
+    if args.command not in ("rehearse", "launch"):
+        print(f"error: a command is needed (usage: {USAGE}, or {LAUNCH_USAGE})", file=sys.stderr)
         return 2
     command = args.job[1:] if args.job[:1] == ["--"] else args.job
+    if args.command == "launch":
+        if not command:
+            print(f"error: no command: put it after -- (usage: {LAUNCH_USAGE})", file=sys.stderr)
+            return 2
+        return launcher.launch(command)
     if not command:
         print(f"error: no job command: put it after -- (usage: {USAGE})", file=sys.stderr)
         return 2

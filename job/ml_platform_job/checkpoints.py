@@ -18,7 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import time
+import sys
+from datetime import datetime, timezone
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
@@ -58,6 +59,7 @@ class CheckpointStore:
             raise ValueError(f"keep={keep!r}: a whole number of checkpoints of 1 or more (2 keeps one to fall back on)")
         self.location = location if isinstance(location, Location) else Location(location, s3)
         self.keep = keep
+        self._purge_failed = False
 
     # --- saving -------------------------------------------------------------------------------------------------
     def save(self, step: int, files: Mapping[str, Union[bytes, str, Path]], meta: Optional[Mapping[str, Any]] = None,
@@ -68,6 +70,8 @@ class CheckpointStore:
         if not isinstance(step, int) or isinstance(step, bool) or step < 0:
             raise ValueError(f"step={step!r}: a whole number of 0 or more (the global step the checkpoint holds)")
         folder = self.location.child(f"{FOLDER}step-{step:012d}")
+        # The same step saved again: its marker goes first, so the folder is never complete with half-new files.
+        self.location.delete([f"{FOLDER}step-{step:012d}/{MARKER}"])
         written: dict[str, dict[str, Any]] = dict(listed or {})
         for name, data in files.items():
             written[name] = self.write_file(folder, name, data)
@@ -81,14 +85,15 @@ class CheckpointStore:
             folder.write(name, body)
             return {"bytes": len(body), "sha256": hashlib.sha256(body).hexdigest()}
         path = Path(data)
+        digest, size = _file_sha256(path), path.stat().st_size  # what the marker names is what was read to upload
         folder.upload_file(path, name)
-        return {"bytes": path.stat().st_size, "sha256": _file_sha256(path)}
+        return {"bytes": size, "sha256": digest}
 
     def mark_complete(self, step: int, files: Mapping[str, Mapping[str, Any]],
                       meta: Optional[Mapping[str, Any]] = None) -> Checkpoint:
         """Writes the marker that makes the checkpoint of ``step`` count, then removes the checkpoints past ``keep``
         and any older torn one."""
-        saved_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        saved_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         marker = {"format": FORMAT, "step": step, "files": dict(files), "meta": dict(meta or {}), "saved_at": saved_at}
         self.location.write(f"{FOLDER}step-{step:012d}/{MARKER}", json.dumps(marker, indent=1, sort_keys=True))
         self.purge()
@@ -113,7 +118,13 @@ class CheckpointStore:
         newest = kept[-1] if kept else None
         doomed = [s for s in steps if s not in kept and (s in complete or (newest is not None and s < newest))]
         names = [n for s in doomed for n in steps[s]]
-        self.location.delete(names)
+        try:
+            self.location.delete(names)
+        except OSError as error:  # e.g. no s3:DeleteObject: the old checkpoints stay, training goes on
+            if not self._purge_failed:
+                print(f"ml_platform_job: old checkpoints not removed ({error}); they stay and take space", file=sys.stderr,
+                      flush=True)
+                self._purge_failed = True
 
     # --- finding and loading ------------------------------------------------------------------------------------
     def _folders(self) -> tuple[dict[int, list[str]], dict[int, Checkpoint]]:

@@ -90,12 +90,6 @@ class JobSampler(DistributedSampler):
             return iter([(self.epoch, index) for index in mine])
         return iter(mine)
 
-    def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "start": self.start, "seed": self.seed, "num_replicas": self.num_replicas}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.set_position(int(state["epoch"]), int(state["start"]))
-
 
 class SeededSamples(Dataset):
     """A map-style dataset whose every sample is loaded with generators seeded from (seed, epoch, index): indexed with

@@ -10,11 +10,13 @@ once (standard library; boto3 for ``s3://``).
    prefix it was built from and its ``MANIFEST.sha256``: used as it is, nothing is copied.
 2. A local ``ML_PLATFORM_DATASETS_URI`` (a laptop, the rehearsal): ``<it>/<name>/<version>/`` as it is.
 3. ``s3://``: every object of ``<uri>/<name>/<version>/`` is downloaded to ``<cache>/<name>/<version>/`` (``cache``:
-   ``ML_PLATFORM_DATASET_CACHE``, default ``/tmp/ml-platform-datasets``), then a marker records the listing's digest
-   (keys, sizes, ETags). The next call on the same host (a retry on the same instance, another rank) finds the marker
-   of the same listing and copies nothing; a changed object changes the digest and is fetched again. The processes of
-   one host take turns through a file lock, so the first downloads and the others wait for it. Datasets over about
-   50 GB belong on EBS (the first case): a copy from S3 at every start costs more than the volume.
+   ``ML_PLATFORM_DATASET_CACHE``, default ``/tmp/ml-platform-datasets``), then a marker records the listing (keys,
+   sizes, ETags). The next call that sees the same cache (another rank of the job, the job run again on the same
+   machine) finds the marker of the same listing and copies nothing; an object whose size or ETag changed is fetched
+   again. The processes that share the cache take turns through a file lock: the first downloads, the others wait.
+   On a queue the default cache is the container's own disk: each attempt (a retry lands on another instance)
+   downloads once. Datasets over about 50 GB belong on EBS (the first case): a copy from S3 at every start costs more
+   than the volume.
 """
 
 from __future__ import annotations
@@ -67,16 +69,19 @@ def local_dataset(name: str, version: str, *, env: Optional[Mapping[str, str]] =
         digest = hashlib.sha256(json.dumps(listing, sort_keys=True).encode()).hexdigest()
         marker = target / MARKER
         try:
-            if json.loads(marker.read_text()).get("sha256") == digest:
-                return target
+            before = json.loads(marker.read_text())
         except (OSError, ValueError):
-            pass
+            before = {}
+        if before.get("sha256") == digest:
+            return target
         marker.unlink(missing_ok=True)
-        for key, (size, _) in sorted(listing.items()):
+        had = {key: tuple(value) for key, value in (before.get("objects") or {}).items()}
+        for key, (size, etag) in sorted(listing.items()):
             local = target / key
-            if not (local.is_file() and local.stat().st_size == size):
+            # Kept only when the last complete copy had this very object (size and ETag) and the file is whole.
+            if had.get(key) != (size, etag) or not (local.is_file() and local.stat().st_size == size):
                 source.download_file(key, local)
-        marker.write_text(json.dumps({"sha256": digest, "source": source.uri, "objects": len(listing)}))
+        marker.write_text(json.dumps({"sha256": digest, "source": source.uri, "objects": listing}))
     return target
 
 

@@ -35,6 +35,7 @@ generators. Sharded models (FSDP, DeepSpeed ZeRO-3) need each rank's shard saved
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -46,7 +47,8 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 from . import STOPPED_EXIT_CODE
 from .checkpoints import DEFAULT_KEEP, Checkpoint, CheckpointStore, CorruptCheckpoint
-from .stop import StopRequest, _distributed, rank as _rank, world_size as _world_size
+from .stop import SAVE_MARGIN_SECONDS, SaveTimedOut, StopRequest, _distributed, all_ranks_max
+from .stop import rank as _rank, world_size as _world_size
 from .storage import Location
 from .torch_state import rng_state, set_rng_state, state_digest
 from .tracking import RECORD_NAME, TrackedRun
@@ -54,8 +56,6 @@ from .tracking import RECORD_NAME, TrackedRun
 STATE_FILE = "state.pt"
 MODEL_FILE = "model.pt"
 RANK_FILE = "rng-rank-{rank}.pt"
-# A save on a stop is made only when the last one took at most the time left before SIGKILL less this margin.
-SAVE_MARGIN_SECONDS = 5.0
 DEFAULT_SAVE_EVERY_MINUTES = 30.0
 # Parameters that never make a run another run: how it logs and where it writes. Recorded as the run's flags.
 DEFAULT_FLAGS = frozenset({
@@ -81,6 +81,16 @@ def _as_params(params: Any) -> dict[str, Any]:
     if hasattr(params, "__dict__"):
         return dict(vars(params))
     raise TypeError(f"params={params!r}: a mapping, argparse's Namespace or a dataclass of the job's parameters")
+
+
+def _rank_zeros(seed: int) -> int:
+    """Rank 0's seed on every rank, when a process group is already up (else this process's own)."""
+    dist = _distributed()
+    if dist is None:
+        return seed
+    shared = [seed]
+    dist.broadcast_object_list(shared, src=0)
+    return int(shared[0])
 
 
 def _recorded_seed(location: Location) -> Optional[int]:
@@ -130,7 +140,8 @@ class TrainingJob:
         ``params``: the job's parameters (argparse's Namespace, a dataclass or a mapping); the ones named in ``flags``
         (and ``DEFAULT_FLAGS``: logging intervals, output paths) are recorded but never make another run.
         ``seed``: the run's (default: ``params["seed"]``, else the one the run's first attempt recorded, else
-        ``ML_PLATFORM_SEED``, else one chosen at random and recorded).
+        ``ML_PLATFORM_SEED``, else one derived from ``ML_PLATFORM_JOB_NAME``, else one chosen at random; when a
+        process group is up, rank 0's, so that every rank shuffles alike).
         ``deterministic``: torch's deterministic algorithms (slower; what bit-for-bit exactness on a GPU needs).
         ``dataset``/``holdout``: a ``passport.DatasetRef`` and ``holdout.describe(...)``, recorded and compared.
         ``keep``: complete checkpoints kept (default 2). ``save_every_minutes``: a save inside an epoch after this much
@@ -154,8 +165,11 @@ class TrainingJob:
             seed = given if isinstance(given, int) and not isinstance(given, bool) else _recorded_seed(location)
         if seed is None and env.get(SEED_VARIABLE, "").strip().isdigit():  # the rehearsal's, for its runs to compare
             seed = int(env[SEED_VARIABLE])
+        if seed is None and env.get("ML_PLATFORM_JOB_NAME"):  # the same in every process and attempt of the job
+            seed = int.from_bytes(hashlib.sha256(env["ML_PLATFORM_JOB_NAME"].encode()).digest()[:4], "big") >> 1
         if seed is None:
             seed = secrets.randbits(31)
+        seed = _rank_zeros(seed)
         run = TrackedRun.start(params=identity, flags=recorded, seed=seed, dataset=dataset, holdout=holdout, env=env,
                                s3=s3, tracking_uri=tracking_uri, experiment=experiment, run_name=run_name,
                                code_directory=code_directory or os.path.dirname(os.path.abspath(sys.argv[0] or ".")))
@@ -246,6 +260,8 @@ class TrainingJob:
         several). Returns it (None on ranks other than 0)."""
         import torch  # type: ignore[import-not-found]
 
+        if self._last_save_step == self.step and self.store.latest() is not None:
+            return self.store.latest() if _rank() == 0 else None  # written already: a checkpoint is never rewritten
         started = self.clock.now()
         with self.clock.phase("checkpoint_save"):
             me, dist = _rank(), _distributed()
@@ -278,11 +294,14 @@ class TrainingJob:
         return checkpoint
 
     # --- the loop -----------------------------------------------------------------------------------------------
-    def loader(self, dataset: Any, *, shuffle: bool = False, drop_last: bool = False, **kwargs: Any) -> "JobLoader":
+    def loader(self, dataset: Any, *, shuffle: bool = False, drop_last: bool = False, accumulate: int = 1,
+               **kwargs: Any) -> "JobLoader":
         """A ``torch.utils.data.DataLoader`` over a map-style dataset whose order and random draws come from (seed,
         epoch, sample) and which resumes at the data position (``data``). Takes DataLoader's keywords except
         ``sampler``, ``batch_sampler`` and ``generator`` (it makes those); ``shuffle`` as DataLoader's. Every rank of a
-        job of several takes its share. One per job: the training data."""
+        job of several takes its share. One per job: the training data. ``accumulate``: batches per optimizer step
+        (gradient accumulation): stops and saves come only after a step's last batch (a gradient half accumulated is
+        in no checkpoint), so a resumed epoch's batches keep their places in the accumulation."""
         from torch.utils.data import DataLoader  # type: ignore[import-not-found]
 
         from .data import JobSampler, SeededSamples
@@ -294,6 +313,8 @@ class TrainingJob:
         if self._loader is not None:
             raise RuntimeError("loader: called twice; the job resumes one training loader (validation loaders are "
                                "plain DataLoaders)")
+        if not isinstance(accumulate, int) or isinstance(accumulate, bool) or accumulate < 1:
+            raise ValueError(f"accumulate={accumulate!r}: batches per optimizer step, a whole number of 1 or more")
         sampler = JobSampler(dataset, seed=self.seed, shuffle=shuffle, drop_last=drop_last, tagged=True)
         import torch  # type: ignore[import-not-found]
 
@@ -301,7 +322,7 @@ class TrainingJob:
         generator.manual_seed(self.seed)
         loader = DataLoader(SeededSamples(dataset, self.seed), sampler=sampler, drop_last=drop_last,
                             generator=generator, **kwargs)
-        self._loader = JobLoader(self, loader, sampler, dataset)
+        self._loader = JobLoader(self, loader, sampler, dataset, accumulate)
         return self._loader
 
     def epochs(self, start: int, stop: Optional[int] = None) -> Iterator[int]:
@@ -321,7 +342,7 @@ class TrainingJob:
                 if self._loader_ended_at is not None:  # validation, logging, the scheduler: the epoch's own end
                     self.clock.add("evaluation", self.clock.now() - self._loader_ended_at)
                 self._epoch_index, self._position, self.epoch = epoch - start + 1, 0, epoch + 1
-                save, stopping = self._agree(self.save_each_epoch and epoch + 1 < stop, self.stop.requested)
+                save, stopping = self.agree(self.save_each_epoch and epoch + 1 < stop, self.stop.requested)
                 if stopping:
                     self._stop()
                 if save:
@@ -329,64 +350,62 @@ class TrainingJob:
         finally:
             self._epochs_managed = False
 
-    def _agree(self, save: bool, stopping: bool) -> tuple[bool, bool]:
-        """(save, stop) as every rank sees them: one all-reduce (MAX) of both flags when there are several."""
-        dist = _distributed()
-        if dist is None:
-            return save, stopping
-        import torch  # type: ignore[import-not-found]
-
-        device = (torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl"
-                  else torch.device("cpu"))
-        flags = torch.tensor([int(save), int(stopping)], dtype=torch.int32, device=device)
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-        save, agreed = bool(flags[0].item()), bool(flags[1].item())
+    def agree(self, save: bool, stopping: bool) -> tuple[bool, bool]:
+        """(save, stop) as every rank sees them (``stop.all_ranks_max``: one all-reduce when there are several ranks;
+        every rank calls it at the same step). A stop another rank was asked for becomes this rank's too."""
+        save, agreed = all_ranks_max([save, stopping])
         if agreed and not stopping:
             self.stop.request("another rank was asked to stop")
         return save, agreed
 
-    def _after_step(self, samples: int) -> None:
-        """A step ended: the data position moves on; a save falls due; a stop is taken."""
+    def _after_step(self, samples: int, boundary: bool = True) -> None:
+        """A batch was trained: the data position moves on; at an optimizer step's end (``boundary``), a save falls
+        due and a stop is taken."""
         self.step += 1
         self.samples_seen += samples
         self._position += samples
+        if not boundary:
+            return
         due = self.save_every_seconds is not None and self.clock.now() - self._last_save_at >= self.save_every_seconds
-        save, stopping = self._agree(due, self.stop.requested)
+        save, stopping = self.agree(due, self.stop.requested)
         if stopping:
             self._stop()
         if save:
             self.save()
 
     def _stop(self) -> None:
-        """Saves (when it fits in the time left), records the stop and exits 143."""
-        left = self.stop.seconds_left()
-        fits = self._save_seconds is None or left is None or self._save_seconds + SAVE_MARGIN_SECONDS <= left
-        dist = _distributed()
-        if dist is not None:  # every rank saves, or none
-            import torch  # type: ignore[import-not-found]
-
-            device = (torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl"
-                      else torch.device("cpu"))
-            flag = torch.tensor([0 if fits else 1], dtype=torch.int32, device=device)
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            fits = not flag.item()
-        where = f"step {self.step} (epoch {self.epoch if self.epoch is not None else self._epoch_index}, sample " \
-                f"{self._position} of it)"
-        if self._last_save_step == self.step:
-            note = f"the checkpoint of {where} is written"
-        elif fits:
-            self.save()
-            note = f"checkpoint written at {where}"
+        """Saves (when it fits in the time left, and within it), records the stop and exits 143."""
+        [skip] = all_ranks_max([not self.stop.save_fits(self._save_seconds)])  # every rank saves, or none
+        where = (f"step {self.step} (epoch {self.epoch if self.epoch is not None else self._epoch_index}, sample "
+                 f"{self._position} of it)")
+        saved = self._last_save_step == self.step
+        if saved:
+            note = "its checkpoint is written"
+        elif skip:
+            note = (f"no checkpoint: the last save took {self._save_seconds:.0f} s and "
+                    f"{max(0.0, self.stop.seconds_left() or 0):.0f} s are left before SIGKILL")
         else:
-            note = (f"no checkpoint: the last save took {self._save_seconds:.0f} s and {max(0.0, left or 0):.0f} s are "
-                    f"left before SIGKILL; the retry resumes from step {self._last_save_step} (save more often: "
-                    "save_every_minutes, or raise the queue's stop_timeout)")
-        self.run.stop(f"stop requested ({self.stop.reason}) at {where}; {note}")
+            try:
+                with self.stop.bounded():
+                    self.save()
+                saved, note = True, "checkpoint written"
+            except SaveTimedOut as error:
+                note = f"no checkpoint: {error}"
+        if not saved:
+            note += (f"; the retry resumes from step {self._last_save_step} (save more often: save_every_minutes, or "
+                     "raise the queue's stop_timeout)")
+        self.run.stop(f"stop requested ({self.stop.reason}) at {where}; {note}", step=self.step, saved=saved)
         if _rank() == 0:
             print(f"stopped ({self.stop.reason}) at {where}: {note}; exit {STOPPED_EXIT_CODE} (the queue retries it)",
                   flush=True)
         self.stop.uninstall()
         raise SystemExit(STOPPED_EXIT_CODE)
+
+    @property
+    def stopping(self) -> bool:
+        """True once a stop was asked for: a long validation can break off (the stop is then taken at the epoch's
+        end, with the epoch's steps saved)."""
+        return self.stop.requested
 
     # --- the run ------------------------------------------------------------------------------------------------
     def log(self, metrics: Mapping[str, float], step: Optional[int] = None) -> None:
@@ -414,7 +433,7 @@ class TrainingJob:
         self.stop.uninstall()
         if _rank() == 0:
             cost = (f"cost {record['cost_usd']} USD" if record.get("cost_usd") is not None
-                    else f"cost unknown ({record.get('cost_note')})")
+                    else "cost unknown (its record's cost_note says why)")
             print(f"run {self.run_id} finished: {len(record['passport']['attempts'])} attempt(s), {cost}", flush=True)
         return record
 
@@ -424,9 +443,10 @@ class JobLoader:
     the data position; the time blocked on it is data wait; after each step the position moves on and a stop or a
     due save is taken."""
 
-    def __init__(self, job: TrainingJob, loader: Any, sampler: Any, dataset: Any) -> None:
+    def __init__(self, job: TrainingJob, loader: Any, sampler: Any, dataset: Any, accumulate: int = 1) -> None:
         self.job, self.loader, self.sampler, self.dataset = job, loader, sampler, dataset
         self.batch_size = loader.batch_size
+        self.accumulate = accumulate
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -443,18 +463,21 @@ class JobLoader:
                                "attempt would skip the data already trained on and start from untrained weights")
         if not job._epochs_managed and job._position >= sampler.total_size:  # a loop of its own: the next epoch
             job._epoch_index, job._position = job._epoch_index + 1, 0
-        sampler.set_position(job._epoch_index, job._position)
+        # A position past this world size's epoch (a retry on fewer ranks pads the epoch less): the epoch is done.
+        sampler.set_position(job._epoch_index, min(job._position, sampler.total_size))
         # The workers' base seed from (seed, epoch): a new iterator draws it from the loader's own generator.
         self.loader.generator.manual_seed(job.seed + job._epoch_index)
         ranks = sampler.num_replicas
         left = sampler.remaining()
         batch_size = self.batch_size or 1
+        batches = 0
         for batch in job.clock.batches(self.loader):
             with job.clock.step():
                 yield batch
             taken = min(batch_size, left)
             left -= taken
-            job._after_step(taken * ranks)
+            batches += 1
+            job._after_step(taken * ranks, boundary=batches % self.accumulate == 0 or left <= 0)
         if not job._epochs_managed:
             job._position = sampler.total_size
         job._loader_ended_at = job.clock.now()

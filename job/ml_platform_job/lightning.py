@@ -37,11 +37,27 @@ from lightning.pytorch.callbacks import Callback  # type: ignore[import-not-foun
 
 from . import STOPPED_EXIT_CODE
 from .checkpoints import CheckpointStore, CorruptCheckpoint
-from .job import DEFAULT_SAVE_EVERY_MINUTES, MODEL_FILE, SAVE_MARGIN_SECONDS, TrainingJob
-from .stop import rank as _rank
+from .job import DEFAULT_SAVE_EVERY_MINUTES, MODEL_FILE, TrainingJob
+from .stop import SaveTimedOut, all_ranks_max, rank as _rank
 from .torch_state import rng_state, set_rng_state, state_digest
 
 STATE_FILE = "state.ckpt"
+
+
+def _positioned_loader_class() -> type:
+    """A DataLoader that says it is resumable (``state_dict``/``load_state_dict``), as it is: its sampler starts a
+    resumed epoch at the callback's data position. Lightning then does not warn that a mid-epoch resume re-reads the
+    epoch from its start."""
+    from torch.utils.data import DataLoader  # type: ignore[import-not-found]
+
+    class PositionedDataLoader(DataLoader):
+        def state_dict(self) -> dict:
+            return {}  # the position is in the callback's state
+
+        def load_state_dict(self, state_dict: dict) -> None:
+            return None
+
+    return PositionedDataLoader
 
 
 class PlatformCallback(Callback):
@@ -68,6 +84,8 @@ class PlatformCallback(Callback):
         self._last_save_at = self.clock.now()
         self._save_seconds: Optional[float] = None
         self._stopped_note: Optional[str] = None
+        self._last_saved_step: Optional[int] = None
+        self._batch_size = 1
 
     @property
     def state_key(self) -> str:
@@ -78,7 +96,6 @@ class PlatformCallback(Callback):
         """The training DataLoader (``TrainingJob.loader``'s data: order and random draws from (seed, epoch, sample),
         a resumed epoch starting at its sample); return it from ``train_dataloader``."""
         import torch  # type: ignore[import-not-found]
-        from torch.utils.data import DataLoader  # type: ignore[import-not-found]
 
         from .data import JobSampler, SeededSamples
 
@@ -88,15 +105,16 @@ class PlatformCallback(Callback):
                             "resumes mid-epoch); drop them")
         self.sampler = JobSampler(dataset, seed=self.job.seed, shuffle=shuffle, drop_last=drop_last, tagged=True)
         position = (self._resume or {}).get("position")
-        if position and position["start"] >= self.sampler.total_size:  # saved at an epoch's end: the next one
+        if position and position["start"] >= self.sampler.total_size:  # saved at an epoch's end (or past the end of
+            # the epoch as another number of ranks pads it): the next one
             self._resume["position"] = position = {"epoch": position["epoch"] + 1, "start": 0}
         if position:
             self.sampler.set_position(position["epoch"], position["start"])
         generator = torch.Generator()
         generator.manual_seed(self.job.seed + self.sampler.epoch)
         self._batch_size = kwargs.get("batch_size", 1) or 1
-        return DataLoader(SeededSamples(dataset, self.job.seed), sampler=self.sampler, drop_last=drop_last,
-                          generator=generator, **kwargs)
+        return _positioned_loader_class()(SeededSamples(dataset, self.job.seed), sampler=self.sampler,
+                                          drop_last=drop_last, generator=generator, **kwargs)
 
     # --- resuming -----------------------------------------------------------------------------------------------
     @property
@@ -138,6 +156,7 @@ class PlatformCallback(Callback):
         if self.sampler is None and _rank() == 0:
             print("ml_platform_job: the training dataloader is not the platform's (platform.loader): a stop mid-epoch "
                   "resumes as Lightning does, from the epoch's start", file=sys.stderr, flush=True)
+        self.job.run.note_determinism()  # as the Trainer left it (Trainer(deterministic=True) turns torch's on)
         if self._resume and self._resume.get("rng"):
             for line in set_rng_state(self._resume["rng"]):  # after the sanity check, as the saved run stood
                 print(f"ml_platform_job: {line}", file=sys.stderr, flush=True)
@@ -164,8 +183,12 @@ class PlatformCallback(Callback):
             left = len(range(self._epoch_base + self.sampler.rank + self._trained * self.sampler.num_replicas,
                              self.sampler.total_size, self.sampler.num_replicas))
             self._trained += min(self._batch_size, left)
+        accumulate = max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
+        last = trainer.num_training_batches != float("inf") and batch_idx + 1 >= trainer.num_training_batches
+        if (batch_idx + 1) % accumulate and not last:
+            return  # mid-accumulation: the gradients so far are in no checkpoint; stop after the optimizer's step
         due = self.save_every_seconds is not None and now - self._last_save_at >= self.save_every_seconds
-        save, stopping = self.job._agree(due, self.job.stop.requested)
+        save, stopping = self.job.agree(due, self.job.stop.requested)
         if stopping:
             self._stop(trainer)
         if save:
@@ -203,10 +226,16 @@ class PlatformCallback(Callback):
     def _save(self, trainer: Any) -> None:
         started = self.clock.now()
         step = trainer.global_step
+        if self._last_saved_step == step:
+            return  # written already: a complete checkpoint is never rewritten
         with self.clock.phase("checkpoint_save"):
             with tempfile.TemporaryDirectory(prefix="ml-platform-ckpt-") as directory:
                 path = Path(directory) / STATE_FILE
                 trainer.save_checkpoint(str(path))  # every rank calls it; the strategy writes from rank 0
+                if path.is_dir():
+                    raise SystemExit("error: the strategy saved a sharded checkpoint (a folder per rank: DeepSpeed, "
+                                     "FSDP's sharded state): the platform's callback saves single-file checkpoints "
+                                     "only; use a strategy that gathers the state on rank 0")
                 if trainer.is_global_zero:
                     self.store.save(step, {STATE_FILE: path}, meta={"global_step": step,
                                                                     "epoch": trainer.current_epoch})
@@ -215,25 +244,34 @@ class PlatformCallback(Callback):
         now = self.clock.now()
         self._save_seconds, self._last_save_at = now - started, now
         self._mark = now
+        self._last_saved_step = step
         self.job.run.checkpointed(step=step)
 
     def _stop(self, trainer: Any) -> None:
-        left = self.job.stop.seconds_left()
-        fits = self._save_seconds is None or left is None or self._save_seconds + SAVE_MARGIN_SECONDS <= left
-        if fits:
-            self._save(trainer)
-            note = f"checkpoint written at step {trainer.global_step}"
+        [skip] = all_ranks_max([not self.job.stop.save_fits(self._save_seconds)])  # every rank saves, or none
+        saved = self._last_saved_step == trainer.global_step
+        if saved:
+            note = f"the checkpoint of step {trainer.global_step} is written"
+        elif skip:
+            note = (f"no checkpoint: the last save took {self._save_seconds:.0f} s and "
+                    f"{max(0.0, self.job.stop.seconds_left() or 0):.0f} s are left before SIGKILL (save more often, or "
+                    "raise the queue's stop_timeout)")
         else:
-            note = (f"no checkpoint: the last save took {self._save_seconds:.0f} s and {max(0.0, left or 0):.0f} s are "
-                    "left before SIGKILL (save more often, or raise the queue's stop_timeout)")
-        self._record_stop(trainer, note)
+            try:
+                with self.job.stop.bounded():
+                    self._save(trainer)
+                saved, note = True, f"checkpoint written at step {trainer.global_step}"
+            except SaveTimedOut as error:
+                note = f"no checkpoint: {error}"
+        self._record_stop(trainer, note, saved)
         raise SystemExit(STOPPED_EXIT_CODE)
 
-    def _record_stop(self, trainer: Any, note: str) -> None:
+    def _record_stop(self, trainer: Any, note: str, saved: bool = False) -> None:
         if self._stopped_note is not None:
             return
         self._stopped_note = note
-        self.job.run.stop(f"stop requested ({self.job.stop.reason}) at step {trainer.global_step}; {note}")
+        self.job.run.stop(f"stop requested ({self.job.stop.reason}) at step {trainer.global_step}; {note}",
+                          step=trainer.global_step, saved=saved)
         if _rank() == 0:
             print(f"stopped ({self.job.stop.reason}) at step {trainer.global_step}: {note}; exit {STOPPED_EXIT_CODE} "
                   "(the queue retries it)", flush=True)
@@ -242,8 +280,9 @@ class PlatformCallback(Callback):
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         """Lightning's own SIGTERM stop (``SIGTERMException``, exit code 0) becomes exit 143; so does ours."""
         if isinstance(exception, SystemExit) and (self.job.stop.requested or exception.code == STOPPED_EXIT_CODE):
-            self._record_stop(trainer, f"no new checkpoint (Lightning stopped outside a training batch); the retry "
-                                       f"resumes from the last one")
+            saved = self._last_saved_step is not None and self._last_saved_step == getattr(trainer, "global_step", None)
+            self._record_stop(trainer, "no new checkpoint (Lightning stopped outside a training batch); the retry "
+                                       "resumes from the last one", saved)
             exception.code = STOPPED_EXIT_CODE
 
     # --- the end ------------------------------------------------------------------------------------------------

@@ -36,11 +36,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from . import STOPPED_EXIT_CODE
 from .checkpoints import CheckpointStore
 from .storage import Location
 from .tracking import RECORD_NAME
 
-STOPPED_EXIT_CODE = 143
 DOCS = "docs/BRING_YOUR_SCRIPT.md"
 DEFAULT_STOP_TIMEOUT = 30.0  # ECS's ECS_CONTAINER_STOP_TIMEOUT default
 DEFAULT_SIGNAL_AFTER = 300.0
@@ -92,6 +92,7 @@ class Attempt:
     seconds: float
     log: Path
     signalled_after: Optional[float] = None  # seconds from start to SIGTERM
+    signalled_at: Optional[str] = None  # its wall time, as checkpoint markers write theirs
     exited_after_signal: Optional[float] = None
     killed: bool = False
     first_checkpoint_after: Optional[float] = None
@@ -102,7 +103,7 @@ class Attempt:
             text = self.log.read_text(errors="replace").strip().splitlines()
         except OSError:
             return ""
-        return " | ".join(line.strip()[:120] for line in text[-lines:])
+        return " | ".join(line.strip()[:200] for line in text[-lines:])
 
 
 class Runner:
@@ -145,6 +146,7 @@ class Runner:
                     if (signal_at is not None and now >= signal_at) or now - started >= signal_after:
                         self.process.send_signal(signal.SIGTERM)  # ECS signals the container's first process only
                         attempt.signalled_after = now - started
+                        attempt.signalled_at = _now_iso()
                         self.progress(f"    SIGTERM sent after {attempt.signalled_after:.1f} s (a simulated Spot "
                                       f"reclaim); SIGKILL after {stop_timeout:g} s more")
                 if attempt.signalled_after is not None and now - started - attempt.signalled_after >= stop_timeout:
@@ -217,6 +219,7 @@ def rehearse(command: Sequence[str], *, workdir: Optional[str] = None, checkpoin
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     interrupted_uri = checkpoints or str(work / "interrupted")
     base = dict(os.environ if env is None else env)
+    base.pop("MLFLOW_TRACKING_URI", None)  # a rehearsal's runs stay in its work directory, never in a team's store
     contract = {"ML_PLATFORM_STOP_FILE": str(work / "stop-requested"), "ML_PLATFORM_JOB_PID_FILE": str(work / "job.pid"),
                 "ML_PLATFORM_STOP_TIMEOUT_SECONDS": f"{stop_timeout:g}", "ML_PLATFORM_REHEARSAL": "1",
                 # One seed for every run of the rehearsal, for a job that names none (TrainingJob.start reads it).
@@ -225,6 +228,8 @@ def rehearse(command: Sequence[str], *, workdir: Optional[str] = None, checkpoin
     if datasets:
         contract["ML_PLATFORM_DATASETS_URI"] = datasets
     result = Rehearsal(list(command), str(work))
+    shown = progress
+    progress = lambda text: [shown(line) for line in _wrap(text, 100, "      ")]  # noqa: E731
     runner = Runner(command, {**base, **contract}, work, progress)
     if runners is not None:
         runners.append(runner)
@@ -247,7 +252,7 @@ def rehearse(command: Sequence[str], *, workdir: Optional[str] = None, checkpoin
                                 "give it more work (epochs or steps), so that it runs past its first checkpoint"))
         else:
             checks.append(Check("attempt 1 ran until the stop", False, f"it failed before the stop, {_exit_meaning(first.exit_code)}: "
-                                f"{first.tail()}", f"its output: {first.log}"))
+                                f"{first.tail()}", f"read its output: {first.log}"))
         return result
 
     limit = f"within the stop timeout ({stop_timeout:g} s)"
@@ -267,15 +272,8 @@ def rehearse(command: Sequence[str], *, workdir: Optional[str] = None, checkpoin
         checks.append(Check(f"exited 143 {limit}", False, _exit_meaning(first.exit_code),
                             f"stop with a checkpoint and exit 143 on SIGTERM: TrainingJob.start installs it ({DOCS})"))
 
-    latest = store.latest()
-    if latest is None:
-        checks.append(Check("a complete checkpoint written", False,
-                            f"none under {interrupted_uri} (a folder checkpoints/step-N/ with its COMPLETE.json)",
-                            f"save through the job side's checkpoints ({DOCS}#checkpoints)"))
-    else:
-        checks.append(Check("a complete checkpoint written", True, f"step {latest.step}"))
-
     record = _record(interrupted_uri)
+    checks.append(_stop_checkpoint(store, record, first, interrupted_uri))
     if first.exit_code == STOPPED_EXIT_CODE:
         progress(f"==> attempt 2 (the queue's retry): output {work / 'attempt-2.log'}")
         second = runner.run(2, {**job_env, "AWS_BATCH_JOB_ATTEMPT": "2"}, checkpoint_uri=interrupted_uri,
@@ -297,7 +295,7 @@ def rehearse(command: Sequence[str], *, workdir: Optional[str] = None, checkpoin
                                 "raise --attempt-timeout, or give the rehearsal a shorter job"))
         else:
             checks.append(Check("finished with exit 0", False, f"attempt 2: {_exit_meaning(second.exit_code)}: "
-                                f"{second.tail()}", f"its output: {second.log}"))
+                                f"{second.tail()}", f"read its output: {second.log}"))
     else:
         checks.append(Check("the retry resumed (did not start over)", None, "no retry: the queue would not retry it"))
 
@@ -326,28 +324,76 @@ def rehearse(command: Sequence[str], *, workdir: Optional[str] = None, checkpoin
         clean = runner.run(3, {"ML_PLATFORM_CHECKPOINT_URI": clean_uri, "ML_PLATFORM_JOB_NAME": f"rehearsal-{stamp}-clean",
                                "AWS_BATCH_JOB_ATTEMPT": "1"}, checkpoint_uri=clean_uri, stop_after_checkpoint=False,
                            signal_after=signal_after, stop_timeout=stop_timeout, attempt_timeout=attempt_timeout)
-        checks.append(_exactness(record, _record(clean_uri), clean))
+
+        def once_more() -> Optional[Mapping[str, Any]]:
+            uri = clean_uri.rstrip("/") + "-again/" if clean_uri.startswith("s3://") else clean_uri + "-again"
+            progress(f"==> the weights differ: a second uninterrupted run tells whether the job is deterministic "
+                     f"(output: {work / 'attempt-4.log'})")
+            runner.run(4, {"ML_PLATFORM_CHECKPOINT_URI": uri, "ML_PLATFORM_JOB_NAME": f"rehearsal-{stamp}-again",
+                           "AWS_BATCH_JOB_ATTEMPT": "1"}, checkpoint_uri=uri, stop_after_checkpoint=False,
+                       signal_after=signal_after, stop_timeout=stop_timeout, attempt_timeout=attempt_timeout)
+            return _record(uri)
+        checks.append(_exactness(record, _record(clean_uri), clean, once_more))
     if record is not None:
         progress(f"==> the run it recorded: {Location(interrupted_uri).uri}{RECORD_NAME}")
     return result
 
 
-def _exactness(interrupted: Mapping[str, Any], clean: Optional[Mapping[str, Any]], run: Attempt) -> Check:
+def _now_iso() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _stop_checkpoint(store: CheckpointStore, record: Optional[Mapping[str, Any]], first: Attempt, uri: str) -> Check:
+    """A checkpoint of the step the stop came at: what the record says of the stop (``saved_at_stop``), else a
+    checkpoint completed after the signal. A newer checkpoint from before the signal is not enough: the steps since it
+    would be lost on every reclaim (a SIGTERM save that never fires looks like this)."""
+    name = "a checkpoint of the step it stopped at"
+    latest = store.latest()
+    if latest is None:
+        return Check(name, False, f"no complete checkpoint under {uri} (a folder checkpoints/step-N/ with its "
+                     "COMPLETE.json)", f"save through the job side's checkpoints ({DOCS}#checkpoints)")
+    stopped = ((record or {}).get("passport", {}).get("attempts") or [{}])[0]
+    if stopped.get("saved_at_stop") is True:
+        return Check(name, True, f"step {latest.step}")
+    if stopped.get("saved_at_stop") is False:
+        return Check(name, False, f"none: the retry resumes from step {latest.step}, and the steps since are lost "
+                     f"({stopped.get('reason') or 'no reason recorded'})",
+                     f"save faster or more often, or raise the queue's stop_timeout ({DOCS}#stopping-in-time)")
+    if first.signalled_at and latest.saved_at >= first.signalled_at[:len(latest.saved_at)]:
+        return Check(name, True, f"step {latest.step}, written after the signal")
+    return Check(name, False, f"none after the signal: the newest is step {latest.step}, saved before it (the steps "
+                 "since would be lost)", f"save a checkpoint when SIGTERM comes ({DOCS}#stopping-in-time)")
+
+
+def _exactness(interrupted: Mapping[str, Any], clean: Optional[Mapping[str, Any]], run: Attempt,
+               again: Optional[Callable[[], Optional[Mapping[str, Any]]]] = None) -> Check:
     name = "the final state equals an uninterrupted run's"
     if run.exit_code != 0 or clean is None:
         return Check(name, False, f"the uninterrupted run did not finish: {_exit_meaning(run.exit_code)}: {run.tail()}",
-                     f"its output: {run.log}")
+                     f"read its output: {run.log}")
     a, b = interrupted.get("final_state_sha256"), clean.get("final_state_sha256")
     if not a or not b:
         return Check(name, None, "not checked: the run records no final weights (job.finish(model=model))")
     if a == b:
         return Check(name, True, f"the same weights, sha256 {a[:16]}...")
+    fix = f"something the checkpoint lacks changes the run: see {DOCS}#what-exactness-needs"
     deterministic = (interrupted.get("passport", {}).get("seeds") or {}).get("deterministic")
-    if not deterministic:
-        return Check(name, None, f"not checked: the weights differ ({a[:12]}... vs {b[:12]}...) and the job runs "
-                     "without deterministic algorithms (TrainingJob.start(deterministic=True)): non-deterministic")
-    return Check(name, False, f"the weights differ ({a[:12]}... vs {b[:12]}...), with deterministic algorithms on",
-                 f"something the checkpoint lacks changes the run: see {DOCS}#what-exactness-needs")
+    if deterministic:
+        return Check(name, False, f"the weights differ ({a[:12]}... vs {b[:12]}...), with deterministic algorithms on",
+                     fix)
+    # Without deterministic algorithms the difference may be the kernels': one more uninterrupted run tells.
+    third = again() if again else None
+    c = (third or {}).get("final_state_sha256")
+    if not c:
+        return Check(name, None, f"not checked: the weights differ ({a[:12]}... vs {b[:12]}...) and a second "
+                     "uninterrupted run did not finish to tell whether the job is deterministic")
+    if c == b:
+        return Check(name, False, f"the weights differ ({a[:12]}... vs {b[:12]}...), and two uninterrupted runs agree "
+                     "with each other: the stop and resume changed the result", fix)
+    return Check(name, None, f"not checked: two uninterrupted runs differ too ({b[:12]}... vs {c[:12]}...): the job "
+                 "is non-deterministic (TrainingJob.start(deterministic=True))")
 
 
 def format_lines(result: Rehearsal, width: int = 100) -> list[str]:

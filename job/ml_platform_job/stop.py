@@ -24,13 +24,16 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable, Mapping, Optional
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 DEFAULT_STOP_FILE = "/run/ml-platform/stop-requested"
 DEFAULT_PID_FILE = "/run/ml-platform/job.pid"
 # ECS's default: https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs-agent-config.html
 DEFAULT_STOP_TIMEOUT_SECONDS = 30.0
 STOP_FILE_CHECK_SECONDS = 1.0  # the stop file is looked at no more often than this (a stat call per step otherwise)
+# A save on a stop must end this long before SIGKILL (the exit, the log's flush).
+SAVE_MARGIN_SECONDS = 5.0
 
 
 class StopRequest:
@@ -108,13 +111,18 @@ class StopRequest:
                 self.request(f"the stop file {self.stop_file}{self._stop_file_reason()}")
         return self.signalled_at is not None
 
-    def _stop_file_reason(self) -> str:
+    def _notice(self) -> dict:
+        """The stop file's JSON (the watcher's reason and deadline), or {} when there is none or it is not JSON."""
         try:
             with open(self.stop_file) as handle:
                 notice = json.load(handle)
         except (OSError, ValueError):
-            return ""
-        return f" ({notice['reason']})" if isinstance(notice, dict) and notice.get("reason") else ""
+            return {}
+        return notice if isinstance(notice, dict) else {}
+
+    def _stop_file_reason(self) -> str:
+        reason = self._notice().get("reason")
+        return f" ({reason})" if reason else ""
 
     def seconds_left(self) -> Optional[float]:
         """Seconds until SIGKILL since the stop was asked for (None before): the stop timeout, or a Spot notice's
@@ -128,30 +136,69 @@ class StopRequest:
         return left
 
     def _stop_file_deadline(self) -> Optional[float]:
+        deadline = self._notice().get("deadline")
+        return float(deadline) if isinstance(deadline, (int, float)) and not isinstance(deadline, bool) else None
+
+    def save_fits(self, last_save_seconds: Optional[float]) -> bool:
+        """Whether a save that took ``last_save_seconds`` last time fits in the time left before SIGKILL, less
+        ``SAVE_MARGIN_SECONDS`` (True when either is unknown: the save is then bounded by ``bounded``)."""
+        left = self.seconds_left()
+        return last_save_seconds is None or left is None or last_save_seconds + SAVE_MARGIN_SECONDS <= left
+
+    @contextmanager
+    def bounded(self) -> Iterator[None]:
+        """Runs the block (a save on a stop) for at most the time left before SIGKILL less ``SAVE_MARGIN_SECONDS``,
+        then raises ``SaveTimedOut``: a save cut short is never loaded (checkpoints are complete or absent), and the job
+        exits 143 in time instead of being killed (exit 137, which the queue does not retry). From the main thread; a
+        block in one long C call is cut when the call returns."""
+        left = self.seconds_left()
+        if left is None or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        budget = max(0.1, left - SAVE_MARGIN_SECONDS)
+
+        def expire(signum: int, frame: Any) -> None:
+            raise SaveTimedOut(f"the save did not finish in the {budget:.0f} s left before SIGKILL")
+
+        previous = signal.signal(signal.SIGALRM, expire)
+        signal.setitimer(signal.ITIMER_REAL, budget)
         try:
-            with open(self.stop_file) as handle:
-                notice = json.load(handle)
-        except (OSError, ValueError):
-            return None
-        deadline = notice.get("deadline") if isinstance(notice, dict) else None
-        return float(deadline) if isinstance(deadline, (int, float)) else None
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
 
     def agreed(self) -> bool:
         """``requested`` on any rank, as every rank sees it: an all-reduce (MAX) of the flag when a torch.distributed
         process group of more than one rank is up; the local flag otherwise. Every rank must call it at the same
         step (it is a collective)."""
         local = self.requested
-        dist = _distributed()
-        if dist is None:
-            return local
-        import torch  # type: ignore[import-not-found]
-
-        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-        flag = torch.tensor([1 if local else 0], dtype=torch.int32, device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        if flag.item() and not local:
+        [agreed] = all_ranks_max([local])
+        if agreed and not local:
             self.request("another rank was asked to stop")
-        return bool(flag.item())
+        return agreed
+
+
+class SaveTimedOut(Exception):
+    """A save on a stop ran past the time left before SIGKILL (``StopRequest.bounded``)."""
+
+
+def all_ranks_max(flags: list[bool]) -> list[bool]:
+    """Each flag, true when it is true on any rank: one all-reduce (MAX) when a torch.distributed process group of more
+    than one rank is up (a collective: every rank calls it at the same point), the flags themselves otherwise. On NCCL
+    the tensor goes to this process's GPU (``LOCAL_RANK``, else the current device)."""
+    dist = _distributed()
+    if dist is None:
+        return list(flags)
+    import torch  # type: ignore[import-not-found]
+
+    device = torch.device("cpu")
+    if dist.get_backend() == "nccl":
+        local = os.environ.get("LOCAL_RANK", "").strip()
+        device = torch.device("cuda", int(local) if local.isdigit() else torch.cuda.current_device())
+    values = torch.tensor([int(bool(flag)) for flag in flags], dtype=torch.int32, device=device)
+    dist.all_reduce(values, op=dist.ReduceOp.MAX)
+    return [bool(value) for value in values.tolist()]
 
 
 def _distributed() -> Any:
@@ -167,14 +214,17 @@ def _distributed() -> Any:
 
 
 def rank() -> int:
-    """This process's global rank: torch.distributed's when up, else ``RANK`` (torchrun), else 0."""
+    """This process's global rank: torch.distributed's when up, else ``RANK`` (torchrun). Lightning's launcher sets
+    ``LOCAL_RANK`` and ``NODE_RANK`` but no ``RANK`` in the processes it starts: 0 only when both are 0 (or unset);
+    a process known only to be another rank is 1 here."""
     dist = _distributed()
     if dist is not None:
         return dist.get_rank()
-    try:
-        return int(os.environ.get("RANK", "0"))
-    except ValueError:
-        return 0
+    given = os.environ.get("RANK", "").strip()
+    if given.isdigit():
+        return int(given)
+    local, node = (os.environ.get(name, "0").strip() or "0" for name in ("LOCAL_RANK", "NODE_RANK"))
+    return 0 if (local, node) == ("0", "0") else 1
 
 
 def world_size() -> int:

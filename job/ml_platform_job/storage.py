@@ -129,8 +129,14 @@ class Location:
             return
         if self.is_s3:
             for start in range(0, len(names), 1000):  # DeleteObjects takes at most 1,000 keys a call
-                self.s3.delete_objects(Bucket=self.bucket, Delete={
+                answer = self.s3.delete_objects(Bucket=self.bucket, Delete={
                     "Objects": [{"Key": self.prefix + n} for n in names[start:start + 1000]], "Quiet": True})
+                # S3 refuses keys one by one inside a 200 answer (AccessDenied without s3:DeleteObject): say so.
+                errors = answer.get("Errors") or []
+                if errors:
+                    first = errors[0]
+                    raise OSError(f"{len(errors)} of {len(names)} objects not deleted under {self.uri}: "
+                                  f"{first.get('Code')} on {first.get('Key')}")
             return
         root = Path(self.uri)
         for name in names:

@@ -88,10 +88,14 @@ RUNNING, STOPPED, FINISHED = "RUNNING", "STOPPED", "FINISHED"
 def main_node(env: Mapping[str, str]) -> bool:
     """True for the one process of a job that records its run: on the main node of a multi-node job (AWS Batch's
     variables: https://docs.aws.amazon.com/batch/latest/userguide/job_env_vars.html), and global rank 0 of a job of
-    several processes (``RANK``, as torchrun sets it: rank 0 runs on the main node)."""
+    several processes (``RANK``, as torchrun sets it: rank 0 runs on the main node; without it, ``LOCAL_RANK`` and
+    ``NODE_RANK`` both 0)."""
     index, main = env.get("AWS_BATCH_JOB_NODE_INDEX"), env.get("AWS_BATCH_JOB_MAIN_NODE_INDEX")
-    rank = (env.get("RANK") or "0").strip()
-    return (index is None or main is None or index == main) and rank in ("", "0")
+    rank = (env.get("RANK") or "").strip()
+    if not rank:  # Lightning's launcher sets LOCAL_RANK and NODE_RANK in the processes it starts, never RANK
+        rank = "0" if ((env.get("LOCAL_RANK") or "0").strip(), (env.get("NODE_RANK") or "0").strip()) == ("0", "0") \
+            else "1"
+    return (index is None or main is None or index == main) and rank == "0"
 
 
 def _iso(epoch: float) -> str:
@@ -525,6 +529,19 @@ class TrackedRun:
         self._save()
         return Seeds(seed, generator, worker_init_fn, done)
 
+    def note_determinism(self) -> None:
+        """Records whether torch's deterministic algorithms are on now (a framework may have turned them on after
+        ``seed_everything``: Lightning's ``Trainer(deterministic=True)``, the Trainer's ``full_determinism``)."""
+        torch = sys.modules.get("torch")
+        seeds = self.attempt.get("seeds")
+        if torch is None or seeds is None:
+            return
+        on = bool(torch.are_deterministic_algorithms_enabled())
+        if seeds.get("deterministic") != on:
+            seeds["deterministic"] = on
+            self.record["passport"]["seeds"] = seeds
+            self._save()
+
     def log_holdout(self, step: Optional[int] = None, **metrics: float) -> None:
         """Scores on the held-out split, logged as ``holdout_<name>``; the first of each is kept as the run's own
         baseline. ``accuracy`` is a fraction from 0 to 1."""
@@ -557,10 +574,17 @@ class TrackedRun:
         self.attempt["restored_from"] = {"step": step, "checkpoint": checkpoint}
         self._save()
 
-    def stop(self, reason: str = "stop requested (SIGTERM or the stop file)") -> dict:
-        """The attempt ends early with its checkpoint written; exit 143 next so the queue retries it."""
+    def stop(self, reason: str = "stop requested (SIGTERM or the stop file)", *, step: Optional[int] = None,
+             saved: Optional[bool] = None) -> dict:
+        """The attempt ends early; exit 143 next so the queue retries it. ``step``: the step it stopped at; ``saved``:
+        whether a checkpoint of that step is written (the rehearsal checks it; False: the steps since the last
+        checkpoint are lost)."""
         now = _iso(self._clock())
         self.attempt.update(outcome="stopped", ended_at=now, last_seen_at=now, reason=reason)
+        if step is not None:
+            self.attempt["stopped_at_step"] = step
+        if saved is not None:
+            self.attempt["saved_at_stop"] = saved
         self.record["status"] = STOPPED
         self._summarize()
         self._save(artifacts=True)

@@ -38,8 +38,9 @@ from transformers import TrainerCallback  # type: ignore[import-not-found]
 
 from . import STOPPED_EXIT_CODE
 from .checkpoints import CheckpointStore
-from .job import DEFAULT_FLAGS, SAVE_MARGIN_SECONDS, TrainingJob
-from .stop import rank as _rank
+from .job import DEFAULT_FLAGS, TrainingJob
+from .checkpoints import CorruptCheckpoint
+from .stop import _distributed, all_ranks_max, rank as _rank
 from .torch_state import state_digest
 
 PREFIX = "checkpoint"  # transformers.trainer_utils.PREFIX_CHECKPOINT_DIR
@@ -51,7 +52,7 @@ HF_FLAGS = frozenset(DEFAULT_FLAGS | {
     "hub_private_repo", "hub_always_push", "hub_revision", "resume_from_checkpoint", "enable_jit_checkpoint",
     "disable_tqdm", "report_to", "run_name", "project", "trackio_space_id", "output_dir", "overwrite_output_dir",
     "include_tokens_per_second", "include_num_input_tokens_seen", "skip_memory_metrics", "dataloader_prefetch_factor",
-    "dataloader_persistent_workers", "dataloader_pin_memory",
+    "dataloader_pin_memory",
 })
 
 
@@ -76,6 +77,11 @@ class PlatformCallback(TrainerCallback):
         self._note = "no checkpoint written"
         self._resume_from: Optional[str] = None
         self._resolved = False
+        if (getattr(args, "dataloader_persistent_workers", False) and getattr(args, "dataloader_num_workers", 0)
+                and _rank() == 0):
+            print("ml_platform_job: the Trainer's data-loader workers are persistent: a resumed run is not the "
+                  "uninterrupted one (the workers' random state starts again); dataloader_persistent_workers=False "
+                  "for exactness", file=sys.stderr, flush=True)
         if str(getattr(args, "save_strategy", "")).lower().endswith("no") and _rank() == 0:
             print("ml_platform_job: save_strategy is 'no': only a stop saves; an instance lost without notice "
                   "restarts from the beginning (set save_strategy='steps' and save_steps)", file=sys.stderr, flush=True)
@@ -87,21 +93,26 @@ class PlatformCallback(TrainerCallback):
         per node, checked against its marker), or None: pass it to ``trainer.train(resume_from_checkpoint=...)``."""
         if self._resolved:
             return self._resume_from
-        latest = self.store.latest()
-        if latest is not None:
-            folder = Path(self.args.output_dir) / f"{PREFIX}-{latest.step}"
-            with self.clock.phase("restore"), self.args.main_process_first(local=True, desc="platform checkpoint"):
-                self.store.download(latest, folder)
-            self._resume_from = str(folder)
-            self.job.run.restored(latest.step, f"{self.store.location.uri}{latest.folder}")
-            if _rank() == 0:
-                print(f"resuming from the checkpoint of step {latest.step}", flush=True)
+        with self.clock.phase("restore"), self.args.main_process_first(local=True, desc="platform checkpoint"):
+            for checkpoint in reversed(self.store.complete()):  # a corrupt newest one: the one before
+                folder = Path(self.args.output_dir) / f"{PREFIX}-{checkpoint.step}"
+                try:
+                    self.store.download(checkpoint, folder)
+                except CorruptCheckpoint as error:
+                    print(f"ml_platform_job: {error}; trying the checkpoint before it", file=sys.stderr, flush=True)
+                    continue
+                self._resume_from = str(folder)
+                self.job.run.restored(checkpoint.step, f"{self.store.location.uri}{checkpoint.folder}")
+                if _rank() == 0:
+                    print(f"resuming from the checkpoint of step {checkpoint.step}", flush=True)
+                break
         self._resolved = True
         return self._resume_from
 
     # --- the Trainer's hooks ------------------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._mark = self.clock.now()
+        self.job.run.note_determinism()  # as the Trainer left it (full_determinism turns torch's on)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         now = self.clock.now()
@@ -116,14 +127,14 @@ class PlatformCallback(TrainerCallback):
         self._mark = now
         if not self._stopping and self.job.stop.agreed():
             self._stopping = True
-            left = self.job.stop.seconds_left()
-            fits = self._save_seconds is None or left is None or self._save_seconds + SAVE_MARGIN_SECONDS <= left
+            [skip] = all_ranks_max([not self.job.stop.save_fits(self._save_seconds)])
             control.should_training_stop = True
-            if fits:
+            if not skip:
                 control.should_save = True
             else:
-                self._note = (f"no checkpoint: the last save took {self._save_seconds:.0f} s and {max(0.0, left):.0f} s "
-                              "are left before SIGKILL (save more often, or raise the queue's stop_timeout)")
+                self._note = (f"no checkpoint: the last save took {self._save_seconds:.0f} s and "
+                              f"{max(0.0, self.job.stop.seconds_left() or 0):.0f} s are left before SIGKILL (save more "
+                              "often, or raise the queue's stop_timeout)")
 
     def on_evaluate(self, args: Any, state: Any, control: Any, metrics: Optional[dict] = None, **kwargs: Any) -> None:
         now = self.clock.now()
@@ -140,6 +151,9 @@ class PlatformCallback(TrainerCallback):
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         started = self._mark if self._mark is not None else self.clock.now()
+        dist = _distributed()
+        if dist is not None:
+            dist.barrier()  # every process's files of the folder (its rng_state_N.pth) are written before the upload
         if state.is_world_process_zero:
             folder = Path(args.output_dir) / f"{PREFIX}-{state.global_step}"
             self.store.save_directory(state.global_step, folder, meta={"global_step": state.global_step,
@@ -159,7 +173,8 @@ class PlatformCallback(TrainerCallback):
             return
         note = (f"checkpoint written at step {state.global_step}" if self._saved_on_stop
                 else self._note)
-        self.job.run.stop(f"stop requested ({self.job.stop.reason}) at step {state.global_step}; {note}")
+        self.job.run.stop(f"stop requested ({self.job.stop.reason}) at step {state.global_step}; {note}",
+                          step=state.global_step, saved=self._saved_on_stop)
         if _rank() == 0:
             print(f"stopped ({self.job.stop.reason}) at step {state.global_step}: {note}; exit {STOPPED_EXIT_CODE} "
                   "(the queue retries it)", flush=True)

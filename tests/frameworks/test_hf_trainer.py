@@ -16,6 +16,7 @@ def test_the_trainer_example_survives_a_reclaim_exactly(tmp_path):
                       workdir=str(tmp_path / "work"), exact=True)
     lines = format_lines(result)
     assert lines[-1] == "rehearsal: PASS", "\n".join(lines)
+    assert all(check.passed for check in result.checks), "\n".join(lines)  # exactness judged, not skipped
     log = (tmp_path / "work" / "attempt-1.log").read_text()
     [stopped] = [line for line in log.splitlines() if line.startswith("stopped (SIGTERM) at step ")]
     assert "checkpoint written at step" in stopped and "finished" not in log.split(stopped)[1]

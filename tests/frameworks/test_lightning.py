@@ -20,8 +20,11 @@ def test_the_lightning_example_survives_a_reclaim_exactly(tmp_path):
     result = rehearse([sys.executable, str(EXAMPLES / "lightning_module.py")], workdir=str(tmp_path), exact=True)
     lines = format_lines(result)
     assert lines[-1] == "rehearsal: PASS", "\n".join(lines)
+    assert all(check.passed for check in result.checks), "\n".join(lines)  # exactness judged, not skipped
     record = json.loads((tmp_path / "interrupted" / "passport.json").read_text())
     assert record["passport"]["flags"] == {"num_workers": 2}  # the workers do not make another run
+    assert record["passport"]["seeds"]["deterministic"] is True  # as Trainer(deterministic=True) left torch
+    assert "not resumable" not in (tmp_path / "attempt-2.log").read_text()  # Lightning's mid-epoch warning
 
 
 def test_lightnings_own_sigterm_stop_exits_143_not_0(tmp_path, monkeypatch):

@@ -1,6 +1,8 @@
-"""The multi-node example hands torchrun the rendezvous Batch describes: main node address, node rank, node count."""
+"""The multi-node example hands torchrun the rendezvous Batch describes (main node address, node rank, node count),
+through the job side's launcher (which exits 143 when the job is stopped: tests/unit/test_job_launch.py)."""
 
 import subprocess
+import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "multinode_torchrun.sh"
@@ -11,7 +13,8 @@ def run(env, tmp_path):
     fake.write_text('#!/usr/bin/env bash\necho "$@"\n')
     fake.chmod(0o755)
     return subprocess.run(["bash", str(SCRIPT), "train.py", "--epochs", "3"], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "TORCHRUN": str(fake), "GPUS_PER_NODE": "4", **env})
+                          env={"PATH": "/usr/bin:/bin", "TORCHRUN": str(fake), "GPUS_PER_NODE": "4",
+                               "PYTHON": sys.executable, "ML_PLATFORM_JOB_PID_FILE": str(tmp_path / "job.pid"), **env})
 
 
 def test_a_child_node_joins_the_main_nodes_address(tmp_path):

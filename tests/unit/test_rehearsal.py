@@ -84,7 +84,7 @@ def test_a_script_without_checkpoints_is_signalled_after_the_limit_and_says_what
     job.write_text("import time\ntime.sleep(120)\n")
     result = rehearse([sys.executable, str(job)], workdir=str(tmp_path / "work"), signal_after=1)
     failed = {check.name: check.detail for check in result.checks if check.passed is False}
-    assert failed["a complete checkpoint written"].startswith("none under ")
+    assert failed["a checkpoint of the step it stopped at"].startswith("no complete checkpoint under ")
     assert failed["one run recorded"].startswith("no run record (passport.json) under ")
 
 

@@ -145,7 +145,10 @@ def test_bucket_access_reads_datasets_and_reads_writes_only_its_checkpoints(buil
     assert "/logs/" not in s3_resources
     puts = [s for s in role_statements(built[0]) if "s3:PutObject" in s["Action"]]
     assert len(puts) == 1 and "/checkpoints/train-a/*" in json.dumps(puts[0]["Resource"])
-    assert not any("s3:DeleteObject*" in s["Action"] for s in role_statements(built[0]))
+    # Deletes under its own checkpoints only: the job side keeps the newest checkpoints and removes older ones.
+    deletes = [s for s in role_statements(built[0]) if "s3:DeleteObject*" in s["Action"]]
+    assert len(deletes) == 1 and json.dumps(deletes[0]["Resource"]).count("/checkpoints/train-a/*") == 1
+    assert "/datasets/" not in json.dumps(deletes[0]["Resource"])
 
 
 def test_termination_lifecycle_hook_gives_the_job_time_to_checkpoint(built):

@@ -267,14 +267,17 @@ class DatasetBucket(Construct):
 
     def grant_training(self, role: iam.Role, *, checkpoint_prefix: str, write_prefixes: Sequence[str] = (),
                        owner: str) -> None:
-        """What a training role gets (a fleet's instances, a queue's jobs): read ``datasets/``, read and write
-        ``checkpoint_prefix``, write ``write_prefixes``; with the cdk-nag acknowledgements of the grant wildcards,
-        named ``owner`` (e.g. "the fleet's"), next to the role."""
+        """What a training role gets (a fleet's instances, a queue's jobs): read ``datasets/``, read, write and delete
+        under ``checkpoint_prefix`` (the job side keeps its newest checkpoints and removes older ones; the bucket's
+        versioning keeps a deleted one for ``noncurrent_version_expiration``), write ``write_prefixes``; with the
+        cdk-nag acknowledgements of the grant wildcards, named ``owner`` (e.g. "the fleet's"), next to the role."""
         self.grant_read(role, DATASETS_PREFIX)
         self.grant_read(role, checkpoint_prefix)
         for prefix in (checkpoint_prefix, *write_prefixes):
             self.grant_write_prefix(role, prefix)
-        self._acknowledge_prefix_grants(role, [DATASETS_PREFIX, checkpoint_prefix, *write_prefixes], owner)
+        self.bucket.grant_delete(role, self._pattern(checkpoint_prefix))
+        self._acknowledge_prefix_grants(role, [DATASETS_PREFIX, checkpoint_prefix, *write_prefixes], owner,
+                                        deletes=True)
 
     def grant_evaluation(self, role: iam.Role, *, checkpoint_prefix: str, evaluation_prefix: str, owner: str) -> None:
         """What a promotion's evaluation job gets: read ``datasets/``, the candidates' models under
@@ -287,14 +290,16 @@ class DatasetBucket(Construct):
                                         owner)
 
     @staticmethod
-    def _acknowledge_prefix_grants(role: iam.Role, prefixes: list[str], owner: str) -> None:
-        """The cdk-nag acknowledgements of a role's prefix-scoped grants, next to the role."""
+    def _acknowledge_prefix_grants(role: iam.Role, prefixes: list[str], owner: str, deletes: bool = False) -> None:
+        """The cdk-nag acknowledgements of a role's prefix-scoped grants (``deletes``: with a delete grant), next to
+        the role."""
         reason = (f"Object-level access is scoped to {owner} prefixes ({', '.join(prefixes)}); the wildcards are "
                   "CDK's grant actions and the objects under those prefixes.")
         Validations.of(role).acknowledge(*[
             Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason)
             for finding in ("Action::s3:GetObject*", "Action::s3:GetBucket*", "Action::s3:List*", "Action::s3:Abort*",
-                            "Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*")])
+                            *(["Action::s3:DeleteObject*"] if deletes else []), "Action::kms:GenerateDataKey*",
+                            "Action::kms:ReEncrypt*")])
         # The bucket ARN reads as an export name when the bucket is in another stack: named after synth resolves it.
         policy = role.node.find_child("DefaultPolicy")
         policy.node.add_validation(AcknowledgeWildcardResources(policy, [f"/{p}*" for p in prefixes], reason))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import tempfile
 from importlib import resources
@@ -29,12 +30,19 @@ def runtime_function(scope: Construct, id: str, *, handler: str, files: Sequence
     code = str(resources.files("ml_platform_constructs.runtime"))
     sources = {name: runtime_source(name) for name in files}
     if replace or any(source.parent != Path(code) for source in sources.values()):
-        staged = Path(tempfile.mkdtemp(prefix="ml-platform-runtime-"))  # the asset is copied from it at synth
-        for name, source in sources.items():
-            if replace and name in replace:
-                (staged / name).write_text(replace[name])
-            else:
-                shutil.copy(source, staged / name)
+        texts = {name: replace[name].encode() if replace and name in replace else source.read_bytes()
+                 for name, source in sources.items()}
+        # Staged once per content (the asset is copied from it at synth): repeated synths reuse the folder.
+        digest = hashlib.sha256(b"".join(n.encode() + b"\0" + texts[n] for n in sorted(texts))).hexdigest()[:16]
+        staged = Path(tempfile.gettempdir()) / f"ml-platform-runtime-{digest}"
+        if not staged.is_dir():
+            building = Path(tempfile.mkdtemp(prefix=f"ml-platform-runtime-{digest}-"))
+            for name, text in texts.items():
+                (building / name).write_bytes(text)
+            try:
+                building.rename(staged)
+            except OSError:  # another synth staged the same content first
+                shutil.rmtree(building, ignore_errors=True)
         code = str(staged)
     function = lambda_.Function(
         scope, id, runtime=lambda_.Runtime.PYTHON_3_14, architecture=lambda_.Architecture.ARM_64, handler=handler,

@@ -1,0 +1,57 @@
+"""The launcher in front of torchrun (issue 35 review): ECS signals the container's first process only, and torchrun
+exits 1 when it is stopped (never retried); the launcher passes SIGTERM on, gives the child the stop timeout, and exits
+143 when it was stopped, 0 when the child finished, the child's code otherwise."""
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+# A stand-in for torchrun: it reports its shutdown timeout, then waits for SIGTERM and exits 1 (torchrun's
+# SignalException), or exits with the code it is given.
+CHILD = """
+import os, signal, sys, time
+print(os.environ["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"], os.environ["ML_PLATFORM_JOB_PID_FILE"] != sys.argv[2], flush=True)
+if sys.argv[1] != "wait":
+    sys.exit(int(sys.argv[1]))
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+time.sleep(60)
+sys.exit(2)
+"""
+
+
+def launch(tmp_path, *args):
+    child = tmp_path / "child.py"
+    child.write_text(CHILD)
+    pid_file = tmp_path / "job.pid"
+    env = {**os.environ, "ML_PLATFORM_STOP_TIMEOUT_SECONDS": "110", "ML_PLATFORM_JOB_PID_FILE": str(pid_file)}
+    env.pop("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", None)
+    return subprocess.Popen([sys.executable, "-m", "ml_platform_job", "launch", "--", sys.executable, str(child),
+                             *args, str(pid_file)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_stopped_job_exits_143_though_its_torchrun_exits_1(tmp_path):
+    process = launch(tmp_path, "wait")
+    first = process.stdout.readline()  # the child is up (an event, not a clock)
+    assert first.split() == ["105", "True"]  # the stop timeout less 5 s; the child's PID file is its own
+    assert int((tmp_path / "job.pid").read_text()) == process.pid  # the watcher signals the launcher
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 143
+    assert err.strip() == ("ml_platform_job launch: stopped (SIGTERM); exit 143 (the queue retries it; the child "
+                           "exited 1)")
+
+
+@pytest.mark.parametrize("code", ["0", "3"])
+def test_an_unstopped_job_exits_as_its_child(tmp_path, code):
+    process = launch(tmp_path, code)
+    process.communicate(timeout=60)
+    assert process.returncode == int(code)
+
+
+def test_without_a_command_it_is_one_line(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "ml_platform_job", "launch"], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr == ("error: no command: put it after -- (usage: python -m "
+                                                    "ml_platform_job launch -- COMMAND...)\n")
