@@ -22,7 +22,7 @@ import sys
 from datetime import datetime, timezone
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, TypeVar, Union
 
 from .storage import Location
 
@@ -32,6 +32,7 @@ STEP_FOLDER = re.compile(r"^step-(\d{12})/")
 INCOMPLETE_MARKERS = ("checkpoint-is-incomplete.txt",)
 DEFAULT_KEEP = 2
 FORMAT = 1
+T = TypeVar("T")
 
 
 class CorruptCheckpoint(RuntimeError):
@@ -164,11 +165,21 @@ class CheckpointStore:
         found = self.complete()
         return found[-1] if found else None
 
+    def load_newest(self, load: Callable[[Checkpoint], T]) -> Optional[tuple[Checkpoint, T]]:
+        """``load(checkpoint)`` of the newest complete checkpoint it succeeds on: a corrupt one (``CorruptCheckpoint``
+        from ``read`` or ``download``) is reported in one line and the one before it is tried; None when none loads."""
+        for checkpoint in reversed(self.complete()):
+            try:
+                return checkpoint, load(checkpoint)
+            except CorruptCheckpoint as error:
+                print(f"ml_platform_job: {error}; trying the checkpoint before it", file=sys.stderr, flush=True)
+        return None
+
     def read(self, checkpoint: Checkpoint, name: str) -> bytes:
         """A file of a checkpoint, checked against its marker (CorruptCheckpoint otherwise)."""
         expected = checkpoint.files.get(name)
         if expected is None:
-            raise KeyError(f"{checkpoint.folder}{name}: not a file of checkpoint {checkpoint.step}")
+            raise CorruptCheckpoint(f"{self.location.uri}{checkpoint.folder}: holds no {name}")
         data = self.location.read_bytes(checkpoint.folder + name)
         if data is None or len(data) != expected["bytes"] or hashlib.sha256(data).hexdigest() != expected["sha256"]:
             raise CorruptCheckpoint(f"{self.location.uri}{checkpoint.folder}{name}: its bytes are not the ones its "

@@ -46,7 +46,7 @@ from dataclasses import asdict, is_dataclass
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 from . import STOPPED_EXIT_CODE
-from .checkpoints import DEFAULT_KEEP, Checkpoint, CheckpointStore, CorruptCheckpoint
+from .checkpoints import DEFAULT_KEEP, Checkpoint, CheckpointStore
 from .stop import SAVE_MARGIN_SECONDS, SaveTimedOut, StopRequest, _distributed, all_ranks_max
 from .stop import rank as _rank, world_size as _world_size
 from .storage import Location
@@ -217,22 +217,21 @@ class TrainingJob:
     def _restore(self) -> None:
         import torch  # type: ignore[import-not-found]
 
+        def load(checkpoint: Checkpoint) -> tuple[dict, Optional[dict]]:
+            # Tensors and plain values only (weights_only): a checkpoint never runs code when it is read.
+            payload = torch.load(io.BytesIO(self.store.read(checkpoint, STATE_FILE)), map_location="cpu",
+                                 weights_only=True)
+            own = RANK_FILE.format(rank=_rank())
+            if _rank() == 0 or own not in checkpoint.files:
+                return payload, None
+            return payload, torch.load(io.BytesIO(self.store.read(checkpoint, own)), map_location="cpu",
+                                       weights_only=True)
+
         with self.clock.phase("restore"):
-            for checkpoint in reversed(self.store.complete()):
-                try:
-                    # Tensors and plain values only (weights_only): a checkpoint never runs code when it is read.
-                    payload = torch.load(io.BytesIO(self.store.read(checkpoint, STATE_FILE)), map_location="cpu",
-                                         weights_only=True)
-                    own = None
-                    if _rank() != 0 and RANK_FILE.format(rank=_rank()) in checkpoint.files:
-                        own = torch.load(io.BytesIO(self.store.read(checkpoint, RANK_FILE.format(rank=_rank()))),
-                                         map_location="cpu", weights_only=True)
-                except CorruptCheckpoint as error:
-                    print(f"ml_platform_job: {error}; trying the checkpoint before it", file=sys.stderr, flush=True)
-                    continue
-                break
-            else:
+            found = self.store.load_newest(load)
+            if found is None:
                 return
+            checkpoint, (payload, own) = found
             missing = sorted(set(self.objects) - set(payload["objects"]))
             if missing:
                 raise SystemExit(f"error: the checkpoint of step {checkpoint.step} holds no {', '.join(missing)} (it "
@@ -247,13 +246,17 @@ class TrainingJob:
             self.epoch = position.get("epoch")
             self._restored = position
             self._last_save_step = self.step
-        where = f"{self.store.location.uri}{checkpoint.folder}"
-        self.run.restored(self.step, where)
         for line in skipped:
             print(f"ml_platform_job: {line}", file=sys.stderr, flush=True)
+        epoch = self.epoch if self.epoch is not None else self._epoch_index
+        self.resumed_from(checkpoint, f" (epoch {epoch}, sample {self._position} of it)")
+
+    def resumed_from(self, checkpoint: Checkpoint, detail: str = "") -> None:
+        """Records in the run that this attempt resumed from ``checkpoint`` (the rehearsal and ``runs show`` read it)
+        and says so on rank 0."""
+        self.run.restored(checkpoint.step, f"{self.store.location.uri}{checkpoint.folder}")
         if _rank() == 0:
-            print(f"resuming from the checkpoint of step {self.step} (epoch {self.epoch if self.epoch is not None else self._epoch_index}, "
-                  f"sample {self._position} of it)", flush=True)
+            print(f"resuming from the checkpoint of step {checkpoint.step}{detail}", flush=True)
 
     def save(self) -> Optional[Checkpoint]:
         """Writes a checkpoint of the current step now (every rank calls it: it is a collective when there are

@@ -36,7 +36,7 @@ from typing import Any, Iterable, Optional
 from lightning.pytorch.callbacks import Callback  # type: ignore[import-not-found]
 
 from . import STOPPED_EXIT_CODE
-from .checkpoints import CheckpointStore, CorruptCheckpoint
+from .checkpoints import CheckpointStore
 from .job import DEFAULT_SAVE_EVERY_MINUTES, MODEL_FILE, TrainingJob
 from .stop import SaveTimedOut, all_ranks_max, rank as _rank
 from .torch_state import rng_state, set_rng_state, state_digest
@@ -124,19 +124,13 @@ class PlatformCallback(Callback):
         if self._resolved:
             return self._ckpt_path
         with self.clock.phase("restore"):
-            for checkpoint in reversed(self.store.complete()):
-                try:
-                    data = self.store.read(checkpoint, STATE_FILE)
-                except (CorruptCheckpoint, KeyError) as error:
-                    print(f"ml_platform_job: {error}; trying the checkpoint before it", file=sys.stderr, flush=True)
-                    continue
-                path = Path(tempfile.mkdtemp(prefix="ml-platform-ckpt-")) / STATE_FILE
-                path.write_bytes(data)
-                self._ckpt_path = str(path)
-                self.job.run.restored(checkpoint.step, f"{self.store.location.uri}{checkpoint.folder}")
-                if _rank() == 0:
-                    print(f"resuming from the checkpoint of step {checkpoint.step}", flush=True)
-                break
+            found = self.store.load_newest(lambda checkpoint: self.store.read(checkpoint, STATE_FILE))
+        if found is not None:  # a corrupt newest checkpoint: the one before
+            checkpoint, data = found
+            path = Path(tempfile.mkdtemp(prefix="ml-platform-ckpt-")) / STATE_FILE
+            path.write_bytes(data)
+            self._ckpt_path = str(path)
+            self.job.resumed_from(checkpoint)
         self._resolved = True
         return self._ckpt_path
 

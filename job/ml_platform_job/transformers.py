@@ -39,7 +39,6 @@ from transformers import TrainerCallback  # type: ignore[import-not-found]
 from . import STOPPED_EXIT_CODE
 from .checkpoints import CheckpointStore
 from .job import DEFAULT_FLAGS, TrainingJob
-from .checkpoints import CorruptCheckpoint
 from .stop import _distributed, all_ranks_max, rank as _rank
 from .torch_state import state_digest
 
@@ -94,18 +93,14 @@ class PlatformCallback(TrainerCallback):
         if self._resolved:
             return self._resume_from
         with self.clock.phase("restore"), self.args.main_process_first(local=True, desc="platform checkpoint"):
-            for checkpoint in reversed(self.store.complete()):  # a corrupt newest one: the one before
-                folder = Path(self.args.output_dir) / f"{PREFIX}-{checkpoint.step}"
-                try:
-                    self.store.download(checkpoint, folder)
-                except CorruptCheckpoint as error:
-                    print(f"ml_platform_job: {error}; trying the checkpoint before it", file=sys.stderr, flush=True)
-                    continue
-                self._resume_from = str(folder)
-                self.job.run.restored(checkpoint.step, f"{self.store.location.uri}{checkpoint.folder}")
-                if _rank() == 0:
-                    print(f"resuming from the checkpoint of step {checkpoint.step}", flush=True)
-                break
+            # A corrupt newest checkpoint: the one before (the node's first process downloads, the others find it)
+            output = Path(self.args.output_dir)
+            found = self.store.load_newest(lambda checkpoint: self.store.download(
+                checkpoint, output / f"{PREFIX}-{checkpoint.step}"))
+        if found is not None:
+            checkpoint, folder = found
+            self._resume_from = str(folder)
+            self.job.resumed_from(checkpoint)
         self._resolved = True
         return self._resume_from
 
@@ -145,7 +140,8 @@ class PlatformCallback(TrainerCallback):
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Optional[dict] = None, **kwargs: Any) -> None:
         """The Trainer's logged figures (loss, learning rate, evaluation metrics) into the run, at their step."""
-        numbers = {k: float(v) for k, v in (logs or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        numbers = {k: float(v) for k, v in (logs or {}).items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
         if numbers:
             self.job.run.log_metrics(numbers, step=state.global_step)
 
