@@ -61,7 +61,7 @@ class Data(L.LightningDataModule):
         self.platform, self.batch_size, self.num_workers = platform, batch_size, num_workers
 
     def train_dataloader(self) -> torch.utils.data.DataLoader:
-        return self.platform.loader(Points(1024, seed=1), batch_size=self.batch_size, shuffle=True,  # platform
+        return self.platform.loader(Points(3072, seed=1), batch_size=self.batch_size, shuffle=True,  # platform
                                     num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
 
     def val_dataloader(self) -> torch.utils.data.DataLoader:
@@ -70,15 +70,17 @@ class Data(L.LightningDataModule):
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="A Lightning run that survives a Spot reclaim exactly")
-    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--accumulate", type=int, default=1, help="batches per optimizer step")
     args = parser.parse_args(argv)
     platform = PlatformCallback(args, flags=["num_workers"])  # platform
     trainer = L.Trainer(max_epochs=args.epochs, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
                         enable_model_summary=False, enable_checkpointing=False, deterministic=True,
+                        accumulate_grad_batches=args.accumulate,
                         default_root_dir=tempfile.mkdtemp(prefix="lightning-"), callbacks=[platform])  # platform
     trainer.fit(Classifier(args.lr), datamodule=Data(platform, args.batch_size, args.num_workers),
                 ckpt_path=platform.ckpt_path)  # platform

@@ -66,13 +66,14 @@ class CheckpointStore:
     def save(self, step: int, files: Mapping[str, Union[bytes, str, Path]], meta: Optional[Mapping[str, Any]] = None,
              *, listed: Optional[Mapping[str, Mapping[str, Any]]] = None) -> Checkpoint:
         """Writes ``files`` (name -> bytes, or the path of a local file) as the checkpoint of ``step``, then its
-        marker, then removes what ``keep`` no longer holds. ``listed``: files other processes wrote into the same
+        marker, then removes what ``keep`` no longer holds. A step already complete is left as it is (returned). ``listed``: files other processes wrote into the same
         folder (their sizes and digests, e.g. each rank's own), named in the marker too."""
         if not isinstance(step, int) or isinstance(step, bool) or step < 0:
             raise ValueError(f"step={step!r}: a whole number of 0 or more (the global step the checkpoint holds)")
         folder = self.location.child(f"{FOLDER}step-{step:012d}")
-        # The same step saved again: its marker goes first, so the folder is never complete with half-new files.
-        self.location.delete([f"{FOLDER}step-{step:012d}/{MARKER}"])
+        existing = self._read_marker(step)
+        if existing is not None and all(folder.read_bytes(name) is not None for name in existing.files):
+            return existing  # a complete checkpoint of this step is never rewritten in place
         written: dict[str, dict[str, Any]] = dict(listed or {})
         for name, data in files.items():
             written[name] = self.write_file(folder, name, data)

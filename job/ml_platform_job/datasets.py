@@ -75,7 +75,8 @@ def local_dataset(name: str, version: str, *, env: Optional[Mapping[str, str]] =
         if before.get("sha256") == digest:
             return target
         marker.unlink(missing_ok=True)
-        had = {key: tuple(value) for key, value in (before.get("objects") or {}).items()}
+        objects = before.get("objects")
+        had = {key: tuple(value) for key, value in objects.items()} if isinstance(objects, dict) else {}
         for key, (size, etag) in sorted(listing.items()):
             local = target / key
             # Kept only when the last complete copy had this very object (size and ETag) and the file is whole.

@@ -47,7 +47,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 from . import STOPPED_EXIT_CODE
 from .checkpoints import DEFAULT_KEEP, Checkpoint, CheckpointStore
-from .stop import SAVE_MARGIN_SECONDS, SaveTimedOut, StopRequest, _distributed, all_ranks_max
+from .stop import SaveTimedOut, StopRequest, _distributed, all_ranks_max, collective_device
 from .stop import rank as _rank, world_size as _world_size
 from .storage import Location
 from .torch_state import rng_state, set_rng_state, state_digest
@@ -89,7 +89,7 @@ def _rank_zeros(seed: int) -> int:
     if dist is None:
         return seed
     shared = [seed]
-    dist.broadcast_object_list(shared, src=0)
+    dist.broadcast_object_list(shared, src=0, device=collective_device(dist))
     return int(shared[0])
 
 
@@ -260,41 +260,61 @@ class TrainingJob:
 
     def save(self) -> Optional[Checkpoint]:
         """Writes a checkpoint of the current step now (every rank calls it: it is a collective when there are
-        several). Returns it (None on ranks other than 0)."""
-        import torch  # type: ignore[import-not-found]
-
-        if self._last_save_step == self.step and self.store.latest() is not None:
-            return self.store.latest() if _rank() == 0 else None  # written already: a checkpoint is never rewritten
+        several). Returns it (None on ranks other than 0, and when this step's checkpoint is written already: a
+        complete checkpoint is never rewritten)."""
+        if self._last_save_step == self.step:
+            return None
         started = self.clock.now()
         with self.clock.phase("checkpoint_save"):
-            me, dist = _rank(), _distributed()
-            position = {"step": self.step, "samples_seen": self.samples_seen, "epoch_index": self._epoch_index,
-                        "position": self._position, "epoch": self.epoch, "world_size": _world_size()}
-            folder = self.store.location.child(f"checkpoints/step-{self.step:012d}")
-            listed: dict[str, Any] = {}
-            if me != 0:
-                buffer = io.BytesIO()
-                torch.save({"rng": rng_state()}, buffer)
-                name = RANK_FILE.format(rank=me)
-                listed = {name: CheckpointStore.write_file(folder, name, buffer.getvalue())}
-            gathered = [listed]
-            if dist is not None:
-                gathered = [None] * dist.get_world_size()
-                dist.all_gather_object(gathered, listed)
-            checkpoint = None
-            if me == 0:
-                buffer = io.BytesIO()
-                torch.save({"format": 1, "job": position, "rng": rng_state(),
-                            "objects": {name: value.state_dict() for name, value in self.objects.items()}}, buffer)
-                others = {k: v for entry in gathered if entry for k, v in entry.items()}
-                checkpoint = self.store.save(self.step, {STATE_FILE: buffer.getvalue()}, meta=position, listed=others)
-            if dist is not None:
-                dist.barrier()  # no rank goes on (or exits) before the checkpoint is complete
+            checkpoint = self._write()
+        self._saved(started)
+        return checkpoint
+
+    def _write(self) -> Optional[Checkpoint]:
+        """The checkpoint's files and marker (a collective when there are several ranks)."""
+        import torch  # type: ignore[import-not-found]
+
+        me, dist = _rank(), _distributed()
+        position = {"step": self.step, "samples_seen": self.samples_seen, "epoch_index": self._epoch_index,
+                    "position": self._position, "epoch": self.epoch, "world_size": _world_size()}
+        folder = self.store.location.child(f"checkpoints/step-{self.step:012d}")
+        listed: dict[str, Any] = {}
+        if me != 0:
+            buffer = io.BytesIO()
+            torch.save({"rng": rng_state()}, buffer)
+            name = RANK_FILE.format(rank=me)
+            listed = {name: CheckpointStore.write_file(folder, name, buffer.getvalue())}
+        gathered = [listed]
+        if dist is not None:
+            gathered = [None] * dist.get_world_size()
+            dist.all_gather_object(gathered, listed)  # NCCL: the current GPU (torch.cuda.set_device(local rank))
+        checkpoint = None
+        if me == 0:
+            buffer = io.BytesIO()
+            torch.save({"format": 1, "job": position, "rng": rng_state(),
+                        "objects": {name: value.state_dict() for name, value in self.objects.items()}}, buffer)
+            others = {k: v for entry in gathered if entry for k, v in entry.items()}
+            checkpoint = self.store.save(self.step, {STATE_FILE: buffer.getvalue()}, meta=position, listed=others)
+        if dist is not None:
+            dist.barrier()  # no rank goes on (or exits) before the checkpoint is complete
+        return checkpoint
+
+    def _saved(self, started: float) -> None:
         self.clock.checkpoint_saved()
         self._save_seconds = self.clock.now() - started
         self._last_save_at, self._last_save_step = self.clock.now(), self.step
         self.run.checkpointed(step=self.step)
-        return checkpoint
+
+    def _save_on_the_way(self) -> None:
+        """A periodic or end-of-epoch save: one that fails (S3 throttled, the disk full) is said in one line and
+        training goes on; the next save, or the one a stop makes, may succeed."""
+        try:
+            self.save()
+        except SaveTimedOut:
+            raise
+        except Exception as error:
+            print(f"ml_platform_job: the checkpoint of step {self.step} was not saved ({type(error).__name__}: "
+                  f"{error}); training goes on", file=sys.stderr, flush=True)
 
     # --- the loop -----------------------------------------------------------------------------------------------
     def loader(self, dataset: Any, *, shuffle: bool = False, drop_last: bool = False, accumulate: int = 1,
@@ -349,7 +369,7 @@ class TrainingJob:
                 if stopping:
                     self._stop()
                 if save:
-                    self.save()
+                    self._save_on_the_way()
         finally:
             self._epochs_managed = False
 
@@ -374,7 +394,7 @@ class TrainingJob:
         if stopping:
             self._stop()
         if save:
-            self.save()
+            self._save_on_the_way()
 
     def _stop(self) -> None:
         """Saves (when it fits in the time left, and within it), records the stop and exits 143."""
@@ -388,16 +408,22 @@ class TrainingJob:
             note = (f"no checkpoint: the last save took {self._save_seconds:.0f} s and "
                     f"{max(0.0, self.stop.seconds_left() or 0):.0f} s are left before SIGKILL")
         else:
+            started = self.clock.now()
             try:
-                with self.stop.bounded():
-                    self.save()
+                with self.clock.phase("checkpoint_save"), self.stop.bounded():  # the files and marker only
+                    self._write()
                 saved, note = True, "checkpoint written"
             except SaveTimedOut as error:
                 note = f"no checkpoint: {error}"
+            except Exception as error:  # the retry resumes from the checkpoint before: still exit 143
+                note = f"no checkpoint: the save failed ({type(error).__name__}: {error})"
+            if saved:
+                self._saved(started)
         if not saved:
             note += (f"; the retry resumes from step {self._last_save_step} (save more often: save_every_minutes, or "
                      "raise the queue's stop_timeout)")
         self.run.stop(f"stop requested ({self.stop.reason}) at {where}; {note}", step=self.step, saved=saved)
+        self.stop.stopped()
         if _rank() == 0:
             print(f"stopped ({self.stop.reason}) at {where}: {note}; exit {STOPPED_EXIT_CODE} (the queue retries it)",
                   flush=True)
@@ -450,9 +476,17 @@ class JobLoader:
         self.job, self.loader, self.sampler, self.dataset = job, loader, sampler, dataset
         self.batch_size = loader.batch_size
         self.accumulate = accumulate
+        self.batch_index = -1  # the batch being trained: its index in the whole epoch, counting a resumed epoch's start
 
     def __len__(self) -> int:
+        """The whole epoch's batches (a resumed epoch yields fewer: a scheduler sized from it stays right)."""
         return len(self.loader)
+
+    @property
+    def step_due(self) -> bool:
+        """With ``accumulate=K``: whether the batch being trained ends an optimizer step (every K-th batch of the
+        epoch, and its last), counted in the whole epoch: a resumed epoch's batches keep their places. Step then."""
+        return (self.batch_index + 1) % self.accumulate == 0 or self.batch_index + 1 >= len(self.loader)
 
     def __getattr__(self, name: str) -> Any:
         if name in ("job", "loader", "sampler", "dataset"):
@@ -474,7 +508,9 @@ class JobLoader:
         left = sampler.remaining()
         batch_size = self.batch_size or 1
         batches = 0
+        self.batch_index = sampler.start // (batch_size * ranks) - 1
         for batch in job.clock.batches(self.loader):
+            self.batch_index += 1
             with job.clock.step():
                 yield batch
             taken = min(batch_size, left)

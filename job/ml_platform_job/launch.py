@@ -8,13 +8,17 @@ the queue's retry strategy ends as FAILED: the job is never retried. It also SIG
 
 - runs the command as its child, with ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` the stop timeout less a margin (unless set);
 - writes the PID file with its own PID (the fleet's watcher signals it), and points the child's at a file of its own;
-- passes SIGTERM (and SIGINT) on to the child, and exits 143 when it was asked to stop, so the queue retries the job
-  (which resumes from its newest complete checkpoint); 0 when the child finished anyway; the child's code otherwise.
+- passes the first SIGTERM (or SIGINT) on to the child (a second would cut torchrun's own shutdown short), and exits
+  143 when the job was stopped: the launcher was signalled, the stop file exists, or a process of the job marked
+  that it stopped by the contract (the stop reached it another way: the stop file, another node's rank), so the
+  queue retries it (it resumes from its newest complete checkpoint); 0 when the child finished anyway; the child's
+  code otherwise.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +26,7 @@ import tempfile
 from typing import Mapping, Optional, Sequence
 
 from . import STOPPED_EXIT_CODE
-from .stop import StopRequest
+from .stop import LAUNCH_DIR, STOPPED_MARKER, StopRequest
 
 SHUTDOWN_MARGIN_SECONDS = 5
 
@@ -31,35 +35,45 @@ def launch(command: Sequence[str], env: Optional[Mapping[str, str]] = None) -> i
     """Runs ``command`` as described in the module docstring; returns the exit code to exit with."""
     env = dict(os.environ if env is None else env)
     stop = StopRequest(env)
-    child_env = dict(env)
-    child_env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
-                         str(max(1, int(stop.stop_timeout) - SHUTDOWN_MARGIN_SECONDS)))
-    stop._write_pid_file()
-    child_env["ML_PLATFORM_JOB_PID_FILE"] = os.path.join(tempfile.mkdtemp(prefix="ml-platform-launch-"), "job.pid")
-    try:
-        child = subprocess.Popen(list(command), env=child_env)
-    except OSError as error:
-        print(f"error: cannot run {command[0]}: {error.strerror}", file=sys.stderr)
-        return 127
     asked: list[int] = []
+    child: list[subprocess.Popen] = []
 
     def forward(signum: int, frame: object) -> None:
         asked.append(signum)
-        try:
-            child.send_signal(signum)
-        except ProcessLookupError:
-            pass
+        if len(asked) == 1 and child:  # the first only: a second would cut torchrun's own graceful shutdown short
+            try:
+                child[0].send_signal(signum)
+            except ProcessLookupError:
+                pass
 
+    # Installed before the child starts: a SIGTERM in between is kept and passed on once the child is there.
     previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    private = tempfile.mkdtemp(prefix="ml-platform-launch-")
     try:
-        code = child.wait()
+        child_env = dict(env)
+        child_env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
+                             str(max(1, int(stop.stop_timeout) - SHUTDOWN_MARGIN_SECONDS)))
+        child_env["ML_PLATFORM_JOB_PID_FILE"] = os.path.join(private, "job.pid")
+        child_env[LAUNCH_DIR] = private
+        stop._write_pid_file()
+        try:
+            child.append(subprocess.Popen(list(command), env=child_env))
+        except OSError as error:
+            print(f"error: cannot run {command[0]}: {error.strerror}", file=sys.stderr)
+            return 127
+        if asked:
+            child[0].send_signal(asked[0])
+        code = child[0].wait()
+        stopped = bool(asked) or os.path.exists(stop.stop_file) or os.path.exists(os.path.join(private, STOPPED_MARKER))
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        shutil.rmtree(private, ignore_errors=True)
     if code == 0:
         return 0
-    if asked:
-        print(f"ml_platform_job launch: stopped ({signal.Signals(asked[0]).name}); exit {STOPPED_EXIT_CODE} (the "
-              f"queue retries it; the child exited {code})", file=sys.stderr, flush=True)
+    if stopped:
+        why = signal.Signals(asked[0]).name if asked else "the job stopped by the contract"
+        print(f"ml_platform_job launch: stopped ({why}); exit {STOPPED_EXIT_CODE} (the queue retries it; the child "
+              f"exited {code})", file=sys.stderr, flush=True)
         return STOPPED_EXIT_CODE
     return 128 - code if code < 0 else code

@@ -146,6 +146,13 @@ class PlatformCallback(Callback):
         self._resume = dict(state_dict)
 
     # --- the loop -----------------------------------------------------------------------------------------------
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        strategy = trainer.strategy
+        if "DeepSpeed" in type(strategy).__name__ or getattr(strategy, "_state_dict_type", "full") == "sharded":
+            raise SystemExit(f"error: {type(strategy).__name__} saves a sharded checkpoint (a folder per rank): the "
+                             "platform's callback keeps single-file checkpoints; use a strategy that gathers the state on "
+                             "rank 0 (DDP, or FSDPStrategy(state_dict_type=\"full\"))")
+
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         if self.sampler is None and _rank() == 0:
             print("ml_platform_job: the training dataloader is not the platform's (platform.loader): a stop mid-epoch "
@@ -180,13 +187,18 @@ class PlatformCallback(Callback):
         accumulate = max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
         last = trainer.num_training_batches != float("inf") and batch_idx + 1 >= trainer.num_training_batches
         if (batch_idx + 1) % accumulate and not last:
-            return  # mid-accumulation: the gradients so far are in no checkpoint; stop after the optimizer's step
+            # Mid-accumulation: the gradients so far are in no checkpoint, so the stop waits for the optimizer's step.
+            # Lightning would raise its own stop right after this batch (and, on several ranks, before the next):
+            # its flag is put off until then (ours stays set, and is taken at the step's end).
+            if self.job.stop.requested and getattr(trainer, "_signal_connector", None) is not None:
+                trainer._signal_connector.received_sigterm = False
+            return
         due = self.save_every_seconds is not None and now - self._last_save_at >= self.save_every_seconds
         save, stopping = self.job.agree(due, self.job.stop.requested)
         if stopping:
             self._stop(trainer)
         if save:
-            self._save(trainer)
+            self._save_on_the_way(trainer)
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         self._validation_started = self.clock.now()
@@ -215,31 +227,41 @@ class PlatformCallback(Callback):
         self._log(trainer)
         last = trainer.max_epochs is not None and trainer.current_epoch + 1 >= trainer.max_epochs
         if self.save_each_epoch and not last:
-            self._save(trainer)
+            self._save_on_the_way(trainer)
 
     def _save(self, trainer: Any) -> None:
-        started = self.clock.now()
-        step = trainer.global_step
-        if self._last_saved_step == step:
+        """A checkpoint of the current step (every rank calls it); a step saved already is not saved again."""
+        if self._last_saved_step == trainer.global_step:
             return  # written already: a complete checkpoint is never rewritten
+        started = self.clock.now()
         with self.clock.phase("checkpoint_save"):
-            with tempfile.TemporaryDirectory(prefix="ml-platform-ckpt-") as directory:
-                path = Path(directory) / STATE_FILE
-                trainer.save_checkpoint(str(path))  # every rank calls it; the strategy writes from rank 0
-                if path.is_dir():
-                    raise SystemExit("error: the strategy saved a sharded checkpoint (a folder per rank: DeepSpeed, "
-                                     "FSDP's sharded state): the platform's callback saves single-file checkpoints "
-                                     "only; use a strategy that gathers the state on rank 0")
-                if trainer.is_global_zero:
-                    self.store.save(step, {STATE_FILE: path}, meta={"global_step": step,
-                                                                    "epoch": trainer.current_epoch})
-            trainer.strategy.barrier("ml_platform_job.save")
+            self._write(trainer)
+        self._saved(trainer, started)
+
+    def _write(self, trainer: Any) -> None:
+        step = trainer.global_step
+        with tempfile.TemporaryDirectory(prefix="ml-platform-ckpt-") as directory:
+            path = Path(directory) / STATE_FILE
+            trainer.save_checkpoint(str(path))  # every rank calls it; the strategy writes from rank 0
+            if trainer.is_global_zero:
+                self.store.save(step, {STATE_FILE: path}, meta={"global_step": step, "epoch": trainer.current_epoch})
+        trainer.strategy.barrier("ml_platform_job.save")
+
+    def _saved(self, trainer: Any, started: float) -> None:
         self.clock.checkpoint_saved()
         now = self.clock.now()
         self._save_seconds, self._last_save_at = now - started, now
         self._mark = now
-        self._last_saved_step = step
-        self.job.run.checkpointed(step=step)
+        self._last_saved_step = trainer.global_step
+        self.job.run.checkpointed(step=trainer.global_step)
+
+    def _save_on_the_way(self, trainer: Any) -> None:
+        """A periodic or end-of-epoch save: one that fails is said in one line and training goes on."""
+        try:
+            self._save(trainer)
+        except Exception as error:
+            print(f"ml_platform_job: the checkpoint of step {trainer.global_step} was not saved "
+                  f"({type(error).__name__}: {error}); training goes on", file=sys.stderr, flush=True)
 
     def _stop(self, trainer: Any) -> None:
         [skip] = all_ranks_max([not self.job.stop.save_fits(self._save_seconds)])  # every rank saves, or none
@@ -251,12 +273,17 @@ class PlatformCallback(Callback):
                     f"{max(0.0, self.job.stop.seconds_left() or 0):.0f} s are left before SIGKILL (save more often, or "
                     "raise the queue's stop_timeout)")
         else:
+            started = self.clock.now()
             try:
-                with self.job.stop.bounded():
-                    self._save(trainer)
-                saved, note = True, f"checkpoint written at step {trainer.global_step}"
+                with self.clock.phase("checkpoint_save"), self.job.stop.bounded():  # the file and its upload only
+                    self._write(trainer)
+                saved, note = True, "checkpoint written"
             except SaveTimedOut as error:
                 note = f"no checkpoint: {error}"
+            except Exception as error:  # the retry resumes from the checkpoint before: still exit 143
+                note = f"no checkpoint: the save failed ({type(error).__name__}: {error})"
+            if saved:
+                self._saved(trainer, started)
         self._record_stop(trainer, note, saved)
         raise SystemExit(STOPPED_EXIT_CODE)
 
@@ -266,6 +293,7 @@ class PlatformCallback(Callback):
         self._stopped_note = note
         self.job.run.stop(f"stop requested ({self.job.stop.reason}) at step {trainer.global_step}; {note}",
                           step=trainer.global_step, saved=saved)
+        self.job.stop.stopped()
         if _rank() == 0:
             print(f"stopped ({self.job.stop.reason}) at step {trainer.global_step}: {note}; exit {STOPPED_EXIT_CODE} "
                   "(the queue retries it)", flush=True)

@@ -361,7 +361,7 @@ def _stop_checkpoint(store: CheckpointStore, record: Optional[Mapping[str, Any]]
         return Check(name, False, f"none: the retry resumes from step {latest.step}, and the steps since are lost "
                      f"({stopped.get('reason') or 'no reason recorded'})",
                      f"save faster or more often, or raise the queue's stop_timeout ({DOCS}#stopping-in-time)")
-    if first.signalled_at and latest.saved_at >= first.signalled_at[:len(latest.saved_at)]:
+    if first.signalled_at and latest.saved_at and latest.saved_at >= first.signalled_at[:len(latest.saved_at)]:
         return Check(name, True, f"step {latest.step}, written after the signal")
     return Check(name, False, f"none after the signal: the newest is step {latest.step}, saved before it (the steps "
                  "since would be lost)", f"save a checkpoint when SIGTERM comes ({DOCS}#stopping-in-time)")

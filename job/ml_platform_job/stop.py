@@ -34,6 +34,9 @@ DEFAULT_STOP_TIMEOUT_SECONDS = 30.0
 STOP_FILE_CHECK_SECONDS = 1.0  # the stop file is looked at no more often than this (a stat call per step otherwise)
 # A save on a stop must end this long before SIGKILL (the exit, the log's flush).
 SAVE_MARGIN_SECONDS = 5.0
+# The launcher's private folder (``launch``), where a process of the job marks that it stopped by the contract.
+LAUNCH_DIR = "ML_PLATFORM_LAUNCH_DIR"
+STOPPED_MARKER = "stopped"
 
 
 class StopRequest:
@@ -158,15 +161,51 @@ class StopRequest:
         budget = max(0.1, left - SAVE_MARGIN_SECONDS)
 
         def expire(signum: int, frame: Any) -> None:
-            raise SaveTimedOut(f"the save did not finish in the {budget:.0f} s left before SIGKILL")
+            raise SaveTimedOut(f"the save did not finish in the {budget:.1f} s left before SIGKILL")
 
+        started = self._now()
         previous = signal.signal(signal.SIGALRM, expire)
-        signal.setitimer(signal.ITIMER_REAL, budget)
+        before, interval = signal.setitimer(signal.ITIMER_REAL, budget)  # a timer of the job's own: put back after
         try:
             yield
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
+            if before:
+                signal.setitimer(signal.ITIMER_REAL, max(0.001, before - (self._now() - started)), interval)
+
+    def deadline(self, on_expire: Callable[[], None]) -> None:
+        """Arms the time left before SIGKILL, less ``SAVE_MARGIN_SECONDS``, for a save a framework makes itself (the
+        Trainer's): when it runs out, ``on_expire()`` (record the stop), then exit 143, in time, instead of being
+        killed with 137, which the queue does not retry. ``disarm`` once the save is done."""
+        left = self.seconds_left()
+        if left is None or threading.current_thread() is not threading.main_thread():
+            return
+
+        def expire(signum: int, frame: Any) -> None:
+            on_expire()
+            raise SystemExit(143)
+
+        self._armed = signal.signal(signal.SIGALRM, expire)
+        signal.setitimer(signal.ITIMER_REAL, max(0.1, left - SAVE_MARGIN_SECONDS))
+
+    def disarm(self) -> None:
+        if getattr(self, "_armed", None) is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._armed)
+            self._armed = None
+
+    def stopped(self) -> None:
+        """Tells a launcher in front of this process (``launch``: ``ML_PLATFORM_LAUNCH_DIR``) that the job stopped
+        by the contract, so that it exits 143 although torchrun exits 1 (the stop came through the stop file, or from
+        another node's rank)."""
+        directory = os.environ.get(LAUNCH_DIR)
+        if directory:
+            try:
+                with open(os.path.join(directory, STOPPED_MARKER), "w") as handle:
+                    handle.write(self.reason or "stopped")
+            except OSError:
+                pass
 
     def agreed(self) -> bool:
         """``requested`` on any rank, as every rank sees it: an all-reduce (MAX) of the flag when a torch.distributed
@@ -192,13 +231,20 @@ def all_ranks_max(flags: list[bool]) -> list[bool]:
         return list(flags)
     import torch  # type: ignore[import-not-found]
 
-    device = torch.device("cpu")
-    if dist.get_backend() == "nccl":
-        local = os.environ.get("LOCAL_RANK", "").strip()
-        device = torch.device("cuda", int(local) if local.isdigit() else torch.cuda.current_device())
-    values = torch.tensor([int(bool(flag)) for flag in flags], dtype=torch.int32, device=device)
+    values = torch.tensor([int(bool(flag)) for flag in flags], dtype=torch.int32, device=collective_device(dist))
     dist.all_reduce(values, op=dist.ReduceOp.MAX)
     return [bool(value) for value in values.tolist()]
+
+
+def collective_device(dist: Any) -> Any:
+    """Where a collective's tensors go: the CPU on gloo; on NCCL this process's GPU (``LOCAL_RANK``, else the current
+    device: a DDP script calls ``torch.cuda.set_device(local_rank)`` first)."""
+    import torch  # type: ignore[import-not-found]
+
+    if dist.get_backend() != "nccl":
+        return torch.device("cpu")
+    local = os.environ.get("LOCAL_RANK", "").strip()
+    return torch.device("cuda", int(local) if local.isdigit() else torch.cuda.current_device())
 
 
 def _distributed() -> Any:

@@ -126,6 +126,9 @@ class PlatformCallback(TrainerCallback):
             control.should_training_stop = True
             if not skip:
                 control.should_save = True
+                # The Trainer saves next: if that outlasts the time left, record it and exit 143 before SIGKILL.
+                self.job.stop.deadline(lambda: self._record_stop(state.global_step, "no checkpoint: the save did not "
+                                                                 "finish in the time left before SIGKILL", False))
             else:
                 self._note = (f"no checkpoint: the last save took {self._save_seconds:.0f} s and "
                               f"{max(0.0, self.job.stop.seconds_left() or 0):.0f} s are left before SIGKILL (save more "
@@ -147,6 +150,7 @@ class PlatformCallback(TrainerCallback):
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         started = self._mark if self._mark is not None else self.clock.now()
+        self.job.stop.disarm()  # the Trainer's files are written; the upload below is bounded by the queue's timeout
         dist = _distributed()
         if dist is not None:
             dist.barrier()  # every process's files of the folder (its rng_state_N.pth) are written before the upload
@@ -167,15 +171,17 @@ class PlatformCallback(TrainerCallback):
         finished = state.max_steps and state.global_step >= state.max_steps
         if not self._stopping or finished:
             return
-        note = (f"checkpoint written at step {state.global_step}" if self._saved_on_stop
-                else self._note)
-        self.job.run.stop(f"stop requested ({self.job.stop.reason}) at step {state.global_step}; {note}",
-                          step=state.global_step, saved=self._saved_on_stop)
-        if _rank() == 0:
-            print(f"stopped ({self.job.stop.reason}) at step {state.global_step}: {note}; exit {STOPPED_EXIT_CODE} "
-                  "(the queue retries it)", flush=True)
-        self.job.stop.uninstall()
+        note = "checkpoint written" if self._saved_on_stop else self._note
+        self._record_stop(state.global_step, note, self._saved_on_stop)
         raise SystemExit(STOPPED_EXIT_CODE)
+
+    def _record_stop(self, step: int, note: str, saved: bool) -> None:
+        self.job.run.stop(f"stop requested ({self.job.stop.reason}) at step {step}; {note}", step=step, saved=saved)
+        self.job.stop.stopped()
+        if _rank() == 0:
+            print(f"stopped ({self.job.stop.reason}) at step {step}: {note}; exit {STOPPED_EXIT_CODE} (the queue "
+                  "retries it)", flush=True)
+        self.job.stop.uninstall()
 
     # --- the end ------------------------------------------------------------------------------------------------
     def finish(self, trainer: Any, *, save_model: bool = True, improves_on: Any = None,

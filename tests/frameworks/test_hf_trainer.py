@@ -19,7 +19,7 @@ def test_the_trainer_example_survives_a_reclaim_exactly(tmp_path):
     assert all(check.passed for check in result.checks), "\n".join(lines)  # exactness judged, not skipped
     log = (tmp_path / "work" / "attempt-1.log").read_text()
     [stopped] = [line for line in log.splitlines() if line.startswith("stopped (SIGTERM) at step ")]
-    assert "checkpoint written at step" in stopped and "finished" not in log.split(stopped)[1]
+    assert ": checkpoint written;" in stopped and "finished" not in log.split(stopped)[1]
     record = json.loads((tmp_path / "work" / "interrupted" / "passport.json").read_text())
     # The run's identity holds what trains the model, not where the Trainer writes or how often it logs.
     assert "learning_rate" in record["passport"]["params"] and "output_dir" not in record["passport"]["params"]

@@ -27,6 +27,15 @@ def test_the_lightning_example_survives_a_reclaim_exactly(tmp_path):
     assert "not resumable" not in (tmp_path / "attempt-2.log").read_text()  # Lightning's mid-epoch warning
 
 
+def test_with_gradient_accumulation_the_stop_waits_for_the_optimizers_step_and_resumes_exactly(tmp_path):
+    """A stop mid-accumulation would save a step whose gradient is half-accumulated: the callback waits for the
+    step's last batch, and keeps Lightning's own stop from coming first."""
+    result = rehearse([sys.executable, str(EXAMPLES / "lightning_module.py"), "--accumulate", "3"],
+                      workdir=str(tmp_path), exact=True)
+    lines = format_lines(result)
+    assert all(check.passed for check in result.checks), "\n".join(lines)
+
+
 def test_lightnings_own_sigterm_stop_exits_143_not_0(tmp_path, monkeypatch):
     env = {"ML_PLATFORM_CHECKPOINT_URI": str(tmp_path / "ckpt"), "ML_PLATFORM_STOP_FILE": str(tmp_path / "stop"),
            "ML_PLATFORM_JOB_PID_FILE": str(tmp_path / "pid")}

@@ -56,3 +56,34 @@ def test_the_exactness_check_fails_a_job_whose_weights_depend_on_more_than_its_c
     assert exact.detail.endswith("with deterministic algorithms on")
     assert format_lines(result)[-1] == ("rehearsal: FAIL: the final state equals an uninterrupted run's (read "
                                         "docs/BRING_YOUR_SCRIPT.md)")
+
+
+ACCUMULATING = """
+import time
+import torch
+from ml_platform_job import TrainingJob
+
+job = TrainingJob.start(params={"epochs": 12, "accumulate": 4}, seed=2, deterministic=True)
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.1), torch.nn.Linear(8, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+data = torch.utils.data.TensorDataset(torch.randn(100, 4, generator=torch.Generator().manual_seed(0)),
+                                      torch.randn(100, 1, generator=torch.Generator().manual_seed(1)))
+loader = job.loader(data, batch_size=4, shuffle=True, accumulate=4)  # 25 batches: the epoch ends mid-accumulation
+job.track(model=model, optimizer=optimizer)
+for epoch in job.epochs(12):
+    for x, y in loader:
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        if loader.step_due:
+            optimizer.step()
+            optimizer.zero_grad()
+        time.sleep(0.01)
+job.finish(model=model)
+"""
+
+
+def test_gradient_accumulation_resumes_exactly_with_its_steps_in_place(tmp_path):
+    job = tmp_path / "job.py"
+    job.write_text(ACCUMULATING)
+    result = rehearse([sys.executable, str(job)], workdir=str(tmp_path / "work"), exact=True)
+    lines = format_lines(result)
+    assert all(check.passed for check in result.checks), "\n".join(lines)

@@ -98,3 +98,27 @@ def test_one_ranks_sigterm_stops_both_at_one_step_and_one_run_is_recorded(script
     assert wait(start(script, tmp_path / "uninterrupted", work, 3)) == [0, 0]
     clean = json.loads((tmp_path / "uninterrupted" / "passport.json").read_text())
     assert record["final_state_sha256"] == clean["final_state_sha256"]
+
+
+def test_the_launcher_exits_143_when_a_worker_stopped_by_the_stop_file(script, tmp_path):
+    """torchrun exits 1 once its workers stopped; the launcher in front of it makes that 143 for the queue's retry,
+    though nothing signalled it (the stop file, or another node's rank, stopped the workers)."""
+    import shutil
+
+    uri = tmp_path / "interrupted"
+    env = {**os.environ, "ML_PLATFORM_CHECKPOINT_URI": str(uri), "ML_PLATFORM_STOP_FILE": str(tmp_path / "stop"),
+           "ML_PLATFORM_JOB_PID_FILE": str(tmp_path / "job.pid"), "ML_PLATFORM_JOB_NAME": "launched",
+           "ML_PLATFORM_SEED": "5", "PYTHONUNBUFFERED": "1"}
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    with open(tmp_path / "launched.log", "w") as log:
+        launcher = subprocess.Popen([sys.executable, "-m", "ml_platform_job", "launch", "--", torchrun,
+                                     "--nproc-per-node", "2", str(script)], env=env, stdout=log, stderr=subprocess.STDOUT)
+    store = CheckpointStore(str(uri))
+    deadline = time.monotonic() + 240
+    while store.latest() is None:
+        assert launcher.poll() is None and time.monotonic() < deadline, (tmp_path / "launched.log").read_text()
+        time.sleep(0.05)
+    (tmp_path / "stop").write_text(json.dumps({"reason": "scale-in"}))
+    assert launcher.wait(timeout=240) == 143, (tmp_path / "launched.log").read_text()[-3000:]
+    record = json.loads((uri / "passport.json").read_text())
+    assert record["passport"]["attempts"][0]["saved_at_stop"] is True

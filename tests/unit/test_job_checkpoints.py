@@ -124,3 +124,28 @@ def test_the_budget_guard_function_ships_the_job_sides_price_reader(tmp_path):
 
     assert runtime_source("prices.py") == Path(__import__("ml_platform_job.prices").prices.__file__)
     assert runtime_source("budget_guard.py").parent.name == "runtime"
+
+
+def test_a_complete_step_is_never_rewritten_and_needs_no_delete(location, monkeypatch):
+    store = CheckpointStore(location)
+    first = store.save(5, {"state.pt": b"first"})
+    deletes = []
+    monkeypatch.setattr(type(location), "delete", lambda self, names: deletes.append(names))
+    again = store.save(5, {"state.pt": b"second"})
+    assert again.files == first.files and store.read(store.latest(), "state.pt") == b"first"
+    assert deletes == []  # a role without s3:DeleteObject saves as well
+
+
+def test_a_refused_delete_is_one_warning_and_the_save_stands(tmp_path, capsys, monkeypatch):
+    location = Location(str(tmp_path / "ckpt"))
+    store = CheckpointStore(location, keep=1)
+
+    def refused(names):
+        if names:
+            raise OSError(f"{len(names)} of {len(names)} objects not deleted under {location.uri}: AccessDenied on x")
+    monkeypatch.setattr(location, "delete", refused)
+    for step in (1, 2, 3):
+        store.save(step, {"state.pt": b"x"})
+    assert store.latest().step == 3
+    err = capsys.readouterr().err
+    assert err.count("old checkpoints not removed") == 1 and "AccessDenied" in err

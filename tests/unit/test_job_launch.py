@@ -55,3 +55,45 @@ def test_without_a_command_it_is_one_line(tmp_path):
     done = subprocess.run([sys.executable, "-m", "ml_platform_job", "launch"], capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr == ("error: no command: put it after -- (usage: python -m "
                                                     "ml_platform_job launch -- COMMAND...)\n")
+
+
+STOPPED_CHILD = """
+import os, sys
+with open(os.path.join(os.environ["ML_PLATFORM_LAUNCH_DIR"], "stopped"), "w") as handle:
+    handle.write("the stop file")
+sys.exit(1)  # torchrun's exit once its workers stopped by the contract
+"""
+
+
+def test_a_job_stopped_by_the_stop_file_or_another_node_exits_143_though_the_launcher_was_never_signalled(tmp_path):
+    child = tmp_path / "child.py"
+    child.write_text(STOPPED_CHILD)
+    done = subprocess.run([sys.executable, "-m", "ml_platform_job", "launch", "--", sys.executable, str(child)],
+                          env={**os.environ, "ML_PLATFORM_JOB_PID_FILE": str(tmp_path / "job.pid"),
+                               "ML_PLATFORM_STOP_FILE": str(tmp_path / "none")}, capture_output=True, text=True)
+    assert done.returncode == 143, done.stderr
+    assert "stopped (the job stopped by the contract); exit 143" in done.stderr
+
+
+def test_a_second_sigterm_is_not_passed_on(tmp_path):
+    counting = tmp_path / "child.py"
+    counting.write_text("""
+import signal, sys, time
+seen = []
+signal.signal(signal.SIGTERM, lambda *_: seen.append(1))
+print("up", flush=True)
+deadline = time.monotonic() + 30
+while len(seen) < 1 and time.monotonic() < deadline:
+    time.sleep(0.01)
+time.sleep(0.5)  # a second SIGTERM, were it passed on, would arrive in this time
+print(len(seen), flush=True)
+sys.exit(1)
+""")
+    process = subprocess.Popen([sys.executable, "-m", "ml_platform_job", "launch", "--", sys.executable, str(counting)],
+                               env={**os.environ, "ML_PLATFORM_JOB_PID_FILE": str(tmp_path / "job.pid")},
+                               stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "up"
+    process.send_signal(signal.SIGTERM)
+    process.send_signal(signal.SIGTERM)
+    out, _ = process.communicate(timeout=60)
+    assert (out.strip(), process.returncode) == ("1", 143)

@@ -80,3 +80,23 @@ def test_without_torch_distributed_the_agreement_is_the_local_flag(tmp_path):
     assert stop.agreed() is False
     stop.request("SIGTERM")
     assert stop.agreed() is True
+
+
+def test_a_bounded_save_is_cut_at_the_time_left_and_the_jobs_own_timer_comes_back(tmp_path):
+    import time
+
+    from ml_platform_job.stop import SaveTimedOut
+
+    stop = StopRequest({"ML_PLATFORM_STOP_FILE": str(tmp_path / "none"), "ML_PLATFORM_STOP_TIMEOUT_SECONDS": "5.3"})
+    previous = signal.signal(signal.SIGALRM, lambda *_: None)
+    signal.setitimer(signal.ITIMER_REAL, 50)  # the job's own timer
+    try:
+        stop.request("SIGTERM")
+        with pytest.raises(SaveTimedOut, match=r"the save did not finish in the 0\.\d s left before SIGKILL"):
+            with stop.bounded():
+                time.sleep(5)
+        remaining, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 40 < remaining <= 50
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
