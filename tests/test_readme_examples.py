@@ -31,6 +31,9 @@ NOT_RUN = {
                          "tests/unit/test_advisor_docs.py compares each line it shows",
     "./platform up": "a deploy to the emulator (a minute): its figures are compared line by line instead, the "
                      "estimates below and the emulator's lines in tests/emulator",
+    "./platform job rehearse": "a PyTorch job run three times, in the frameworks tier's environment: the rehearsal's "
+                               "checks and verdict lines are tested there (tests/frameworks) and in "
+                               "tests/unit/test_rehearsal.py",
 }
 
 

@@ -3,7 +3,7 @@
   python -m ops.local.run [--store DIR]      (the end of ./platform up; needs no AWS account)
 
 moto on 127.0.0.1 stands in for S3: the dataset is uploaded under datasets/, checkpoints and the run record go to
-checkpoints/training/<job name>/. Attempt 1 gets a real SIGTERM a quarter epoch after it reports epoch 3 (a
+checkpoints/training/<job name>/. Attempt 1 gets a real SIGTERM a tenth of an epoch after it reports epoch 3 (a
 simulated Spot reclaim, mid-step) and must save a checkpoint of the batch it stopped at and exit 143, which the
 queue's retry strategy retries; the epoch it stops at is the one it says (it goes on training until the signal
 lands, one epoch or more under load). Attempt 2 must resume from that checkpoint, at that batch, and exit 0; the
@@ -57,8 +57,9 @@ def example_module():
 
 def run_attempt(command: list[str], env: dict[str, str], *, sigterm_after_epoch: Optional[int] = None,
                 timeout: float = 300) -> tuple[int, list[str]]:
-    """Runs one attempt; with ``sigterm_after_epoch``, sends the process SIGTERM a quarter epoch after it reports
-    that epoch (a quarter of the time between its last two epoch lines: inside the next epoch's steps, as a Spot notice
+    """Runs one attempt; with ``sigterm_after_epoch``, sends the process SIGTERM a tenth of an epoch after it reports
+    that epoch (a tenth of the time between its last two epoch lines, which also hold the epoch's save to S3 and its
+    evaluation: inside the next epoch's steps, as a Spot notice
     lands mid-step). Returns (exit code, output lines). The attempt runs in its own
     process group (``ops.terminal``): a Ctrl-C of the local run ends it too."""
     process = terminal.start(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -75,7 +76,7 @@ def run_attempt(command: list[str], env: dict[str, str], *, sigterm_after_epoch:
             if (sigterm_after_epoch is not None and not signalled
                     and line.startswith(f"epoch {sigterm_after_epoch}/")):
                 if len(epoch_seen) >= 2:
-                    time.sleep((epoch_seen[-1] - epoch_seen[-2]) / 4)
+                    time.sleep((epoch_seen[-1] - epoch_seen[-2]) / 10)
                 process.send_signal(signal.SIGTERM)
                 signalled = True
             if time.monotonic() > deadline:
