@@ -150,8 +150,6 @@ def main(argv: list[str], *, assembly: Path = ROOT / "cdk.out", local_assembly: 
         *run_lines,
         "Next:",
         "  ./platform test                       the whole test suite (about 3 minutes on 2 cores)",
-        "  ./platform job rehearse -- COMMAND    your training job through a simulated Spot reclaim "
-        "(docs/BRING_YOUR_SCRIPT.md)",
         "  config/environments.toml              your accounts, Regions, fleets, queues (docs/CONFIGURATION.md)",
         f"  AWS_PROFILE={config.project}-{first} ./platform diff {first}   then ./platform deploy {first} "
         "(docs/COMMANDS.md)",
