@@ -409,14 +409,8 @@ class TrainingJob:
                     f"{max(0.0, self.stop.seconds_left() or 0):.0f} s are left before SIGKILL")
         else:
             started = self.clock.now()
-            try:
-                with self.clock.phase("checkpoint_save"), self.stop.bounded():  # the files and marker only
-                    self._write()
-                saved, note = True, "checkpoint written"
-            except SaveTimedOut as error:
-                note = f"no checkpoint: {error}"
-            except Exception as error:  # the retry resumes from the checkpoint before: still exit 143
-                note = f"no checkpoint: the save failed ({type(error).__name__}: {error})"
+            with self.clock.phase("checkpoint_save"):
+                saved, note = self.stop.save_in_time(self._write)  # the files and marker only
             if saved:
                 self._saved(started)
         if not saved:

@@ -38,7 +38,7 @@ from lightning.pytorch.callbacks import Callback  # type: ignore[import-not-foun
 from . import STOPPED_EXIT_CODE
 from .checkpoints import CheckpointStore
 from .job import DEFAULT_SAVE_EVERY_MINUTES, MODEL_FILE, TrainingJob
-from .stop import SaveTimedOut, all_ranks_max, rank as _rank
+from .stop import all_ranks_max, rank as _rank
 from .torch_state import rng_state, set_rng_state, state_digest
 
 STATE_FILE = "state.ckpt"
@@ -86,6 +86,7 @@ class PlatformCallback(Callback):
         self._stopped_note: Optional[str] = None
         self._last_saved_step: Optional[int] = None
         self._batch_size = 1
+        self._stop_at_epoch_end = False
 
     @property
     def state_key(self) -> str:
@@ -188,17 +189,27 @@ class PlatformCallback(Callback):
         last = trainer.num_training_batches != float("inf") and batch_idx + 1 >= trainer.num_training_batches
         if (batch_idx + 1) % accumulate and not last:
             # Mid-accumulation: the gradients so far are in no checkpoint, so the stop waits for the optimizer's step.
-            # Lightning would raise its own stop right after this batch (and, on several ranks, before the next):
-            # its flag is put off until then (ours stays set, and is taken at the step's end).
-            if self.job.stop.requested and getattr(trainer, "_signal_connector", None) is not None:
-                trainer._signal_connector.received_sigterm = False
+            self._put_off_lightnings_stop(trainer)
             return
         due = self.save_every_seconds is not None and now - self._last_save_at >= self.save_every_seconds
         save, stopping = self.job.agree(due, self.job.stop.requested)
+        if stopping and last:
+            # The epoch's last batch: validation comes next, and its loader draws from torch's generator. A
+            # checkpoint from before that draw would resume one draw behind the uninterrupted run: the stop is taken
+            # at the epoch's end, after validation, instead.
+            self._stop_at_epoch_end = True
+            self._put_off_lightnings_stop(trainer)
+            return
         if stopping:
             self._stop(trainer)
         if save:
             self._save_on_the_way(trainer)
+
+    def _put_off_lightnings_stop(self, trainer: Any) -> None:
+        """Lightning would raise its own stop right after this batch (and, on several ranks, before the next): its
+        flag is put off (ours stays set, and is taken where the step or the epoch ends)."""
+        if self.job.stop.requested and getattr(trainer, "_signal_connector", None) is not None:
+            trainer._signal_connector.received_sigterm = False
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         self._validation_started = self.clock.now()
@@ -225,6 +236,8 @@ class PlatformCallback(Callback):
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         self._mark = self.clock.now()
         self._log(trainer)
+        if self._stop_at_epoch_end:
+            self._stop(trainer)
         last = trainer.max_epochs is not None and trainer.current_epoch + 1 >= trainer.max_epochs
         if self.save_each_epoch and not last:
             self._save_on_the_way(trainer)
@@ -274,14 +287,8 @@ class PlatformCallback(Callback):
                     "raise the queue's stop_timeout)")
         else:
             started = self.clock.now()
-            try:
-                with self.clock.phase("checkpoint_save"), self.job.stop.bounded():  # the file and its upload only
-                    self._write(trainer)
-                saved, note = True, "checkpoint written"
-            except SaveTimedOut as error:
-                note = f"no checkpoint: {error}"
-            except Exception as error:  # the retry resumes from the checkpoint before: still exit 143
-                note = f"no checkpoint: the save failed ({type(error).__name__}: {error})"
+            with self.clock.phase("checkpoint_save"):
+                saved, note = self.job.stop.save_in_time(lambda: self._write(trainer))  # the file and its upload
             if saved:
                 self._saved(trainer, started)
         self._record_stop(trainer, note, saved)

@@ -174,6 +174,19 @@ class StopRequest:
             if before:
                 signal.setitimer(signal.ITIMER_REAL, max(0.001, before - (self._now() - started)), interval)
 
+    def save_in_time(self, write: Callable[[], Any]) -> tuple[bool, str]:
+        """``write()`` (a checkpoint's files and marker, on a stop) within ``bounded``: (True, "checkpoint written"), or
+        (False, why not) when it ran out of time or failed. Either way the job exits 143 after: the retry resumes from
+        the checkpoint before."""
+        try:
+            with self.bounded():
+                write()
+        except SaveTimedOut as error:
+            return False, f"no checkpoint: {error}"
+        except Exception as error:
+            return False, f"no checkpoint: the save failed ({type(error).__name__}: {error})"
+        return True, "checkpoint written"
+
     def deadline(self, on_expire: Callable[[], None]) -> None:
         """Arms the time left before SIGKILL, less ``SAVE_MARGIN_SECONDS``, for a save a framework makes itself (the
         Trainer's): when it runs out, ``on_expire()`` (record the stop), then exit 143, in time, instead of being

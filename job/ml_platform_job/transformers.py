@@ -71,6 +71,7 @@ class PlatformCallback(TrainerCallback):
         self._mark: Optional[float] = None  # when the last step, evaluation or save ended
         self._step_started: Optional[float] = None
         self._stopping = False
+        self._at_epoch_end = False
         self._saved_on_stop = False
         self._save_seconds: Optional[float] = None
         self._note = "no checkpoint written"
@@ -122,17 +123,32 @@ class PlatformCallback(TrainerCallback):
         self._mark = now
         if not self._stopping and self.job.stop.agreed():
             self._stopping = True
-            [skip] = all_ranks_max([not self.job.stop.save_fits(self._save_seconds)])
-            control.should_training_stop = True
-            if not skip:
-                control.should_save = True
-                # The Trainer saves next: if that outlasts the time left, record it and exit 143 before SIGKILL.
-                self.job.stop.deadline(lambda: self._record_stop(state.global_step, "no checkpoint: the save did not "
-                                                                 "finish in the time left before SIGKILL", False))
-            else:
-                self._note = (f"no checkpoint: the last save took {self._save_seconds:.0f} s and "
-                              f"{max(0.0, self.job.stop.seconds_left() or 0):.0f} s are left before SIGKILL (save more "
-                              "often, or raise the queue's stop_timeout)")
+            if state.epoch and abs(state.epoch - round(state.epoch)) < 1e-9:
+                # The epoch's last step: the Trainer evaluates at the epoch's end, drawing from torch's generator (its
+                # evaluation loader's seed). A checkpoint from before that draw would resume one draw behind the
+                # uninterrupted run: the stop is taken at the epoch's end, after the evaluation, instead.
+                self._at_epoch_end = True
+                return
+            self._take_stop(state, control)
+
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._at_epoch_end:
+            self._at_epoch_end = False
+            self._take_stop(state, control)
+
+    def _take_stop(self, state: Any, control: Any) -> None:
+        """Asks the Trainer to save this step (when the save fits in the time left) and to leave its loop."""
+        [skip] = all_ranks_max([not self.job.stop.save_fits(self._save_seconds)])
+        control.should_training_stop = True
+        if not skip:
+            control.should_save = True
+            # The Trainer saves next: if that outlasts the time left, record it and exit 143 before SIGKILL.
+            self.job.stop.deadline(lambda: self._record_stop(state.global_step, "no checkpoint: the save did not "
+                                                             "finish in the time left before SIGKILL", False))
+        else:
+            self._note = (f"no checkpoint: the last save took {self._save_seconds:.0f} s and "
+                          f"{max(0.0, self.job.stop.seconds_left() or 0):.0f} s are left before SIGKILL (save more "
+                          "often, or raise the queue's stop_timeout)")
 
     def on_evaluate(self, args: Any, state: Any, control: Any, metrics: Optional[dict] = None, **kwargs: Any) -> None:
         now = self.clock.now()

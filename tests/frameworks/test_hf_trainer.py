@@ -5,7 +5,11 @@ after trainer.train() runs), the retry resumes from it and ends with the uninter
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
+
+import pytest
 
 from conftest import EXAMPLES
 from ml_platform_job.rehearse import format_lines, rehearse
@@ -26,3 +30,52 @@ def test_the_trainer_example_survives_a_reclaim_exactly(tmp_path):
     assert record["passport"]["flags"]["output_dir"] == str(tmp_path / "out")
     phases = record["passport"]["attempts"][1]["phases"]
     assert phases["step"] > 0 and phases["checkpoint_save"] > 0 and phases["evaluation"] > 0
+
+
+STOPPED_AT = """
+import os, sys, tempfile
+sys.path.insert(0, {examples!r})
+from hf_trainer import Sequences
+from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
+from ml_platform_job.transformers import PlatformCallback
+
+class StopAt(TrainerCallback):  # a stop that lands on a given step (SIGTERM would land where the clock says)
+    def __init__(self, platform, step):
+        self.platform, self.step = platform, step
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            self.platform.job.stop.request("the test's stop")
+
+args = TrainingArguments(output_dir=tempfile.mkdtemp(), num_train_epochs=3, per_device_train_batch_size=16,
+                         learning_rate=5e-3, seed=42, save_strategy="steps", save_steps=8, eval_strategy="epoch",
+                         logging_steps=8, report_to=[], use_cpu=True, disable_tqdm=True)
+platform = PlatformCallback(args)
+config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                    max_position_embeddings=32, num_labels=2)
+trainer = Trainer(model=BertForSequenceClassification(config), args=args, train_dataset=Sequences(320, seed=1),
+                  eval_dataset=Sequences(64, seed=2), callbacks=[StopAt(platform, int(os.environ["STOP_AT"])), platform])
+trainer.train(resume_from_checkpoint=platform.resume_from)
+platform.finish(trainer)
+"""
+
+
+@pytest.mark.parametrize("step", [20, 27], ids=["the epoch's last step", "mid-epoch"])
+def test_a_stop_on_any_step_resumes_to_the_uninterrupted_weights(tmp_path, step):
+    """The Trainer evaluates at each epoch's end, drawing from torch's generator: a stop on an epoch's last step is
+    taken after that evaluation, so the resumed run is not one draw behind the uninterrupted one."""
+    script = tmp_path / "job.py"
+    script.write_text(STOPPED_AT.format(examples=str(EXAMPLES)))
+
+    def attempt(uri, number, stop_at):
+        env = {**os.environ, "ML_PLATFORM_CHECKPOINT_URI": str(uri), "ML_PLATFORM_STOP_FILE": str(tmp_path / "none"),
+               "ML_PLATFORM_JOB_PID_FILE": str(tmp_path / "pid"), "AWS_BATCH_JOB_ATTEMPT": str(number),
+               "STOP_AT": str(stop_at)}
+        return subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+
+    first = attempt(tmp_path / "stopped", 1, step)
+    assert first.returncode == 143, first.stdout[-2000:] + first.stderr[-2000:]
+    assert attempt(tmp_path / "stopped", 2, -1).returncode == 0
+    assert attempt(tmp_path / "clean", 1, -1).returncode == 0
+    stopped, clean = (json.loads((tmp_path / name / "passport.json").read_text()) for name in ("stopped", "clean"))
+    assert stopped["final_state_sha256"] == clean["final_state_sha256"]
+    assert stopped["passport"]["attempts"][1]["restored_from"]["step"] == step

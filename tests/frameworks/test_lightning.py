@@ -68,3 +68,51 @@ def test_an_exception_that_is_not_a_stop_is_left_as_it_is(tmp_path):
             platform.loader([1, 2, 3], sampler=None)
     finally:
         platform.job.stop.uninstall()
+
+
+STOPPED_AT = """
+import os, sys, tempfile
+sys.path.insert(0, {examples!r})
+import lightning as L
+from lightning_module import Classifier, Data
+from ml_platform_job.lightning import PlatformCallback
+
+class StopAt(L.Callback):  # a stop that lands on a given step (SIGTERM would land where the clock says)
+    def __init__(self, platform, step):
+        self.platform, self.step = platform, step
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            self.platform.job.stop.request("the test's stop")
+
+platform = PlatformCallback({{"lr": 0.01, "epochs": 3}})
+trainer = L.Trainer(max_epochs=3, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                    enable_model_summary=False, enable_checkpointing=False, deterministic=True,
+                    default_root_dir=tempfile.mkdtemp(), callbacks=[StopAt(platform, int(os.environ["STOP_AT"])), platform])
+trainer.fit(Classifier(0.01), datamodule=Data(platform, 16, 2), ckpt_path=platform.ckpt_path)
+platform.finish(trainer)
+"""
+
+
+@pytest.mark.parametrize("step", [192, 250], ids=["the epoch's last batch", "mid-epoch"])
+def test_a_stop_on_any_batch_resumes_to_the_uninterrupted_weights(tmp_path, step):
+    """The epoch's last batch is followed by validation (its loader draws from torch's generator): a stop there
+    resumes to the same weights as one mid-epoch does."""
+    import os
+    import subprocess
+
+    script = tmp_path / "job.py"
+    script.write_text(STOPPED_AT.format(examples=str(EXAMPLES)))
+
+    def attempt(uri, number, stop_at):
+        env = {**os.environ, "ML_PLATFORM_CHECKPOINT_URI": str(uri), "ML_PLATFORM_STOP_FILE": str(tmp_path / "none"),
+               "ML_PLATFORM_JOB_PID_FILE": str(tmp_path / "pid"), "AWS_BATCH_JOB_ATTEMPT": str(number),
+               "STOP_AT": str(stop_at), "ML_PLATFORM_SEED": "3"}
+        return subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+
+    first = attempt(tmp_path / "stopped", 1, step)
+    assert first.returncode == 143, first.stdout[-2000:] + first.stderr[-2000:]
+    assert attempt(tmp_path / "stopped", 2, -1).returncode == 0
+    assert attempt(tmp_path / "clean", 1, -1).returncode == 0
+    stopped, clean = (json.loads((tmp_path / name / "passport.json").read_text()) for name in ("stopped", "clean"))
+    assert stopped["passport"]["attempts"][1]["restored_from"]["step"] == step
+    assert stopped["final_state_sha256"] == clean["final_state_sha256"]
