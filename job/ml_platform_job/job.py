@@ -454,6 +454,9 @@ class TrainingJob:
             self.run.record_model(self.store.location.uri + MODEL_FILE)
         record = self.run.finish(improves_on=improves_on, tokens=tokens, final_state_sha256=digest)
         self.stop.uninstall()
+        dist = _distributed()
+        if dist is not None:
+            dist.barrier()  # no rank tears its process group down while rank 0 still writes the model and the record
         if _rank() == 0:
             cost = (f"cost {record['cost_usd']} USD" if record.get("cost_usd") is not None
                     else "cost unknown (its record's cost_note says why)")

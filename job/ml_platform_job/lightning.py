@@ -21,8 +21,10 @@ How (Lightning's own checkpoint and hooks: https://lightning.ai/docs/pytorch/sta
   sampler (a ``DistributedSampler``, which Lightning leaves in place) starts a resumed epoch at the sample it stopped
   at, with (seed, epoch, sample) randomness (``data``).
 - A stop (agreed by every rank after each training batch) saves and raises ``SystemExit(143)``, which Lightning
-  passes on after its teardown. Lightning's own SIGTERM handling raises ``SIGTERMException``, whose exit code is 0
-  (a stopped job would look SUCCEEDED to AWS Batch and never be retried): ``on_exception`` sets it to 143.
+  passes on after its teardown. From the start of training SIGTERM reaches the platform's handler only: Lightning's
+  own would raise ``SIGTERMException`` after whatever batch it lands in, with no checkpoint of that step and exit code
+  0 (a stopped job would look SUCCEEDED to AWS Batch and never be retried); where it still comes (a SIGTERM before
+  training starts), ``on_exception`` sets its code to 143.
 """
 
 from __future__ import annotations
@@ -159,6 +161,10 @@ class PlatformCallback(Callback):
             print("ml_platform_job: the training dataloader is not the platform's (platform.loader): a stop mid-epoch "
                   "resumes as Lightning does, from the epoch's start", file=sys.stderr, flush=True)
         self.job.run.note_determinism()  # as the Trainer left it (Trainer(deterministic=True) turns torch's on)
+        # SIGTERM to the platform's handler alone: Lightning's would raise its own stop after whatever batch it lands
+        # in (mid-accumulation, during validation), with no checkpoint of that step. The stop is taken where a step
+        # or the epoch ends (on several ranks, the others hear of it through the agreement after each step).
+        self.job.stop.take_over()
         if self._resume and self._resume.get("rng"):
             for line in set_rng_state(self._resume["rng"]):  # after the sanity check, as the saved run stood
                 print(f"ml_platform_job: {line}", file=sys.stderr, flush=True)

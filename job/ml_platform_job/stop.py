@@ -83,6 +83,17 @@ class StopRequest:
             print(f"ml_platform_job: cannot write the PID file {self.pid_file} ({error.strerror}); set "
                   "ML_PLATFORM_JOB_PID_FILE to a writable path", file=sys.stderr)
 
+    def take_over(self) -> None:
+        """Makes this handler SIGTERM's only one (a framework's handler that would stop the loop at a step of its own
+        choosing, Lightning's, no longer sees it); ``uninstall`` puts that handler back. From the main thread."""
+        if self._installed and threading.current_thread() is threading.main_thread():
+            framework = signal.signal(signal.SIGTERM, self._on_sigterm_alone)
+            if framework is not self._on_sigterm:
+                self._previous = framework
+
+    def _on_sigterm_alone(self, signum: int, frame: Any) -> None:
+        self.request("SIGTERM")
+
     def uninstall(self) -> None:
         """Puts back the SIGTERM handler there was before ``install``."""
         if self._installed and threading.current_thread() is threading.main_thread() and self._previous is not None:
