@@ -92,7 +92,7 @@ class StopRequest:
                 self._previous = framework
 
     def _on_sigterm_alone(self, signum: int, frame: Any) -> None:
-        self.request("SIGTERM")
+        self._signalled()
 
     def uninstall(self) -> None:
         """Puts back the SIGTERM handler there was before ``install``."""
@@ -100,8 +100,11 @@ class StopRequest:
             signal.signal(signal.SIGTERM, self._previous)
         self._installed = False
 
-    def _on_sigterm(self, signum: int, frame: Any) -> None:
+    def _signalled(self) -> None:
         self.request("SIGTERM")
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self._signalled()
         previous = self._previous
         if callable(previous) and previous not in (signal.SIG_DFL, signal.SIG_IGN, signal.default_int_handler):
             previous(signum, frame)  # a handler installed before ours (a framework's) sees it too
