@@ -130,3 +130,23 @@ class SeededSamples(Dataset):
         if name.startswith("__") or name in ("dataset", "seed"):  # unpickling in a worker: not the wrapped one's
             raise AttributeError(name)
         return getattr(self.dataset, name)
+
+
+def resumable_loader(dataset: Any, *, seed: int, shuffle: bool, drop_last: bool, owner: str,
+                     loader_class: Any = None, **kwargs: Any) -> tuple[Any, JobSampler]:
+    """(a DataLoader, its JobSampler): order and random draws from (seed, epoch, sample), and a generator of the
+    loader's own (seeded from the seed and the sampler's epoch: ``seed_for``), so making its iterator draws nothing
+    from torch's global generator. DataLoader's keywords except the three it makes; ``owner`` names the loader in that
+    error."""
+    from torch.utils.data import DataLoader  # type: ignore[import-not-found]
+
+    taken = [name for name in ("sampler", "batch_sampler", "generator") if name in kwargs]
+    if taken:
+        raise TypeError(f"loader: {', '.join(taken)}: {owner} makes its own (its position is what resumes mid-epoch); "
+                        "drop them, or use a plain DataLoader and give up exact resume")
+    sampler = JobSampler(dataset, seed=seed, shuffle=shuffle, drop_last=drop_last, tagged=True)
+    generator = torch.Generator()  # the workers' base seed: never drawn from torch's global generator
+    generator.manual_seed(seed + sampler.epoch)
+    loader = (loader_class or DataLoader)(SeededSamples(dataset, seed), sampler=sampler, drop_last=drop_last,
+                                          generator=generator, **kwargs)
+    return loader, sampler

@@ -41,9 +41,8 @@ import json
 import os
 import secrets
 import sys
-import time
 from dataclasses import asdict, is_dataclass
-from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Optional
 
 from . import STOPPED_EXIT_CODE
 from .checkpoints import DEFAULT_KEEP, Checkpoint, CheckpointStore
@@ -325,26 +324,15 @@ class TrainingJob:
         job of several takes its share. One per job: the training data. ``accumulate``: batches per optimizer step
         (gradient accumulation): stops and saves come only after a step's last batch (a gradient half accumulated is
         in no checkpoint), so a resumed epoch's batches keep their places in the accumulation."""
-        from torch.utils.data import DataLoader  # type: ignore[import-not-found]
+        from .data import resumable_loader
 
-        from .data import JobSampler, SeededSamples
-
-        taken = [name for name in ("sampler", "batch_sampler", "generator") if name in kwargs]
-        if taken:
-            raise TypeError(f"loader: {', '.join(taken)}: the job's loader makes its own (its position is what resumes "
-                            "mid-epoch); drop them, or use a plain DataLoader and give up exact resume")
         if self._loader is not None:
             raise RuntimeError("loader: called twice; the job resumes one training loader (validation loaders are "
                                "plain DataLoaders)")
         if not isinstance(accumulate, int) or isinstance(accumulate, bool) or accumulate < 1:
             raise ValueError(f"accumulate={accumulate!r}: batches per optimizer step, a whole number of 1 or more")
-        sampler = JobSampler(dataset, seed=self.seed, shuffle=shuffle, drop_last=drop_last, tagged=True)
-        import torch  # type: ignore[import-not-found]
-
-        generator = torch.Generator()  # the workers' base seed: never drawn from torch's global generator
-        generator.manual_seed(self.seed)
-        loader = DataLoader(SeededSamples(dataset, self.seed), sampler=sampler, drop_last=drop_last,
-                            generator=generator, **kwargs)
+        loader, sampler = resumable_loader(dataset, seed=self.seed, shuffle=shuffle, drop_last=drop_last,
+                                           owner="the job's loader", **kwargs)
         self._loader = JobLoader(self, loader, sampler, dataset, accumulate)
         return self._loader
 

@@ -29,7 +29,6 @@ How (Lightning's own checkpoint and hooks: https://lightning.ai/docs/pytorch/sta
 
 from __future__ import annotations
 
-import io
 import sys
 import tempfile
 from pathlib import Path
@@ -39,9 +38,9 @@ from lightning.pytorch.callbacks import Callback  # type: ignore[import-not-foun
 
 from . import STOPPED_EXIT_CODE
 from .checkpoints import CheckpointStore
-from .job import DEFAULT_SAVE_EVERY_MINUTES, MODEL_FILE, TrainingJob
+from .job import DEFAULT_SAVE_EVERY_MINUTES, TrainingJob
 from .stop import all_ranks_max, rank as _rank
-from .torch_state import rng_state, set_rng_state, state_digest
+from .torch_state import rng_state, set_rng_state
 
 STATE_FILE = "state.ckpt"
 
@@ -98,26 +97,20 @@ class PlatformCallback(Callback):
     def loader(self, dataset: Any, *, shuffle: bool = False, drop_last: bool = False, **kwargs: Any) -> Any:
         """The training DataLoader (``TrainingJob.loader``'s data: order and random draws from (seed, epoch, sample),
         a resumed epoch starting at its sample); return it from ``train_dataloader``."""
-        import torch  # type: ignore[import-not-found]
+        from .data import resumable_loader
 
-        from .data import JobSampler, SeededSamples
-
-        taken = [name for name in ("sampler", "batch_sampler", "generator") if name in kwargs]
-        if taken:
-            raise TypeError(f"loader: {', '.join(taken)}: the platform's loader makes its own (its position is what "
-                            "resumes mid-epoch); drop them")
-        self.sampler = JobSampler(dataset, seed=self.job.seed, shuffle=shuffle, drop_last=drop_last, tagged=True)
+        loader, self.sampler = resumable_loader(dataset, seed=self.job.seed, shuffle=shuffle, drop_last=drop_last,
+                                                owner="the platform's loader", loader_class=_positioned_loader_class(),
+                                                **kwargs)
         position = (self._resume or {}).get("position")
         if position and position["start"] >= self.sampler.total_size:  # saved at an epoch's end (or past the end of
             # the epoch as another number of ranks pads it): the next one
             self._resume["position"] = position = {"epoch": position["epoch"] + 1, "start": 0}
         if position:
             self.sampler.set_position(position["epoch"], position["start"])
-        generator = torch.Generator()
-        generator.manual_seed(self.job.seed + self.sampler.epoch)
+            loader.generator.manual_seed(self.job.seed + self.sampler.epoch)
         self._batch_size = kwargs.get("batch_size", 1) or 1
-        return _positioned_loader_class()(SeededSamples(dataset, self.job.seed), sampler=self.sampler,
-                                          drop_last=drop_last, generator=generator, **kwargs)
+        return loader
 
     # --- resuming -----------------------------------------------------------------------------------------------
     @property
@@ -324,19 +317,6 @@ class PlatformCallback(Callback):
     def finish(self, trainer: Any, *, save_model: bool = True, improves_on: Any = None,
                tokens: Optional[float] = None) -> dict:
         """Training is done: the model's digest (what a rehearsal compares) and, with ``save_model``, its
-        ``state_dict`` as ``model.pt`` next to the checkpoints; then the run's cost. Exit 0 after."""
-        import torch  # type: ignore[import-not-found]
-
-        model = trainer.lightning_module
-        digest = state_digest(model)
-        if save_model and trainer.is_global_zero:
-            with self.clock.phase("checkpoint_save"):
-                buffer = io.BytesIO()
-                torch.save(model.state_dict(), buffer)
-                self.store.location.write(MODEL_FILE, buffer.getvalue())
-            self.job.run.record_model(self.store.location.uri + MODEL_FILE)
-        record = self.job.run.finish(improves_on=improves_on, tokens=tokens, final_state_sha256=digest)
-        self.job.stop.uninstall()
-        if _rank() == 0:
-            print(f"run {self.job.run_id} finished: {len(record['passport']['attempts'])} attempt(s)", flush=True)
-        return record
+        ``state_dict`` as ``model.pt`` next to the checkpoints; then the run's cost (``TrainingJob.finish``). Exit 0
+        after."""
+        return self.job.finish(trainer.lightning_module, save_model=save_model, improves_on=improves_on, tokens=tokens)

@@ -29,7 +29,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field

@@ -5,13 +5,11 @@ after trainer.train() runs), the retry resumes from it and ends with the uninter
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
 import pytest
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, stop_resume_and_compare
 from ml_platform_job.rehearse import format_lines, rehearse
 
 
@@ -66,16 +64,4 @@ def test_a_stop_on_any_step_resumes_to_the_uninterrupted_weights(tmp_path, step)
     script = tmp_path / "job.py"
     script.write_text(STOPPED_AT.format(examples=str(EXAMPLES)))
 
-    def attempt(uri, number, stop_at):
-        env = {**os.environ, "ML_PLATFORM_CHECKPOINT_URI": str(uri), "ML_PLATFORM_STOP_FILE": str(tmp_path / "none"),
-               "ML_PLATFORM_JOB_PID_FILE": str(tmp_path / "pid"), "AWS_BATCH_JOB_ATTEMPT": str(number),
-               "STOP_AT": str(stop_at)}
-        return subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
-
-    first = attempt(tmp_path / "stopped", 1, step)
-    assert first.returncode == 143, first.stdout[-2000:] + first.stderr[-2000:]
-    assert attempt(tmp_path / "stopped", 2, -1).returncode == 0
-    assert attempt(tmp_path / "clean", 1, -1).returncode == 0
-    stopped, clean = (json.loads((tmp_path / name / "passport.json").read_text()) for name in ("stopped", "clean"))
-    assert stopped["final_state_sha256"] == clean["final_state_sha256"]
-    assert stopped["passport"]["attempts"][1]["restored_from"]["step"] == step
+    stop_resume_and_compare(script, tmp_path, step)

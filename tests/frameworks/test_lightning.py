@@ -11,7 +11,7 @@ import sys
 import pytest
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, stop_resume_and_compare
 from ml_platform_job.lightning import PlatformCallback
 from ml_platform_job.rehearse import format_lines, rehearse
 
@@ -97,22 +97,7 @@ platform.finish(trainer)
 def test_a_stop_on_any_batch_resumes_to_the_uninterrupted_weights(tmp_path, step):
     """The epoch's last batch is followed by validation (its loader draws from torch's generator): a stop there
     resumes to the same weights as one mid-epoch does."""
-    import os
-    import subprocess
-
     script = tmp_path / "job.py"
     script.write_text(STOPPED_AT.format(examples=str(EXAMPLES)))
 
-    def attempt(uri, number, stop_at):
-        env = {**os.environ, "ML_PLATFORM_CHECKPOINT_URI": str(uri), "ML_PLATFORM_STOP_FILE": str(tmp_path / "none"),
-               "ML_PLATFORM_JOB_PID_FILE": str(tmp_path / "pid"), "AWS_BATCH_JOB_ATTEMPT": str(number),
-               "STOP_AT": str(stop_at), "ML_PLATFORM_SEED": "3"}
-        return subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
-
-    first = attempt(tmp_path / "stopped", 1, step)
-    assert first.returncode == 143, first.stdout[-2000:] + first.stderr[-2000:]
-    assert attempt(tmp_path / "stopped", 2, -1).returncode == 0
-    assert attempt(tmp_path / "clean", 1, -1).returncode == 0
-    stopped, clean = (json.loads((tmp_path / name / "passport.json").read_text()) for name in ("stopped", "clean"))
-    assert stopped["passport"]["attempts"][1]["restored_from"]["step"] == step
-    assert stopped["final_state_sha256"] == clean["final_state_sha256"]
+    stop_resume_and_compare(script, tmp_path, step, ML_PLATFORM_SEED="3")
