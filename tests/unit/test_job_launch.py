@@ -13,10 +13,11 @@ import pytest
 # SignalException), or exits with the code it is given.
 CHILD = """
 import os, signal, sys, time
+if sys.argv[1] == "wait":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # before it says it is up: the test signals then
 print(os.environ["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"], os.environ["ML_PLATFORM_JOB_PID_FILE"] != sys.argv[2], flush=True)
 if sys.argv[1] != "wait":
     sys.exit(int(sys.argv[1]))
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
 time.sleep(60)
 sys.exit(2)
 """
