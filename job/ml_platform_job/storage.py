@@ -131,7 +131,9 @@ class Location:
             for start in range(0, len(names), 1000):  # DeleteObjects takes at most 1,000 keys a call
                 answer = self.s3.delete_objects(Bucket=self.bucket, Delete={
                     "Objects": [{"Key": self.prefix + n} for n in names[start:start + 1000]], "Quiet": True})
-                # S3 refuses keys one by one inside a 200 answer (AccessDenied without s3:DeleteObject): say so.
+                # S3 refuses keys one by one inside a 200 answer (AccessDenied without s3:DeleteObject): in quiet mode
+                # "the response includes only keys for which the delete operation encountered an error"
+                # (https://docs.aws.amazon.com/AmazonS3/latest/userguide/DeletingMultipleObjects.html): say so.
                 errors = answer.get("Errors") or []
                 if errors:
                     first = errors[0]
