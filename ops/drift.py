@@ -5,12 +5,14 @@
 FILE is the endpoint's drift baseline (./platform drift-baseline ENV ENDPOINT SAMPLE.csv --output FILE, or a copy of
 s3://<dataset bucket>/drift/baselines/<endpoint name>/baseline.json); DIR holds captured records as SageMaker
 writes them (JSON Lines, *.jsonl at any depth, e.g. a copy of s3://<capture bucket>/capture/<endpoint name>/). The
-thresholds are the endpoint's (psi_threshold 0.25, significance 1%, the feature watch's band and points).
+thresholds are the endpoint's (psi_threshold 0.25; each check's level is the scheduled check's, 0.25 false alarms in
+90 days of hourly checks; the feature watch's band and points).
 
-The decision: a feature drifted when its shift is both real (chi-square against the baseline, 1% of checks over the
-features judged) and large (PSI at least the threshold); a feature with too few values (10 expected in its smallest
-bin) is not judged. --json prints alarm, judged, reason, drifted, each feature's score (n, psi, kl, chi2, p_value,
-significant, or judged false and why) and the feature watch, as the function stores them.
+The decision: a feature drifted when its shift is both real (chi-square against the baseline, at that level over the
+features judged) and large (its PSI, corrected for its small-sample bias, at least the threshold by its own sampling
+noise: the lower bound); a feature with too few values (10 expected in its smallest bin) is not judged. --json
+prints alarm, judged, reason, drifted, each feature's score (n, psi, psi_corrected, psi_lower, detectable_psi, kl,
+chi2, p_value, significant, or judged false and why) and the feature watch, as the function stores them.
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ def describe(name: str, decision: dict, records: int) -> str:
              f"{'DRIFT' if decision['alarm'] else 'not judged' if not decision['judged'] else 'no drift'}"]
     for feature, score in sorted(decision["scores"].items()):
         if score["judged"]:
-            flag = "drifted" if feature in decision["drifted"] else "significant, under the PSI threshold" \
+            flag = "drifted" if feature in decision["drifted"] else "significant, not above the threshold" \
                 if score["significant"] else "calm"
-            lines.append(f"  {feature}: PSI {score['psi']:.3f}, chi-square p {score['p_value']:.2g} ({flag})")
+            lines.append(f"  {feature}: PSI {score['psi']:.3f}, corrected {score['psi_corrected']:.3f} >= "
+                         f"{score['psi_lower']:.3f}, p {score['p_value']:.2g} ({flag})")
         else:
             lines.append(f"  {feature}: not judged ({score['reason']})")
     lines += [f"  {feature}: not judged (no values)" for feature in sorted(decision["features_not_judged"])

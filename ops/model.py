@@ -434,13 +434,16 @@ def promote(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, cl
                                baseline[1] if baseline is not None and live_record is None else "")
     promoted = judgement.promote
     reason = judgement.reason
+    # The judged score, corrected for the gate's own selection (the winner's curse: a candidate promoted because it
+    # drew well would hold its healthy successor to a score it cannot keep), becomes the quality check's baseline.
+    quality_score = judgement.selection_adjusted if judgement.selection_adjusted is not None else judgement.candidate
     if baseline is not None and promoted:
-        # The judged score becomes the quality check's baseline: one the check refuses would stop every run of it.
+        # One the check refuses would stop every run of it.
         try:
-            QualitySettings(problem_type=endpoint.quality.problem_type, baseline=judgement.candidate,
+            QualitySettings(problem_type=endpoint.quality.problem_type, baseline=quality_score,
                             baseline_examples=judgement.examples)
         except ValueError as error:
-            promoted, reason = False, (f"the candidate's score {judgement.candidate:g} cannot be the quality check's "
+            promoted, reason = False, (f"the candidate's score {quality_score:g} cannot be the quality check's "
                                        f"baseline ({error})")
     at = now().isoformat(timespec="seconds")
     entry = {**judgement.to_json(), "promote": promoted, "reason": reason, "environment": env.name,
@@ -451,7 +454,7 @@ def promote(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, cl
              "outcome": "promoting" if promoted else "refused"}
     updates = {parameter: run_id}
     if baseline is not None and promoted:
-        updates[baseline[0]] = baseline_value(judgement.candidate, judgement.examples)
+        updates[baseline[0]] = baseline_value(round(quality_score, 6), judgement.examples)
         entry["quality_baseline"] = {"parameter": baseline[0], "from": baseline[1] or None, "to": updates[baseline[0]]}
     record_decision(client, run_id, env, endpoint, entry, at)
     if not promoted:

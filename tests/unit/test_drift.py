@@ -141,14 +141,15 @@ def test_a_feature_with_too_few_values_per_bin_is_not_judged_and_says_why():
     small = drift.decide(window_of(baseline, random_sample(0, 20, seed=1)))
     assert small["scores"]["x"]["psi"] > 0.25  # the noise of 20 values
     assert (small["judged"], small["alarm"]) == (False, False)
-    assert small["features_not_judged"] == {"x": "20 values, needs 101 (10 expected in its smallest bin)"}
+    assert small["features_not_judged"] == {"x": "20 values, needs 100 (10 expected in its smallest bin)"}
     assert small["reason"].startswith("not judged: 20 records")
 
 
 def test_a_large_significant_shift_alarms_and_a_tiny_significant_one_does_not():
     baseline = drift.build_baseline(({"x": v} for v in normal_sample(0)), ["x"])
-    large = drift.decide(window_of(baseline, random_sample(0.65, 1000, seed=2)))
+    large = drift.decide(window_of(baseline, random_sample(0.65, 5000, seed=2)))
     assert large["alarm"] and large["drifted"] == ["x"] and large["significant_psi"] > 0.25
+    assert large["psi_lower_bound"] >= 0.25 and large["psi_lower_bound"] == large["scores"]["x"]["psi_lower"]
     tiny = drift.decide(window_of(baseline, random_sample(0.15, 5000, seed=3)))
     assert tiny["scores"]["x"]["significant"] and not tiny["alarm"]  # real, but under PSI 0.25: no retraining
 
@@ -173,3 +174,51 @@ def test_the_chi_square_level_is_shared_over_the_judged_features():
     scores = window.scores(significance=0.01)
     # significant means p <= 0.01 / 2 here (Bonferroni over the two judged features)
     assert all(score["significant"] == (score["p_value"] <= 0.005) for score in scores.values())
+
+
+def test_hourly_checks_share_a_budget_of_false_alarms_per_90_days():
+    assert drift.per_check_significance(0.25, 60) == pytest.approx(0.25 / 2160)
+    assert drift.per_check_significance(0.25, 24 * 60) == pytest.approx(0.25 / 90)
+    assert drift.DEFAULT_SIGNIFICANCE == drift.Thresholds().significance == pytest.approx(0.25 / 2160)
+
+
+def test_the_psi_is_corrected_for_its_small_sample_bias():
+    """Under no drift a window of 100 values scores PSI about (bins - 1)(1/n + 1/m) = 0.09 on average; corrected,
+    about 0."""
+    baseline = drift.build_baseline(({"x": v} for v in normal_sample(0)), ["x"])
+    base = baseline["features"]["x"]["counts"]
+    raw, corrected = [], []
+    for seed in range(300):
+        window = counts(baseline, "x", random_sample(0, 100, seed=seed))
+        raw.append(drift.psi(window, base))
+        corrected.append(drift.psi_bound(window, base, 0.0)[0])
+    assert sum(raw) / len(raw) == pytest.approx(9 * (1 / 100 + 1 / 20000), rel=0.15)
+    assert abs(sum(corrected) / len(corrected)) < 0.01
+
+
+@pytest.mark.parametrize("n", [100, 300, 1000, 5000])
+def test_a_shift_under_the_threshold_does_not_alarm_at_any_window_size(n):
+    """A 0.5-SD shift (true PSI 0.24 over 10 quantile bins, under 0.25): the uncorrected PSI of a small window
+    clears 0.25 in a third of windows or more (0.6's rule, significant and PSI >= 0.25, alarmed on them); the
+    decision does not, at any size."""
+    baseline = drift.build_baseline(({"x": v} for v in random_sample(0, 5000, seed=99)), ["x"])
+    old_rule = alarms = 0
+    for seed in range(60):
+        decision = drift.decide(window_of(baseline, random_sample(0.5, n, seed=1000 * n + seed)))
+        score = decision["scores"]["x"]
+        old_rule += score["p_value"] <= 0.01 and score["psi"] >= 0.25
+        alarms += decision["alarm"]
+    assert alarms == 0
+    if n <= 1000:
+        assert old_rule >= 10  # what the decision no longer does
+
+
+def test_a_shift_over_the_threshold_is_caught_once_the_window_resolves_it():
+    """0.65 SD (true PSI 0.4): a window of 1,000 values cannot tell it from 0.25 at the 90-day budget (it says what it
+    could detect); 10,000 values can."""
+    baseline = drift.build_baseline(({"x": v} for v in random_sample(0, 5000, seed=98)), ["x"])
+    small = drift.decide(window_of(baseline, random_sample(0.65, 1000, seed=5)))
+    assert small["scores"]["x"]["significant"] and not small["alarm"]
+    assert small["detectable_psi"] > 0.4 and "no drift" in small["reason"]
+    caught = sum(drift.decide(window_of(baseline, random_sample(0.65, 10000, seed=s)))["alarm"] for s in range(10))
+    assert caught == 10

@@ -113,3 +113,28 @@ def test_inputs_that_give_the_watch_nothing_to_see_say_so_without_an_alarm_a_reb
     summary = drift_handler.run(ENV, s3, cloudwatch, NOW)
     assert "no numeric feature with 20 or more distinct training values" in summary["feature_watch_inactive"]
     assert metric_values(cloudwatch, "FeatureWatchActive") == []
+
+
+def test_a_busy_endpoint_is_judged_on_its_newest_hour_and_a_quiet_one_pools_its_window(aws):
+    """Newest hour first, until MAX_RECORDS: a busy hour fills the window and older hours are not even listed; a
+    quiet endpoint pools every hour of WINDOW_HOURS, so the decision sees enough values to resolve its threshold."""
+    s3, cloudwatch = aws
+    for hour in ("18", "19", "20"):
+        for part in range(3):
+            put_capture(s3, f"2026/11/29/{hour}", f"{hour}-{part}", [line(int(hour), "red")] * 200)
+    busy = drift_handler.run({**ENV, "WINDOW_HOURS": "3", "MAX_RECORDS": "500"}, s3, cloudwatch, NOW)
+    assert (busy["hours_read"], busy["records_read"], busy["objects_read"]) == (1, 600, 3)
+    assert busy["objects_found"] == 3 and busy["objects_skipped"] == 0
+    quiet = drift_handler.run({**ENV, "WINDOW_HOURS": "3", "MAX_RECORDS": "10000"}, s3, cloudwatch, NOW)
+    assert (quiet["hours_read"], quiet["records_read"], quiet["objects_found"]) == (3, 1800, 9)
+
+
+def test_the_alarmed_metric_is_the_decision(aws):
+    """PSILowerBound (what the drift alarm reads) reaches the threshold exactly when a feature drifted; the raw PSI of
+    a small window does not decide."""
+    s3, cloudwatch = aws
+    put_capture(s3, "2026/11/29/20", "a", [line(95, "green")] * 500)
+    drifted = drift_handler.run(ENV, s3, cloudwatch, NOW)
+    assert drifted["alarm"] and metric_values(cloudwatch, "PSILowerBound") == [drifted["psi_lower_bound"]]
+    assert drifted["psi_lower_bound"] >= float(drifted["thresholds"]["psi"])
+    assert drifted["false_alarms_per_90_days"] == 0.25 and drifted["schedule_minutes"] == 60

@@ -48,7 +48,7 @@ def test_a_small_window_is_not_judged_and_says_so_in_words(files, capsys):
     tmp_path, baseline, rng = files
     capture_file(tmp_path / "capture" / "x.jsonl", [training(rng) for _ in range(10)])
     text = run(capsys, "--baseline", str(baseline), "--capture", str(tmp_path / "capture"))
-    assert "10 records; 0 feature(s) judged: not judged" in text and "a: not judged (10 values, needs 101" in text
+    assert "10 records; 0 feature(s) judged: not judged" in text and "a: not judged (10 values, needs 100" in text
     assert text.splitlines()[-1].startswith("not judged: 10 records")
 
 

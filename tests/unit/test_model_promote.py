@@ -312,7 +312,9 @@ def test_an_unrecorded_live_version_with_a_promoted_baseline_is_judged_against_t
     better = recorded_run(gate["tmp"], gate["uri"], "better", 0.97, s3=gate["s3"])
     evaluated(gate, better, "lost-run", candidate=0.97, against_live=False)
     assert promote(gate, better, cloudformation) == 0
-    assert set_parameters(cloudformation)[0][BASELINE] == "0.97:2000"
+    value, examples = set_parameters(cloudformation)[0][BASELINE].split(":")
+    # far above the gate's threshold: its score, hardly corrected for the selection (the winner's curse)
+    assert (float(value), examples) == (pytest.approx(0.97, abs=1e-4), "2000") and float(value) < 0.97
 
 
 def test_without_a_promoted_baseline_an_unrecorded_live_version_is_judged_against_the_configured_one(gate):

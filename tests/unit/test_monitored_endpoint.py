@@ -7,7 +7,7 @@ from aws_cdk import App, Duration, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
-from aws_cdk.assertions import Match
+from aws_cdk.assertions import Match, Template
 
 from endpoint_vpc import endpoint_vpc
 from ml_platform_constructs import DatasetBucket, EndpointAutoScaling, MonitoredEndpoint, ValidationError
@@ -88,7 +88,7 @@ def test_drift_check_runs_hourly_on_python_with_its_settings(built):
     variables = function["Environment"]["Variables"]
     assert variables["BASELINE_KEY"] == "drift/baselines/classifier-dev/baseline.json"
     assert (variables["CAPTURE_PREFIX"], variables["VARIANT_NAME"]) == ("capture/classifier-dev/", "AllTraffic")
-    assert (variables["WINDOW_HOURS"], variables["MAX_RECORDS"]) == ("1", "10000")
+    assert (variables["WINDOW_HOURS"], variables["MAX_RECORDS"]) == ("24", "10000")
     template.has_resource_properties("AWS::Events::Rule", {"ScheduleExpression": "rate(1 hour)"})
 
 
@@ -102,13 +102,13 @@ def test_drift_check_reads_capture_and_baseline_and_writes_only_results(built):
     assert put_metrics["Condition"] == {"StringEquals": {"cloudwatch:namespace": "MLPlatform/Drift"}}
 
 
-def test_the_drift_alarm_watches_significant_psi_and_a_window_too_small_says_so(built):
+def test_the_drift_alarm_watches_the_psi_lower_bound_and_a_window_too_small_says_so(built):
     template = built[0]
-    # A window too small to judge publishes no SignificantPSI: the alarm keeps its state (ignore), where "not
+    # A window too small to judge publishes no PSILowerBound: the alarm keeps its state (ignore), where "not
     # breaching" would flap it to OK and make the next judged drift a new episode for RetrainOnDrift.
     template.has_resource_properties("AWS::CloudWatch::Alarm", {
-        "Namespace": "MLPlatform/Drift", "MetricName": "SignificantPSI", "Threshold": 0.25, "Statistic": "Maximum",
-        "ComparisonOperator": "GreaterThanOrEqualToThreshold", "TreatMissingData": "ignore",
+        "Namespace": "MLPlatform/Drift", "MetricName": "PSILowerBound", "Threshold": 0.25, "Statistic": "Maximum",
+        "ComparisonOperator": "GreaterThanOrEqualToThreshold", "TreatMissingData": "ignore", "EvaluationPeriods": 1,
         "Dimensions": [{"Name": "EndpointName", "Value": "classifier-dev"}]})
     template.has_resource_properties("AWS::CloudWatch::Alarm", {
         "MetricName": "DriftJudged", "Threshold": 1, "ComparisonOperator": "LessThanThreshold", "EvaluationPeriods": 24,
@@ -119,20 +119,45 @@ def test_the_drift_alarm_watches_significant_psi_and_a_window_too_small_says_so(
                      template.find_resources("AWS::Lambda::Function").values()
                      if f["Properties"]["Handler"] == "drift_handler.handler")
     assert {k: variables[k] for k in ("PSI_THRESHOLD", "SIGNIFICANCE", "SPREAD_RATIO_LOW", "SPREAD_RATIO_HIGH",
-                                      "EXPLAINED_VARIANCE_CHANGE")} == {
-        "PSI_THRESHOLD": "0.25", "SIGNIFICANCE": "0.01", "SPREAD_RATIO_LOW": "0.5", "SPREAD_RATIO_HIGH": "2.0",
-        "EXPLAINED_VARIANCE_CHANGE": "5.0"}
+                                      "EXPLAINED_VARIANCE_CHANGE", "FALSE_ALARMS_PER_90_DAYS", "SCHEDULE_MINUTES")} == {
+        "PSI_THRESHOLD": "0.25", "SIGNIFICANCE": repr(0.25 / 2160), "SPREAD_RATIO_LOW": "0.5",
+        "SPREAD_RATIO_HIGH": "2.0", "EXPLAINED_VARIANCE_CHANGE": "5.0", "FALSE_ALARMS_PER_90_DAYS": "0.25",
+        "SCHEDULE_MINUTES": "60"}
 
 
 def test_one_composite_drift_alarm_changes_once_per_episode(built):
     template = built[0]
     alarms = template.find_resources("AWS::CloudWatch::Alarm")
-    psi = next(k for k, a in alarms.items() if a["Properties"].get("MetricName") == "SignificantPSI")
+    psi = next(k for k, a in alarms.items() if a["Properties"].get("MetricName") == "PSILowerBound")
     (composite,) = template.find_resources("AWS::CloudWatch::CompositeAlarm").values()
     rule = json.dumps(composite["Properties"]["AlarmRule"])
     assert psi in rule and " OR " not in rule
     assert "AlarmActions" not in composite["Properties"]  # its child notifies; retraining listens to it
     assert built[1]["endpoint"].alarms["drift"].alarm_name
+
+
+def drift_stack(**props):
+    stack = Stack(App(), "K", env={"account": "123456789012", "region": "us-east-1"})
+    datasets = DatasetBucket(stack, "Datasets")
+    MonitoredEndpoint(stack, "Classifier", endpoint_name="classifier-dev", image_uri=IMAGE,
+                      model_data_bucket=datasets.bucket, model_data_key="models/classifier/model.tar.gz",
+                      instance_type="ml.m5.large", alerts=sns.Topic(stack, "Alerts"), baseline_bucket=datasets,
+                      vpc=endpoint_vpc(stack), **props)
+    variables = next(f["Properties"]["Environment"]["Variables"] for f in
+                     Template.from_stack(stack).find_resources("AWS::Lambda::Function").values()
+                     if f["Properties"]["Handler"] == "drift_handler.handler")
+    return stack, variables
+
+
+def test_the_drift_budget_is_spent_over_the_checks_of_90_days_and_a_per_check_level_is_deprecated():
+    from aws_cdk.assertions import Annotations
+
+    _, daily = drift_stack(drift_schedule=Duration.days(1), drift_false_alarms_per_90_days=0.5)
+    assert (float(daily["SIGNIFICANCE"]), daily["SCHEDULE_MINUTES"]) == (pytest.approx(0.5 / 90), "1440")
+    stack, variables = drift_stack(drift_significance=0.01)
+    assert variables["SIGNIFICANCE"] == "0.01"
+    [warning] = Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp("drift_significance"))
+    assert "deprecated since 0.8.0" in warning.entry.data and "drift_false_alarms_per_90_days" in warning.entry.data
 
 
 def test_a_kl_threshold_warns_that_it_no_longer_alarms():
@@ -237,6 +262,8 @@ def make():
     ({"drift_window": Duration.minutes(90)}, "drift_window='1 hour 30 minutes' is invalid: 1 to 24 whole hours"),
     ({"max_records_per_run": 0}, "max_records_per_run=0 is invalid"),
     ({"psi_threshold": 0}, "psi_threshold=0 is invalid"),
+    ({"drift_false_alarms_per_90_days": 0}, "drift_false_alarms_per_90_days=0 is invalid: above 0 and at most 10"),
+    ({"drift_significance": 0.5}, "drift_significance=0.5 is invalid"),
     ({"initial_instance_count": 0}, "initial_instance_count=0 is invalid"),
     ({"auto_scaling": EndpointAutoScaling(max_capacity=1, min_capacity=2, invocations_per_instance=10)}, "auto_scaling="),
     ({"image_uri": "docker.io/library/nginx:1.27"}, "image_uri='docker.io/library/nginx:1.27' is invalid: an Amazon ECR image"),

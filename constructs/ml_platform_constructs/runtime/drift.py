@@ -12,14 +12,20 @@ Definitions (README, "Drift"):
   baseline's. KL(a || b) is published beside it but alarms on nothing: PSI = KL(a||b) + KL(b||a), and for a symmetric
   shift KL is about PSI / 2, so a KL alarm at 0.3 fired only after the PSI alarm at 0.25 had (docs: DECISIONS.md).
 
-The drift decision (``Window.scores``): a feature drifted when its shift is both real and large. Real: Pearson's
-chi-square test of the window's bin counts against the baseline's rejects "one distribution" at ``significance``
-(1%) divided over the features judged (Bonferroni), so a window drawn from the training distribution alarms in at
-most 1% of checks whatever its size. Large: its PSI is at least the alarm's threshold (0.25, the seed's), so a busy
-endpoint does not retrain on shifts too small to matter. A feature with fewer than ``MIN_PER_BIN`` (10) values
-expected in its smallest bin (100 for 10 quantile bins; more for a rare category) is not judged (published as such): at
-20 records from the training distribution, PSI alone was above 0.25 in every window. Under no drift, PSI's typical value is about (bins - 1) x (1/n + 1/m): 0.25 means what the seed
-meant only from a few hundred values per feature on.
+The drift decision (``Window.scores``, ``decide``): a feature drifted when its shift is both real and large, and the
+error it guards against is a false drift alarm (each one a retraining episode on GPUs), budgeted per endpoint per 90
+days, not per check (``per_check_significance``: 0.25 false alarms in 90 days of hourly checks is 0.25 / 2,160 per
+check; Bonferroni over the checks holds whatever overlaps their windows share). Real: Pearson's chi-square test of
+the window's bin counts against the baseline's rejects "one distribution" at ``significance`` divided over the
+features judged (Bonferroni). Large: the PSI's lower confidence bound at that same level is at least the alarm's
+threshold (0.25, the seed's): the PSI of a window is biased upward, by about (bins - 1)(1/n + 1/m) under no drift
+("The Population Resemblance Statistic", arXiv:2307.11878), so the estimate is first corrected for its bias (the
+delta method's second-order term, both samples counted) and then must clear the threshold by its own sampling noise
+(first-order term, both samples). The threshold then means the same at every window size: a shift under it (true
+PSI 0.24, a 0.5-SD mean shift) alarms no more often than the budget at any size, and a shift well above it is caught
+once the window resolves it (0.4, 0.65 SD: from about 4,000 values against a 5,000-row baseline; the baseline's own
+noise caps what any window can resolve, ``detectable_psi``). A feature with fewer than ``MIN_PER_BIN`` (10) values
+expected in its smallest bin (100 for 10 quantile bins) is not judged (published as such).
 
 Feature watch (README, "Feature watch"), each with a band that depends on the window's size:
 
@@ -55,7 +61,20 @@ OTHER = "__other__"
 BASELINE_VERSION = 3  # 3: robust spreads and their noise, held-back explained share, components < features
 NUMERIC_SHARE = 0.99
 MIN_PER_BIN = 10  # a feature is judged from this many expected window values in its smallest bin
-DEFAULT_SIGNIFICANCE = 0.01  # per check, over the features judged
+HOURS_90_DAYS = 90 * 24
+DEFAULT_FALSE_ALARMS = 0.25  # false drift alarms per endpoint per 90 days
+
+
+def per_check_significance(false_alarms_per_90_days: float = DEFAULT_FALSE_ALARMS,
+                           schedule_minutes: float = 60) -> float:
+    """The level of one check, over the features judged, that keeps a drift check running every
+    ``schedule_minutes`` to ``false_alarms_per_90_days`` expected false alarms in 90 days (Bonferroni over the
+    checks: it holds whatever their windows share)."""
+    return min(0.2, false_alarms_per_90_days * schedule_minutes / (HOURS_90_DAYS * 60))
+
+
+DEFAULT_SIGNIFICANCE = per_check_significance()  # per hourly check, over the features judged
+POWER_Z = 1.2815515655446004  # the detectable PSI: caught with 90% power
 MIN_SPREAD_VALUES = 50  # a spread ratio from fewer values is not judged
 MIN_DISTINCT = 20  # a feature with fewer distinct training values has no interquartile "spread" to judge
 MIN_BIN_SHARE = 0.01  # bins (and categories) rarer than this in training are pooled for the test
@@ -365,6 +384,28 @@ def psi(actual_counts: Sequence[float], baseline_counts: Sequence[float]) -> flo
     return sum((ai - bi) * math.log(ai / bi) for ai, bi in zip(a, b))
 
 
+def psi_bound(actual_counts: Sequence[float], baseline_counts: Sequence[float], z: float) -> tuple[float, float, float]:
+    """``(corrected, se, lower)``: the PSI corrected for its small-sample bias, its standard error, and its lower
+    confidence bound ``corrected - z * se``. Both by the delta method on the smoothed shares a (window, n values) and
+    b (baseline, m values), each multinomial: the bias is the second-order term, 1/2 sum((1 + b/a)(1 - a)/n +
+    (1 + a/b)(1 - b)/m), which is (bins - 1)(1/n + 1/m) under no drift; the variance the first-order one, with
+    gradients ln(a/b) + 1 - b/a and -ln(a/b) + 1 - a/b."""
+    n, m = sum(actual_counts), sum(baseline_counts)
+    a, b = smoothed(actual_counts), smoothed(baseline_counts)
+    raw = sum((ai - bi) * math.log(ai / bi) for ai, bi in zip(a, b))
+    bias = 0.5 * math.fsum((1 + bi / ai) * (1 - ai) / n + (1 + ai / bi) * (1 - bi) / m for ai, bi in zip(a, b))
+    ga = [math.log(ai / bi) + 1 - bi / ai for ai, bi in zip(a, b)]
+    gb = [-math.log(ai / bi) + 1 - ai / bi for ai, bi in zip(a, b)]
+
+    def variance(shares: list[float], gradient: list[float], size: float) -> float:
+        mean = math.fsum(p * g for p, g in zip(shares, gradient))
+        return max(0.0, math.fsum(p * g * g for p, g in zip(shares, gradient)) - mean * mean) / size
+
+    se = math.sqrt(variance(a, ga, n) + variance(b, gb, m))
+    corrected = raw - bias
+    return corrected, se, corrected - z * se
+
+
 def kl_divergence(actual_counts: Sequence[float], baseline_counts: Sequence[float]) -> float:
     a, b = smoothed(actual_counts), smoothed(baseline_counts)
     return sum(ai * math.log(ai / bi) for ai, bi in zip(a, b))
@@ -429,10 +470,12 @@ class Window:
             if z is not None:
                 self._vectors.append(z)
 
-    def scores(self, significance: float = DEFAULT_SIGNIFICANCE) -> dict[str, dict]:
+    def scores(self, significance: float = DEFAULT_SIGNIFICANCE, psi_threshold: float = 0.25) -> dict[str, dict]:
         """Per feature with values in this window: its count, PSI, KL, and, from ``MIN_PER_BIN`` expected values in its
-        smallest bin on, the chi-square test (``p_value``) and whether it is significant at ``significance`` over the
-        judged features; below that, ``judged`` False and why."""
+        smallest bin on, the chi-square test (``p_value``), whether it is significant at ``significance`` over the
+        judged features, and the PSI corrected for its bias with its lower bound at that level (``psi_corrected``,
+        ``psi_se``, ``psi_lower``) and the PSI this window would catch with 90% power at ``psi_threshold``
+        (``detectable_psi``); below that, ``judged`` False and why."""
         out, judged = {}, []
         for name, counts in self.counts.items():
             n = sum(counts)
@@ -451,8 +494,13 @@ class Window:
                 judged.append(name)
             out[name] = score
         level = significance / max(1, len(judged))
+        z = stats.z_quantile(1 - level)
         for name in judged:
-            out[name]["significant"] = out[name]["p_value"] <= level
+            score = out[name]
+            score["significant"] = score["p_value"] <= level
+            corrected, se, lower = psi_bound(self.counts[name], self.baseline["features"][name]["counts"], z)
+            score.update(psi_corrected=corrected, psi_se=se, psi_lower=lower,
+                         detectable_psi=psi_threshold + (z + POWER_Z) * se)
         return out
 
     def feature_watch(self, significance: float = DEFAULT_SIGNIFICANCE) -> dict:
@@ -564,10 +612,12 @@ def pooled_bins(window: Sequence[float], baseline: Sequence[float]) -> tuple[lis
 
 def values_needed(baseline_counts: Sequence[float]) -> int:
     """Window values a feature needs before its chi-square test means what it says: MIN_PER_BIN expected in each bin
-    the baseline has values in (the textbook rule; below it the test alarms more often than its level)."""
+    the baseline has values in (the textbook rule; below it the test alarms more often than its level), to the
+    nearest value: 100 for 10 quantile bins, also when a sample not divisible by 10 leaves its smallest bin a value
+    short of a tenth (which would otherwise ask for 101)."""
     total = sum(baseline_counts)
     smallest = min((c for c in baseline_counts if c > 0), default=0)
-    return math.ceil(MIN_PER_BIN * total / smallest) if smallest else MIN_PER_BIN * len(baseline_counts)
+    return max(1, round(MIN_PER_BIN * total / smallest)) if smallest else MIN_PER_BIN * len(baseline_counts)
 
 
 @dataclass(frozen=True)
@@ -588,13 +638,14 @@ class Thresholds:
 
 
 def decide(window: "Window", thresholds: Thresholds = Thresholds()) -> dict:
-    """The drift decision and the feature watch's, from one window: ``alarm`` (a feature drifted: significant and
-    PSI >= the threshold), ``judged`` (at least one feature had enough values), and the feature watch's."""
-    scores = window.scores(thresholds.significance)
+    """The drift decision and the feature watch's, from one window: ``alarm`` (a feature drifted: significant, and
+    the PSI's bias-corrected lower bound >= the threshold), ``judged`` (at least one feature had enough values), and the feature watch's."""
+    scores = window.scores(thresholds.significance, thresholds.psi)
     watch = window.feature_watch(thresholds.significance)
     judged = sorted(name for name, score in scores.items() if score["judged"])
     significant = [name for name in judged if scores[name]["significant"]]
-    drifted = sorted(name for name in significant if scores[name]["psi"] >= thresholds.psi)
+    # Large: the bias-corrected PSI clears the threshold by its own noise (the same level as the test).
+    drifted = sorted(name for name in significant if scores[name]["psi_lower"] >= thresholds.psi)
     not_judged = {name: score["reason"] for name, score in scores.items() if not score["judged"]}
     unseen = [name for name in window.baseline["features"] if name not in scores]
     not_judged.update({name: "no values in this window" for name in unseen})
@@ -608,13 +659,17 @@ def decide(window: "Window", thresholds: Thresholds = Thresholds()) -> dict:
                   f"bin ({min((values_needed(pooled_bins(s['counts'], s['counts'])[1]) for s in window.baseline['features'].values()), default=0)}"
                   " or more)")
     elif drifted:
-        reason = "drift: " + ", ".join(f"{name} (PSI {scores[name]['psi']:.3f}, p {scores[name]['p_value']:.2g})"
+        reason = "drift: " + ", ".join(f"{name} (PSI {scores[name]['psi']:.3f}, at least "
+                                       f"{scores[name]['psi_lower']:.3f}, p {scores[name]['p_value']:.2g})"
                                        for name in drifted)
     else:
         reason = f"no drift in {len(judged)} judged feature(s)" + (
             f"; {len(not_judged)} not judged" if not_judged else "")
     return {"alarm": bool(drifted), "judged": bool(judged), "reason": reason, "drifted": drifted,
             "significant_psi": max((scores[name]["psi"] for name in significant), default=0.0),
+            # What the drift alarm reads: at least the threshold exactly when a feature drifted.
+            "psi_lower_bound": max([0.0] + [scores[name]["psi_lower"] for name in significant]),
+            "detectable_psi": min((scores[name]["detectable_psi"] for name in judged), default=None),
             "features_judged": len(judged), "features_not_judged": not_judged, "scores": scores,
             "feature_watch": watch, "spread_out_of_band": spread_out, "explained_variance_shift": shift,
             "relations_changed": shift > 0 or bool(watch["correlation_changes"]),

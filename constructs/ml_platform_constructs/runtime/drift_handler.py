@@ -1,12 +1,14 @@
 """The scheduled drift check (AWS Lambda, Python standard library and the runtime's boto3 only).
 
-Each run reads a bounded sample of the last window of captured requests, judges each feature against the baseline
-and runs the feature watch (``drift.decide``: what alarms and what was too small to judge), publishes the scores,
+Each run reads the newest captured requests, hour by hour back from the last complete hour, until it holds
+MAX_RECORDS records or has read WINDOW_HOURS hours (a busy endpoint is judged on a sample of its last hour, a quiet
+one pools up to a day: the drift decision needs a few thousand values to resolve its threshold), judges each feature
+against the baseline and runs the feature watch (``drift.decide``: what alarms and what was too small to judge), publishes the scores,
 the decisions and what it read, skipped and could not parse, and stores the result.
 
 Environment: CAPTURE_BUCKET, CAPTURE_PREFIX (up to the endpoint, e.g. "capture/classifier/"), VARIANT_NAME,
-BASELINE_BUCKET, BASELINE_KEY, RESULTS_PREFIX, ENDPOINT_NAME, METRIC_NAMESPACE, WINDOW_HOURS, MAX_RECORDS, and the
-thresholds (``drift.Thresholds.from_environment``: PSI_THRESHOLD, SIGNIFICANCE, SPREAD_RATIO_LOW, SPREAD_RATIO_HIGH,
+BASELINE_BUCKET, BASELINE_KEY, RESULTS_PREFIX, ENDPOINT_NAME, METRIC_NAMESPACE, WINDOW_HOURS, MAX_RECORDS,
+FALSE_ALARMS_PER_90_DAYS and SCHEDULE_MINUTES (what SIGNIFICANCE was planned from, reported), and the thresholds (``drift.Thresholds.from_environment``: PSI_THRESHOLD, SIGNIFICANCE, SPREAD_RATIO_LOW, SPREAD_RATIO_HIGH,
 EXPLAINED_VARIANCE_CHANGE).
 """
 
@@ -33,9 +35,13 @@ def capture_prefixes(prefix: str, variant: str, now: datetime, hours: int) -> li
     return capture.hour_prefixes(f"{prefix}{variant}/", now - timedelta(hours=hours), now - timedelta(hours=1))
 
 
-def check(baseline: dict, bodies: Iterable[str], thresholds: drift.Thresholds, budget: Optional[int] = None) -> tuple[drift.Window, dict, int]:
-    """The check's own code on capture files' text, up to ``budget`` records: ``(window, decision, files read)``."""
+def check(baseline: dict, bodies: Iterable[str], thresholds: drift.Thresholds, budget: Optional[int] = None,
+          holder: Optional[dict] = None) -> tuple[drift.Window, dict, int]:
+    """The check's own code on capture files' text, up to ``budget`` records: ``(window, decision, files read)``
+    (``holder["window"]`` is the window being filled, for a reader that stops listing when it is full)."""
     window = drift.Window(baseline)
+    if holder is not None:
+        holder["window"] = window
     read = 0
     for body in bodies:
         if budget is not None and window.records + window.malformed >= budget:
@@ -50,18 +56,35 @@ def check(baseline: dict, bodies: Iterable[str], thresholds: drift.Thresholds, b
 def run(env: dict[str, str], s3: Any, cloudwatch: Any, now: datetime) -> dict:
     endpoint = env["ENDPOINT_NAME"]
     baseline = json.loads(s3.get_object(Bucket=env["BASELINE_BUCKET"], Key=env["BASELINE_KEY"])["Body"].read())
-    keys = []
-    for prefix in capture_prefixes(env["CAPTURE_PREFIX"], env["VARIANT_NAME"], now, int(env["WINDOW_HOURS"])):
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=env["CAPTURE_BUCKET"], Prefix=prefix):
-            keys.extend(obj["Key"] for obj in page.get("Contents", []))
-    # A random sample of whole files, so 100% capture on a busy endpoint cannot push the run past its timeout.
-    random.Random(now.isoformat()).shuffle(keys)
-    bodies = (s3.get_object(Bucket=env["CAPTURE_BUCKET"], Key=key)["Body"].read().decode("utf-8") for key in keys)
-    window, decision, read_objects = check(baseline, bodies, drift.Thresholds.from_environment(env),
-                                           int(env["MAX_RECORDS"]))
+    hours = capture_prefixes(env["CAPTURE_PREFIX"], env["VARIANT_NAME"], now, int(env["WINDOW_HOURS"]))
+    budget = int(env["MAX_RECORDS"])
+    listed = {"objects": 0, "hours": 0}
+    window_holder: dict = {}
+
+    def newest_first() -> Iterable[str]:
+        """Capture files, the newest hour first and each hour's files in random order (a busy hour is sampled, not
+        read from its first file on), listed an hour at a time: a window full from its newest hours lists no more."""
+        rng = random.Random(now.isoformat())
+        for prefix in reversed(hours):
+            window = window_holder.get("window")
+            if window is not None and window.records + window.malformed >= budget:
+                return
+            keys = [obj["Key"] for page in s3.get_paginator("list_objects_v2").paginate(
+                Bucket=env["CAPTURE_BUCKET"], Prefix=prefix) for obj in page.get("Contents", [])]
+            listed["objects"] += len(keys)
+            listed["hours"] += 1
+            rng.shuffle(keys)
+            for key in keys:
+                yield s3.get_object(Bucket=env["CAPTURE_BUCKET"], Key=key)["Body"].read().decode("utf-8")
+
+    window, decision, read_objects = check(baseline, newest_first(), drift.Thresholds.from_environment(env), budget,
+                                           window_holder)
     summary = {
         "endpoint": endpoint, "window_end": now.isoformat(), "window_hours": int(env["WINDOW_HOURS"]),
-        "objects_found": len(keys), "objects_read": read_objects, "objects_skipped": len(keys) - read_objects,
+        "hours_read": listed["hours"], "objects_found": listed["objects"], "objects_read": read_objects,
+        "objects_skipped": listed["objects"] - read_objects,
+        "false_alarms_per_90_days": float(env.get("FALSE_ALARMS_PER_90_DAYS") or drift.DEFAULT_FALSE_ALARMS),
+        "schedule_minutes": int(env.get("SCHEDULE_MINUTES") or 60),
         "records_read": window.records, "records_malformed": window.malformed,
         "missing_values": window.missing_values, "other_category_values": window.other_category_values,
         "baseline_version": baseline.get("version", 1), **decision,
@@ -96,6 +119,8 @@ def _publish(cloudwatch: Any, namespace: str, endpoint: str, summary: dict, now:
             data.append(datum("KL", score["kl"], feature=feature))
     if summary["judged"]:  # an unjudged window publishes nothing the drift alarm reads: missing data, not calm
         data.append(datum("SignificantPSI", summary["significant_psi"]))
+        # What the drift alarm reads: at least the threshold exactly when a feature drifted (``drift.decide``).
+        data.append(datum("PSILowerBound", summary["psi_lower_bound"]))
         data.append(datum("DriftedFeatures", len(summary["drifted"]), "Count"))
     data += _feature_watch_data(datum, summary)
     for start in range(0, len(data), METRIC_BATCH):

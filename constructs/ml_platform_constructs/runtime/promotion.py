@@ -25,7 +25,18 @@ gets a stack parameter (``model_version_parameter(endpoint name)``), its artifac
 ``model_key(model_data_key, version)``, and a promotion updates that parameter (the template stays as deployed), so
 the next ``cdk deploy`` (which keeps a parameter's previous value) never undoes it. An endpoint with a quality check
 also gets ``quality_baseline_parameter(endpoint name)``, empty until a promotion sets it to the promoted run's
-held-out score (``baseline_value``): the live model's score is what its production quality is held to.
+held-out score corrected for the gate's selection (``Judgement.selection_adjusted``, ``baseline_value``): the live
+model's score is what its production quality is held to.
+
+The winner's curse: the score that got a candidate promoted overstates it (an equally good candidate promoted on
+2,000 paired examples scores 0.5 points above its truth on average: it passed because it drew well), and a healthy
+model held to that score alarms more often. The gate decides on the difference d between the candidate's and the
+reference's scores; the two models' mean (paired) or the size-weighted mean of candidate and baseline (against a
+baseline) is independent of d, and the candidate's score is that mean plus a known share of d. So the baseline is
+that mean plus the share of d's median-unbiased estimate given that d cleared the gate (a normal truncated at the
+gate's threshold: ``selected_median``). A candidate far above the threshold keeps its score; one that barely passed
+is pulled towards what it would score again. Simulated in ``./platform bench decisions``: a healthy model's quality
+false alarms after a promotion and without one agree within Monte Carlo error.
 """
 
 from __future__ import annotations
@@ -123,6 +134,9 @@ class Judgement:
     resolvable: Optional[float] = None  # the bound's half-width: the advantage these examples can resolve
     examples_needed: Optional[int] = None  # for an equally good candidate to be promoted 80% of the time
     baseline_examples: Optional[int] = None
+    # The candidate's score corrected for the gate's own selection (the winner's curse): what a promotion makes the
+    # quality check's baseline. None unless promoted.
+    selection_adjusted: Optional[float] = None
     disagreements: Optional[dict] = None
     ids_sha256: Optional[str] = None
     guards: str = GUARDS
@@ -151,6 +165,31 @@ def _bisect(function, low: float, high: float, steps: int = 80) -> Optional[floa
         else:
             low = middle
     return (low + high) / 2
+
+
+def selected_median(observed: float, threshold: float, se: float) -> float:
+    """The median-unbiased estimate of a normal mean from one observation (standard error ``se``) that was kept only
+    because it exceeded ``threshold``: the mean at which half the draws kept would exceed ``observed``,
+    P(X > observed | X > threshold) = 1/2 (Lee, Sun, Sun and Taylor 2016, "Exact post-selection inference", for one
+    truncation). Far above the threshold it is the observation itself."""
+    if not se > 0 or not observed > threshold:
+        return observed
+
+    def excess(mean: float) -> float:
+        kept = stats.normal_sf((threshold - mean) / se)
+        return stats.normal_sf((observed - mean) / se) / kept - 0.5 if kept > 0 else -0.5
+
+    root = _bisect(excess, threshold - 8 * se, observed + 8 * se)
+    return observed if root is None else root
+
+
+def _selection_adjusted(mean: float, share: float, difference: float, threshold: Optional[float],
+                        se: float) -> float:
+    """``mean + share * d*``: the candidate's score from the selection-free mean and the median-unbiased difference
+    (``difference`` kept because it exceeded ``threshold``; None: no threshold, nothing to correct)."""
+    if threshold is None:
+        return mean + share * difference
+    return mean + share * selected_median(difference, threshold, se)
 
 
 def _negated(root: Optional[float]) -> Optional[float]:
@@ -218,6 +257,13 @@ def _judge_paired(candidate: Outcomes, live: Outcomes, tolerance: float, alpha: 
                   if tolerance > 0 else None)
         details = {"z": z, "critical_z": z_alpha}
         disagreements = {"candidate_only_right": better, "live_only_right": worse}
+        # The gate's threshold on the difference (shares) at this many disagreements, and the difference's noise.
+        discordant = better + worse
+        threshold = _bisect(lambda d: stats.paired_noninferiority((discordant + d * n) / 2, (discordant - d * n) / 2,
+                                                                  n, tolerance / 100) - z_alpha,
+                            -discordant / n, discordant / n) if discordant else None
+        noise = math.sqrt(max(discordant / n - (difference / 100) ** 2, 1e-12) / n)
+        adjusted = _selection_adjusted((c_score + l_score) / 2, 0.5, difference / 100, threshold, noise)
     else:
         c_score, l_score = candidate.score(), live.score()
         if l_score <= 0:
@@ -258,6 +304,11 @@ def _judge_paired(candidate: Outcomes, live: Outcomes, tolerance: float, alpha: 
                   if tolerance > 0 and relative_sd > 0 else None)
         details = {"z": z, "critical_z": z_alpha}
         disagreements = None
+        # In MAE units, positive better: d = live - candidate; the gate's threshold on it as a normal test (its skew
+        # correction left out: the correction only moves how far the baseline is pulled).
+        noise = math.sqrt(max(c_var + l_var - 2 * covariance, 0.0) / n)
+        adjusted = _selection_adjusted((c_score + l_score) / 2, -0.5, l_score - c_score,
+                                       -tolerance / 100 * l_score + z_alpha * noise, noise)
     if metric == "accuracy":
         kept, within = (f"not worse than the live model by {tolerance:g} points or more",
                         f"within {tolerance:g} points of the live model")
@@ -277,6 +328,7 @@ def _judge_paired(candidate: Outcomes, live: Outcomes, tolerance: float, alpha: 
     return Judgement(promote=promote, judged=True, reason=reason, metric=metric, test=test, examples=n,
                      candidate=c_score, reference=l_score, reference_kind="live", tolerance=tolerance, alpha=alpha,
                      difference=difference, bound=bound, resolvable=resolvable, examples_needed=needed,
+                     selection_adjusted=adjusted if promote else None,
                      disagreements=disagreements, ids_sha256=digest, details=details)
 
 
@@ -314,6 +366,11 @@ def _judge_baseline(candidate: Outcomes, baseline: float, baseline_examples: Opt
             bound = _negated(_bisect(lambda m: 1.0 if passes(m) else -1.0, -100, 100))
             resolvable = z_alpha * math.sqrt(baseline * (1 - baseline) / n) * 100
             variance = baseline * (1 - baseline) / n
+            required = baseline - tolerance / 100
+            lowest = next((k for k in range(max(0, math.floor(required * n) - 1), n + 1)
+                           if required <= 0 or stats.binomial_sf(k, n, required) <= alpha), None)
+            threshold = None if lowest is None else (lowest - 0.5) / n - baseline
+            adjusted = _selection_adjusted(baseline, 1.0, score - baseline, threshold, math.sqrt(variance))
         else:
             base_correct = round(baseline * baseline_examples)
             promote = stats.two_proportion_noninferiority(correct, n, base_correct, baseline_examples,
@@ -322,6 +379,12 @@ def _judge_baseline(candidate: Outcomes, baseline: float, baseline_examples: Opt
                 correct, n, base_correct, baseline_examples, m / 100) - z_alpha, -99.9, 99.9))
             variance = score * (1 - score) / n + baseline * (1 - baseline) / baseline_examples
             resolvable = z_alpha * math.sqrt(variance) * 100
+            passing = _bisect(lambda p: stats.two_proportion_noninferiority(
+                p * n, n, base_correct, baseline_examples, tolerance / 100) - z_alpha, 1e-9, 1 - 1e-9)
+            weight = baseline_examples / (n + baseline_examples)
+            adjusted = _selection_adjusted((correct + base_correct) / (n + baseline_examples), weight,
+                                           score - baseline, None if passing is None else passing - baseline,
+                                           math.sqrt(variance))
         spread = math.sqrt(baseline * (1 - baseline))
         floor = 0.0 if exact else baseline * (1 - baseline) / baseline_examples
     else:
@@ -353,6 +416,11 @@ def _judge_baseline(candidate: Outcomes, baseline: float, baseline_examples: Opt
         promote = z_at(tolerance) > z_alpha
         bound = _negated(_bisect(lambda r: z_at(r) - z_alpha, -100, 1000))
         difference = (1 - score / baseline) * 100
+        # In MAE units, positive better: d = baseline - score, kept above -tolerance x baseline + z se.
+        weight = 1.0 if exact else baseline_examples / (n + baseline_examples)
+        mean = baseline if exact else (score * n + baseline * baseline_examples) / (n + baseline_examples)
+        adjusted = _selection_adjusted(mean, -weight, baseline - score,
+                                       -tolerance / 100 * baseline + z_alpha * se, se)
         variance = spread ** 2 / n + base_variance
         resolvable = z_alpha * math.sqrt(variance) / baseline * 100
         spread, floor = spread / baseline, base_variance / baseline ** 2
@@ -377,6 +445,7 @@ def _judge_baseline(candidate: Outcomes, baseline: float, baseline_examples: Opt
     return Judgement(promote=promote, judged=True, reason=reason, metric=metric, test=test, examples=n,
                      candidate=score, reference=baseline, reference_kind="baseline", tolerance=tolerance, alpha=alpha,
                      difference=difference, bound=bound, resolvable=resolvable, examples_needed=needed,
+                     selection_adjusted=adjusted if promote else None,
                      baseline_examples=baseline_examples, ids_sha256=candidate.digest())
 
 

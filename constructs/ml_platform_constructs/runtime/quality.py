@@ -25,9 +25,28 @@ drop of ``max_drop`` is detected by one batch with ``power`` (0.9), where the re
 that closes after ``max_batch_hours`` with fewer than ``min_labelled`` labels is "not judged", published as such.
 
 The reference: the promoted run's held-out score and the number of held-out examples behind it (or the configured
-baseline and ``baseline_examples``), until ``reference_labels`` labelled predictions of the current model version have
-arrived; from then on, those production labels (a reference of 10,000 has 0.27 points of noise at 92%, under a fifth
-of a 1.5-point drop; a 5,000-example held-out set has 0.38 points, a quarter of it).
+baseline and ``baseline_examples``; without them, an exact requirement that stays the reference). Once the deployment
+check (below) has passed and at least ``reference_labels`` labelled predictions of the version have arrived, the
+reference becomes the held-out examples and those production labels pooled (their counts added: the
+inverse-variance weighted mean). Pooled, not production alone: every decision before it (the deployment check's
+looks, and any "not worse" test) is a function of the difference between production and held-out, and the pooled
+mean is independent of that difference, so choosing when to adopt does not bias the reference (production alone,
+adopted because it looked good enough, was biased upward, and a healthy model then alarmed against it). A version
+the deployment check found worse keeps the held-out reference: it never becomes its own standard.
+
+The deployment check (``Monitor``, from the first label): every labelled prediction of the version since it went
+live, pooled, against the held-out score, at labels doubling from ``min_labelled`` (200, 400, ...) until a look
+detects ``max_drop`` with 95% power, at most eight times the held-out examples, where more production labels no longer
+narrow the comparison (``deployment_looks``); from the second look on, the labels since the previous look alone too
+(a drop after deployment, diluted in the pooled labels). Error guarded against: a model worse by ``max_drop`` from
+the moment it went live, or one that drops while the reference is being built, never being judged against what it was
+promoted on. Its false alarms: ``DEPLOYMENT_SHARE`` (25%) of ``false_alarms_per_90_days`` per deployment for the
+pooled looks and ``RECENT_SHARE`` (10%) for the recent ones, each spent over its looks in proportion to the square of their labels
+(the last look, planned for ``max_drop``, gets about three quarters; the levels add up to the share: Bonferroni, whatever the
+looks' correlation); the batches spend the remaining 65% per 90 days. A version it finds worse stays in alarm (one
+episode) until another version goes live. The smallest drop it can detect with ``power`` and the held-out size that
+would detect ``max_drop`` are stated from the first run (``deployment`` in every result), so a held-out set too small
+to resolve the allowed drop is said at deployment, not found out later.
 """
 
 from __future__ import annotations
@@ -327,7 +346,7 @@ class Reference:
     (None: exact, a fixed requirement), ``spread`` the SD of absolute errors (regression), and where it came from."""
     value: float
     examples: Optional[int]
-    source: str  # "config", "promotion" (held-out) or "production" (the first labels after a promotion)
+    source: str  # "config", "promotion" (held-out) or "production" (held-out and production labels, pooled)
     spread: Optional[float] = None
 
     @classmethod
@@ -360,18 +379,96 @@ class Plan:
     labels_per_hour: float
 
 
-INTERIM_SHARE = 0.1  # of the false-alarm budget, spent on looks at the batch still filling (big drops, early)
+INTERIM_SHARE = 0.1  # of the batches' budget, spent on looks at the batch still filling (big drops, early)
+DEPLOYMENT_SHARE = 0.25  # of the false-alarm budget, spent per deployment by the deployment check's pooled looks
+RECENT_SHARE = 0.1  # ... and by its looks at the labels since the previous look (a drop after deployment)
+DEPLOYMENT_POWER = 0.95  # the last look is planned to catch max_drop this often (the looks before it add to it)
+DEPLOYMENT_LAST_LOOK = 8  # the deployment check's last look: this many times the held-out examples
+
+
+def batches_budget(settings: Settings) -> float:
+    """The batches' expected false alarms in 90 days: what the deployment check does not spend."""
+    return (1 - DEPLOYMENT_SHARE - RECENT_SHARE) * settings.false_alarms_per_90_days
 
 
 def batch_level(settings: Settings, hours: float) -> float:
     """The one-sided level of a full batch of ``hours``: about HOURS_90_DAYS / hours batches in 90 days share
-    (1 - INTERIM_SHARE) of the false-alarm budget."""
-    return min(0.5, (1 - INTERIM_SHARE) * settings.false_alarms_per_90_days * max(1.0, hours) / HOURS_90_DAYS)
+    (1 - INTERIM_SHARE) of the batches' budget."""
+    return min(0.5, (1 - INTERIM_SHARE) * batches_budget(settings) * max(1.0, hours) / HOURS_90_DAYS)
 
 
 def interim_level(settings: Settings, run_hours: float) -> float:
-    """The level of each run's look at the batch still filling: INTERIM_SHARE of the budget over every run."""
-    return INTERIM_SHARE * settings.false_alarms_per_90_days * max(1.0, run_hours) / HOURS_90_DAYS
+    """The level of each run's look at the batch still filling: INTERIM_SHARE of the batches' budget over every
+    run."""
+    return INTERIM_SHARE * batches_budget(settings) * max(1.0, run_hours) / HOURS_90_DAYS
+
+
+@functools.lru_cache(maxsize=256)
+def deployment_looks(settings: Settings) -> tuple[int, ...]:
+    """The production label counts at which the deployment check looks: doubling from ``min_labelled`` until the
+    last look detects ``max_drop`` with DEPLOYMENT_POWER (or ``power`` if higher) at its level (a bigger held-out set needs fewer labels; looking
+    further would alarm on drops much smaller than the allowed one), at most DEPLOYMENT_LAST_LOOK times the held-out
+    examples (10,000 for an exact baseline), where more production labels no longer narrow the comparison."""
+    reference = Reference.of(settings)
+    variance = _label_variance(settings.problem_type, reference, settings.baseline)
+    held = 0.0 if reference.examples is None else variance / reference.examples
+    drop = _drop(settings, reference)
+    cap = DEPLOYMENT_LAST_LOOK * reference.examples if reference.examples else DEFAULT_REFERENCE_LABELS
+    looks, n = [], settings.min_labelled
+    while True:
+        looks.append(n)
+        level = DEPLOYMENT_SHARE * settings.false_alarms_per_90_days * n * n / sum(k * k for k in looks)
+        z = stats.z_quantile(1 - level) + stats.z_quantile(max(settings.power, DEPLOYMENT_POWER))
+        if n >= cap or drop / math.sqrt(variance / n + held) >= z:
+            break
+        n = min(2 * n, max(cap, settings.min_labelled))
+    return tuple(looks)
+
+
+def deployment_level(settings: Settings, look: Optional[int] = None) -> float:
+    """The level of the pooled look at ``look`` labels (default: the last): DEPLOYMENT_SHARE of the budget spent over
+    the looks in proportion to the square of their labels (the last, the one planned to detect ``max_drop``, gets
+    about three quarters; the first, where only a collapse is visible, almost nothing, and a collapse needs little).
+    The levels add up to the share: Bonferroni, whatever the looks' correlation."""
+    looks = deployment_looks(settings)
+    n = look or looks[-1]
+    return DEPLOYMENT_SHARE * settings.false_alarms_per_90_days * n * n / sum(k * k for k in looks)
+
+
+def recent_level(settings: Settings, look: Optional[int] = None) -> float:
+    """The level of a look at the labels since the previous look (from the second look on; ``look``: its labels,
+    default the last look's), RECENT_SHARE of the budget spent as the pooled looks spend theirs."""
+    looks = deployment_looks(settings)
+    n = look or looks[-1]
+    return RECENT_SHARE * settings.false_alarms_per_90_days * n * n / max(1, sum(k * k for k in looks[1:]))
+
+
+def deployment_reach(settings: Settings, reference: "Reference") -> dict:
+    """What the deployment check can detect at its last look with ``power``: the drop (points, or percent of the MAE),
+    and the held-out examples that would detect ``max_drop`` (None where none would, or where the baseline is
+    exact)."""
+    variance = _label_variance(settings.problem_type, reference, reference.spread or reference.value)
+    last = deployment_looks(settings)[-1]
+    z = stats.z_quantile(1 - deployment_level(settings)) + stats.z_quantile(settings.power)
+    held = 0.0 if reference.examples is None else variance / reference.examples
+    unit = 100 / (reference.value if settings.problem_type == "regression" else 1.0)
+    detectable = z * math.sqrt(variance / last + held) * unit
+    room = (_drop(settings, reference) / z) ** 2 - variance / last
+    needed = None if reference.examples is None or room <= 0 else math.ceil(variance / room)
+    return {"detectable_drop": detectable, "resolves_max_drop": detectable <= settings.max_drop,
+            "held_out_needed": needed, "looks": len(deployment_looks(settings)), "last_look_labels": last}
+
+
+def pooled_reference(settings: Settings, held_out: "Reference", production: "Counts") -> "Reference":
+    """The held-out examples and the production labels as one reference: their counts added (accuracy), or their
+    means weighted by their sizes (MAE, with the production spread); independent of the difference between the two,
+    so of every decision taken on it. An exact held-out baseline (no examples) stays as it is."""
+    if held_out.examples is None:
+        return held_out
+    n, m = production.n, held_out.examples
+    value = (production.value(settings.problem_type) * n + held_out.value * m) / (n + m)
+    spread = math.sqrt(production.variance()) if settings.problem_type == "regression" else None
+    return Reference(value, n + m, "production", spread)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -464,6 +561,8 @@ class Monitor:
             state = {"model_version": model_version, "settings": key, "batch": None, "production": asdict(Counts()),
                      "reference": None, "reference_rejected": None, "last": None, "previous_rate": None,
                      "previous_hours": None, "paused_hours": 0.0}
+        state.setdefault("deployment", {"looks_done": 0, "decision": "filling", "last": None, "started": None,
+                                        "live_hours": 0.0})
         self.state = state
 
     def resume(self, paused: timedelta) -> None:
@@ -486,31 +585,67 @@ class Monitor:
         batch = Counts(**self.state["batch"]["counts"])
         batch.merge(counts)
         self.state["batch"]["counts"] = asdict(batch)
-        if self.state["reference"] is None and self.settings.reference_labels and not self.state["reference_rejected"]:
+        deployment = self.state["deployment"]
+        if deployment["started"] is None:
+            deployment["started"] = now.isoformat()
+        adopting = self.state["reference"] is None and self.settings.reference_labels and \
+            not self.state["reference_rejected"] and deployment["decision"] != "alarm"
+        if deployment["decision"] == "filling" or adopting:  # the looks, and the adoption, need them
             production = Counts(**self.state["production"])
             production.merge(counts)
             self.state["production"] = asdict(production)
-            if production.n >= self.settings.reference_labels:
-                self._adopt(production, now)
 
-    def _adopt(self, production: Counts, now: datetime) -> None:
-        """The first production labels become the reference, unless they are themselves significantly worse than the
-        held-out one (a model that dropped while they were collected would otherwise become its own standard)."""
+    def _deployment_check(self, now: datetime) -> Optional[dict]:
+        """The deployment check's look that the pooled production labels have reached (at most one per run: the
+        latest), then, once it has passed and ``reference_labels`` have arrived, the pooled reference's adoption.
+        Returns the look's judgement when it alarms."""
+        settings, deployment = self.settings, self.state["deployment"]
+        looks = deployment_looks(settings)
+        production = Counts(**self.state["production"])
+        reached = sum(1 for n in looks if production.n >= n)
+        alarm = None
+        if deployment["decision"] == "filling" and reached > deployment["looks_done"]:
+            first = deployment["looks_done"] == 0
+            deployment["looks_done"] = reached
+            live = (now - datetime.fromisoformat(deployment["started"])).total_seconds() / 3600 + self.run_hours
+            held_out = Reference.of(settings)
+            look = looks[reached - 1]
+            result = judge_batch(settings, held_out, production, hours=live, level=deployment_level(settings, look))
+            result.update(at=now.isoformat(), look=reached, looks=len(looks), check="deployment",
+                          labels="all since it went live")
+            if result["decision"] != "alarm" and not first:
+                # The labels since the previous look alone: a drop after deployment, diluted in the pooled labels.
+                previous = Counts(**deployment["at_look"])
+                recent = Counts(production.n - previous.n, production.total - previous.total,
+                                production.squares - previous.squares)
+                if recent.n >= settings.min_labelled:
+                    since = judge_batch(settings, held_out, recent, hours=live, level=recent_level(settings, look))
+                    if since["decision"] == "alarm":
+                        result = dict(since, at=now.isoformat(), look=reached, looks=len(looks),
+                                      check="deployment", labels="since the previous look")
+            deployment["at_look"] = asdict(production)
+            deployment["last"] = result
+            if result["decision"] == "alarm":
+                deployment["decision"] = "alarm"
+                self.state["reference_rejected"] = (
+                    f"the deployment check found the version worse than its held-out {settings.baseline:g} "
+                    f"({result['value']:.4g} on {result['labelled']} labels {result['labels']}, p "
+                    f"{result['p_value']:.2g}): the held-out reference stays")
+                alarm = result
+            elif reached == len(looks):
+                deployment["decision"] = "passed"
+        if (deployment["decision"] == "passed" and self.state["reference"] is None and settings.reference_labels
+                and production.n >= settings.reference_labels and not self.state["reference_rejected"]):
+            self._adopt(production)
+        return alarm
+
+    def _adopt(self, production: Counts) -> None:
+        """The held-out examples and the production labels, pooled, become the reference (``pooled_reference``)."""
         settings = self.settings
-        value = production.value(settings.problem_type)
-        if settings.problem_type == "regression" and not value > 0:
+        if settings.problem_type == "regression" and not production.value(settings.problem_type) > 0:
             self.state["reference_rejected"] = "an MAE of 0 leaves no percent to measure a rise in"
             return
-        check = judge_batch(settings, Reference.of(settings), production, hours=HOURS_90_DAYS / 4,
-                            level=batch_level(settings, settings.max_batch_hours))
-        if check["decision"] == "alarm":
-            self.state["reference_rejected"] = (f"the first {production.n} production labels score {value:.4g}, "
-                                                f"significantly worse than the held-out {settings.baseline:g} "
-                                                f"(p {check['p_value']:.2g}): kept the held-out reference")
-            return
-        self.state["reference"] = asdict(Reference(
-            value, production.n, "production",
-            math.sqrt(production.variance()) if settings.problem_type == "regression" else None))
+        self.state["reference"] = asdict(pooled_reference(settings, Reference.of(settings), production))
 
     def _rate(self, batch: Counts, age: float) -> dict:
         """The label rate as measured: over the last closed batch, else over the batch filling (the first since the
@@ -524,7 +659,9 @@ class Monitor:
     def step(self, now: datetime) -> dict:
         """Judges the batch when it is full (or has run ``max_batch_hours``), else looks at it at the interim level;
         returns what to publish: this run's status, the plan, and the latest judgement."""
-        settings, reference = self.settings, self.reference()
+        settings = self.settings
+        deployment_alarm = self._deployment_check(now)
+        reference = self.reference()
         batch_state = self.state["batch"]
         batch = Counts(**batch_state["counts"]) if batch_state else Counts()
         started = datetime.fromisoformat(batch_state["started"]) if batch_state else now
@@ -548,6 +685,16 @@ class Monitor:
                 status = result["decision"]
                 self.state["last"] = result
                 full = True
+        if self.state["deployment"]["decision"] == "alarm":
+            # The deployment check's verdict stands for this version (until another goes live): a batch judged since
+            # restates it, with the batch beside it, so the alarm stays in ALARM as one episode instead of returning
+            # to OK and firing again on the next batch against the same held-out score.
+            if deployment_alarm is not None or status in ("ok", "alarm", "not_judged"):
+                batch_result = None if deployment_alarm is not None and status == "filling" else self.state["last"]
+                standing = dict(self.state["deployment"]["last"], at=now.isoformat(), standing=True,
+                                latest_batch=batch_result if batch_result is not deployment_alarm else None)
+                self.state["last"] = standing
+                status = "alarm"
         if full:
             self.state.update(previous_rate=batch.n / age, previous_hours=age, paused_hours=0.0)
             self.state["batch"] = None
@@ -559,10 +706,17 @@ class Monitor:
         if not self.state["reference"] and settings.reference_labels:
             building = {"labels": self.state["production"]["n"], "needs": settings.reference_labels,
                         "rejected": self.state.get("reference_rejected")}
+        deployment = self.state["deployment"]
+        deployment_view = {"decision": deployment["decision"], "looks_done": deployment["looks_done"],
+                           "labels": self.state["production"]["n"],
+                           "next_look_labels": next((n for n in deployment_looks(settings)
+                                                     if n > self.state["production"]["n"]), None),
+                           "level": deployment_level(settings), "last": deployment["last"],
+                           **deployment_reach(settings, Reference.of(settings))}
         return {"status": status, "judged": recent, "batch_labels": batch.n if self.state["batch"] else 0,
                 "batch_target": the_plan.labels, "plan": asdict(the_plan), "last": last,
                 "rate": self._rate(batch, age),
-                "reference": asdict(reference), "reference_building": building,
+                "reference": asdict(reference), "reference_building": building, "deployment": deployment_view,
                 # a drop lands mid-batch: about two batch lengths until the batch that holds it is judged
                 "detection_delay_hours": 2 * the_plan.hours}
 

@@ -21,7 +21,7 @@ class FeatureWatch:
 
     :param std_ratio_low: a numeric feature's spread in the window (its interquartile range, robust to skew) below
         this share of the baseline's, and beyond the sampling noise of that many values (measured when the baseline
-        was built; significance 1% over the features). Default: 0.5.
+        was built; at the drift check's per-check level, a third of it, over the features). Default: 0.5.
     :param std_ratio_high: ... above this multiple of it. Default: 2.0.
     :param explained_variance_drop: the share of the window's variance that the baseline's top principal components
         (80% of its variance, at most one fewer than the numeric features) explain moves by this many percentage

@@ -32,6 +32,7 @@ from ..operations.jobs import ECR_IMAGE
 from ..foundation.nag_support import AcknowledgeWildcardResources, nag_arn, stack_arn, suppress_checkov
 from ..foundation.network import missing_interface_endpoints, require_private_subnets
 from ..foundation.platform_key import allow_log_groups
+from ..runtime.drift import DEFAULT_FALSE_ALARMS as DRIFT_FALSE_ALARMS, per_check_significance
 from ..runtime.promotion import VERSION, VERSION_PLACEHOLDER, model_version_parameter
 from ..foundation.runtime_function import runtime_function
 
@@ -119,13 +120,22 @@ class MonitoredEndpoint(Construct):
     :param json_content_types: Default: ``application/json``.
     :param capture_retention: Default: 30 days.
     :param drift_schedule: how often the drift check runs, 1 minute to 1 day. Default: 1 hour.
-    :param drift_window: hours of capture each run reads (capture files are grouped by hour). Default: 1 hour.
+    :param drift_window: the most hours of capture one run pools (capture files are grouped by hour): it reads the
+        newest hours first until it holds ``max_records_per_run`` records, so a busy endpoint is judged on its last
+        hour and a quiet one on up to this many. Default: 24 hours (0.6 and before: 1 hour, which left a quiet
+        endpoint's windows too small to resolve the PSI threshold).
     :param max_records_per_run: the sample bound of one run. Default: 10,000.
-    :param psi_threshold: a feature drifted when its PSI is at least this and its shift is significant (chi-square at
-        ``drift_significance`` over the features judged); a feature with fewer than 5 window values per bin is not
-        judged. Default: 0.25.
-    :param drift_significance: the error the drift alarm guards against: a window drawn from the training
-        distribution alarms in at most this share of checks, at any window size. Default: 0.01.
+    :param psi_threshold: a feature drifted when its shift is significant (chi-square over the features judged) and
+        its PSI, corrected for its small-sample bias, is at least this by its own sampling noise (the lower bound at
+        the same level), so the threshold means the same at every window size; a feature with fewer than 10 window
+        values expected in its smallest bin is not judged. Default: 0.25.
+    :param drift_false_alarms_per_90_days: the error the drift alarm guards against, a false drift alarm (each one
+        starts a retraining with ``RetrainOnDrift``): expected alarms in 90 days of checks on inputs drawn from the
+        training distribution, or shifted by less than ``psi_threshold``, whatever the traffic; each check's level is
+        this divided by the checks in 90 days (``drift_schedule``). Above 0, at most 10. Default: 0.25.
+    :param drift_significance: deprecated since 0.8.0 (a warning says so; removed in 1.0): a level per check, which
+        gave about 20% false drift alarms a day with hourly checks. When set, it is still each check's level.
+        Use ``drift_false_alarms_per_90_days``. Default: none.
     :param kl_threshold: no effect since 0.5.0 (a warning says so): KL is about PSI / 2 for a symmetric shift, so its
         alarm fired only after the PSI alarm. KL is still published (``MaxKL``).
     :param p99_latency_threshold: Default: 500 ms (ModelLatency is published in microseconds). The alarm reads the
@@ -182,10 +192,11 @@ class MonitoredEndpoint(Construct):
         json_content_types: Sequence[str] = ("application/json",),
         capture_retention: Duration = Duration.days(30),
         drift_schedule: Duration = Duration.hours(1),
-        drift_window: Duration = Duration.hours(1),
+        drift_window: Duration = Duration.hours(24),
         max_records_per_run: int = 10_000,
         psi_threshold: float = 0.25,
-        drift_significance: float = 0.01,
+        drift_false_alarms_per_90_days: float = DRIFT_FALSE_ALARMS,
+        drift_significance: Optional[float] = None,
         kl_threshold: Optional[float] = None,
         p99_latency_threshold: Duration = Duration.millis(500),
         error_rate_threshold: float = 0.01,
@@ -202,7 +213,13 @@ class MonitoredEndpoint(Construct):
         self._validate_image(image_uri)
         self._validate(endpoint_name, instance_type, volume_key, initial_instance_count, sampling_percentage,
                        csv_content_types, json_content_types, drift_schedule, drift_window, max_records_per_run,
-                       psi_threshold, drift_significance, p99_latency_threshold, error_rate_threshold, auto_scaling)
+                       psi_threshold, drift_significance, p99_latency_threshold, error_rate_threshold, auto_scaling,
+                       drift_false_alarms_per_90_days)
+        if drift_significance is not None:
+            Annotations.of(self).add_warning_v2("ml-platform:drift-significance-deprecated", (
+                f"MonitoredEndpoint(drift_significance={drift_significance!r}) is deprecated since 0.8.0 and removed in "
+                "1.0: a level per check gives hourly checks about 20% false drift alarms a day at 0.01. Set "
+                "drift_false_alarms_per_90_days (default 0.25) instead, and remove drift_significance."))
         if kl_threshold is not None:
             Annotations.of(self).add_warning_v2("ml-platform:kl-threshold-ignored", (
                 f"MonitoredEndpoint(kl_threshold={kl_threshold!r}) has no effect since 0.5.0: KL is about PSI / 2 for "
@@ -289,9 +306,14 @@ class MonitoredEndpoint(Construct):
                                               retain_all_variant_properties=True if auto_scaling is not None else None)
         self.endpoint_log_group = self._endpoint_log_group()
 
+        schedule_minutes = int(drift_schedule.to_minutes())
+        significance = (drift_significance if drift_significance is not None else
+                        per_check_significance(drift_false_alarms_per_90_days, schedule_minutes))
         self.drift_function = self._drift_check(baseline_bucket, drift_schedule, drift_window, max_records_per_run, {
-            "PSI_THRESHOLD": repr(float(psi_threshold)), "SIGNIFICANCE": repr(float(drift_significance)),
-            **feature_watch.environment()})
+            "PSI_THRESHOLD": repr(float(psi_threshold)), "SIGNIFICANCE": repr(float(significance)),
+            "FALSE_ALARMS_PER_90_DAYS": repr(float(drift_false_alarms_per_90_days)),
+            "SCHEDULE_MINUTES": str(schedule_minutes), **feature_watch.environment()})
+        self._drift_budget = drift_false_alarms_per_90_days
         self.alarms = self._alarms(alerts, psi_threshold, p99_latency_threshold, error_rate_threshold, drift_schedule)
         self.alarms.update(feature_watch_alarms(self, namespace=DRIFT_NAMESPACE, endpoint_name=endpoint_name,
                                                 settings=feature_watch, period=drift_schedule, alerts=alerts))
@@ -343,7 +365,7 @@ class MonitoredEndpoint(Construct):
     def _validate(endpoint_name, instance_type, volume_key, initial_instance_count, sampling_percentage,
                   csv_content_types, json_content_types, drift_schedule, drift_window, max_records_per_run,
                   psi_threshold, drift_significance, p99_latency_threshold, error_rate_threshold,
-                  auto_scaling) -> None:
+                  auto_scaling, drift_false_alarms_per_90_days=DRIFT_FALSE_ALARMS) -> None:
         def fail(prop, value, allowed, fix):
             raise ValidationError("MonitoredEndpoint", prop, value, allowed, fix)
 
@@ -379,8 +401,12 @@ class MonitoredEndpoint(Construct):
         for prop, value in (("psi_threshold", psi_threshold), ("error_rate_threshold", error_rate_threshold)):
             if value <= 0:
                 fail(prop, value, "a positive number", "e.g. the defaults 0.25, 0.01")
-        if not 0 < drift_significance <= 0.2:
-            fail("drift_significance", drift_significance, "above 0 and at most 0.2 (a share of checks)", "e.g. 0.01")
+        if drift_significance is not None and not 0 < drift_significance <= 0.2:
+            fail("drift_significance", drift_significance, "above 0 and at most 0.2 (a share of checks)",
+                 "remove it and set drift_false_alarms_per_90_days (e.g. 0.25)")
+        if not 0 < drift_false_alarms_per_90_days <= 10:
+            fail("drift_false_alarms_per_90_days", drift_false_alarms_per_90_days,
+                 "above 0 and at most 10 false drift alarms in 90 days", "e.g. 0.25 (the default)")
         if p99_latency_threshold.to_milliseconds() <= 0:
             fail("p99_latency_threshold", p99_latency_threshold.to_human_string(), "a positive duration",
                  "e.g. Duration.millis(500)")
@@ -604,8 +630,10 @@ class MonitoredEndpoint(Construct):
                            "invocations": self.metric_invocations()})
 
     def metric_drift(self, name: str, period: Duration, statistic: str = "Maximum") -> cloudwatch.Metric:
-        """``MLPlatform/Drift`` metrics of the endpoint: ``SignificantPSI`` (the largest PSI among features whose
-        shift is significant; what the drift alarm watches), ``MaxPSI``, ``MaxKL``, ``DriftJudged``, ..."""
+        """``MLPlatform/Drift`` metrics of the endpoint: ``PSILowerBound`` (the largest bias-corrected PSI lower bound
+        among features whose shift is significant; what the drift alarm watches: at least the threshold exactly when a
+        feature drifted), ``SignificantPSI`` (their largest PSI as measured), ``MaxPSI``, ``MaxKL``, ``DriftJudged``,
+        ..."""
         return cloudwatch.Metric(namespace=DRIFT_NAMESPACE, metric_name=name, statistic=statistic, period=period,
                                  dimensions_map={"EndpointName": self.endpoint_name})
 
@@ -623,13 +651,15 @@ class MonitoredEndpoint(Construct):
             # it was (missing data ignored: "not breaching" would return it to OK on a window nobody judged, and the
             # composite DriftAlarm, and RetrainOnDrift with it, would see a new episode on the next judged drift),
             # and the not-judged alarm speaks for it.
-            "psi": self.metric_drift("SignificantPSI", schedule).create_alarm(
+            # One period: the level of each check already spends the 90-day budget over every check.
+            "psi": self.metric_drift("PSILowerBound", schedule).create_alarm(
                 self, "PsiDriftAlarm", threshold=psi_threshold, evaluation_periods=1,
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 treat_missing_data=cloudwatch.TreatMissingData.IGNORE,
-                alarm_description=f"{self.endpoint_name}: a feature drifted: PSI against the training baseline of at "
-                                  f"least {psi_threshold:g} and a significant shift (a window from the training "
-                                  "distribution alarms in at most 1% of checks)"),
+                alarm_description=f"{self.endpoint_name}: a feature drifted: a significant shift whose PSI against the "
+                                  f"training baseline is at least {psi_threshold:g} beyond its sampling noise "
+                                  f"(inputs from the training distribution, or shifted less, alarm about "
+                                  f"{self._drift_budget:g} times in 90 days)"),
             "drift_not_judged": self.metric_drift("DriftJudged", schedule, "Maximum").create_alarm(
                 self, "DriftNotJudgedAlarm", threshold=1, evaluation_periods=day,
                 comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
