@@ -372,6 +372,111 @@ def bench_selection(table: Table, rng: random.Random, trials: int, quick: bool =
                   "0.7" in name or abs(rate - base) <= error)
 
 
+def successor(right: list[bool], disagreement: float, difference: float, rng: random.Random) -> list[bool]:
+    """A model scored on the same examples as ``right``: disagreeing on ``disagreement`` of them, ``difference``
+    (a share) better on the whole."""
+    accuracy = sum(right) / len(right)
+    gain, loss = (disagreement + difference) / 2 / (1 - accuracy), (disagreement - difference) / 2 / accuracy
+    return [(rng.random() >= loss) if r else (rng.random() < gain) for r in right]
+
+
+def as_outcomes(right: list[bool]) -> promotion.Outcomes:
+    return promotion.Outcomes("correct", {f"s{i}": float(r) for i, r in enumerate(right)})
+
+
+def bench_ledger(table: Table, rng: random.Random, trials: int, quick: bool = False) -> None:
+    """One held-out set judged again and again, through the ledger's rule (each judgement at alpha / holdout_uses,
+    and a candidate also within max_chain_drop of the chain's first model), beside 0.7's (alpha each)."""
+    uses, alpha = promotion.DEFAULT_HOLDOUT_USES, promotion.DEFAULT_ALPHA
+    n = 2000
+    runs = max(5, trials)
+    ledger_hits = old_hits = 0
+    for _ in range(runs):
+        live = [rng.random() < 0.92 for _ in range(n)]
+        candidates = [as_outcomes(successor(live, 0.075, -0.005, rng)) for _ in range(uses)]
+        judged = [promotion.judge_outcomes(c, as_outcomes(live), alpha=alpha / uses).promote for c in candidates]
+        ledger_hits += any(judged)
+        old_hits += any(promotion.judge_outcomes(c, as_outcomes(live), alpha=alpha).promote for c in candidates)
+    table.add("promotion ledger", f"{uses} candidates 0.5 points worse on one held-out set of {n:,} ({runs} trials)",
+              f"{ci(ledger_hits, runs)} promoted at least one; 0.7 (alpha each): {old_hits / runs:.0%}", "<= 5%",
+              ledger_hits / runs <= 0.05)
+    n, steps = 10_000, 6
+    runs = max(5, trials // 4)
+    beyond = old_beyond = 0
+    for _ in range(runs):
+        anchor = [rng.random() < 0.92 for _ in range(n)]
+        for rule in ("ledger", "0.7"):
+            book = promotion.Ledger()
+            book.start([f"s{i}" for i in range(n)], "start", ("anchor", as_outcomes(anchor)))
+            live, live_run = anchor, "anchor"
+            for step in range(steps):
+                candidate = successor(live, 0.03, -0.0025, rng)
+                level = alpha / uses if rule == "ledger" else alpha
+                promoted = promotion.judge_outcomes(as_outcomes(candidate), as_outcomes(live), alpha=level).promote
+                if promoted and rule == "ledger":
+                    chain = promotion.judge_chain(as_outcomes(candidate), book, live_run, max_chain_drop=0.5,
+                                                  alpha=level)
+                    promoted = chain is None or chain.promote
+                if promoted:
+                    live, live_run = candidate, f"step-{step}"
+            loss = (sum(anchor) - sum(live)) / n
+            if rule == "ledger":
+                beyond += loss >= 0.005
+            else:
+                old_beyond += loss >= 0.005
+    table.add("promotion ledger", f"a chain of {steps} candidates each 0.25 points worse than the last (3% disagreement), one set of "
+              f"{n:,} ({runs} chains)", f"{ci(beyond, runs)} ended 0.5 points or more under where it started; 0.7: "
+              f"{old_beyond / runs:.0%}", "<= 5%", beyond / runs <= 0.05)
+
+
+def class_trial(rng: random.Random, *, hours: int, drop_at: int | None, labels_per_hour: int = 200,
+                positive: float = 0.02, recall: float = 0.75, negative_accuracy: float = 0.9235
+                ) -> tuple[int, int | None]:
+    """(false-alarm episodes before the drop, hours from the drop to the first alarm) of a classifier whose rare
+    class (``positive`` of the labels) is found with ``recall`` until ``drop_at``, never after; the held-out
+    baseline its overall accuracy (0.92) measured on 5,000 examples."""
+    held_out = sum(1 for _ in range(5000) if rng.random() < 0.92) / 5000
+    monitor = quality.Monitor(quality.Settings(problem_type="binary", baseline=held_out, baseline_examples=5000,
+                                               min_labelled=200))
+    episodes, delay, alarming = 0, None, False
+    for hour in range(hours):
+        now = START + timedelta(hours=hour + 1)
+        dropped = drop_at is not None and hour >= drop_at
+        counts = quality.Counts()
+        for _ in range(labels_per_hour):
+            if rng.random() < positive:
+                counts.add(0.0 if not dropped and rng.random() < recall else 1.0, "1")
+            else:
+                counts.add(0.0 if rng.random() < negative_accuracy else 1.0, "0")
+        monitor.add(counts, now)
+        status = monitor.step(now)["status"]
+        if status == "filling":
+            continue
+        if status == "alarm" and not alarming:
+            if not dropped:
+                episodes += 1
+            elif delay is None:
+                delay = hour - drop_at + 1
+        alarming = status == "alarm"
+    return episodes, delay
+
+
+def bench_classes(table: Table, rng: random.Random, trials: int, quick: bool = False) -> None:
+    runs = max(5, trials)
+    delays = [class_trial(rng, hours=48 + 48, drop_at=48)[1] for _ in range(runs)]
+    caught = sum(1 for d in delays if d is not None and d <= 48)
+    found = sorted(d for d in delays if d is not None)
+    table.add("quality, per class", f"2% positives, recall 0.75 falling to 0 (accuracy: -1.5 points at most) 48 h "
+              f"after deployment, 200 labels/h ({runs} trials)", f"{ci(caught, runs)} within 48 h; median "
+              f"{found[len(found) // 2] if found else None} h", ">= 90% within 48 h", caught / runs >= 0.9)
+    hours = 24 * 7 if quick else HOURS_90_DAYS
+    runs = max(5, trials // 2)
+    episodes = [class_trial(rng, hours=hours, drop_at=None)[0] for _ in range(runs)]
+    rate = sum(episodes) / runs * HOURS_90_DAYS / hours
+    table.add("quality, per class", f"healthy classifier, 2% positives, 200 labels/h, accuracy and recall judged "
+              f"({runs} x {hours // 24} days)", f"{rate:.2f} alarms/90 days", "<= 0.25 per 90 days", rate <= 0.25)
+
+
 # --- drift and the feature watch ------------------------------------------------------------------------------
 
 FEATURES = [f"f{i}" for i in range(10)]
@@ -524,7 +629,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="./platform bench decisions", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a few trials of each (checks the bench, not the rates)")
     parser.add_argument("--seed", type=int, default=2026)
-    parser.add_argument("--only", choices=("promotion", "quality", "deployment", "selection", "drift"), action="append",
+    parser.add_argument("--only", choices=("promotion", "quality", "deployment", "selection", "ledger", "classes", "drift"), action="append",
                         help="these decisions only (repeatable)")
     args = parser.parse_args(argv)
     quick = args.quick
@@ -533,6 +638,7 @@ def main(argv: list[str]) -> int:
     steps: list[tuple[str, Callable[..., None], int]] = [
         ("promotion", bench_promotion, 10 if quick else 1000), ("quality", bench_quality, 5 if quick else 200),
         ("deployment", bench_deployment, 5 if quick else 200), ("selection", bench_selection, 5 if quick else 200),
+        ("ledger", bench_ledger, 5 if quick else 400), ("classes", bench_classes, 5 if quick else 200),
         ("drift", bench_drift, 10 if quick else 500)]
     steps = [step for step in steps if not args.only or step[0] in args.only]
     for number, (name, step, count) in enumerate(steps, start=1):

@@ -57,8 +57,8 @@ from ml_platform_constructs.operations import jobs
 from ml_platform_job import evaluation
 from ml_platform_job.holdout import HOLDOUT_FRACTION
 from ml_platform_constructs.runtime.promotion import (DEFAULT_ALPHA, DEFAULT_TOLERANCE, EvidenceError, Judgement,
-                                                      Outcomes, baseline_value, judge_outcomes, model_key,
-                                                      model_version_parameter, quality_baseline_parameter,
+                                                      Ledger, Outcomes, baseline_value, judge_chain, judge_outcomes,
+                                                      model_key, model_version_parameter, quality_baseline_parameter,
                                                       read_outcomes, split_problem)
 from ml_platform_constructs.runtime.quality import Settings as QualitySettings
 from ml_platform_constructs.runtime.quality import parse_baseline
@@ -269,13 +269,46 @@ def update_parameters(cloudformation: Any, stack: dict, values: dict[str, str]) 
 
 
 def judge_evidence(env: EnvironmentConfig, endpoint: EndpointConfig, candidate: Outcomes,
-                   live: Optional[Outcomes], promoted_baseline: str = "") -> Judgement:
+                   live: Optional[Outcomes], promoted_baseline: str = "", alpha: Optional[float] = None) -> Judgement:
+    """The gate at ``alpha`` (default: the endpoint's; a promotion passes its ledger's level)."""
     promotion = endpoint.promotion
+    alpha = promotion.alpha if alpha is None else alpha
     if live is not None:
-        return judge_outcomes(candidate, live, tolerance=promotion.tolerance_points, alpha=promotion.alpha)
+        return judge_outcomes(candidate, live, tolerance=promotion.tolerance_points, alpha=alpha)
     value, examples = configured_baseline(env, endpoint, promoted_baseline)
     return judge_outcomes(candidate, baseline=value, baseline_examples=examples,
-                          tolerance=promotion.tolerance_points, alpha=promotion.alpha)
+                          tolerance=promotion.tolerance_points, alpha=alpha)
+
+
+def ledger_key(env: EnvironmentConfig, endpoint: EndpointConfig) -> str:
+    """Where an endpoint's held-out ledger lives in the environment's dataset bucket."""
+    return f"evaluations/ledger/{env.name}/{endpoint.name}.json"
+
+
+def load_ledger(s3: Any, bucket: str, key: str) -> tuple[Ledger, Optional[str]]:
+    """The ledger and its ETag (None: none yet)."""
+    try:
+        answer = s3.get_object(Bucket=bucket, Key=key)
+    except s3.exceptions.NoSuchKey:
+        return Ledger(), None
+    try:
+        return Ledger.parse(answer["Body"].read().decode()), answer["ETag"]
+    except (ValueError, UnicodeDecodeError) as error:
+        raise PromotionError(f"the held-out ledger s3://{bucket}/{key} is unreadable ({error}): look at it, then "
+                             f"./platform model ledger {key.split('/')[-2]} {key.split('/')[-1][:-5]} --refresh") from None
+
+
+def save_ledger(s3: Any, bucket: str, key: str, ledger: Ledger, etag: Optional[str]) -> None:
+    """A conditional write: of two promotions judging on the same set at once, one records, the other stops."""
+    condition = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
+    try:
+        s3.put_object(Bucket=bucket, Key=key, Body=ledger.to_text().encode(), ContentType="application/json",
+                      **condition)
+    except s3.exceptions.ClientError as error:
+        if error.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict"):
+            raise PromotionError(f"another promotion recorded a judgement in s3://{bucket}/{key} meanwhile: run this "
+                                 "promotion again (it is judged at the ledger's next level)") from None
+        raise
 
 
 @dataclass(frozen=True)
@@ -430,10 +463,40 @@ def promote(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, cl
         raise PromotionError(f"run {run_id}'s model {candidate['model_uri']} is not the object that was evaluated "
                              f"({changed}): evaluate it again (./platform model evaluate {env.name} {endpoint.name} "
                              f"{run_id}), then promote")
+    # The held-out set's ledger: each judgement on it spends alpha / holdout_uses, a spent set is refused, and a
+    # candidate must stay within max_chain_drop_points of the chain's first model (runtime.promotion.Ledger).
+    settings = endpoint.promotion
+    key = ledger_key(env, endpoint)
+    ledger, etag = load_ledger(s3, bucket, key)
+    stamp = now().isoformat(timespec="seconds")
+    if ledger.is_fresh(candidate_outcomes.values):
+        ledger.start(candidate_outcomes.values, stamp,
+                     (live, live_outcomes) if live_record is not None and live_outcomes is not None else None)
+    elif ledger.anchor() is None and live_record is not None and live_outcomes is not None:
+        ledger.set_anchor(live, live_outcomes)
+    if ledger.spent(settings.holdout_uses):
+        raise PromotionError(
+            f"refusing to promote run {run_id} to {endpoint.name} in {env.name}: its held-out set (ids sha256 "
+            f"{str(ledger.state['ids_sha256'])[:12]}) has been judged {len(ledger.uses)} times, its budget "
+            f"(promotion.holdout_uses = {settings.holdout_uses}, each at alpha / {settings.holdout_uses}): judge on "
+            f"fresh held-out examples no model trained on, then ./platform model ledger {env.name} {endpoint.name} "
+            "--refresh")
+    level = ledger.level(settings.alpha, settings.holdout_uses)
     judgement = judge_evidence(env, endpoint, candidate_outcomes, live_outcomes,
-                               baseline[1] if baseline is not None and live_record is None else "")
+                               baseline[1] if baseline is not None and live_record is None else "", alpha=level)
     promoted = judgement.promote
     reason = judgement.reason
+    chain = judge_chain(candidate_outcomes, ledger, live if live_record is not None else None,
+                        max_chain_drop=(settings.max_chain_drop_points if settings.max_chain_drop_points is not None
+                                        else settings.tolerance_points), alpha=level) if promoted else None
+    if chain is not None and not chain.promote:
+        promoted, reason = False, (f"{reason}; but against {ledger.anchor()[0]}, the model this chain of promotions "
+                                   f"started from on these examples: {chain.reason}")
+    ledger.record({"run": run_id, "live": live, "at": stamp, "level": level, "promote": promoted,
+                   "difference": judgement.difference, "bound": judgement.bound, "examples": judgement.examples,
+                   "ids_sha256": candidate_outcomes.digest(),
+                   "chain_bound": None if chain is None else chain.bound})
+    save_ledger(s3, bucket, key, ledger, etag)
     # The judged score, corrected for the gate's own selection (the winner's curse: a candidate promoted because it
     # drew well would hold its healthy successor to a score it cannot keep), becomes the quality check's baseline.
     quality_score = judgement.selection_adjusted if judgement.selection_adjusted is not None else judgement.candidate
@@ -447,6 +510,8 @@ def promote(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, cl
                                        f"baseline ({error})")
     at = now().isoformat(timespec="seconds")
     entry = {**judgement.to_json(), "promote": promoted, "reason": reason, "environment": env.name,
+             "ledger": {"key": key, "use": len(ledger.uses), "of": settings.holdout_uses, "level": level,
+                        "chain": None if chain is None else chain.to_json()},
              "endpoint": endpoint.name, "candidate_run": run_id, "live_version": live,
              "live_run": live if live_record else None, "evidence": where,
              "evidence_manifest": {k: manifest.get(k) for k in ("candidate", "live", "artifacts")}, "at": at,
@@ -592,6 +657,32 @@ def judge_files(args: Any) -> Judgement:
         raise PromotionError(str(error)) from None
 
 
+def ledger(env: EnvironmentConfig, endpoint: EndpointConfig, *, s3: Any, bucket: str, refresh: bool = False,
+           out: Callable[[str], None] = print) -> int:
+    """The endpoint's held-out ledger: its set, the model its chain started from and every judgement; ``refresh``
+    starts a new one (the operator vouches that the next evaluations use held-out examples no model trained on)."""
+    key = ledger_key(env, endpoint)
+    uses = endpoint.promotion.holdout_uses
+    if refresh:
+        s3.delete_object(Bucket=bucket, Key=key)
+        out(f"refreshed: the next judgement starts a new ledger for this endpoint's held-out set ({uses} judgements)")
+        return 0
+    book, _ = load_ledger(s3, bucket, key)
+    if not book.state["ids"]:
+        out(f"no judgement of {endpoint.name} in {env.name} recorded yet (s3://{bucket}/{key})")
+        return 0
+    state, used = book.state, len(book.uses)
+    out(f"held-out set {str(state['ids_sha256'])[:12]} ({len(state['ids'])} examples, since "
+        f"{str(state['started'])[:10]}): {used} of {uses} judgements used{': spent' if used >= uses else ''}")
+    anchor = book.anchor()
+    out(f"  chain started from: {anchor[0] if anchor else 'no live model scored yet'}")
+    for use in book.uses:
+        difference = "n/a" if use.get("difference") is None else f"{use['difference']:+.2f}"
+        out(f"  {str(use['at'])[:16]}  {str(use['run'])[:32]:<32}  level {use['level']:.4g}  difference {difference}  "
+            f"{'promoted' if use['promote'] else 'refused'}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     parser = Parser("./platform model", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -614,6 +705,11 @@ def main(argv: list[str]) -> int:
         sub.add_argument("endpoint")
         sub.add_argument("run_id")
         sub.add_argument("--no-wait", action="store_true", help="start it and return")
+    ledger_parser = commands.add_parser("ledger", help="the held-out set's judgements (each at alpha / holdout_uses)")
+    ledger_parser.add_argument("env")
+    ledger_parser.add_argument("endpoint")
+    ledger_parser.add_argument("--refresh", action="store_true",
+                               help="start a new ledger: the next evaluations use fresh held-out examples")
     status_parser = commands.add_parser("status", help="the declared model version and the endpoint's state")
     status_parser.add_argument("env")
     status_parser.add_argument("endpoint")
@@ -631,6 +727,9 @@ def main(argv: list[str]) -> int:
 
     client = MlflowClient(environment_tracking_uri(env, session))
     cloudformation = session.client("cloudformation")
+    if args.command == "ledger":
+        return ledger(env, endpoint, s3=session.client("s3"), refresh=args.refresh,
+                      bucket=stack_output(cloudformation, f"{env.name}-Data", "DatasetBucketName"))
     if args.command == "status":
         print(status(env, endpoint, client=client, cloudformation=cloudformation, sagemaker=session.client("sagemaker")))
         return 0

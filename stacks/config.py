@@ -169,6 +169,8 @@ class PromotionConfig:
     higher_is_better: bool = True
     evaluate_command: tuple[str, ...] = ()  # the evaluation job's command (ml_platform_job.evaluation's contract)
     queue: Optional[str] = None  # whose evaluation job definition runs it; default: the retraining queue, else the first
+    holdout_uses: int = 5  # judgements one held-out set serves, each at alpha / holdout_uses (runtime.promotion.Ledger)
+    max_chain_drop_points: Optional[float] = None  # how much worse than the chain's first model; None: tolerance_points
 
 
 @dataclass(frozen=True)
@@ -566,7 +568,12 @@ def _promotion(at: str, raw: Any) -> PromotionConfig:
                           "points since 0.5.0 (a paired test on the same held-out examples)",
                           "replace it with tolerance_points = 0.5 (points of accuracy, or percent of the live MAE)")
     _keys(at, raw, required=set(), optional={"metric", "tolerance_points", "alpha", "higher_is_better",
-                                             "evaluate_command", "queue"})
+                                             "evaluate_command", "queue", "holdout_uses", "max_chain_drop_points"})
+    uses = raw.get("holdout_uses", 5)
+    if not isinstance(uses, int) or isinstance(uses, bool) or not 1 <= uses <= 100:
+        raise ConfigError(f"{at}.holdout_uses", uses, "a whole number of judgements from 1 to 100",
+                          "e.g. 5 (each judgement at alpha / 5; refresh the held-out set after 5)")
+    chain = raw.get("max_chain_drop_points")
     higher = raw.get("higher_is_better", True)
     if not isinstance(higher, bool):
         raise ConfigError(f"{at}.higher_is_better", higher, "true or false", "true for accuracy, false for a loss")
@@ -585,7 +592,10 @@ def _promotion(at: str, raw: Any) -> PromotionConfig:
                                    "points of accuracy (or percent of the live MAE) from 0 to under 100", "e.g. 0.5"),
         alpha=_in_range(f"{at}.alpha", raw.get("alpha", 0.05), 0, 0.5, "()",
                         "a one-sided error rate above 0 and under 0.5", "e.g. 0.05 (at most 5% of worse candidates pass)"),
-        higher_is_better=higher, evaluate_command=tuple(command), queue=queue)
+        higher_is_better=higher, evaluate_command=tuple(command), queue=queue, holdout_uses=uses,
+        max_chain_drop_points=None if chain is None else _in_range(
+            f"{at}.max_chain_drop_points", chain, 0, 100, "[)", "points (or percent of the MAE) from 0 to under 100",
+            "e.g. 0.5: a chain of promotions never more than 0.5 points worse than where it started"))
 
 
 def _mlflow(at: str, raw: Any) -> MlflowConfig:

@@ -4,6 +4,7 @@ scored; a rollout SageMaker took back is recorded as such and the parameters put
 lowered by a candidate not judged against the model it replaces; no rollout starts while a rollback alarm fires."""
 
 import hashlib
+import json
 import itertools
 import random
 import shutil
@@ -135,7 +136,11 @@ def evaluated(gate, run_id, live, *, candidate=0.90, reference=0.85, n=2000, aga
     return where
 
 
-def promote(gate, run_id, cloudformation, *, sagemaker=None, cloudwatch=None, lines=None):
+def promote(gate, run_id, cloudformation, *, sagemaker=None, cloudwatch=None, lines=None, ledger=False):
+    """``ledger``: keep the held-out ledger the module's earlier promotions wrote (each test judges afresh by default:
+    the module shares one bucket and one held-out set)."""
+    if not ledger:
+        gate["s3"].delete_object(Bucket="datasets", Key=model_ops.ledger_key(gate["env"], gate["endpoint"]))
     return model_ops.promote(
         gate["env"], gate["endpoint"], run_id, client=gate["client"], cloudformation=cloudformation, s3=gate["s3"],
         sagemaker=sagemaker or SageMaker(f"models/classifier/{run_id}/model.tar.gz", live_key(gate)),
@@ -395,3 +400,37 @@ def test_in_a_versioned_bucket_the_scored_version_is_deployed_even_after_the_key
     assert model_ops.changed_artifact(s3, artifact) is None  # that version is still the scored object
     assert model_ops.copy_scored_model(s3, artifact, "datasets", "models/versioned/model.tar.gz") is None
     assert s3.get_object(Bucket="datasets", Key="models/versioned/model.tar.gz")["Body"].read() == b"scored"
+
+
+# --- one held-out set, judged again and again (issue 36 item 4) ---------------------------------------------------
+
+def test_a_held_out_set_serves_its_budget_of_judgements_each_at_alpha_over_the_budget_then_is_refused(gate):
+    key = model_ops.ledger_key(gate["env"], gate["endpoint"])
+    gate["s3"].delete_object(Bucket="datasets", Key=key)
+    runs = []
+    for step in range(5):
+        run = recorded_run(gate["tmp"], gate["uri"], "again", 0.90, s3=gate["s3"])
+        evaluated(gate, run, gate["live"])
+        runs.append(run)
+        assert promote(gate, run, Serving(live=gate["live"]), ledger=True) == 0
+        assert decisions(gate, run)[-1]["ledger"] == {"key": key, "use": step + 1, "of": 5, "level": 0.01,
+                                                      "chain": None}
+    ledger = json.loads(gate["s3"].get_object(Bucket="datasets", Key=key)["Body"].read())
+    assert [use["run"] for use in ledger["uses"]] == runs and ledger["anchor"]["run"] == gate["live"]
+    sixth = recorded_run(gate["tmp"], gate["uri"], "again", 0.90, s3=gate["s3"])
+    evaluated(gate, sixth, gate["live"])
+    cloudformation = Serving(live=gate["live"])
+    with pytest.raises(SystemExit, match=r"has been judged 5 times, its budget \(promotion.holdout_uses = 5, each at "
+                                         r"alpha / 5\): judge on fresh held-out examples no model trained on, then "
+                                         r"./platform model ledger dev classifier --refresh$"):
+        promote(gate, sixth, cloudformation, ledger=True)
+    assert cloudformation.updates == []
+    lines = []
+    assert model_ops.ledger(gate["env"], gate["endpoint"], s3=gate["s3"], bucket="datasets", out=lines.append) == 0
+    assert lines[0].startswith("held-out set ") and "5 of 5 judgements used: spent" in lines[0]
+    assert all(len(line) <= 100 for line in lines) and len(lines) == 7, lines  # the set, the anchor, five judgements
+    assert model_ops.ledger(gate["env"], gate["endpoint"], s3=gate["s3"], bucket="datasets", refresh=True,
+                            out=lines.append) == 0
+    assert lines[-1] == ("refreshed: the next judgement starts a new ledger for this endpoint's held-out set "
+                         "(5 judgements)")
+    assert promote(gate, sixth, Serving(live=gate["live"]), ledger=True) == 0

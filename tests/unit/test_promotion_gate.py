@@ -283,3 +283,40 @@ def test_a_refused_candidate_has_no_selection_adjusted_score():
     refused = promotion.judge_outcomes(promotion.Outcomes("correct", {f"s{i}": float(i % 5 != 0) for i in range(500)}),
                                        promotion.Outcomes("correct", {f"s{i}": float(i % 20 != 0) for i in range(500)}))
     assert not refused.promote and refused.selection_adjusted is None
+
+
+# --- the held-out ledger -----------------------------------------------------------------------------------------
+
+def outcomes_of(right):
+    return promotion.Outcomes("correct", {f"s{i}": float(r) for i, r in enumerate(right)})
+
+
+def test_a_set_is_fresh_only_when_it_shares_few_examples_with_the_ledgers():
+    ledger = promotion.Ledger()
+    assert ledger.is_fresh([f"s{i}" for i in range(100)])
+    ledger.start([f"s{i}" for i in range(100)], "2026-12-01T00:00:00+00:00")
+    assert not ledger.is_fresh([f"s{i}" for i in range(1000)])  # a bigger set with the old one inside: another look
+    assert not ledger.is_fresh([f"s{i}" for i in range(50)])
+    assert ledger.is_fresh([f"t{i}" for i in range(100)])  # new examples
+    assert ledger.level(0.05, 5) == 0.01 and not ledger.spent(5)
+    for use in range(5):
+        ledger.record({"run": f"r{use}"})
+    assert ledger.spent(5) and promotion.Ledger.parse(ledger.to_text()).state == ledger.state
+
+
+def test_a_candidate_within_the_tolerance_of_the_live_model_but_not_of_the_chains_first_is_refused():
+    """A chain of small losses: the live model is 0.4 points under the anchor, the candidate 0.4 under the live one."""
+    n = 10_000
+    anchor = [i < 9200 for i in range(n)]
+    live = [i < 9160 for i in range(n)]
+    candidate = [i < 9120 for i in range(n)]
+    ledger = promotion.Ledger()
+    ledger.start([f"s{i}" for i in range(n)], "2026-12-01T00:00:00+00:00", ("anchor-run", outcomes_of(anchor)))
+    assert promotion.judge_chain(outcomes_of(candidate), ledger, "anchor-run", max_chain_drop=0.5, alpha=0.01) is None
+    chain = promotion.judge_chain(outcomes_of(candidate), ledger, "live-run", max_chain_drop=0.5, alpha=0.01)
+    assert not chain.promote and chain.difference == pytest.approx(-0.8)
+    fine = promotion.judge_chain(outcomes_of(anchor), ledger, "live-run", max_chain_drop=0.5, alpha=0.01)
+    assert fine.promote  # back where the chain started
+    other = promotion.judge_chain(promotion.Outcomes("correct", {"x": 1.0}), ledger, "live-run", max_chain_drop=0.5,
+                                  alpha=0.01)
+    assert not other.judged and "refresh the held-out ledger" in other.reason

@@ -1,6 +1,7 @@
 """The quality join: captured records decoded as SageMaker writes them, joined with labels, judged against a baseline."""
 
 import base64
+import dataclasses
 import json
 import math
 import random
@@ -467,3 +468,47 @@ def test_the_deployment_checks_verdict_stands_as_one_episode_until_another_versi
     assert monitor.state["last"]["standing"] and monitor.state["last"]["latest_batch"]["decision"] == "alarm"
     fresh = quality.Monitor(monitor.settings, monitor.state, model_version="b")
     assert fresh.state["deployment"]["decision"] == "filling"
+
+
+# Imbalanced classes: a class's recall beside accuracy.
+
+def class_hours(monitor, hours, start, rng, recall, labels_per_hour=200, positive=0.02, negative_accuracy=0.9235):
+    statuses = []
+    for hour in range(hours):
+        now = start + timedelta(hours=hour + 1)
+        batch = quality.Counts()
+        for _ in range(labels_per_hour):
+            if rng.random() < positive:
+                batch.add(0.0 if rng.random() < recall else 1.0, "1")
+            else:
+                batch.add(0.0 if rng.random() < negative_accuracy else 1.0, "0")
+        monitor.add(batch, now)
+        statuses.append(monitor.step(now)["status"])
+    return statuses
+
+
+def test_a_rare_class_that_stops_being_found_alarms_where_accuracy_hardly_moves():
+    """2% positives, recall 0.75 falling to 0: accuracy falls 1.5 points at most, the class's recall by 75."""
+    monitor = quality.Monitor(settings(min_labelled=200, baseline_examples=5000))
+    rng = random.Random(21)
+    assert "alarm" not in class_hours(monitor, 60, START, rng, recall=0.75)
+    statuses = class_hours(monitor, 48, START + timedelta(hours=60), rng, recall=0.0)
+    assert "alarm" in statuses
+    last = monitor.state["last"]
+    assert "recall of class 1" in last["alarmed_by"] and last["classes"]["1"]["recall"] == 0.0
+    # what SignificantShortfall publishes: the class's recall shortfall, in points
+    assert last["check"] == "class recall" and last["shortfall"] == pytest.approx(
+        last["classes"]["1"]["reference_recall"] * 100)
+
+
+def test_class_counts_merge_and_survive_the_state():
+    counts = quality.Counts()
+    for score, label in ((0.0, "1"), (1.0, "1"), (0.0, "0")):
+        counts.add(score, label)
+    assert counts.classes == {"1": [2, 1.0], "0": [1, 0.0]}
+    counts.merge(counts.__class__(1, 0.0, 0.0, {"2": [1, 0.0]}))
+    assert counts.classes == {"1": [2, 1.0], "0": [1, 0.0], "2": [1, 0.0]} and counts.n == 4
+    again = quality.Counts(**json.loads(json.dumps(dataclasses.asdict(counts))))
+    assert again == counts
+    s = settings(problem_type="binary")
+    assert [quality.class_of(s, v) for v in (1, 1.0, "1", " 0 ", "spam")] == ["1", "1", "1", "0", "spam"]

@@ -184,6 +184,7 @@ def gate(tmp_path, mlflow_store, config, monkeypatch):
 
 
 def promote(gate, run_id, cloudformation, lines):
+    gate["s3"].delete_object(Bucket="datasets", Key=model_ops.ledger_key(gate["env"], gate["endpoint"]))
     return model_ops.promote(gate["env"], gate["endpoint"], run_id, client=gate["client"], cloudformation=cloudformation,
                              s3=gate["s3"], sagemaker=SageMaker(run_id), cloudwatch=CloudWatch(),
                              caller="arn:aws:iam::111111111111:user/ops", out=lines.append,

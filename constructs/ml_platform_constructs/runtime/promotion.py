@@ -449,6 +449,102 @@ def _judge_baseline(candidate: Outcomes, baseline: float, baseline_examples: Opt
                      baseline_examples=baseline_examples, ids_sha256=candidate.digest())
 
 
+# --- the held-out set's ledger --------------------------------------------------------------------------------------
+
+DEFAULT_HOLDOUT_USES = 5
+FRESH_OVERLAP = 0.1  # a held-out set sharing less than this share of its ids with the ledger's is a fresh one
+LEDGER_VERSION = 1
+
+
+class Ledger:
+    """Every judgement of an endpoint's candidates on its held-out set (one JSON document; ``./platform model promote``
+    keeps it in the dataset bucket, written with conditional writes).
+
+    The error it guards against is the gate's own, spent again and again: one held-out set judged for candidate
+    after candidate, and a candidate judged again on more examples, each at ``alpha``, promotes a worse model far
+    more often than ``alpha`` (five candidates 0.5 points worse: at least one promoted in 18% of trials). So each
+    judgement on the set is made at ``alpha / uses`` (Bonferroni over a budget of ``uses`` judgements, 5 by default:
+    at most ``alpha`` in all, whatever the candidates), and after ``uses`` judgements the set is spent: the next
+    promotion is refused until the set is refreshed (new held-out examples no model trained on, or ``./platform model
+    ledger ENV ENDPOINT --refresh`` where the operator vouches for it). A set that shares less than FRESH_OVERLAP of
+    its ids with the ledger's is fresh by itself; a bigger set that contains the old one is not (a candidate judged
+    again on more examples is another look).
+
+    A chain of promotions each within the tolerance can still lose more than it in all (0.25 points a step: 19-29% of
+    chains promoted at n = 10,000). The ledger keeps the outcomes of the model the chain started from (the live
+    model at the set's first paired judgement, its ``anchor``) and a candidate must also be shown within
+    ``max_chain_drop`` of it, on the same examples, at the same level."""
+
+    def __init__(self, state: Optional[dict] = None) -> None:
+        self.state = state or {"version": LEDGER_VERSION, "ids_sha256": None, "ids": [], "uses": [], "anchor": None,
+                               "started": None}
+
+    @classmethod
+    def parse(cls, text: Optional[str]) -> "Ledger":
+        if not text:
+            return cls()
+        state = json.loads(text)
+        if not isinstance(state, dict) or state.get("version") != LEDGER_VERSION:
+            raise ValueError("not a held-out ledger of this version")
+        return cls(state)
+
+    def to_text(self) -> str:
+        return json.dumps(self.state, sort_keys=True)
+
+    @property
+    def uses(self) -> list[dict]:
+        return self.state["uses"]
+
+    def is_fresh(self, ids: Iterable[str]) -> bool:
+        """Whether a held-out set of these ids is a new one for this ledger (or the ledger has none yet)."""
+        ids = set(ids)
+        if not self.state["ids"] or not ids:
+            return True
+        return len(ids & set(self.state["ids"])) < FRESH_OVERLAP * len(ids)
+
+    def start(self, ids: Iterable[str], at: str, anchor: Optional[tuple[str, Outcomes]] = None) -> None:
+        """A fresh set: its ids, no uses, and the model the chain starts from (the live model, where it was scored)."""
+        ordered = sorted(ids)
+        self.state.update(ids=ordered, ids_sha256=Outcomes("correct", dict.fromkeys(ordered, 0.0)).digest(),
+                          uses=[], anchor=None, started=at)
+        if anchor is not None:
+            self.set_anchor(*anchor)
+
+    def set_anchor(self, run: str, outcomes: Outcomes) -> None:
+        self.state["anchor"] = {"run": run, "kind": outcomes.kind, "outcomes": dict(outcomes.values)}
+
+    def anchor(self) -> Optional[tuple[str, Outcomes]]:
+        anchor = self.state.get("anchor")
+        return None if not anchor else (anchor["run"], Outcomes(anchor["kind"], anchor["outcomes"]))
+
+    def level(self, alpha: float, uses: int) -> float:
+        """Each judgement's level on this set: ``alpha / uses``."""
+        return alpha / uses
+
+    def spent(self, uses: int) -> bool:
+        return len(self.uses) >= uses
+
+    def record(self, entry: dict) -> None:
+        self.uses.append(entry)
+
+
+def judge_chain(candidate: Outcomes, ledger: Ledger, live_run: Optional[str], *, max_chain_drop: float,
+                alpha: float) -> Optional[Judgement]:
+    """The candidate against the chain's first model on the ledger's examples (None: no anchor, or the anchor is the
+    live model, which the gate has just judged it against)."""
+    anchor = ledger.anchor()
+    if anchor is None or anchor[0] == live_run:
+        return None
+    run, outcomes = anchor
+    shared = set(outcomes.values) & set(candidate.values)
+    if candidate.kind != outcomes.kind or len(shared) < len(outcomes.values):
+        return _not_judged(f"the candidate was not scored on every example the chain's first model ({run}) was: "
+                           "refresh the held-out ledger", candidate.metric, "chain", len(shared), max_chain_drop,
+                           alpha, "live")
+    restricted = Outcomes(candidate.kind, {i: candidate.values[i] for i in outcomes.values})
+    return judge_outcomes(restricted, outcomes, tolerance=max_chain_drop, alpha=alpha)
+
+
 def split_problem(candidate: Optional[Mapping[str, Any]], live: Optional[Mapping[str, Any]]) -> Optional[str]:
     """What makes two runs' held-out splits unfit for a paired judgement, or None. The deterministic split holds an
     id out for every run with the same salt and fraction, so the live model never trained on the candidate's

@@ -275,6 +275,17 @@ def _number(value: Any) -> Optional[float]:
     return number if math.isfinite(number) else None
 
 
+def class_of(settings: Settings, label: Any) -> Optional[str]:
+    """A classifier's true class as the per-class recall counts it (a number as its shortest form: 1, 1.0 and "1" are
+    one class); None for regression."""
+    if settings.problem_type == "regression":
+        return None
+    number = _number(label)
+    if number is not None:
+        return str(int(number)) if number == int(number) else repr(number)
+    return str(label).strip()
+
+
 def scores_of(settings: Settings, predicted: list, labels: list) -> Optional[list[float]]:
     """The scores of one labelled request (one per row), or None when its labels cannot be compared with its
     predictions (a request of n rows needs n labels; a number against a class name)."""
@@ -304,20 +315,30 @@ def _score(settings: Settings, prediction: Any, label: Any) -> Optional[float]:
 @dataclass
 class Counts:
     """Labelled outcomes, summed: ``n`` labels, ``total`` of their scores (wrong predictions, or absolute errors),
-    ``squares`` of the scores (regression's spread)."""
+    ``squares`` of the scores (regression's spread), and for classifiers ``classes``: per true class, ``[labels,
+    wrong]`` (its recall's evidence)."""
     n: int = 0
     total: float = 0.0
     squares: float = 0.0
+    classes: dict = field(default_factory=dict)
 
-    def add(self, score: float) -> None:
+    def add(self, score: float, label_class: Optional[str] = None) -> None:
         self.n += 1
         self.total += score
         self.squares += score * score
+        if label_class is not None:
+            counts = self.classes.setdefault(label_class, [0, 0.0])
+            counts[0] += 1
+            counts[1] += score
 
     def merge(self, other: "Counts") -> None:
         self.n += other.n
         self.total += other.total
         self.squares += other.squares
+        for label_class, (n, wrong) in other.classes.items():
+            counts = self.classes.setdefault(label_class, [0, 0.0])
+            counts[0] += n
+            counts[1] += wrong
 
     def value(self, problem_type: str) -> Optional[float]:
         """Accuracy (a share) or MAE."""
@@ -539,6 +560,34 @@ def judge_batch(settings: Settings, reference: Reference, batch: Counts, hours: 
             "reference_source": reference.source}
 
 
+CLASS_SHARE = 0.2  # of a batch's level, spent on its classes' recalls (Bonferroni over the classes judged)
+MIN_CLASS_LABELS = 20  # a class's recall is judged from this many labels of it in the batch
+MIN_CLASS_REFERENCE = 50  # ... and this many before it
+
+
+def judge_classes(settings: Settings, window: Counts, classes: dict[str, tuple[list, list]], level: float,
+                  hours: float) -> dict:
+    """Each class's recall in a window against its recall before it (Fisher's exact one-sided test, at ``level``
+    each): accuracy hides a class that stops being found (a 2% class whose recall falls from 0.75 to 0 moves accuracy
+    by 1.5 points at most). The judgement, in the batches' form: ``shortfall`` the largest recall shortfall (points)
+    of an alarming class (else of any), ``z`` from the smallest p-value, ``classes`` each one's evidence."""
+    judged, worst = {}, (None, -math.inf, 1.0)
+    for label_class, ((n, wrong), (m, wrong_before)) in classes.items():
+        recall, before = 1 - wrong / n, 1 - wrong_before / m
+        p_value = stats.fisher_lower(round(n - wrong), n, round(m - wrong_before), m)
+        judged[label_class] = {"recall": recall, "reference_recall": before, "labelled": n, "reference_labelled": m,
+                               "p_value": p_value, "decision": "alarm" if p_value <= level else "ok"}
+        shortfall = round((before - recall) * 100, 9)
+        if (p_value <= level, shortfall) > (worst[2] <= level, worst[1]):
+            worst = (label_class, shortfall, p_value)
+    alarmed = sorted(c for c, j in judged.items() if j["decision"] == "alarm")
+    return {"decision": "alarm" if alarmed else "ok", "check": "class recall", "value": window.value(
+                settings.problem_type), "labelled": window.n, "shortfall": worst[1], "p_value": worst[2],
+            "z": stats.z_quantile(1 - min(max(worst[2], 1e-300), 1 - 1e-16)) if worst[2] < 1 else -8.0,
+            "level": level, "batch_hours": hours, "classes": judged,
+            "alarmed_by": [f"recall of class {c}" for c in alarmed], "reference_source": "production"}
+
+
 def settings_key(settings: Settings) -> str:
     """What the Monitor's state depends on besides the model version: a change restarts it."""
     return json.dumps([settings.problem_type, settings.baseline, settings.baseline_examples, settings.reference_labels,
@@ -585,6 +634,12 @@ class Monitor:
         batch = Counts(**self.state["batch"]["counts"])
         batch.merge(counts)
         self.state["batch"]["counts"] = asdict(batch)
+        if counts.classes:
+            if not self.state.get("class_window"):
+                self.state["class_window"] = {"counts": asdict(Counts()), "started": now.isoformat()}
+            window = Counts(**self.state["class_window"]["counts"])
+            window.merge(counts)
+            self.state["class_window"]["counts"] = asdict(window)
         deployment = self.state["deployment"]
         if deployment["started"] is None:
             deployment["started"] = now.isoformat()
@@ -647,6 +702,33 @@ class Monitor:
             return
         self.state["reference"] = asdict(pooled_reference(settings, Reference.of(settings), production))
 
+    def _class_look(self, now: datetime) -> Optional[dict]:
+        """The recall window: this version's labels since the last look, judged per class against every label of the
+        version before it once each class seen has MIN_CLASS_LABELS in it (or the window has run max_batch_hours),
+        then added to that history. Returns the look's judgement when it alarms."""
+        settings, window = self.settings, self.state.get("class_window")
+        if settings.problem_type == "regression" or not window:
+            return None
+        counts = Counts(**window["counts"])
+        history = Counts(**self.state.get("class_history") or asdict(Counts()))
+        hours = (now - datetime.fromisoformat(window["started"])).total_seconds() / 3600 + self.run_hours
+        seen = set(counts.classes) | set(history.classes)
+        if not seen or (any(counts.classes.get(c, [0])[0] < MIN_CLASS_LABELS for c in seen)
+                        and hours < settings.max_batch_hours):
+            return None
+        eligible = {c: (counts.classes[c], history.classes[c]) for c in sorted(seen)
+                    if counts.classes.get(c, [0])[0] >= MIN_CLASS_LABELS
+                    and history.classes.get(c, [0])[0] >= MIN_CLASS_REFERENCE}
+        history.merge(counts)
+        self.state["class_history"], self.state["class_window"] = asdict(history), None
+        if not eligible:
+            return None
+        level = CLASS_SHARE * batches_budget(settings) * max(1.0, hours) / HOURS_90_DAYS / len(seen)
+        result = judge_classes(settings, counts, eligible, level, hours)
+        result.update(at=now.isoformat())
+        self.state["class_last"] = result
+        return result if result["decision"] == "alarm" else None
+
     def _rate(self, batch: Counts, age: float) -> dict:
         """The label rate as measured: over the last closed batch, else over the batch filling (the first since the
         monitor started, whose first hours may precede the first labels' arrival)."""
@@ -677,14 +759,19 @@ class Monitor:
                                   "batch_hours": age, "reason": f"{batch.n} labelled predictions in {age:.0f} h, "
                                                                 f"needs {settings.min_labelled}"}
         elif batch_state and batch.n >= settings.min_labelled:
-            result = judge_batch(settings, reference, batch, age,
-                                 level=None if full else interim_level(settings, self.run_hours))
+            level = batch_level(settings, age) if full else interim_level(settings, self.run_hours)
+            if self.state.get("class_history", {}).get("classes"):
+                level *= 1 - CLASS_SHARE  # the classes' recall windows spend the rest
+            result = judge_batch(settings, reference, batch, age, level=level)
             if full or result["decision"] == "alarm":  # an interim look closes the batch only when it alarms
                 result.update(at=now.isoformat(), power=the_plan.power, detectable_drop=the_plan.detectable_drop,
                               interim=not full)
                 status = result["decision"]
                 self.state["last"] = result
                 full = True
+        class_alarm = self._class_look(now)
+        if class_alarm is not None and status != "alarm":
+            status, self.state["last"] = "alarm", class_alarm
         if self.state["deployment"]["decision"] == "alarm":
             # The deployment check's verdict stands for this version (until another goes live): a batch judged since
             # restates it, with the batch beside it, so the alarm stays in ALARM as one episode instead of returning

@@ -342,8 +342,8 @@ def run(env: dict[str, str], s3: Any, cloudwatch: Any, now: datetime, context: A
                 if scores is None:
                     this_run["unusable_pairs"] += 1
                     continue
-                for score in scores:
-                    counts.add(score)
+                for score, label in zip(scores, labels):
+                    counts.add(score, quality.class_of(settings, label))
                 this_run["labelled"] += len(scores)
             done[key] = upload_hour.isoformat()
             this_run["label_objects_read"] += 1
