@@ -221,3 +221,14 @@ def test_the_functions_code_imports_as_lambda_packages_it(tmp_path, files, modul
     for name in files:
         shutil.copy(resources.files("ml_platform_constructs.runtime") / name, tmp_path / name)
     subprocess.run([sys.executable, "-c", f"import {module}; {module}.handler; {module}.run"], cwd=tmp_path, check=True)
+
+
+def test_labels_too_late_to_join_have_their_own_alarm(built):
+    """What the handler publishes when its sample of unmatched labels is found in older hours (LabelsTooLateShare,
+    only on a run that looked): the alarm keeps its state between looks (missing data ignored)."""
+    template = built[0]
+    template.has_resource_properties("AWS::CloudWatch::Alarm", {
+        "Namespace": "MLPlatform/Quality", "MetricName": "LabelsTooLateShare", "Threshold": 0.05,
+        "ComparisonOperator": "GreaterThanOrEqualToThreshold", "TreatMissingData": "ignore", "EvaluationPeriods": 1,
+        "AlarmDescription": Match.string_like_regexp("came after label_lateness_hours \\(48\\)")})
+    assert built[1]["endpoint"].quality.labels_too_late_alarm.alarm_arn

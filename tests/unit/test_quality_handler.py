@@ -28,7 +28,15 @@ def aws(monkeypatch):
         s3, cloudwatch = boto3.client("s3"), boto3.client("cloudwatch")
         for bucket in ("capture", "datasets"):
             s3.create_bucket(Bucket=bucket)
+        measured_delays(s3, [0, 1000])
         yield s3, cloudwatch
+
+
+def measured_delays(s3, histogram):
+    """The endpoint's label delays as earlier runs measured them (labels by whole hours late): most tests' endpoint
+    has its labels an hour after their predictions, so an hour is complete 4 hours after it ends."""
+    s3.put_object(Bucket="datasets", Key="quality/state/classifier/delays.json",
+                  Body=json.dumps({"delays": histogram}).encode())
 
 
 def put(s3, prefix, hour, name, lines):
@@ -248,7 +256,7 @@ def test_label_files_whose_hours_are_due_but_not_indexed_are_pending(aws):
 
 def test_not_judged_is_published_when_a_batch_closes_without_enough_labels_only(aws):
     s3, cloudwatch = aws
-    env = {**ENV, "MAX_BATCH_HOURS": "6"}
+    env = {**ENV, "MAX_BATCH_HOURS": "6", "LATENESS_HOURS": "1"}  # 20 labels: complete after LATENESS_HOURS
     first_run(s3, cloudwatch, env)
     ids = [f"few{i}" for i in range(20)]
     captured(s3, hours_before(45), ids)
@@ -350,10 +358,16 @@ def test_a_run_stops_saved_before_its_timeout_and_the_next_goes_on(aws):
     context = Context(9 + 2)  # the 9 capture hours due, then 2 label files
     short = quality_handler.run(ENV, s3, cloudwatch, NOW, context)
     assert (short["stopped"], short["labelled"], short["label_objects_pending"]) == ("time", 100, 3)
-    assert state_of(s3)["monitor"]["batch"]["counts"]["n"] == 100  # saved
+    assert joined(state_of(s3)) == 100  # saved (held by prediction hour until its labels are complete)
     rest = quality_handler.run(ENV, s3, cloudwatch, NOW, Context(100))
     assert (rest["stopped"], rest["labelled"], rest["label_objects_pending"]) == (None, 150, 0)
-    assert state_of(s3)["monitor"]["batch"]["counts"]["n"] == 250
+    assert joined(state_of(s3)) == 250
+
+
+def joined(state):
+    """The labelled outcomes a saved state holds: in the batch, and held until their prediction hour is complete."""
+    batch = state["monitor"]["batch"]
+    return (batch["counts"]["n"] if batch else 0) + sum(c["n"] for c in state.get("held", {}).values())
 
 
 def test_the_handler_gives_the_run_its_context(aws, monkeypatch):
@@ -480,3 +494,60 @@ def test_a_healthy_join_publishes_enough_labelled_predictions_per_batch(aws):
     stream(s3, cloudwatch, per_hour=5)
     values = metric(cloudwatch, "LabelledPerBatch", "Minimum")
     assert len(values) == 3 and all(v >= 200 for v in values)
+
+
+# --- labels that come late (issue 36 item 5) ----------------------------------------------------------------------
+
+def test_the_measured_delays_say_when_an_hour_is_complete():
+    assert quality_handler.release_lag([0, 1000], 24) == 1
+    assert quality_handler.release_lag([0, 100], 24) == 24  # too few measured: every label that can still join
+    assert quality_handler.release_lag([0, 920, 0, 0, 0, 0, 80], 24) == 6  # the wrong ones come 6 hours later
+    assert quality_handler.delay_quantiles([0, 920, 0, 0, 0, 0, 80]) == {"p50": 1, "p95": 6, "p99": 6, "max": 6}
+    assert quality_handler.delay_quantiles([0, 0]) == {"p50": None, "p95": None, "p99": None, "max": None}
+
+
+def test_an_hour_is_judged_only_once_its_labels_are_complete_even_when_wrong_ones_come_later(aws):
+    """Right labels an hour after their prediction, wrong ones six hours after: judged as they came, the first
+    hours looked perfect (0.6 measured 0.971 against a true 0.913 and made it the reference). Held until complete, by
+    the lateness until the endpoint's delays are measured, every hour the decision sees is whole: 92 of 100."""
+    s3, cloudwatch = aws
+    s3.delete_object(Bucket="datasets", Key="quality/state/classifier/delays.json")
+    env = {**ENV, "LATENESS_HOURS": "8"}
+    start = NOW - timedelta(hours=40)
+    quality_handler.run(env, s3, cloudwatch, start)
+    seen = []
+    for h in range(1, 40):
+        hour = (start + timedelta(hours=h)).replace(minute=0)
+        if h <= 26:
+            ids = [f"p{h}-{i}" for i in range(100)]
+            captured(s3, hour, ids)
+            labels(s3, hour + timedelta(hours=1), [(i, 1) for i in ids[:92]])
+            put(s3, "ground-truth/classifier/", hour + timedelta(hours=6), f"late-{h}",
+                [label(i, 0) for i in ids[92:]])  # predicted 1, truly 0: wrong, and labelled late
+        summary = quality_handler.run(env, s3, cloudwatch, start + timedelta(hours=h))
+        batch = state_of(s3)["monitor"]["batch"]
+        if batch and batch["counts"]["n"]:
+            seen.append((batch["counts"]["n"], batch["counts"]["total"]))
+    assert seen and all(total == 0.08 * n for n, total in seen)  # whole hours only: 8 wrong in every 100
+    assert summary["release_lag_hours"] == 6 and summary["label_delay_hours"]["p99"] == 6
+
+
+def test_labels_that_come_after_the_lateness_are_found_counted_and_alarmed(aws):
+    """Labels 30 hours after their predictions with label_lateness_hours 24: 0.6 joined none, counted none as lost
+    and alarmed on nothing. A sample of the unmatched labels is looked for in the hours before their window."""
+    s3, cloudwatch = aws
+    first_run(s3, cloudwatch)
+    ids = [f"slow{i}" for i in range(300)]
+    captured(s3, hours_before(40), ids)
+    labels(s3, hours_before(10), [(i, 1) for i in ids])
+    summary = quality_handler.run(ENV, s3, cloudwatch, NOW)
+    assert (summary["labelled"], summary["unmatched_labels"]) == (0, 300)
+    assert summary["too_late"] == {"sampled": 200, "too_late": 200, "share": 1.0, "hours_late": 30.0}
+    assert metric(cloudwatch, "LabelsTooLateShare") == [1.0]
+    quiet = [quality_handler.run(ENV, s3, cloudwatch, NOW + timedelta(hours=h))["too_late"] for h in range(1, 6)]
+    assert quiet == [None] * 5  # it looks every 6 runs
+    never = [f"ghost{i}" for i in range(50)]  # labels of predictions that were never captured are not "late"
+    labels(s3, hours_before(-3), [(i, 1) for i in never])
+    again = quality_handler.run(ENV, s3, cloudwatch, NOW + timedelta(hours=6))
+    assert again["unmatched_labels"] == 50 and again["too_late"] == {"sampled": 50, "too_late": 0, "share": 0.0,
+                                                                      "hours_late": None}

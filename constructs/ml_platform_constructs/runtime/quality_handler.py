@@ -45,6 +45,7 @@ import hashlib
 import json
 import os
 import random
+from dataclasses import asdict
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Optional
 
@@ -61,6 +62,41 @@ CHECKPOINT_FILES = 100  # label files joined between two saves of the state
 HOUR_FORMAT = "%Y/%m/%d/%H"
 RUN_COUNTS = ("records_indexed", "records_skipped", "records_malformed", "labelled", "unmatched_labels",
               "malformed_labels", "unusable_pairs", "label_objects_read", "label_objects_expired")
+COMPLETE_SHARE = 0.99  # a prediction hour is complete once this share of labels (by the measured delays) has come
+MIN_DELAYS = 200  # measured delays before they, not LATENESS_HOURS, say when an hour is complete
+LATE_CHECK_RUNS = 6  # every this many runs, a sample of unmatched labels is looked for in older hours
+LATE_SAMPLE = 200  # unmatched labels looked for, at most
+LATE_LOOKBACK_HOURS = 24  # how far before a label's window they are looked for (the indexes are kept longer)
+
+
+def release_lag(delays: list, lateness: int) -> int:
+    """Hours after a prediction hour that its labels have been uploaded: the COMPLETE_SHARE quantile of the measured
+    delays (upload hour minus prediction hour, of the endpoint's joined labels whose prediction hour's window has
+    closed: a delay measured on an hour still open would be cut short), once MIN_DELAYS are measured; until then,
+    LATENESS_HOURS (every label that can still join)."""
+    total = sum(delays)
+    if total < MIN_DELAYS:
+        return lateness
+    running = 0
+    for hours, count in enumerate(delays):
+        running += count
+        if running >= COMPLETE_SHARE * total:
+            return min(hours, lateness)
+    return lateness
+
+
+def delay_quantiles(delays: list) -> dict:
+    """p50, p95, p99 and the largest of the measured label delays (hours), or None each when none is measured."""
+    total, out = sum(delays), {}
+    for name, share in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99)):
+        running, out[name] = 0, None
+        for hours, count in enumerate(delays):
+            running += count
+            if total and running >= share * total:
+                out[name] = hours
+                break
+    out["max"] = max((h for h, c in enumerate(delays) if c), default=None)
+    return out
 
 
 class Conflict(Exception):
@@ -179,14 +215,14 @@ class PredictionMap:
                 elif seen is not None and seen[0] == hour:
                     del self.by_key[key]
 
-    def find(self, key: str, first: datetime, last: datetime) -> Optional[list]:
-        """The prediction of ``key`` from the latest hour in ``first``..``last``, or None."""
+    def find(self, key: str, first: datetime, last: datetime) -> Optional[tuple[datetime, list]]:
+        """``(hour, prediction)`` of ``key`` from the latest hour in ``first``..``last``, or None."""
         seen = self.by_key.get(key)
         if seen is None:
             return None
         entries = seen if isinstance(seen, list) else [seen]
         inside = [entry for entry in entries if first <= entry[0] <= last]
-        return max(inside, key=lambda entry: entry[0])[1] if inside else None
+        return max(inside, key=lambda entry: entry[0]) if inside else None
 
 
 def join_digest(env: dict, settings: quality.Settings) -> str:
@@ -228,6 +264,7 @@ def run(env: dict[str, str], s3: Any, cloudwatch: Any, now: datetime, context: A
     saved_run = dict(this_run)  # what the saved state holds of this run: all that is published
     try:
         live = _Stored(s3, results_bucket, f"{state_prefix}live.json")
+        delay_store = _Stored(s3, results_bucket, f"{state_prefix}delays.json")  # the endpoint's, across versions
         if (live.value or {}).get("version") != version:
             # A new version goes live (a first deploy, a promotion, a rollback): its predictions from the next hour.
             live.save({"version": version, "since": _hour(now).isoformat()})
@@ -246,6 +283,13 @@ def run(env: dict[str, str], s3: Any, cloudwatch: Any, now: datetime, context: A
         state = {"since": live.value["since"], "floor": live.value["since"], "indexed": [], "labels_done": {}}
     if state.get("join") != digest:
         state.update(join=digest, indexed=[])  # predictions read another way: index afresh (labels done stay done)
+    # Label delays measured (a histogram by whole hours), outcomes held by prediction hour until it is complete, and
+    # the latest hour released (labels of an hour released before come straight in).
+    measured = list((delay_store.value or {}).get("delays") or [])
+    delays = measured[:lateness] + [sum(measured[lateness:])] + [0] * (lateness - len(measured))
+    hour_delays = {h: list(v) for h, v in (state.get("hour_delays") or {}).items()}  # hours whose window is open
+    held = {h: quality.Counts(**c) for h, c in (state.get("held") or {}).items()}
+    released_through = state.get("released_through")
     since = datetime.fromisoformat(state["since"]) + timedelta(hours=1)  # a rollout takes minutes
     # Never below the previous floor: a longer lateness would list label files that were joined and pruned.
     previous_floor = datetime.fromisoformat(state["floor"])
@@ -257,7 +301,8 @@ def run(env: dict[str, str], s3: Any, cloudwatch: Any, now: datetime, context: A
 
     def checkpoint() -> None:
         state.update(indexed=sorted(indexed), labels_done=done, monitor=monitor.state, floor=floor.isoformat(),
-                     last_run=now.isoformat())
+                     last_run=now.isoformat(), hour_delays=hour_delays,
+                     held={h: asdict(c) for h, c in held.items()}, released_through=released_through)
         stored.save(state)
         saved_run.update(this_run)
 
@@ -304,6 +349,9 @@ def run(env: dict[str, str], s3: Any, cloudwatch: Any, now: datetime, context: A
                                                                  floor, _hour(now)) if key not in done]
         counts, label_budget = quality.Counts(), int(env["MAX_LABELS"])
         pending = waiting = since_checkpoint = 0
+        unmatched_sample: list[tuple[str, datetime, datetime]] = []  # (key, window's first hour, upload hour)
+        sampler = random.Random(now.isoformat())
+        seen_unmatched = 0
         for upload_hour, key in label_files:
             first = max(upload_hour - timedelta(hours=lateness), floor, since)
             hours = []
@@ -334,16 +382,31 @@ def run(env: dict[str, str], s3: Any, cloudwatch: Any, now: datetime, context: A
                 join.add_label_line(line)
             this_run["malformed_labels"] += join.malformed_labels
             for label_key, labels in join.labels.items():
-                predicted = predictions.find(label_key, first, upload_hour) if hours else None
-                if predicted is None:
+                found = predictions.find(label_key, first, upload_hour) if hours else None
+                if found is None:
                     this_run["unmatched_labels"] += 1
+                    seen_unmatched += 1  # a reservoir sample of them, looked for in older hours below
+                    if len(unmatched_sample) < LATE_SAMPLE:
+                        unmatched_sample.append((label_key, first, upload_hour))
+                    elif sampler.random() < LATE_SAMPLE / seen_unmatched:
+                        unmatched_sample[sampler.randrange(LATE_SAMPLE)] = (label_key, first, upload_hour)
                     continue
+                predicted_hour, predicted = found
                 scores = quality.scores_of(settings, predicted, labels)
                 if scores is None:
                     this_run["unusable_pairs"] += 1
                     continue
+                delay = int((upload_hour - predicted_hour).total_seconds() // 3600)
+                histogram = hour_delays.setdefault(predicted_hour.isoformat(), [0] * (lateness + 1))
+                histogram[min(max(delay, 0), len(histogram) - 1)] += len(scores)
+                # Held by the prediction's hour until that hour's labels are complete (release_lag), unless it was
+                # released already: an hour judged on its early labels alone is biased when late labels differ.
+                if released_through is not None and predicted_hour.isoformat() <= released_through:
+                    target = counts
+                else:
+                    target = held.setdefault(predicted_hour.isoformat(), quality.Counts())
                 for score, label in zip(scores, labels):
-                    counts.add(score, quality.class_of(settings, label))
+                    target.add(score, quality.class_of(settings, label))
                 this_run["labelled"] += len(scores)
             done[key] = upload_hour.isoformat()
             this_run["label_objects_read"] += 1
@@ -353,14 +416,36 @@ def run(env: dict[str, str], s3: Any, cloudwatch: Any, now: datetime, context: A
                 counts, since_checkpoint = quality.Counts(), 0
                 checkpoint()
 
-        # 3. The decision.
+        # 3. Hours whose labels are complete go to the decision; a sample of the labels that joined nothing is looked
+        # for in the hours before their window (too late to join: counted and alarmed, never silently unmatched).
+        closed = (_hour(now) - timedelta(hours=lateness + INDEX_DELAY_HOURS + 1)).isoformat()
+        folded = False
+        for hour in sorted(h for h in hour_delays if h <= closed):  # no label of it can join any more
+            for delay, count in enumerate(hour_delays.pop(hour)):
+                delays[min(delay, lateness)] += count
+            folded = True
+        if folded:
+            delay_store.save({"delays": delays})
+        lag = release_lag(delays, lateness)
+        # A label uploaded ``lag`` hours after its prediction joins once its upload hour is indexed (INDEX_DELAY_HOURS
+        # after it ends): the hour is complete then.
+        complete_through = (_hour(now) - timedelta(hours=lag + INDEX_DELAY_HOURS + 1)).isoformat()
+        for hour in sorted(h for h in held if h <= complete_through):
+            counts.merge(held.pop(hour))
+        if released_through is None or complete_through > released_through:
+            released_through = complete_through
+        late = _too_late(state, unmatched_sample, lambda hour: (_read_json(
+            s3, results_bucket, f"{index_prefix}{hour:{HOUR_FORMAT}}.json") or {}).get("predictions", {}), clock)
         monitor.add(counts, now)
         decision = monitor.step(now)
         checkpoint()
     except Conflict as conflict:
         return _stopped_by(conflict, env, now, version, saved_run, cloudwatch)
+    quantiles = delay_quantiles(delays)
     summary = {"endpoint": env["ENDPOINT_NAME"], "at": now.isoformat(), "model_version": version,
                "metric": settings.metric, **this_run, "label_objects_pending": pending,
+               "label_delay_hours": quantiles, "release_lag_hours": lag,
+               "labels_held": sum(c.n for c in held.values()), "too_late": late,
                "label_objects_waiting": waiting, "capture_hours_pending": hours_pending, "stopped": stopped,
                "version_restarted": restarted, "labelled_per_batch": _labelled_per_batch(settings, decision, lateness),
                **decision}
@@ -373,6 +458,36 @@ def run(env: dict[str, str], s3: Any, cloudwatch: Any, now: datetime, context: A
                       "shortfall": last.get("shortfall"), "z": last.get("z"), "pending": pending,
                       "stopped": stopped}))
     return summary
+
+
+def _too_late(state: dict, sample: list, load: Callable[[datetime], dict], clock: "_Clock") -> Optional[dict]:
+    """Every LATE_CHECK_RUNS runs: the sampled unmatched labels looked for in the LATE_LOOKBACK_HOURS before their
+    window. One found there was predicted, and labelled after LATENESS_HOURS: too late to join. ``{"sampled",
+    "too_late", "share", "hours_late"}`` (the largest delay found), or None on a run that does not look."""
+    state["late_check_in"] = state.get("late_check_in", 0) - 1
+    if state["late_check_in"] > 0 or not sample or clock.out_of_time():
+        return None
+    state["late_check_in"] = LATE_CHECK_RUNS
+    older = PredictionMap(load)
+    hours = sorted({first - timedelta(hours=back) for _, first, _ in sample
+                    for back in range(1, LATE_LOOKBACK_HOURS + 1)})[-2 * LATE_LOOKBACK_HOURS:]
+    for hour in hours:
+        if clock.out_of_time():
+            return None
+        older.add(hour)
+    found = [(upload, older.find(key, first - timedelta(hours=LATE_LOOKBACK_HOURS), first - timedelta(hours=1)))
+             for key, first, upload in sample]
+    late = [(upload - entry[0]).total_seconds() / 3600 for upload, entry in found if entry is not None]
+    return {"sampled": len(sample), "too_late": len(late), "share": len(late) / len(sample),
+            "hours_late": max(late, default=None)}
+
+
+def _too_late_share(summary: dict) -> Optional[float]:
+    """The share of this run's labels that came too late to join (estimated from the sample), or None."""
+    late, total = summary.get("too_late"), summary["labelled"] + summary["unmatched_labels"]
+    if not late or not total:
+        return None
+    return late["share"] * summary["unmatched_labels"] / total
 
 
 def _stopped_by(conflict: Conflict, env: dict, now: datetime, version: str, saved_run: dict,
@@ -434,6 +549,11 @@ def _publish(cloudwatch: Any, namespace: str, endpoint: str, settings: quality.S
         data.append(datum("LabelledPerBatch", summary["labelled_per_batch"], "Count"))
     if plan["detectable_drop"] is not None:
         data.append(datum("DetectableDrop", plan["detectable_drop"]))
+    if summary["label_delay_hours"]["p95"] is not None:
+        data.append(datum("LabelDelayP95Hours", summary["label_delay_hours"]["p95"]))
+    late = _too_late_share(summary)
+    if late is not None:  # only on a run that looked: the alarm keeps its state in between (missing data ignored)
+        data.append(datum("LabelsTooLateShare", late))
     last = summary["last"]
     # QualityJudged: 0 only when a batch closed unjudged (a batch closes at max_batch_hours at the latest); 1 after a
     # recent judgement; nothing while a version's first batch fills (after a deploy or a promotion: not yet due).

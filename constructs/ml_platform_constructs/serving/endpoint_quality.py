@@ -35,6 +35,7 @@ from ..foundation.runtime_function import runtime_function
 
 QUALITY_NAMESPACE = "MLPlatform/Quality"
 GROUND_TRUTH_PREFIX = "ground-truth/"
+LABELS_TOO_LATE_SHARE = 0.05  # of a run's labels, estimated too late to join: the too-late alarm's threshold
 # The quality check's code: the handler and what it imports (in Lambda, each sits at the top of the package).
 FUNCTION_FILES = ("capture.py", "quality.py", "quality_handler.py", "stats.py")
 # A dotted path of keys, list indexes and '*', or a CSV column index (Model Monitor's InferenceAttribute).
@@ -168,7 +169,8 @@ class EndpointQuality(Construct):
 
     Attributes: ``.function`` (main child ``Resource``), ``.rule``, ``.alarm`` (a batch significantly under the
     reference), ``.not_judged_alarm``, ``.labels_backlog_alarm``, ``.labels_lost_alarm`` (malformed or expired
-    labels), ``.labels_starved_alarm`` (too few labels for any batch to be judged), ``.check_failing_alarm``,
+    labels), ``.labels_starved_alarm`` (too few labels for any batch to be judged), ``.labels_too_late_alarm``
+    (labels that came after ``label_lateness`` and joined nothing), ``.check_failing_alarm``,
     ``.labels_prefix``, ``.results_prefix``, ``.state_prefix``,
     ``.baseline_parameter`` (or None).
     """
@@ -329,13 +331,24 @@ class EndpointQuality(Construct):
                               "requests (./platform labels upload), check that callers pass InferenceId and that "
                               "labels name it (UnmatchedLabels), or raise max_records_per_run if captures are "
                               "sampled (CaptureRecordsSkipped)")
+        # Labels that came after label_lateness_hours join nothing: a sample of the unmatched ones is looked for in
+        # the hours before their window every 6 runs (LabelsTooLateShare: the share of the run's labels estimated too
+        # late; published only by a run that looked, so the alarm keeps its state in between).
+        self.labels_too_late_alarm = self._metric("LabelsTooLateShare", "Maximum").create_alarm(
+            self, "LabelsTooLateAlarm", threshold=LABELS_TOO_LATE_SHARE, evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.IGNORE,
+            alarm_description=f"{endpoint_name}: {LABELS_TOO_LATE_SHARE:.0%} or more of the labels came after "
+                              f"label_lateness_hours ({int(settings.label_lateness.to_hours())}) and joined nothing: "
+                              "raise label_lateness_hours beyond the delays the results show (too_late.hours_late, "
+                              "label_delay_hours), up to 168")
         self.check_failing_alarm = self.function.metric_errors(period=Duration.hours(1)).create_alarm(
             self, "CheckFailingAlarm", threshold=1, evaluation_periods=1,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             alarm_description=f"{endpoint_name}: the quality check fails (its logs say why)")
         for alarm in (self.alarm, self.not_judged_alarm, self.labels_backlog_alarm, self.labels_lost_alarm,
-                      self.labels_starved_alarm, self.check_failing_alarm):
+                      self.labels_starved_alarm, self.labels_too_late_alarm, self.check_failing_alarm):
             alarm.add_alarm_action(notify)
 
     def _metric(self, name: str, statistic: str) -> cloudwatch.Metric:
