@@ -250,7 +250,7 @@ def test_the_whole_table_and_its_verdict(deployment):
 
 def test_up_shows_the_emulators_gaps_in_one_line_as_expected_with_the_table(deployment):
     assert up.emulator_lines(deployment, "logs/emulator-report.txt") == [
-        "Emulator: dev deployed to moto, 5 stacks CREATE_COMPLETE as reported; of 193 resources 110 as declared, 17 not "
+        "Emulator: dev deployed to moto, 5 stacks CREATE_COMPLETE as reported; of 194 resources 110 as declared, 17 not "
         "read back",
         "  15 PARTIAL, 52 NOT CREATED: expected (moto skips those types and settings); each in logs/emulator-report.txt"]
 
