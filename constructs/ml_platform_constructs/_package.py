@@ -53,7 +53,7 @@ MOVED = {
 
 # The job side (what runs inside a training container) left the runtime room for its own distribution, which installs
 # without aws-cdk-lib: the old paths import the new modules, with a warning, for one release.
-JOB_SIDE_MOVED_IN, JOB_SIDE_REMOVED_IN = "0.7.0", "0.8.0"
+JOB_SIDE_MOVED_IN, JOB_SIDE_REMOVED_IN = "0.7.0", "0.9.0"  # kept one release longer in 0.8.0
 JOB_PACKAGE = "ml_platform_job"
 MOVED_TO_JOB_SIDE = {
     "runtime.benchmark": "benchmark",

@@ -60,4 +60,4 @@ def test_the_old_path_imports_the_new_module_with_a_warning(old):
     assert module is importlib.import_module(f"ml_platform_job.{MOVED_TO_JOB_SIDE[old]}")
     [warning] = [w for w in caught if issubclass(w.category, DeprecationWarning)]
     assert str(warning.message) == (f"{name} moved to ml_platform_job.{MOVED_TO_JOB_SIDE[old]} in 0.7.0; import it "
-                                    "from there (the old path is removed in 0.8.0)")
+                                    "from there (the old path is removed in 0.9.0)")
