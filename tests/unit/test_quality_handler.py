@@ -551,3 +551,19 @@ def test_labels_that_come_after_the_lateness_are_found_counted_and_alarmed(aws):
     again = quality_handler.run(ENV, s3, cloudwatch, NOW + timedelta(hours=6))
     assert again["unmatched_labels"] == 50 and again["too_late"] == {"sampled": 50, "too_late": 0, "share": 0.0,
                                                                       "hours_late": None}
+
+
+def test_outcomes_held_when_a_version_stops_serving_are_released_when_it_serves_again(aws):
+    """Held until their hour is complete, a version's outcomes must survive a promotion and a rollback to it."""
+    s3, cloudwatch = aws
+    measured_delays(s3, [0, 0, 0, 0, 0, 1000])  # labels 5 hours late: an hour is complete 9 hours after it ends
+    first_run(s3, cloudwatch)
+    ids = [f"held{i}" for i in range(300)]
+    captured(s3, hours_before(44), ids)
+    labels(s3, hours_before(43), [(i, 1) for i in ids])
+    joined_now = quality_handler.run(ENV, s3, cloudwatch, NOW - timedelta(hours=40))  # hour 44 not complete yet
+    assert joined_now["labelled"] == 300 and joined_now["labels_held"] == 300
+    quality_handler.run({**ENV, "MODEL_VERSION": "v2"}, s3, cloudwatch, NOW - timedelta(hours=39))
+    back = quality_handler.run(ENV, s3, cloudwatch, NOW)
+    assert back["version_restarted"] and back["labels_held"] == 0
+    assert joined(state_of(s3, "v1")) == 300  # in the batch now, not lost

@@ -280,7 +280,9 @@ def run(env: dict[str, str], s3: Any, cloudwatch: Any, now: datetime, context: A
         # paused for the hours it was not live.
         if state.get("last_run"):
             monitor.resume(now - datetime.fromisoformat(state["last_run"]))
-        state = {"since": live.value["since"], "floor": live.value["since"], "indexed": [], "labels_done": {}}
+        # Outcomes held from its earlier live period (their hours long complete) are released, not dropped.
+        state = {"since": live.value["since"], "floor": live.value["since"], "indexed": [], "labels_done": {},
+                 "held": state.get("held") or {}, "released_through": state.get("released_through")}
     if state.get("join") != digest:
         state.update(join=digest, indexed=[])  # predictions read another way: index afresh (labels done stay done)
     # Label delays measured (a histogram by whole hours), outcomes held by prediction hour until it is complete, and
