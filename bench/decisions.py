@@ -12,11 +12,22 @@ latest) and exits 1 when a target is missed.
   2,000 paired examples with 10% disagreement: at least 90%. Beside it, 0.4.0's point-estimate gate.
 - Production quality (runtime.quality.Monitor, what the scheduled check runs every hour): a healthy 0.92 model whose
   reference was itself measured on n examples (its noise drawn anew each trial), over 90 days at several label rates:
-  at most 1 false alarm per 90 days; a 1.5-point drop at 1,000 labels an hour against a reference of 10,000: caught
-  within 48 hours in at least 90% of trials; the delay at other rates and reference sizes.
-- Drift (runtime.drift_handler.check on capture records): windows from the training distribution, 10 features,
-  every window size: at most 1% of checks alarm; a 0.65-SD mean shift (true PSI about 0.4) in one of 10 features at
-  1,000 records: at least 95%. Beside it, 0.4.0's PSI-only rule.
+  at most 0.25 false alarms per 90 days; a 1.5-point drop at 1,000 labels an hour against a reference of 10,000:
+  caught within 48 hours in at least 90% of trials; the delay at other rates and reference sizes.
+- Deployment: a version 1.5 points worse from its first label (held-out 5,000): caught within 48 hours at 1,000 labels
+  an hour, within 7 days at 200, in at least 90% of trials; a healthy model deployed once, on the default path (the
+  held-out baseline, then the pooled reference): at most 0.25 alarms per 90 days.
+- Selection: the winner's curse of a promoted candidate's score, and a healthy model's alarms after a promotion
+  (selection-adjusted baseline) against without one: the same within Monte Carlo error.
+- Ledger: five candidates 0.5 points worse on one held-out set promote at most 5% in all; a chain of promotions
+  each 0.25 points worse ends 0.5 points under where it started at most 5% of the time.
+- Classes: a 2% class whose recall falls from 0.75 to 0 caught within 48 hours at 200 labels an hour in at least
+  90% of trials; a healthy classifier at most 0.25 alarms per 90 days.
+- Drift over time (runtime.drift.decide on the windows runtime.drift_handler reads: the newest hours first up to
+  10,000 rows and 24 hours; bin counts drawn exactly up to 200 values a draw, by the normal approximation above):
+  90 days of hourly checks, 5 to 20 features, 100 to 100,000 rows an hour, with no drift and with a shift under the
+  threshold (0.5 SD): at most 0.25 false alarms per 90 days; a 0.65-SD shift (true PSI about 0.4): caught in at least
+  90% of checks from 5,000 values a window, and of the checks a day after it from 1,000 rows an hour.
 - Feature watch: skewed features without drift (at most 1% alarm), and a broken join caught.
 """
 
@@ -242,7 +253,7 @@ def bench_quality(table: Table, rng: random.Random, trials: int, quick: bool = F
         mean = sum(episodes) / runs * HOURS_90_DAYS / healthy_hours
         table.add("quality", f"healthy model, {labels_per_hour:,} labels/h, reference of {reference:,} ({runs} x 90 "
                   "days)", f"{mean:.2f} alarms/90 days; {sum(1 for e in episodes if e) / runs:.0%} of models alarm "
-                  "at all", "<= 1 per 90 days", mean <= 1)
+                  "at all", "<= 0.25 per 90 days", mean <= 0.25)
         runs = max(5, trials)
         delays = [monitor_trial(rng, labels_per_hour=labels_per_hour, reference_examples=reference, hours=24 * 9,
                                 drop_at=24 * 2, draws=draws)[1] for _ in range(runs)]
@@ -268,7 +279,7 @@ def bench_quality(table: Table, rng: random.Random, trials: int, quick: bool = F
                               draws=draws, reference_labels=10_000)[0] for _ in range(runs)]
     mean = sum(episodes) / runs * HOURS_90_DAYS / healthy_hours
     table.add("quality", f"healthy model, 1,000 labels/h, held-out 5,000 then production 10,000 ({runs} x 90 days)",
-              f"{mean:.2f} alarms/90 days", "<= 1 per 90 days", mean <= 1)
+              f"{mean:.2f} alarms/90 days", "<= 0.25 per 90 days", mean <= 0.25)
 
 
 def bench_deployment(table: Table, rng: random.Random, trials: int, quick: bool = False) -> None:

@@ -18,10 +18,11 @@ def test_the_quick_bench_prints_every_decision_against_its_target(capsys):
     bench = load()
     assert bench.main(["--quick", "--seed", "1"]) == 0
     table = capsys.readouterr().out
-    for decision, target in (("promotion", "<= 5%"), ("promotion", ">= 90%"), ("quality", "<= 1 per 90 days"),
+    for decision, target in (("promotion", "<= 5%"), ("promotion", ">= 90%"), ("promotion ledger", "<= 5%"),
                              ("quality", ">= 90% within 48 h"), ("quality", "<= 0.25 per 90 days"),
                              ("drift over time", "<= 0.25 per 90 days"), ("drift", ">= 90%"),
-                             ("feature watch", "<= 1%")):
+                             ("feature watch", "<= 1%"), ("quality, per class", ">= 90% within 48 h"),
+                             ("promotion baseline", "same as without a promotion")):
         assert any(row.startswith(f"| {decision} |") and f"| {target} |" in row for row in table.splitlines()), \
             (decision, target)
 
