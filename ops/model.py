@@ -304,8 +304,12 @@ def save_ledger(s3: Any, bucket: str, key: str, ledger: Ledger, etag: Optional[s
     try:
         s3.put_object(Bucket=bucket, Key=key, Body=ledger.to_text().encode(), ContentType="application/json",
                       **condition)
+    except s3.exceptions.NoSuchKey:  # IfMatch on a ledger a --refresh deleted meanwhile
+        raise PromotionError(f"the held-out ledger s3://{bucket}/{key} was refreshed meanwhile: run this promotion "
+                             "again") from None
     except s3.exceptions.ClientError as error:
-        if error.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict"):
+        if error.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict",
+                                                          "NoSuchKey"):
             raise PromotionError(f"another promotion recorded a judgement in s3://{bucket}/{key} meanwhile: run this "
                                  "promotion again (it is judged at the ledger's next level)") from None
         raise
@@ -492,11 +496,12 @@ def promote(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, cl
     if chain is not None and not chain.promote:
         promoted, reason = False, (f"{reason}; but against {ledger.anchor()[0]}, the model this chain of promotions "
                                    f"started from on these examples: {chain.reason}")
-    ledger.record({"run": run_id, "live": live, "at": stamp, "level": level, "promote": promoted,
-                   "difference": judgement.difference, "bound": judgement.bound, "examples": judgement.examples,
-                   "ids_sha256": candidate_outcomes.digest(),
-                   "chain_bound": None if chain is None else chain.bound})
-    save_ledger(s3, bucket, key, ledger, etag)
+    if judgement.judged:  # a judgement that did not test (too few examples, other ids) spends nothing
+        ledger.record({"run": run_id, "live": live, "at": stamp, "level": level, "promote": promoted,
+                       "difference": judgement.difference, "bound": judgement.bound, "examples": judgement.examples,
+                       "ids_sha256": candidate_outcomes.digest(),
+                       "chain_bound": None if chain is None else chain.bound}, candidate_outcomes.values)
+        save_ledger(s3, bucket, key, ledger, etag)
     # The judged score, corrected for the gate's own selection (the winner's curse: a candidate promoted because it
     # drew well would hold its healthy successor to a score it cannot keep), becomes the quality check's baseline.
     quality_score = judgement.selection_adjusted if judgement.selection_adjusted is not None else judgement.candidate
@@ -663,13 +668,17 @@ def ledger(env: EnvironmentConfig, endpoint: EndpointConfig, *, s3: Any, bucket:
     starts a new one (the operator vouches that the next evaluations use held-out examples no model trained on)."""
     key = ledger_key(env, endpoint)
     uses = endpoint.promotion.holdout_uses
+    book, _ = load_ledger(s3, bucket, key)
     if refresh:
+        if not book.state["ids"]:
+            out(f"no ledger of {endpoint.name} in {env.name} yet: nothing to refresh")
+            return 0
         s3.delete_object(Bucket=bucket, Key=key)
         out(f"refreshed: the next judgement starts a new ledger for this endpoint's held-out set ({uses} judgements)")
         return 0
-    book, _ = load_ledger(s3, bucket, key)
     if not book.state["ids"]:
-        out(f"no judgement of {endpoint.name} in {env.name} recorded yet (s3://{bucket}/{key})")
+        out(f"no judgement of {endpoint.name} in {env.name} recorded yet")
+        out(f"  (its ledger: {key} in the dataset bucket)")
         return 0
     state, used = book.state, len(book.uses)
     out(f"held-out set {str(state['ids_sha256'])[:12]} ({len(state['ids'])} examples, since "

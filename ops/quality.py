@@ -14,19 +14,28 @@ long as these labels did (--labels-per-hour; default: all of them in one day). -
 matched, unmatched_labels, unmatched_predictions, the reference (baseline, baseline_examples), decision (ok, alarm or
 not_judged), shortfall, z, p_value and the plan (the batch a drop of max_drop needs at that rate), with the other
 counts the function stores.
+
+  ./platform quality acknowledge ENV ENDPOINT --reason TEXT
+
+The deployment check's verdict on the live version (worse than its held-out score) stands, one alarm episode, until
+another version goes live. An operator who has looked and keeps the version acknowledges it: the verdict is recorded
+with who, when and why, the alarm returns to OK at the next run, and the batches go on judging the version against
+its held-out score (it never becomes its own reference).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from ml_platform_constructs.runtime.quality import Settings, check_files
 
-from ops.aws_access import environment
+from ops.aws_access import environment, session_for
 from ops.cli import Parser
+from ops.dataset import stack_output
 from ops.labels import quality_endpoint
 from stacks import config as platform_config
 
@@ -63,6 +72,48 @@ def describe(name: str, result: dict) -> str:
             f"{result['malformed_labels']} labels)\n{judged}: {result['decision'].upper()}")
 
 
+def acknowledge(env: platform_config.EnvironmentConfig, endpoint: str, *, s3: Any, bucket: str, reason: str,
+                caller: str, now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+                out: Callable[[str], None] = print) -> int:
+    """Marks the live version's standing deployment-check verdict acknowledged (a conditional write: a run of the
+    check that saved meanwhile makes this say "run it again")."""
+    name = f"{env.project}-{env.name}-{endpoint}"
+    prefix = f"quality/state/{name}/"
+
+    def read(key: str) -> tuple[Optional[dict], Optional[str]]:
+        try:
+            answer = s3.get_object(Bucket=bucket, Key=key)
+        except s3.exceptions.NoSuchKey:
+            return None, None
+        return json.loads(answer["Body"].read()), answer["ETag"]
+
+    live, _ = read(f"{prefix}live.json")
+    if not live:
+        raise SystemExit(f"error: {name}'s quality check has not run yet: nothing to acknowledge")
+    key = f"{prefix}state/{live['version']}/monitor.json"
+    state, etag = read(key)
+    deployment = ((state or {}).get("monitor") or {}).get("deployment") or {}
+    if deployment.get("decision") != "alarm":
+        out(f"{name}: version {live['version']} has no deployment-check verdict standing "
+            f"({deployment.get('decision', 'nothing judged yet')}): nothing to acknowledge")
+        return 0
+    monitor = state["monitor"]
+    deployment.update(decision="acknowledged", acknowledged={"by": caller, "at": now().isoformat(timespec="seconds"),
+                                                             "reason": reason})
+    monitor["last"] = (monitor.get("last") or {}).get("latest_batch")
+    try:
+        s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(state).encode(), IfMatch=etag)
+    except s3.exceptions.ClientError as error:
+        if error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") in (409, 412):
+            raise SystemExit(f"error: {name}'s quality check saved its state meanwhile: run this again") from None
+        raise
+    last = deployment.get("last") or {}
+    out(f"{name}: acknowledged the deployment check's verdict on version {live['version']} "
+        f"({last.get('value', 0):.4g} against the held-out {last.get('reference', 0):.4g}); the alarm returns to OK "
+        "at the next run, and batches go on against the held-out score")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     parser = Parser("./platform quality", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -76,8 +127,18 @@ def main(argv: list[str]) -> int:
     check.add_argument("--labels-per-hour", type=float, metavar="R",
                        help="the labels' rate: the batch's length, and so its critical value (default: a day)")
     check.add_argument("--json", action="store_true")
+    ack = commands.add_parser("acknowledge", help="accept the live version after the deployment check found it worse")
+    ack.add_argument("env")
+    ack.add_argument("endpoint")
+    ack.add_argument("--reason", required=True, help="why the version stays (recorded)")
     args = parser.parse_args(argv)
     env = environment(args.env)
+    if args.command == "acknowledge":
+        quality_endpoint(env, args.endpoint)
+        session = session_for(env)
+        bucket = stack_output(session.client("cloudformation"), f"{env.name}-Data", "DatasetBucketName")
+        return acknowledge(env, args.endpoint, s3=session.client("s3"), bucket=bucket, reason=args.reason,
+                           caller=session.client("sts").get_caller_identity()["Arn"])
     endpoint = quality_endpoint(env, args.endpoint)
     if args.baseline_n is not None and (args.baseline is None or args.baseline_n < 1):
         raise SystemExit(f"error: --baseline-n {args.baseline_n}: the examples --baseline was measured on, 1 or more, "

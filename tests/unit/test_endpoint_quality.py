@@ -73,8 +73,9 @@ def test_the_quality_alarm_watches_the_latest_judged_batch(built):
         "AlarmActions": [{"Ref": Match.string_like_regexp("^Alerts")}],
         "AlarmDescription": Match.string_like_regexp("accuracy of a judged batch significantly under the reference "
                                                      "\\(designed to catch a drop of 1.5 points with 90% power\\) "
-                                                     "against the baseline 0.92, then the first 10000 production "
-                                                     "labels; a healthy model alarms about 0.25 times in 90 days")})
+                                                     "against the baseline 0.92, then pooled with 10000 or more "
+                                                     "production labels once the deployment check has passed; a "
+                                                     "healthy model alarms about 0.25 times in 90 days")})
 
 
 def test_not_judged_and_a_label_backlog_have_their_own_alarms(built):

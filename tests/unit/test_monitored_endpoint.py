@@ -233,7 +233,7 @@ def test_target_tracking_on_invocations_per_instance(built):
 
 def test_dashboard_shows_traffic_latency_errors_and_drift_per_feature(built):
     body = json.dumps(resource(built[0], "AWS::CloudWatch::Dashboard"))
-    for fragment in ("Invocations", "Model latency", "5xx error rate", "max PSI, significant PSI (alarms) and KL", "PSI per feature", "SEARCH("):
+    for fragment in ("Invocations", "Model latency", "5xx error rate", "max PSI, its lower bound (alarms), significant PSI, KL", "PSI per feature", "SEARCH("):
         assert fragment in body
 
 

@@ -298,6 +298,10 @@ def test_a_set_is_fresh_only_when_it_shares_few_examples_with_the_ledgers():
     assert not ledger.is_fresh([f"s{i}" for i in range(1000)])  # a bigger set with the old one inside: another look
     assert not ledger.is_fresh([f"s{i}" for i in range(50)])
     assert ledger.is_fresh([f"t{i}" for i in range(100)])  # new examples
+    ledger.record({"run": "on the superset"}, [f"s{i}" for i in range(1000)])
+    assert not ledger.is_fresh([f"s{i}" for i in range(100, 1000)])  # judged already: kept, not fresh
+    assert not ledger.is_fresh([f"s{i}" for i in range(100_000)])  # ten times bigger, the old inside: another look
+    ledger.state["uses"].clear()
     assert ledger.level(0.05, 5) == 0.01 and not ledger.spent(5)
     for use in range(5):
         ledger.record({"run": f"r{use}"})

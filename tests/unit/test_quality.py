@@ -512,3 +512,16 @@ def test_class_counts_merge_and_survive_the_state():
     assert again == counts
     s = settings(problem_type="binary")
     assert [quality.class_of(s, v) for v in (1, 1.0, "1", " 0 ", "spam")] == ["1", "1", "1", "0", "spam"]
+
+
+def test_a_production_reference_adopted_by_0_7_is_pooled_with_the_held_out_examples():
+    s = settings(min_labelled=200, baseline_examples=5000)
+    old = {"model_version": "static", "settings": quality.settings_key(s), "batch": None,
+           "production": {"n": 10_000, "total": 700.0, "squares": 700.0}, "reference": {
+               "value": 0.93, "examples": 10_000, "source": "production", "spread": None},
+           "reference_rejected": None, "last": None, "previous_rate": None, "previous_hours": None,
+           "paused_hours": 0.0}
+    monitor = quality.Monitor(s, old)
+    assert monitor.reference() == quality.Reference((9300 + 0.92 * 5000) / 15_000, 15_000, "production")
+    again = quality.Monitor(s, json.loads(json.dumps(monitor.state)))
+    assert again.reference() == monitor.reference()  # once

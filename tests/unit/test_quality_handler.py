@@ -567,3 +567,68 @@ def test_outcomes_held_when_a_version_stops_serving_are_released_when_it_serves_
     back = quality_handler.run(ENV, s3, cloudwatch, NOW)
     assert back["version_restarted"] and back["labels_held"] == 0
     assert joined(state_of(s3, "v1")) == 300  # in the batch now, not lost
+
+
+def test_labels_of_the_previous_versions_predictions_are_not_counted_as_late(aws):
+    """After a promotion, labels of the old version's predictions join nothing by design: they are not "too late"
+    (counting them made the too-late alarm fire after every promotion)."""
+    s3, cloudwatch = aws
+    first_run(s3, cloudwatch)
+    ids = [f"old{i}" for i in range(100)]
+    captured(s3, hours_before(30), ids)
+    quality_handler.run({**ENV, "MODEL_VERSION": "v2"}, s3, cloudwatch, NOW - timedelta(hours=20))
+    labels(s3, hours_before(10), [(i, 1) for i in ids])  # 20 hours late: within the lateness, for v1
+    summary = quality_handler.run({**ENV, "MODEL_VERSION": "v2"}, s3, cloudwatch, NOW)
+    assert summary["unmatched_labels"] == 100 and summary["too_late"]["too_late"] == 0
+
+
+def test_an_hour_is_not_released_while_a_label_file_that_may_hold_its_labels_waits(aws):
+    s3, cloudwatch = aws
+    first_run(s3, cloudwatch)
+    ids = [f"w{i}" for i in range(200)]
+    captured(s3, hours_before(10), ids)
+    labels(s3, hours_before(9), [(i, 1) for i in ids[:100]])
+    put(s3, "ground-truth/classifier/", hours_before(9), "labels-second", [label(i, 0) for i in ids[100:]])
+    env = {**ENV, "MAX_LABELS": "100"}  # the second file waits for the next run
+    held = quality_handler.run(env, s3, cloudwatch, NOW)
+    assert (held["labelled"], held["label_objects_pending"], held["labels_held"]) == (100, 1, 100)
+    released = quality_handler.run(env, s3, cloudwatch, NOW + timedelta(hours=1))
+    assert (released["labelled"], released["labels_held"]) == (100, 0)
+    last = state_of(s3)["monitor"]["last"]  # the hour judged whole, its wrong labels with its right ones
+    assert (released["status"], last["labelled"], last["value"]) == ("alarm", 200, 0.5)
+
+
+def test_an_operator_acknowledges_a_standing_deployment_verdict_and_the_alarm_returns_to_ok(aws):
+    """A version the deployment check found worse stays in alarm until another goes live; an operator who keeps it
+    acknowledges the verdict (recorded), the quality alarm's metric returns to 0, and batches go on."""
+    from ops import quality as quality_command
+    from stacks import config as platform_config
+
+    s3, cloudwatch = aws
+    env = {**ENV, "ENDPOINT_NAME": "ml-platform-dev-classifier", "STATE_PREFIX":
+           "quality/state/ml-platform-dev-classifier/", "REFERENCE_LABELS": "10000", "BASELINE_EXAMPLES": "5000"}
+    s3.copy_object(Bucket="datasets", Key="quality/state/ml-platform-dev-classifier/delays.json",
+                   CopySource={"Bucket": "datasets", "Key": "quality/state/classifier/delays.json"})
+    quality_handler.run(env, s3, cloudwatch, NOW - timedelta(hours=48))
+    ids = [f"worse{i}" for i in range(1000)]
+    captured(s3, hours_before(40), ids)
+    labels(s3, hours_before(39), [(i, 1 if k % 250 < 219 else 0) for k, i in enumerate(ids)])  # 87.6% right
+    alarm = quality_handler.run(env, s3, cloudwatch, NOW - timedelta(hours=30))
+    assert alarm["status"] == "alarm" and alarm["last"]["check"] == "deployment"
+    config = platform_config.load()
+    lines = []
+    assert quality_command.acknowledge(config.environments["dev"], "classifier", s3=s3, bucket="datasets",
+                                       reason="known: seasonal", caller="arn:aws:iam::111111111111:user/ops",
+                                       out=lines.append) == 0
+    assert lines[0].startswith("ml-platform-dev-classifier: acknowledged the deployment check's verdict")
+    after = quality_handler.run(env, s3, cloudwatch, NOW - timedelta(hours=29))
+    assert after["deployment"]["decision"] == "acknowledged" and after["status"] != "alarm"
+    points = cloudwatch.get_metric_statistics(
+        Namespace="MLPlatform/Quality", MetricName="SignificantShortfall", Statistics=["Maximum"], Period=3600,
+        Dimensions=[{"Name": "EndpointName", "Value": "ml-platform-dev-classifier"}],
+        StartTime=NOW - timedelta(days=3), EndTime=NOW)["Datapoints"]
+    assert [p["Maximum"] for p in sorted(points, key=lambda p: p["Timestamp"])][-2:] == [pytest.approx(4.4), 0.0]
+    again = []
+    quality_command.acknowledge(config.environments["dev"], "classifier", s3=s3, bucket="datasets", reason="x",
+                                caller="me", out=again.append)
+    assert "nothing to acknowledge" in again[0]

@@ -466,9 +466,9 @@ class Ledger:
     judgement on the set is made at ``alpha / uses`` (Bonferroni over a budget of ``uses`` judgements, 5 by default:
     at most ``alpha`` in all, whatever the candidates), and after ``uses`` judgements the set is spent: the next
     promotion is refused until the set is refreshed (new held-out examples no model trained on, or ``./platform model
-    ledger ENV ENDPOINT --refresh`` where the operator vouches for it). A set that shares less than FRESH_OVERLAP of
-    its ids with the ledger's is fresh by itself; a bigger set that contains the old one is not (a candidate judged
-    again on more examples is another look).
+    ledger ENV ENDPOINT --refresh`` where the operator vouches for it). The ledger keeps every id judged since it
+    started; a set that shares less than FRESH_OVERLAP of the smaller of the two is fresh by itself; a bigger set that
+    contains the old one is not (a candidate judged again on more examples is another look), nor is a part of it.
 
     A chain of promotions each within the tolerance can still lose more than it in all (0.25 points a step: 19-29% of
     chains promoted at n = 10,000). The ledger keeps the outcomes of the model the chain started from (the live
@@ -496,11 +496,12 @@ class Ledger:
         return self.state["uses"]
 
     def is_fresh(self, ids: Iterable[str]) -> bool:
-        """Whether a held-out set of these ids is a new one for this ledger (or the ledger has none yet)."""
-        ids = set(ids)
-        if not self.state["ids"] or not ids:
+        """Whether a held-out set of these ids is a new one for this ledger (or the ledger has none yet): it shares
+        less than FRESH_OVERLAP of the smaller of it and the ids judged so far."""
+        ids, judged = set(ids), set(self.state["ids"])
+        if not judged or not ids:
             return True
-        return len(ids & set(self.state["ids"])) < FRESH_OVERLAP * len(ids)
+        return len(ids & judged) < FRESH_OVERLAP * min(len(ids), len(judged))
 
     def start(self, ids: Iterable[str], at: str, anchor: Optional[tuple[str, Outcomes]] = None) -> None:
         """A fresh set: its ids, no uses, and the model the chain starts from (the live model, where it was scored)."""
@@ -524,8 +525,10 @@ class Ledger:
     def spent(self, uses: int) -> bool:
         return len(self.uses) >= uses
 
-    def record(self, entry: dict) -> None:
+    def record(self, entry: dict, ids: Iterable[str] = ()) -> None:
+        """A judgement on the set, and the ids it was made on (kept: every id judged since the ledger started)."""
         self.uses.append(entry)
+        self.state["ids"] = sorted(set(self.state["ids"]) | set(ids))
 
 
 def judge_chain(candidate: Outcomes, ledger: Ledger, live_run: Optional[str], *, max_chain_drop: float,

@@ -610,6 +610,11 @@ class Monitor:
             state = {"model_version": model_version, "settings": key, "batch": None, "production": asdict(Counts()),
                      "reference": None, "reference_rejected": None, "last": None, "previous_rate": None,
                      "previous_hours": None, "paused_hours": 0.0}
+        if "deployment" not in state and (state.get("reference") or {}).get("source") == "production":
+            # 0.7 adopted production labels alone, chosen because they looked good enough (biased upward): pooled
+            # with the held-out examples, the reference no longer depends on that choice.
+            state["reference"] = asdict(pooled_reference(settings, Reference.of(settings),
+                                                         Counts(**state["production"])))
         state.setdefault("deployment", {"looks_done": 0, "decision": "filling", "last": None, "started": None,
                                         "live_hours": 0.0})
         self.state = state
@@ -773,7 +778,8 @@ class Monitor:
         if class_alarm is not None and status != "alarm":
             status, self.state["last"] = "alarm", class_alarm
         if self.state["deployment"]["decision"] == "alarm":
-            # The deployment check's verdict stands for this version (until another goes live): a batch judged since
+            # The deployment check's verdict stands for this version (until another goes live, or an operator
+            # acknowledges it: ./platform quality acknowledge, decision "acknowledged"): a batch judged since
             # restates it, with the batch beside it, so the alarm stays in ALARM as one episode instead of returning
             # to OK and firing again on the next batch against the same held-out score.
             if deployment_alarm is not None or status in ("ok", "alarm", "not_judged"):

@@ -67,6 +67,7 @@ MIN_DELAYS = 200  # measured delays before they, not LATENESS_HOURS, say when an
 LATE_CHECK_RUNS = 6  # every this many runs, a sample of unmatched labels is looked for in older hours
 LATE_SAMPLE = 200  # unmatched labels looked for, at most
 LATE_LOOKBACK_HOURS = 24  # how far before a label's window they are looked for (the indexes are kept longer)
+DELAY_DECAY = 0.995  # the measured delays' weight per prediction hour folded in: a half-life of about 6 days
 
 
 def release_lag(delays: list, lateness: int) -> int:
@@ -282,7 +283,8 @@ def run(env: dict[str, str], s3: Any, cloudwatch: Any, now: datetime, context: A
             monitor.resume(now - datetime.fromisoformat(state["last_run"]))
         # Outcomes held from its earlier live period (their hours long complete) are released, not dropped.
         state = {"since": live.value["since"], "floor": live.value["since"], "indexed": [], "labels_done": {},
-                 "held": state.get("held") or {}, "released_through": state.get("released_through")}
+                 "held": state.get("held") or {}, "released_through": state.get("released_through"),
+                 "hour_delays": state.get("hour_delays") or {}}
     if state.get("join") != digest:
         state.update(join=digest, indexed=[])  # predictions read another way: index afresh (labels done stay done)
     # Label delays measured (a histogram by whole hours), outcomes held by prediction hour until it is complete, and
@@ -352,6 +354,7 @@ def run(env: dict[str, str], s3: Any, cloudwatch: Any, now: datetime, context: A
         counts, label_budget = quality.Counts(), int(env["MAX_LABELS"])
         pending = waiting = since_checkpoint = 0
         unmatched_sample: list[tuple[str, datetime, datetime]] = []  # (key, window's first hour, upload hour)
+        unjoined: Optional[datetime] = None  # the oldest upload hour of a label file left for a later run
         sampler = random.Random(now.isoformat())
         seen_unmatched = 0
         for upload_hour, key in label_files:
@@ -362,6 +365,8 @@ def run(env: dict[str, str], s3: Any, cloudwatch: Any, now: datetime, context: A
                 hours.append(hour)
                 hour -= timedelta(hours=1)
             missing = [h for h in hours if h.isoformat() not in indexed]
+            # Left for a later run (below): no hour its labels may be for is released before it joins.
+            later = upload_hour if unjoined is None else min(unjoined, upload_hour)
             if missing:
                 # Waiting for an hour that is not due yet is the normal course; for one that is due, the index is
                 # behind.
@@ -369,12 +374,13 @@ def run(env: dict[str, str], s3: Any, cloudwatch: Any, now: datetime, context: A
                     pending += 1
                 else:
                     waiting += 1
+                unjoined = later
                 continue
             if stopped or this_run["labelled"] + this_run["unmatched_labels"] >= label_budget:
-                pending += 1
+                pending, unjoined = pending + 1, later
                 continue
             if clock.out_of_time():
-                stopped, pending = "time", pending + 1
+                stopped, pending, unjoined = "time", pending + 1, later
                 continue
             predictions.release(first)
             for hour in hours:
@@ -421,26 +427,37 @@ def run(env: dict[str, str], s3: Any, cloudwatch: Any, now: datetime, context: A
         # 3. Hours whose labels are complete go to the decision; a sample of the labels that joined nothing is looked
         # for in the hours before their window (too late to join: counted and alarmed, never silently unmatched).
         closed = (_hour(now) - timedelta(hours=lateness + INDEX_DELAY_HOURS + 1)).isoformat()
-        folded = False
-        for hour in sorted(h for h in hour_delays if h <= closed):  # no label of it can join any more
-            for delay, count in enumerate(hour_delays.pop(hour)):
-                delays[min(delay, lateness)] += count
-            folded = True
+        folded = sorted(h for h in hour_delays if h <= closed and (unjoined is None or h < (
+            unjoined - timedelta(hours=lateness)).isoformat()))  # no label of it can join any more
         if folded:
-            delay_store.save({"delays": delays})
+            delays = [count * DELAY_DECAY ** len(folded) for count in delays]  # recent hours weigh more
+            for hour in folded:
+                for delay, count in enumerate(hour_delays.pop(hour)):
+                    delays[min(delay, lateness)] += count
         lag = release_lag(delays, lateness)
         # A label uploaded ``lag`` hours after its prediction joins once its upload hour is indexed (INDEX_DELAY_HOURS
-        # after it ends): the hour is complete then.
-        complete_through = (_hour(now) - timedelta(hours=lag + INDEX_DELAY_HOURS + 1)).isoformat()
+        # after it ends): the hour is complete then, unless a label file that may hold its labels is still unjoined.
+        complete = _hour(now) - timedelta(hours=lag + INDEX_DELAY_HOURS + 1)
+        if unjoined is not None:
+            complete = min(complete, unjoined - timedelta(hours=lag + 1))
+        complete_through = complete.isoformat()
         for hour in sorted(h for h in held if h <= complete_through):
             counts.merge(held.pop(hour))
         if released_through is None or complete_through > released_through:
             released_through = complete_through
-        late = _too_late(state, unmatched_sample, lambda hour: (_read_json(
-            s3, results_bucket, f"{index_prefix}{hour:{HOUR_FORMAT}}.json") or {}).get("predictions", {}), clock)
         monitor.add(counts, now)
         decision = monitor.step(now)
         checkpoint()
+        if folded:  # after the state that no longer holds them: a conflict above folds nothing twice
+            try:
+                delay_store.save({"delays": delays})
+            except Conflict:
+                pass  # another run measured meanwhile: these hours' delays are not counted (never twice)
+        predictions = None  # the join's map, before the look loads older hours
+        late = _too_late(state, unmatched_sample, lambda hour: (_read_json(
+            s3, results_bucket, f"{index_prefix}{hour:{HOUR_FORMAT}}.json") or {}).get("predictions", {}), clock,
+            since=since, lateness=lateness, save=checkpoint)
+        checkpoint()  # the next look's schedule
     except Conflict as conflict:
         return _stopped_by(conflict, env, now, version, saved_run, cloudwatch)
     quantiles = delay_quantiles(delays)
@@ -462,24 +479,34 @@ def run(env: dict[str, str], s3: Any, cloudwatch: Any, now: datetime, context: A
     return summary
 
 
-def _too_late(state: dict, sample: list, load: Callable[[datetime], dict], clock: "_Clock") -> Optional[dict]:
-    """Every LATE_CHECK_RUNS runs: the sampled unmatched labels looked for in the LATE_LOOKBACK_HOURS before their
-    window. One found there was predicted, and labelled after LATENESS_HOURS: too late to join. ``{"sampled",
+def _too_late(state: dict, sample: list, load: Callable[[datetime], dict], clock: "_Clock", *, since: datetime,
+              lateness: int, save: Callable[[], None]) -> Optional[dict]:
+    """Every LATE_CHECK_RUNS runs: the sampled unmatched labels looked for among this version's predictions of the
+    LATE_LOOKBACK_HOURS before the earliest hour they could join (upload hour - LATENESS_HOURS). One found there was
+    predicted, and labelled after LATENESS_HOURS: too late to join (a label of the previous version's predictions, or
+    one a floor cut off, is not). Only the sampled keys of each older hour are kept, one hour at a time, and the
+    next look is scheduled (saved) before the first load, so a run that dies looking costs one run. ``{"sampled",
     "too_late", "share", "hours_late"}`` (the largest delay found), or None on a run that does not look."""
     state["late_check_in"] = state.get("late_check_in", 0) - 1
     if state["late_check_in"] > 0 or not sample or clock.out_of_time():
         return None
     state["late_check_in"] = LATE_CHECK_RUNS
-    older = PredictionMap(load)
-    hours = sorted({first - timedelta(hours=back) for _, first, _ in sample
-                    for back in range(1, LATE_LOOKBACK_HOURS + 1)})[-2 * LATE_LOOKBACK_HOURS:]
+    save()
+    windows = {key: (max(since, upload - timedelta(hours=lateness + LATE_LOOKBACK_HOURS)),
+                     upload - timedelta(hours=lateness + 1), upload) for key, _, upload in sample}
+    hours = sorted({first + timedelta(hours=k) for first, last, _ in windows.values()
+                    for k in range(int((last - first).total_seconds() // 3600) + 1)})[-2 * LATE_LOOKBACK_HOURS:]
+    wanted = set(windows)
+    older = PredictionMap(lambda hour: {k: v for k, v in load(hour).items() if k in wanted})
     for hour in hours:
         if clock.out_of_time():
             return None
         older.add(hour)
-    found = [(upload, older.find(key, first - timedelta(hours=LATE_LOOKBACK_HOURS), first - timedelta(hours=1)))
-             for key, first, upload in sample]
-    late = [(upload - entry[0]).total_seconds() / 3600 for upload, entry in found if entry is not None]
+    late = []
+    for key, (first, last, upload) in windows.items():
+        entry = older.find(key, first, last) if first <= last else None
+        if entry is not None:
+            late.append((upload - entry[0]).total_seconds() / 3600)
     return {"sampled": len(sample), "too_late": len(late), "share": len(late) / len(sample),
             "hours_late": max(late, default=None)}
 

@@ -272,10 +272,10 @@ class EndpointQuality(Construct):
         below = (f"under the reference (designed to catch a drop of {settings.max_drop:g} points"
                  if settings.problem_type != "regression" else
                  f"over the reference (designed to catch a rise of {settings.max_drop:g}%")
-        baseline = (f"the promoted model's {holdout_metric(settings.problem_type)}, then the first "
-                    f"{settings.reference_labels} production labels" if promoted_baseline else
-                    f"the baseline {settings.baseline:g}" + (f", then the first {settings.reference_labels} production "
-                                                             "labels" if settings.reference_labels else ""))
+        pooled = (f", then pooled with {settings.reference_labels} or more production labels once the deployment check "
+                  "has passed" if settings.reference_labels else "")
+        baseline = (f"the promoted model's {holdout_metric(settings.problem_type)} (selection-adjusted){pooled}"
+                    if promoted_baseline else f"the baseline {settings.baseline:g}{pooled}")
         # Every run republishes the latest judged batch's SignificantShortfall (0 when it was fine), so the alarm
         # changes state once per judged batch; a version (or settings) with nothing judged yet publishes 0, so a
         # promotion releases the previous version's alarm (missing data would keep it).

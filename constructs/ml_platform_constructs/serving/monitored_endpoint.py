@@ -704,8 +704,9 @@ class MonitoredEndpoint(Construct):
         # what it combines can change without touching what listens to it. No actions of its own: its child notifies.
         alarms["drift"] = cloudwatch.CompositeAlarm(
             self, "DriftAlarm", alarm_rule=cloudwatch.AlarmRule.any_of(alarms["psi"]),
-            alarm_description=f"{self.endpoint_name}: input drift (a significant shift with PSI of at least "
-                              f"{psi_threshold:g}), one state change per episode (RetrainOnDrift listens to it)")
+            alarm_description=f"{self.endpoint_name}: input drift (a significant shift whose bias-corrected PSI is at "
+                              f"least {psi_threshold:g} beyond its noise), one state change per episode (RetrainOnDrift "
+                              "listens to it)")
         return alarms
 
     def _dashboard(self, schedule: Duration) -> cloudwatch.Dashboard:
@@ -716,8 +717,9 @@ class MonitoredEndpoint(Construct):
              cloudwatch.GraphWidget(title="Model latency (microseconds)", width=12,
                                     left=[self.metric_model_latency(s) for s in ("p50", "p90", "p99")])],
             [cloudwatch.GraphWidget(title="5xx error rate", left=[self.metric_5xx_error_rate()], width=12),
-             cloudwatch.GraphWidget(title="Drift: max PSI, significant PSI (alarms) and KL over features", width=12,
+             cloudwatch.GraphWidget(title="Drift: max PSI, its lower bound (alarms), significant PSI, KL", width=12,
                                     left=[self.metric_drift("MaxPSI", schedule),
+                                          self.metric_drift("PSILowerBound", schedule),
                                           self.metric_drift("SignificantPSI", schedule),
                                           self.metric_drift("MaxKL", schedule)],
                                     right=[self.metric_drift("FeaturesNotJudged", schedule)])],
