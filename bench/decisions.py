@@ -215,6 +215,24 @@ def bench_regressors(table: Table, rng: random.Random, trials: int, quick: bool 
 
 # --- production quality ---------------------------------------------------------------------------------------
 
+class Episodes:
+    """From each run's status: false-alarm episodes before a drop (an alarm after a run that was not one), and the
+    hours from the drop to the first alarm after it. A filling run keeps the alarm's state (the last judgement)."""
+
+    def __init__(self, drop_at: int | None) -> None:
+        self.drop_at, self.episodes, self.delay, self.alarming = drop_at, 0, None, False
+
+    def see(self, status: str, hour: int) -> None:
+        if status == "filling":
+            return
+        if status == "alarm" and not self.alarming:
+            if self.drop_at is None or hour < self.drop_at:
+                self.episodes += 1
+            elif self.delay is None:
+                self.delay = hour - self.drop_at + 1
+        self.alarming = status == "alarm"
+
+
 def monitor_trial(rng: random.Random, *, labels_per_hour: int, reference_examples: int, hours: int,
                   drop_at: int | None, draws: dict, reference_labels: int = 0,
                   hold_hours: int = 0) -> tuple[int, int | None]:
@@ -223,8 +241,7 @@ def monitor_trial(rng: random.Random, *, labels_per_hour: int, reference_example
     held_out = draws[("ref", reference_examples)].draw(rng) / reference_examples
     settings = quality.Settings(problem_type="binary", baseline=held_out, baseline_examples=reference_examples,
                                 min_labelled=200, reference_labels=reference_labels)
-    monitor = quality.Monitor(settings)
-    episodes, delay, alarming = 0, None, False
+    monitor, seen = quality.Monitor(settings), Episodes(drop_at)
     held: list[quality.Counts] = []
     for hour in range(hours):
         now = START + timedelta(hours=hour + 1)
@@ -232,16 +249,8 @@ def monitor_trial(rng: random.Random, *, labels_per_hour: int, reference_example
         wrong = float(labels_per_hour - draws[("hour", dropped)].draw(rng))
         held.append(quality.Counts(labels_per_hour, wrong, wrong))  # 0/1 scores: squares = total
         monitor.add(held.pop(0) if len(held) > hold_hours else quality.Counts(), now)
-        status = monitor.step(now)["status"]
-        if status == "filling":
-            continue  # the alarm keeps the last judged batch's state
-        if status == "alarm" and not alarming:
-            if not dropped:
-                episodes += 1
-            elif delay is None:
-                delay = hour - drop_at + 1
-        alarming = status == "alarm"
-    return episodes, delay
+        seen.see(monitor.step(now)["status"], hour)
+    return seen.episodes, seen.delay
 
 
 def bench_quality(table: Table, rng: random.Random, trials: int, quick: bool = False) -> None:
@@ -345,17 +354,13 @@ def healthy_episodes(rng: random.Random, baseline: float, examples: int, labels_
     """False-alarm episodes of a healthy 0.92 model held to ``baseline`` (measured on ``examples``) over ``hours``."""
     settings = quality.Settings(problem_type="binary", baseline=baseline, baseline_examples=examples,
                                 min_labelled=200, baseline_source="promotion")
-    monitor, episodes, alarming = quality.Monitor(settings), 0, False
+    monitor, seen = quality.Monitor(settings), Episodes(None)
     for hour in range(hours):
         now = START + timedelta(hours=hour + 1)
         wrong = float(labels_per_hour - hourly.draw(rng))
         monitor.add(quality.Counts(labels_per_hour, wrong, wrong), now)
-        status = monitor.step(now)["status"]
-        if status == "filling":
-            continue
-        episodes += status == "alarm" and not alarming
-        alarming = status == "alarm"
-    return episodes
+        seen.see(monitor.step(now)["status"], hour)
+    return seen.episodes
 
 
 def bench_selection(table: Table, rng: random.Random, trials: int, quick: bool = False) -> None:
@@ -464,7 +469,7 @@ def class_trial(rng: random.Random, *, hours: int, drop_at: int | None, labels_p
     held_out = sum(1 for _ in range(5000) if rng.random() < 0.92) / 5000
     monitor = quality.Monitor(quality.Settings(problem_type="binary", baseline=held_out, baseline_examples=5000,
                                                min_labelled=200))
-    episodes, delay, alarming = 0, None, False
+    seen = Episodes(drop_at)
     for hour in range(hours):
         now = START + timedelta(hours=hour + 1)
         dropped = drop_at is not None and hour >= drop_at
@@ -475,16 +480,8 @@ def class_trial(rng: random.Random, *, hours: int, drop_at: int | None, labels_p
             else:
                 counts.add(0.0 if rng.random() < negative_accuracy else 1.0, "0")
         monitor.add(counts, now)
-        status = monitor.step(now)["status"]
-        if status == "filling":
-            continue
-        if status == "alarm" and not alarming:
-            if not dropped:
-                episodes += 1
-            elif delay is None:
-                delay = hour - drop_at + 1
-        alarming = status == "alarm"
-    return episodes, delay
+        seen.see(monitor.step(now)["status"], hour)
+    return seen.episodes, seen.delay
 
 
 def bench_classes(table: Table, rng: random.Random, trials: int, quick: bool = False) -> None:
