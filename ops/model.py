@@ -299,7 +299,9 @@ def load_ledger(s3: Any, bucket: str, key: str) -> tuple[Ledger, Optional[str]]:
 
 
 def save_ledger(s3: Any, bucket: str, key: str, ledger: Ledger, etag: Optional[str]) -> None:
-    """A conditional write: of two promotions judging on the same set at once, one records, the other stops."""
+    """A conditional write: of two promotions judging on the same set at once, one records, the other stops (S3
+    answers 412 PreconditionFailed, or 409 ConditionalRequestConflict to two writes at once, and 404 NoSuchKey to
+    IfMatch on an object deleted meanwhile: https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html)."""
     condition = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
     try:
         s3.put_object(Bucket=bucket, Key=key, Body=ledger.to_text().encode(), ContentType="application/json",
