@@ -670,14 +670,18 @@ def ledger(env: EnvironmentConfig, endpoint: EndpointConfig, *, s3: Any, bucket:
     starts a new one (the operator vouches that the next evaluations use held-out examples no model trained on)."""
     key = ledger_key(env, endpoint)
     uses = endpoint.promotion.holdout_uses
-    book, _ = load_ledger(s3, bucket, key)
-    if refresh:
-        if not book.state["ids"]:
+    if refresh:  # whatever the ledger holds, readable or not
+        try:
+            s3.head_object(Bucket=bucket, Key=key)
+        except s3.exceptions.ClientError as error:
+            if error.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
+                raise
             out(f"no ledger of {endpoint.name} in {env.name} yet: nothing to refresh")
             return 0
         s3.delete_object(Bucket=bucket, Key=key)
         out(f"refreshed: the next judgement starts a new ledger for this endpoint's held-out set ({uses} judgements)")
         return 0
+    book, _ = load_ledger(s3, bucket, key)
     if not book.state["ids"]:
         out(f"no judgement of {endpoint.name} in {env.name} recorded yet")
         out(f"  (its ledger: {key} in the dataset bucket)")

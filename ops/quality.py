@@ -19,8 +19,9 @@ counts the function stores.
 
 The deployment check's verdict on the live version (worse than its held-out score) stands, one alarm episode, until
 another version goes live. An operator who has looked and keeps the version acknowledges it: the verdict is recorded
-with who, when and why, the alarm returns to OK at the next run, and the batches go on judging the version against
-its held-out score (it never becomes its own reference).
+with who, when and why, the alarm returns to OK at the next run, and the batches go on against the level the version
+was acknowledged at (its production labels so far, recorded as the reference "acknowledged"): a drop from there
+alarms again. Without it, every batch against the held-out score would alarm again.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ml_platform_constructs.runtime.quality import Settings, check_files
+from ml_platform_constructs.runtime.quality import Counts, Settings, check_files
 
 from ops.aws_access import environment, session_for
 from ops.cli import Parser
@@ -98,9 +99,17 @@ def acknowledge(env: platform_config.EnvironmentConfig, endpoint: str, *, s3: An
             f"({deployment.get('decision', 'nothing judged yet')}): nothing to acknowledge")
         return 0
     monitor = state["monitor"]
-    deployment.update(decision="acknowledged", acknowledged={"by": caller, "at": now().isoformat(timespec="seconds"),
-                                                             "reason": reason})
-    monitor["last"] = (monitor.get("last") or {}).get("latest_batch")
+    production = Counts(**monitor["production"])
+    problem_type = quality_endpoint(env, endpoint).quality.problem_type
+    level = production.value(problem_type)
+    deployment.update(decision="acknowledged", acknowledged={
+        "by": caller, "at": now().isoformat(timespec="seconds"), "reason": reason,
+        "latest_batch": (monitor.get("last") or {}).get("latest_batch"), "level": level, "labels": production.n})
+    # The level it was kept at is the reference from now on (a decision recorded, not one taken by default); nothing
+    # judged since: the next run publishes 0 and the alarm returns to OK.
+    monitor["reference"] = {"value": level, "examples": production.n, "source": "acknowledged",
+                            "spread": production.variance() ** 0.5 if problem_type == "regression" else None}
+    monitor["last"] = None
     try:
         s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(state).encode(), IfMatch=etag)
     except s3.exceptions.ClientError as error:
@@ -110,7 +119,7 @@ def acknowledge(env: platform_config.EnvironmentConfig, endpoint: str, *, s3: An
     last = deployment.get("last") or {}
     out(f"{name}: acknowledged the deployment check's verdict on version {live['version']} "
         f"({last.get('value', 0):.4g} against the held-out {last.get('reference', 0):.4g}); the alarm returns to OK "
-        "at the next run, and batches go on against the held-out score")
+        f"at the next run, and batches go on against {level:.4g} on {production.n} labels")
     return 0
 
 

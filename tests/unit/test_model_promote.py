@@ -434,3 +434,19 @@ def test_a_held_out_set_serves_its_budget_of_judgements_each_at_alpha_over_the_b
     assert lines[-1] == ("refreshed: the next judgement starts a new ledger for this endpoint's held-out set "
                          "(5 judgements)")
     assert promote(gate, sixth, Serving(live=gate["live"]), ledger=True) == 0
+
+
+def test_an_unreadable_ledger_is_refused_in_one_line_and_refresh_clears_it(gate):
+    key = model_ops.ledger_key(gate["env"], gate["endpoint"])
+    gate["s3"].put_object(Bucket="datasets", Key=key, Body=b"\x00not json")
+    with pytest.raises(SystemExit, match=r"is unreadable .*: look at it, then ./platform model ledger dev classifier "
+                                         r"--refresh$"):
+        model_ops.ledger(gate["env"], gate["endpoint"], s3=gate["s3"], bucket="datasets", out=[].append)
+    lines = []
+    assert model_ops.ledger(gate["env"], gate["endpoint"], s3=gate["s3"], bucket="datasets", refresh=True,
+                            out=lines.append) == 0
+    assert lines[0].startswith("refreshed") and "Contents" not in gate["s3"].list_objects_v2(
+        Bucket="datasets", Prefix=key)
+    assert model_ops.ledger(gate["env"], gate["endpoint"], s3=gate["s3"], bucket="datasets", refresh=True,
+                            out=lines.append) == 0
+    assert lines[-1] == "no ledger of classifier in dev yet: nothing to refresh"

@@ -324,3 +324,15 @@ def test_a_candidate_within_the_tolerance_of_the_live_model_but_not_of_the_chain
     other = promotion.judge_chain(promotion.Outcomes("correct", {"x": 1.0}), ledger, "live-run", max_chain_drop=0.5,
                                   alpha=0.01)
     assert not other.judged and "refresh the held-out ledger" in other.reason
+
+
+def test_a_spent_set_stays_spent_after_another_set_was_judged():
+    ledger = promotion.Ledger()
+    a, b = [f"a{i}" for i in range(500)], [f"b{i}" for i in range(500)]
+    ledger.start(a, "t0")
+    for use in range(5):
+        ledger.record({"run": f"r{use}"}, a)
+    assert ledger.spent(5) and ledger.is_fresh(b)
+    ledger.start(b, "t1")  # a fresh set: its own budget
+    ledger.record({"run": "on b"}, b)
+    assert not ledger.is_fresh(a)  # alternating splits does not reset A's budget

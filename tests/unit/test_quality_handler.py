@@ -623,6 +623,8 @@ def test_an_operator_acknowledges_a_standing_deployment_verdict_and_the_alarm_re
     assert lines[0].startswith("ml-platform-dev-classifier: acknowledged the deployment check's verdict")
     after = quality_handler.run(env, s3, cloudwatch, NOW - timedelta(hours=29))
     assert after["deployment"]["decision"] == "acknowledged" and after["status"] != "alarm"
+    # from now on judged against the level it was kept at (recorded), not the held-out score it is known to miss
+    assert after["reference"] == {"value": 0.876, "examples": 1000, "source": "acknowledged", "spread": None}
     points = cloudwatch.get_metric_statistics(
         Namespace="MLPlatform/Quality", MetricName="SignificantShortfall", Statistics=["Maximum"], Period=3600,
         Dimensions=[{"Name": "EndpointName", "Value": "ml-platform-dev-classifier"}],
@@ -632,3 +634,24 @@ def test_an_operator_acknowledges_a_standing_deployment_verdict_and_the_alarm_re
     quality_command.acknowledge(config.environments["dev"], "classifier", s3=s3, bucket="datasets", reason="x",
                                 caller="me", out=again.append)
     assert "nothing to acknowledge" in again[0]
+
+
+def test_an_acknowledgement_releases_the_alarm_even_when_the_latest_batch_alarmed_too(aws):
+    from ops import quality as quality_command
+    from stacks import config as platform_config
+
+    s3, cloudwatch = aws
+    env = {**ENV, "ENDPOINT_NAME": "ml-platform-dev-classifier", "STATE_PREFIX":
+           "quality/state/ml-platform-dev-classifier/", "REFERENCE_LABELS": "10000", "BASELINE_EXAMPLES": "5000"}
+    s3.copy_object(Bucket="datasets", Key="quality/state/ml-platform-dev-classifier/delays.json",
+                   CopySource={"Bucket": "datasets", "Key": "quality/state/classifier/delays.json"})
+    quality_handler.run(env, s3, cloudwatch, NOW - timedelta(hours=48))
+    ids = [f"bad{i}" for i in range(1000)]
+    captured(s3, hours_before(40), ids)
+    labels(s3, hours_before(39), [(i, 1 if k % 10 < 7 else 0) for k, i in enumerate(ids)])  # 70%: both alarm
+    alarm = quality_handler.run(env, s3, cloudwatch, NOW - timedelta(hours=30))
+    assert alarm["last"]["standing"] and alarm["last"]["latest_batch"]["decision"] == "alarm"
+    quality_command.acknowledge(platform_config.load().environments["dev"], "classifier", s3=s3, bucket="datasets",
+                                reason="kept", caller="me", out=[].append)
+    after = quality_handler.run(env, s3, cloudwatch, NOW - timedelta(hours=29))
+    assert after["status"] != "alarm" and after["last"] is None and after["reference"]["value"] == 0.7

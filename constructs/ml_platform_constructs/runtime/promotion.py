@@ -504,9 +504,12 @@ class Ledger:
         return len(ids & judged) < FRESH_OVERLAP * min(len(ids), len(judged))
 
     def start(self, ids: Iterable[str], at: str, anchor: Optional[tuple[str, Outcomes]] = None) -> None:
-        """A fresh set: its ids, no uses, and the model the chain starts from (the live model, where it was scored)."""
+        """A fresh set: no uses, and the model the chain starts from (the live model, where it was scored). The ids
+        judged before stay in the ledger (only ``--refresh`` clears them), so a spent set judged again later is not
+        fresh."""
         ordered = sorted(ids)
-        self.state.update(ids=ordered, ids_sha256=Outcomes("correct", dict.fromkeys(ordered, 0.0)).digest(),
+        self.state.update(ids=sorted(set(self.state["ids"]) | set(ordered)),
+                          ids_sha256=Outcomes("correct", dict.fromkeys(ordered, 0.0)).digest(),
                           uses=[], anchor=None, started=at)
         if anchor is not None:
             self.set_anchor(*anchor)

@@ -367,7 +367,8 @@ class Reference:
     (None: exact, a fixed requirement), ``spread`` the SD of absolute errors (regression), and where it came from."""
     value: float
     examples: Optional[int]
-    source: str  # "config", "promotion" (held-out) or "production" (held-out and production labels, pooled)
+    source: str  # "config", "promotion" (held-out), "production" (held-out and production labels, pooled) or
+    # "acknowledged" (the level an operator kept a version at: ./platform quality acknowledge)
     spread: Optional[float] = None
 
     @classmethod
@@ -687,6 +688,8 @@ class Monitor:
             deployment["last"] = result
             if result["decision"] == "alarm":
                 deployment["decision"] = "alarm"
+                if (self.state["reference"] or {}).get("source") == "production":
+                    self.state["reference"] = None  # a reference pooled before (0.7's, migrated): the held-out's
                 self.state["reference_rejected"] = (
                     f"the deployment check found the version worse than its held-out {settings.baseline:g} "
                     f"({result['value']:.4g} on {result['labelled']} labels {result['labels']}, p "
