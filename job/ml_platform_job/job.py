@@ -46,7 +46,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional
 
 from . import STOPPED_EXIT_CODE
 from .checkpoints import DEFAULT_KEEP, Checkpoint, CheckpointStore
-from .stop import SaveTimedOut, StopRequest, _distributed, all_ranks_max, collective_device
+from .stop import SaveTimedOut, StopRequest, _distributed, all_ranks_max, collective_device, release_process_group
 from .stop import rank as _rank, world_size as _world_size
 from .storage import Location
 from .torch_state import rng_state, set_rng_state, state_digest
@@ -410,6 +410,7 @@ class TrainingJob:
             print(f"stopped ({self.stop.reason}) at {where}: {note}; exit {STOPPED_EXIT_CODE} (the queue retries it)",
                   flush=True)
         self.stop.uninstall()
+        release_process_group()
         raise SystemExit(STOPPED_EXIT_CODE)
 
     @property

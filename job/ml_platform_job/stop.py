@@ -286,6 +286,21 @@ def _distributed() -> Any:
     return None
 
 
+def release_process_group() -> None:
+    """On a stop, after the last collective every rank makes on it: a barrier (no rank leaves while another still
+    needs it), then the process group destroyed, so that the process exits through its handler (143) and not through
+    the C++ runtime's terminate (SIGABRT, -6: the group's threads still running when the interpreter shuts down, seen
+    on gloo; PyTorch warns of the same with NCCL). A script's own ``destroy_process_group`` at its end is not reached
+    on a stop."""
+    dist = _distributed()
+    if dist is None:
+        return
+    try:
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
 def rank() -> int:
     """This process's global rank: torch.distributed's when up, else ``RANK`` (torchrun). Lightning's launcher sets
     ``LOCAL_RANK`` and ``NODE_RANK`` but no ``RANK`` in the processes it starts: 0 only when both are 0 (or unset);
