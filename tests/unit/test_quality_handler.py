@@ -605,15 +605,7 @@ def test_an_operator_acknowledges_a_standing_deployment_verdict_and_the_alarm_re
     from stacks import config as platform_config
 
     s3, cloudwatch = aws
-    env = {**ENV, "ENDPOINT_NAME": "ml-platform-dev-classifier", "STATE_PREFIX":
-           "quality/state/ml-platform-dev-classifier/", "REFERENCE_LABELS": "10000", "BASELINE_EXAMPLES": "5000"}
-    s3.copy_object(Bucket="datasets", Key="quality/state/ml-platform-dev-classifier/delays.json",
-                   CopySource={"Bucket": "datasets", "Key": "quality/state/classifier/delays.json"})
-    quality_handler.run(env, s3, cloudwatch, NOW - timedelta(hours=48))
-    ids = [f"worse{i}" for i in range(1000)]
-    captured(s3, hours_before(40), ids)
-    labels(s3, hours_before(39), [(i, 1 if k % 250 < 219 else 0) for k, i in enumerate(ids)])  # 87.6% right
-    alarm = quality_handler.run(env, s3, cloudwatch, NOW - timedelta(hours=30))
+    env, alarm = dev_classifier_found_worse(s3, cloudwatch, 219 / 250)  # 87.6% right
     assert alarm["status"] == "alarm" and alarm["last"]["check"] == "deployment"
     config = platform_config.load()
     lines = []
@@ -641,17 +633,23 @@ def test_an_acknowledgement_releases_the_alarm_even_when_the_latest_batch_alarme
     from stacks import config as platform_config
 
     s3, cloudwatch = aws
-    env = {**ENV, "ENDPOINT_NAME": "ml-platform-dev-classifier", "STATE_PREFIX":
-           "quality/state/ml-platform-dev-classifier/", "REFERENCE_LABELS": "10000", "BASELINE_EXAMPLES": "5000"}
-    s3.copy_object(Bucket="datasets", Key="quality/state/ml-platform-dev-classifier/delays.json",
-                   CopySource={"Bucket": "datasets", "Key": "quality/state/classifier/delays.json"})
-    quality_handler.run(env, s3, cloudwatch, NOW - timedelta(hours=48))
-    ids = [f"bad{i}" for i in range(1000)]
-    captured(s3, hours_before(40), ids)
-    labels(s3, hours_before(39), [(i, 1 if k % 10 < 7 else 0) for k, i in enumerate(ids)])  # 70%: both alarm
-    alarm = quality_handler.run(env, s3, cloudwatch, NOW - timedelta(hours=30))
+    env, alarm = dev_classifier_found_worse(s3, cloudwatch, 0.7)  # the latest batch alarms too
     assert alarm["last"]["standing"] and alarm["last"]["latest_batch"]["decision"] == "alarm"
     quality_command.acknowledge(platform_config.load().environments["dev"], "classifier", s3=s3, bucket="datasets",
                                 reason="kept", caller="me", out=[].append)
     after = quality_handler.run(env, s3, cloudwatch, NOW - timedelta(hours=29))
     assert after["status"] != "alarm" and after["last"] is None and after["reference"]["value"] == 0.7
+
+
+def dev_classifier_found_worse(s3, cloudwatch, right):
+    """dev's classifier (as config names it, for ./platform quality acknowledge), live two days, its first 1,000
+    labels right on a share ``right`` of them: the check's settings and the run that judged them."""
+    env = {**ENV, "ENDPOINT_NAME": "ml-platform-dev-classifier", "STATE_PREFIX":
+           "quality/state/ml-platform-dev-classifier/", "REFERENCE_LABELS": "10000", "BASELINE_EXAMPLES": "5000"}
+    s3.copy_object(Bucket="datasets", Key="quality/state/ml-platform-dev-classifier/delays.json",
+                   CopySource={"Bucket": "datasets", "Key": "quality/state/classifier/delays.json"})
+    quality_handler.run(env, s3, cloudwatch, NOW - timedelta(hours=48))
+    ids = [f"worse{i}" for i in range(1000)]
+    captured(s3, hours_before(40), ids)
+    labels(s3, hours_before(39), [(i, 1 if k < right * 1000 else 0) for k, i in enumerate(ids)])
+    return env, quality_handler.run(env, s3, cloudwatch, NOW - timedelta(hours=30))
