@@ -35,7 +35,8 @@ INTERFACE_ENDPOINT_NAMES = frozenset({
 })
 # What ECS container instances (AWS Batch) reach without a NAT gateway, besides the S3 gateway endpoint:
 # https://docs.aws.amazon.com/AmazonECS/latest/developerguide/vpc-endpoints.html
-QUEUE_ENDPOINTS = (*(endpoint.short_name for endpoint in QUEUE_INTERFACE_ENDPOINTS), "logs")
+# and CloudWatch monitoring, where the CloudWatch agent sends the GPU metrics the idle and memory alarms read.
+QUEUE_ENDPOINTS = (*(endpoint.short_name for endpoint in QUEUE_INTERFACE_ENDPOINTS), "logs", "monitoring")
 # What jobs and fleet instances reach SageMaker's managed MLflow through without a NAT gateway (MLFLOW_INTERFACE_ENDPOINTS):
 # https://docs.aws.amazon.com/sagemaker/latest/dg/mlflow-interface-endpoint.html
 MLFLOW_ENDPOINTS = ("sagemaker.experiments", "sagemaker.api")

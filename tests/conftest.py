@@ -141,8 +141,10 @@ def queue_vpc(stack: Stack) -> ec2.Vpc:
     from ml_platform_constructs import QUEUE_INTERFACE_ENDPOINTS
 
     vpc = isolated_vpc(stack)
-    for service in (*QUEUE_INTERFACE_ENDPOINTS, ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS):
+    for service in (*QUEUE_INTERFACE_ENDPOINTS, ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS,
+                    ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_MONITORING):
         vpc.add_interface_endpoint(service.short_name.replace(".", "-"), service=service)
+    vpc.add_gateway_endpoint("S3", service=ec2.GatewayVpcEndpointAwsService.S3)  # image layers come from S3
     return vpc
 
 

@@ -491,10 +491,34 @@ def test_grant_evaluate_on_a_queue_without_datasets_says_there_is_no_evaluation_
 
 def test_isolated_subnets_without_the_ecs_and_ecr_endpoints_fail_at_synth_with_the_fix(synth_stack):
     # Without them the instances never join the queue and every job waits RUNNABLE, with no error anywhere.
-    with pytest.raises(ValidationError, match=r"TrainingQueue: vpc=.* is invalid: isolated subnets with interface "
+    with pytest.raises(ValidationError, match=r"TrainingQueue: vpc=.* is invalid: isolated subnets with VPC "
                                               r"endpoints for .*missing: \['ecs', 'ecs-agent', 'ecs-telemetry', "
-                                              r"'ecr.api', 'ecr.dkr', 'logs'\].*Fix: PlatformNetwork\(interface_endpoints="):
+                                              r"'ecr.api', 'ecr.dkr', 'logs', 'monitoring', 's3'\].*Fix: "
+                                              r"PlatformNetwork\(interface_endpoints="):
         synth_stack(lambda stack: queue_stack(stack, vpc=isolated_vpc(stack)))
+
+
+@pytest.mark.parametrize("left_out", ["s3", "monitoring"])
+def test_a_queue_with_the_listed_endpoints_but_no_s3_or_monitoring_fails_at_synth(synth_stack, left_out):
+    """Image layers come from S3 (ECR's GetDownloadUrlForLayer answers with a pre-signed S3 URL): without an S3
+    endpoint no job starts. The GPU idle and memory alarms read the CloudWatch agent's metrics, sent to the monitoring
+    endpoint: without it they get no data and never fire. Both were accepted silently."""
+    from aws_cdk import aws_ec2 as ec2
+
+    from ml_platform_constructs import QUEUE_INTERFACE_ENDPOINTS
+
+    def body(stack):
+        vpc = isolated_vpc(stack)
+        services = [*QUEUE_INTERFACE_ENDPOINTS, ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS]
+        if left_out == "s3":
+            services.append(ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_MONITORING)
+        else:
+            vpc.add_gateway_endpoint("S3", service=ec2.GatewayVpcEndpointAwsService.S3)
+        for service in services:
+            vpc.add_interface_endpoint(service.short_name.replace(".", "-"), service=service)
+        queue_stack(stack, vpc=vpc)
+    with pytest.raises(ValidationError, match=rf"missing: \['{left_out}'\]"):
+        synth_stack(body)
 
 
 def test_the_module_keeps_offering_the_names_it_always_had():

@@ -127,18 +127,27 @@ def check_default_security_group(scope: Construct, vpc: ec2.IVpc) -> None:
         "multi_node_efa=False puts them in the queue's own group.")
 
 
+QUEUE_ENDPOINTS_WITHOUT_EGRESS = (*(e.short_name for e in QUEUE_INTERFACE_ENDPOINTS), "logs", "monitoring", "s3")
+
+
 def require_endpoints_without_egress(vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection]) -> None:
-    """In isolated subnets of a VPC of this app, the instances reach ECS, ECR and Logs only through interface
-    endpoints: without them they never join the queue and every job waits RUNNABLE, with no error anywhere.
-    (An imported VPC's endpoints cannot be seen from here.)"""
-    needed = [*(e.short_name for e in QUEUE_INTERFACE_ENDPOINTS), "logs"]
+    """In isolated subnets of a VPC of this app, the instances reach AWS only through VPC endpoints: ECS (the agent
+    joins the queue), ECR (image manifests) and S3 (image layers: ECR's GetDownloadUrlForLayer answers with a
+    pre-signed S3 URL, https://docs.aws.amazon.com/AmazonECR/latest/APIReference/API_GetDownloadUrlForLayer.html; a
+    gateway or an interface endpoint), Logs (job logs) and CloudWatch monitoring (the CloudWatch agent's GPU metrics,
+    which the idle and memory alarms read: without it they get no data and, missing data not breaching, never fire).
+    Without any of them jobs wait RUNNABLE or alarms stay silent, with no error anywhere. (An imported VPC's
+    endpoints cannot be seen from here.)"""
+    needed = list(QUEUE_ENDPOINTS_WITHOUT_EGRESS)
     missing = missing_interface_endpoints(vpc, vpc_subnets, needed)
     if missing:
         raise ValidationError("TrainingQueue", "vpc", vpc.node.path,
-                              f"isolated subnets with interface endpoints for {needed} (no NAT gateway: the "
-                              f"ECS agent, image pulls and job logs go through them); missing: {missing}",
+                              f"isolated subnets with VPC endpoints for {needed} (no NAT gateway: the ECS agent, "
+                              f"image pulls, image layers from S3, job logs and GPU metrics go through them); "
+                              f"missing: {missing}",
                               "PlatformNetwork(interface_endpoints=[*DEFAULT_INTERFACE_ENDPOINTS, "
-                              "*QUEUE_INTERFACE_ENDPOINTS]), or subnets with a NAT gateway")
+                              "*QUEUE_INTERFACE_ENDPOINTS]) (it has the S3 gateway endpoint), or subnets with a NAT "
+                              "gateway")
 
 
 # --- resources ----------------------------------------------------------------------------------------------------
