@@ -177,11 +177,24 @@ def entry_point(main: Callable[[list[str]], int], argv: Optional[list[str]] = No
     _main_running.set()
     try:
         code = main(sys.argv[1:] if argv is None else argv)
+        sys.stdout.flush()  # here, where a reader that stopped reading is told apart (below), not at the exit
+    except BrokenPipeError:
+        _exit_reader_gone()
     except BaseException as error:  # noqa: B902 - an interrupt shows as whatever it broke
         if not interrupted.is_set() and not isinstance(error, KeyboardInterrupt):
             raise
         _exit_interrupted()
     sys.exit(code)
+
+
+def _exit_reader_gone() -> NoReturn:
+    """The reader of the output closed it (``| head -1``): no traceback, and nothing more written to the pipe (the
+    interpreter's own flush at exit would fail again: standard output goes to /dev/null, as Python's signal docs
+    advise, https://docs.python.org/3/library/signal.html#note-on-sigpipe); the exit status a process killed by
+    SIGPIPE has, 141."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(128 + signal.SIGPIPE)
 
 
 def _exit_interrupted() -> NoReturn:

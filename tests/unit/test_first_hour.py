@@ -455,3 +455,14 @@ def test_the_command_list_and_the_bench_scripts_help_name_nothing_internal():
                                     text=True, cwd=ROOT).stdout)
     assert [line for text in texts for line in text.splitlines() if INTERNAL.search(line)] == []
     assert all(text.startswith("usage: ./platform bench") for text in texts[1:])
+
+
+@pytest.mark.parametrize("command", [["advise", "llm-7b-lora", "--json"], ["advise", "resnet50-imagenet", "--all"]])
+def test_output_read_by_a_reader_that_stops_early_ends_without_a_traceback(command):
+    """`| head -1`: 0.7 ended in a BrokenPipeError traceback. The command stops writing, says nothing more, and exits
+    as a process killed by SIGPIPE would (141), or 0 when everything fitted in the pipe before the reader left."""
+    process = subprocess.Popen([str(ROOT / "platform"), *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.readline()
+    process.stdout.close()  # the reader leaves
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=60) in (0, 141) and stderr == ""
