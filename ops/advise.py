@@ -47,7 +47,7 @@ from ml_platform_constructs.advice.advisor import (
 )
 from ml_platform_job.benchmark import BENCHMARK_PREFIX
 
-from ops.cli import Parser
+from ops.cli import Parser, read_text
 
 RULES = [
     ("runs", "the accelerator runs the job's methods (QLoRA and LLM.int8() need bitsandbytes: no Neuron backend, "
@@ -277,7 +277,7 @@ def load_measured(s3: Any, bucket: str) -> list[MeasuredThroughput]:
 
 def read_measured_file(path: Path) -> list[MeasuredThroughput]:
     """Records from a file: JSON lines (as gpu_benchmark.py prints them), a JSON list, or one JSON object."""
-    text = path.read_text()
+    text = read_text(path, "--measured", "the JSON lines gpu_benchmark.py prints")
     try:
         document = json.loads(text)
         records = document if isinstance(document, list) else [document]

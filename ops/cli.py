@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+from pathlib import Path
 from typing import Callable, NoReturn
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -20,6 +21,19 @@ from ml_platform_constructs.operations.cli import (  # noqa: F401 - the app's co
     add_what_if_figures,
     bounded,
 )
+
+
+def read_text(path: Path, what: str, expected: str) -> str:
+    """A text file's contents, or one line that names it and what it should be: ``what`` (e.g. "--labels FILE"), and
+    ``expected`` (e.g. "JSON Lines, one label a line"), when it is not UTF-8 text (a binary file) or cannot be read
+    (a directory, no permission)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise SystemExit(f"error: {what} {path} is not UTF-8 text (byte {error.start} is not: a binary file?): give "
+                         f"{expected}") from None
+    except OSError as error:
+        raise SystemExit(f"error: {what} {path} cannot be read ({error.strerror or error}): give {expected}") from None
 
 
 class Parser(argparse.ArgumentParser):

@@ -23,7 +23,7 @@ from pathlib import Path
 from ml_platform_constructs.runtime import drift, drift_handler
 
 from ops.aws_access import environment, require_known
-from ops.cli import Parser
+from ops.cli import Parser, read_text
 from stacks import config as platform_config
 
 
@@ -74,7 +74,7 @@ def main(argv: list[str]) -> int:
         raise SystemExit(f"error: --baseline {args.baseline} does not exist (build one: ./platform drift-baseline "
                          f"{args.env} {args.endpoint} SAMPLE.csv --output {args.baseline})")
     try:
-        baseline = json.loads(args.baseline.read_text())
+        baseline = json.loads(read_text(args.baseline, "--baseline", "a drift baseline (./platform drift-baseline)"))
         baseline["features"], baseline["feature_order"]
     except (json.JSONDecodeError, KeyError, TypeError):
         raise SystemExit(f"error: --baseline {args.baseline} is not a drift baseline (build one with ./platform "
@@ -86,7 +86,9 @@ def main(argv: list[str]) -> int:
     if not captures:
         raise SystemExit(f"error: --capture {args.capture} holds no .jsonl capture files (copy them with aws s3 sync "
                          "s3://<capture bucket>/capture/<endpoint name>/ DIR)")
-    window, decision, _ = drift_handler.check(baseline, (path.read_text() for path in captures), thresholds_of(endpoint))
+    window, decision, _ = drift_handler.check(
+        baseline, (read_text(path, "the capture file", "SageMaker's data capture JSON Lines") for path in captures),
+        thresholds_of(endpoint))
     summary = {"records_read": window.records, "records_malformed": window.malformed,
                "missing_values": window.missing_values, **decision}
     print(json.dumps(summary, indent=1) if args.json else

@@ -21,7 +21,7 @@ from ml_platform_constructs.serving.endpoint_quality import GROUND_TRUTH_PREFIX
 from ml_platform_constructs.runtime.quality import validate_labels
 
 from ops.aws_access import environment, require_known, session_for
-from ops.cli import Parser, aws_errors_in_one_line
+from ops.cli import Parser, aws_errors_in_one_line, read_text
 from stacks import config as platform_config
 
 MAX_PROBLEMS_SHOWN = 5
@@ -74,7 +74,7 @@ def main(argv: list[str], now: Optional[datetime] = None) -> int:
     if not args.file.is_file():
         raise SystemExit(f"error: the label file {args.file} does not exist (JSON Lines, one "
                          '{"inferenceId": ..., "label": ...} a line)')
-    text = args.file.read_text(encoding="utf-8")
+    text = read_text(args.file, "the label file", 'JSON Lines, one {"inferenceId": ..., "label": ...} a line')
     records, problems = validate_labels(text)
     if problems:
         for problem in problems[:MAX_PROBLEMS_SHOWN]:

@@ -65,7 +65,7 @@ from ml_platform_constructs.runtime.quality import parse_baseline
 from ml_platform_job.tracking import PROMOTION_TAG_PREFIX
 
 from ops.aws_access import environment, require_known, session_for
-from ops.cli import Parser
+from ops.cli import Parser, read_text
 from ops.dataset import stack_output
 from ops.runs import RunsError, environment_tracking_uri, run_record
 from stacks.config import EndpointConfig, EnvironmentConfig
@@ -625,7 +625,8 @@ def read_outcomes_file(path: Path, flag: str) -> Outcomes:
         raise PromotionError(f"{flag} {path} does not exist (JSON Lines of per-example held-out outcomes: "
                              '{"id": ..., "correct": true} or {"id": ..., "error": 0.3})')
     try:
-        return read_outcomes(path.read_text().splitlines(), source=str(path))
+        return read_outcomes(read_text(path, flag, "per-example outcomes, JSON Lines").splitlines(),
+                             source=str(path))
     except EvidenceError as error:
         raise PromotionError(str(error)) from None
 

@@ -35,7 +35,7 @@ from typing import Any, Callable, Optional
 from ml_platform_constructs.runtime.quality import Counts, Settings, check_files
 
 from ops.aws_access import environment, session_for
-from ops.cli import Parser
+from ops.cli import Parser, read_text
 from ops.dataset import stack_output
 from ops.labels import quality_endpoint
 from stacks import config as platform_config
@@ -168,6 +168,9 @@ def main(argv: list[str]) -> int:
     if not args.labels.is_file():
         raise SystemExit(f"error: --labels {args.labels} does not exist (JSON Lines, one "
                          '{"inferenceId": ..., "label": ...} a line)')
+    read_text(args.labels, "--labels", 'JSON Lines, one {"inferenceId": ..., "label": ...} a line')
+    for capture in captures:
+        read_text(capture, "the capture file", "SageMaker's data capture JSON Lines")
     result = check_files(settings, captures, [args.labels], labels_per_hour=args.labels_per_hour)
     print(json.dumps(result, indent=1) if args.json else describe(f"{env.project}-{env.name}-{args.endpoint}", result))
     return 0

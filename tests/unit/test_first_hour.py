@@ -466,3 +466,22 @@ def test_output_read_by_a_reader_that_stops_early_ends_without_a_traceback(comma
     process.stdout.close()  # the reader leaves
     stderr = process.stderr.read().decode()
     assert process.wait(timeout=60) in (0, 141) and stderr == ""
+
+
+@pytest.mark.parametrize("command", [
+    ["model", "judge", "{binary}", "{binary}"],
+    ["drift", "check", "dev", "classifier", "--baseline", "{binary}", "--capture", "{dir}"],
+    ["quality", "check", "dev", "classifier", "--capture", "{dir}", "--labels", "{binary}"],
+    ["advise", "resnet50-imagenet", "--measured", "{binary}"],
+])
+def test_a_binary_file_given_as_text_is_one_line_that_names_it(command, tmp_path):
+    """0.7 ended each of these in a UnicodeDecodeError traceback."""
+    binary = tmp_path / "model.bin"
+    binary.write_bytes(bytes(range(256)) * 4)
+    (tmp_path / "capture").mkdir()
+    (tmp_path / "capture" / "x.jsonl").write_text("{}\n")
+    argv = [a.format(binary=binary, dir=tmp_path / "capture") for a in command]
+    result = subprocess.run([str(ROOT / "platform"), *argv], capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{binary} is not UTF-8 text" in lines[0] and "binary file?" in lines[0]
