@@ -45,6 +45,10 @@ def main(argv: list[str]) -> int:
     name = endpoint_name(env, args.endpoint)
     if not args.sample.is_file():
         raise SystemExit(f"error: the sample {args.sample} does not exist (a CSV with a header, or JSON Lines)")
+    if args.output and (args.output.is_dir() or not args.output.parent.is_dir()):
+        raise SystemExit(f"error: --output {args.output}: "
+                         f"{'a directory' if args.output.is_dir() else 'its directory does not exist'}; give a file "
+                         "path in an existing directory, e.g. --output baseline.json")
     baseline, features = baseline_from_sample(args.sample, args.exclude, args.bins, args.max_categories)
     body = json.dumps(baseline, indent=1)
     if args.output:

@@ -39,3 +39,24 @@ def test_baseline_is_uploaded_where_the_drift_check_reads_it(sample, monkeypatch
 def test_unknown_endpoint_is_refused(sample):
     with pytest.raises(SystemExit, match="dev has no endpoint 'ranker'"):
         drift_baseline.main(["dev", "ranker", str(sample), "--output", "/dev/null"])
+
+
+@pytest.mark.parametrize("content, extra, message", [
+    ("", [], r"has 0 rows and 0 feature columns: give a CSV with a header, or JSON Lines"),
+    ("age,color,label\n", [], r"has 0 rows and 3 feature columns"),
+    (bytes(range(256)), [], r"is not UTF-8 text \(byte \d+ is not: a binary file\?\)"),
+    (None, ["--exclude", "lable"], r"--exclude lable: no such column in .* \(its columns: age, color, label\)$"),
+    (None, ["--output", "{tmp}/missing/baseline.json"], r"--output .*: its directory does not exist"),
+    (None, ["--output", "{tmp}"], r"--output .*: a directory; give a file path"),
+], ids=["empty", "header only", "binary", "unknown exclude", "output in a missing directory", "output a directory"])
+def test_a_sample_or_option_it_cannot_use_is_one_line(sample, tmp_path, content, extra, message):
+    """0.7: a traceback (empty, header-only, binary, --output), or silently a baseline with the label as a feature
+    (an --exclude that names no column), after which every check said "not judged" and exited 0."""
+    if content is not None:
+        (sample.write_bytes if isinstance(content, bytes) else sample.write_text)(content)
+    argv = ["dev", "classifier", str(sample), *[a.format(tmp=tmp_path) for a in extra]]
+    if "--output" not in extra:
+        argv += ["--output", str(tmp_path / "baseline.json")]
+    with pytest.raises(SystemExit, match=message):
+        drift_baseline.main(argv)
+    assert not (tmp_path / "baseline.json").exists()

@@ -53,9 +53,27 @@ def read_rows(path: Path) -> tuple[list[str], Iterator[dict]]:
 
 
 def baseline_from_sample(sample: Path, exclude: list[str], bins: int, max_categories: int) -> tuple[dict, list[str]]:
-    """A drift baseline of every column of ``sample`` but ``exclude`` (the app's and the library's command)."""
-    columns, rows = read_rows(sample)
+    """A drift baseline of every column of ``sample`` but ``exclude`` (the app's and the library's command). A sample
+    that is not text, has no rows, or no column left, and an ``exclude`` that names no column (the label would become
+    a feature, and every check "not judged"), are one line each."""
+    expected = "a CSV with a header, or JSON Lines, of training rows"
+    try:
+        columns, rows = read_rows(sample)
+        rows = list(rows)
+    except UnicodeDecodeError as error:
+        raise SystemExit(f"error: the sample {sample} is not UTF-8 text (byte {error.start} is not: a binary file?): "
+                         f"give {expected}") from None
+    except json.JSONDecodeError as error:
+        raise SystemExit(f"error: the sample {sample} is not JSON Lines (line {error.lineno}: {error.msg}): give "
+                         f"{expected}") from None
+    unknown = [name for name in exclude if name not in columns]
+    if unknown:
+        raise SystemExit(f"error: --exclude {', '.join(unknown)}: no such column in {sample} (its columns: "
+                         f"{', '.join(columns[:12])}{', ...' if len(columns) > 12 else ''})")
     features = [c for c in columns if c not in exclude]
+    if not rows or not features:
+        raise SystemExit(f"error: the sample {sample} has {len(rows)} rows and {len(features)} feature columns: give "
+                         f"{expected}, with at least one row and one column that is a model input")
     return build_baseline(rows, features, bins=bins, max_categories=max_categories), features
 
 
