@@ -57,7 +57,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
 try:
     from . import capture, stats
@@ -439,7 +439,7 @@ def deployment_looks(settings: Settings) -> tuple[int, ...]:
     looks, n = [], settings.min_labelled
     while True:
         looks.append(n)
-        level = DEPLOYMENT_SHARE * settings.false_alarms_per_90_days * n * n / sum(k * k for k in looks)
+        level = _spent(DEPLOYMENT_SHARE * settings.false_alarms_per_90_days, n, looks)
         z = stats.z_quantile(1 - level) + stats.z_quantile(max(settings.power, DEPLOYMENT_POWER))
         if n >= cap or drop / math.sqrt(variance / n + held) >= z:
             break
@@ -453,16 +453,20 @@ def deployment_level(settings: Settings, look: Optional[int] = None) -> float:
     about three quarters; the first, where only a collapse is visible, almost nothing, and a collapse needs little).
     The levels add up to the share: Bonferroni, whatever the looks' correlation."""
     looks = deployment_looks(settings)
-    n = look or looks[-1]
-    return DEPLOYMENT_SHARE * settings.false_alarms_per_90_days * n * n / sum(k * k for k in looks)
+    return _spent(DEPLOYMENT_SHARE * settings.false_alarms_per_90_days, look or looks[-1], looks)
 
 
 def recent_level(settings: Settings, look: Optional[int] = None) -> float:
     """The level of a look at the labels since the previous look (from the second look on; ``look``: its labels,
     default the last look's), RECENT_SHARE of the budget spent as the pooled looks spend theirs."""
     looks = deployment_looks(settings)
-    n = look or looks[-1]
-    return RECENT_SHARE * settings.false_alarms_per_90_days * n * n / max(1, sum(k * k for k in looks[1:]))
+    return _spent(RECENT_SHARE * settings.false_alarms_per_90_days, look or looks[-1], looks[1:])
+
+
+def _spent(budget: float, n: int, looks: Sequence[int]) -> float:
+    """The share of ``budget`` a look at ``n`` labels spends among ``looks``: in proportion to the square of the
+    labels, so the levels of the looks add up to the budget."""
+    return budget * n * n / max(1, sum(k * k for k in looks))
 
 
 def deployment_reach(settings: Settings, reference: "Reference") -> dict:
@@ -561,7 +565,7 @@ def judge_batch(settings: Settings, reference: Reference, batch: Counts, hours: 
             "reference_source": reference.source}
 
 
-CLASS_SHARE = 0.2  # of a batch's level, spent on its classes' recalls (Bonferroni over the classes judged)
+CLASS_SHARE = 0.2  # of the batches' budget, spent by the recall windows (over their hours and the classes seen)
 MIN_CLASS_LABELS = 20  # a class's recall is judged from this many labels of it in the batch
 MIN_CLASS_REFERENCE = 50  # ... and this many before it
 
@@ -616,8 +620,7 @@ class Monitor:
             # with the held-out examples, the reference no longer depends on that choice.
             state["reference"] = asdict(pooled_reference(settings, Reference.of(settings),
                                                          Counts(**state["production"])))
-        state.setdefault("deployment", {"looks_done": 0, "decision": "filling", "last": None, "started": None,
-                                        "live_hours": 0.0})
+        state.setdefault("deployment", {"looks_done": 0, "decision": "filling", "last": None, "started": None})
         self.state = state
 
     def resume(self, paused: timedelta) -> None:
