@@ -130,10 +130,22 @@ def synth_stack(tmp_path_factory) -> Callable[[Callable[[Stack], object]], Templ
     return make
 
 
-def isolated_vpc(stack: Stack, azs=("us-east-1a", "us-east-1b")) -> ec2.Vpc:
-    """A VPC with isolated subnets only, as the platform's default network creates."""
-    return ec2.Vpc(stack, "Vpc", availability_zones=list(azs), nat_gateways=0, restrict_default_security_group=False,
-                   subnet_configuration=[ec2.SubnetConfiguration(name="c", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)])
+def isolated_vpc(stack: Stack, azs=("us-east-1a", "us-east-1b"), *, endpoints_for=()) -> ec2.Vpc:
+    """A VPC with isolated subnets only, as the platform's default network creates, with the VPC endpoints the
+    constructs named in ``endpoints_for`` need there (``ENDPOINTS_WITHOUT_EGRESS``) and Session Manager's; none by
+    default."""
+    from ml_platform_constructs.foundation.network import ENDPOINTS_WITHOUT_EGRESS, SESSION_MANAGER_ENDPOINTS
+
+    vpc = ec2.Vpc(stack, "Vpc", availability_zones=list(azs), nat_gateways=0, restrict_default_security_group=False,
+                  subnet_configuration=[ec2.SubnetConfiguration(name="c", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)])
+    names = sorted({name for construct in endpoints_for for name in ENDPOINTS_WITHOUT_EGRESS[construct]}
+                   | (set(SESSION_MANAGER_ENDPOINTS) if endpoints_for else set()))
+    for name in names:
+        if name == "s3":
+            vpc.add_gateway_endpoint("S3", service=ec2.GatewayVpcEndpointAwsService.S3)
+        else:
+            vpc.add_interface_endpoint(name.replace(".", "-"), service=ec2.InterfaceVpcEndpointAwsService(name))
+    return vpc
 
 
 def queue_vpc(stack: Stack) -> ec2.Vpc:

@@ -31,6 +31,7 @@ _EXPORTS = {
     "AlertTopic": "foundation.alert_topic",
     "DEFAULT_INTERFACE_ENDPOINTS": "foundation.network",
     "QUEUE_INTERFACE_ENDPOINTS": "foundation.network",
+    "ENDPOINTS_WITHOUT_EGRESS": "foundation.network",
     "ImportedNetwork": "foundation.network",
     "PlatformNetwork": "foundation.network",
     "availability_zone_context": "foundation.network",
@@ -92,7 +93,8 @@ if TYPE_CHECKING:  # type checkers and IDEs see the names eagerly
     from .data.mlflow_tracking import MLFLOW_INTERFACE_ENDPOINTS, MLFLOW_PREFIX, MlflowTracking
     from .errors import ValidationError
     from .foundation.alert_topic import AlertTopic
-    from .foundation.network import (DEFAULT_INTERFACE_ENDPOINTS, QUEUE_INTERFACE_ENDPOINTS, ImportedNetwork,
+    from .foundation.network import (DEFAULT_INTERFACE_ENDPOINTS, ENDPOINTS_WITHOUT_EGRESS, QUEUE_INTERFACE_ENDPOINTS,
+                                     ImportedNetwork,
                                      PlatformNetwork, availability_zone_context)
     from .foundation.platform_key import (LOGS_SERVICE, SNS_PUBLISHING_SERVICES, PlatformKey, allow_autoscaling_volumes,
                                           allow_log_groups, allow_publishing, key_policy_has)

@@ -27,7 +27,7 @@ def built(synth_stack):
     parts = {}
 
     def body(stack):
-        vpc = isolated_vpc(stack)
+        vpc = isolated_vpc(stack, endpoints_for=["DatasetSnapshotBuilder", "SpotGpuFleet"])
         key = kms.Key(stack, "Key")
         data = DatasetBucket(stack, "Datasets", encryption_key=key)
         builder = DatasetSnapshotBuilder(stack, "Snapshots", vpc=vpc, source_buckets=[data.bucket], key=key,

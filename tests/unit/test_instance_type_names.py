@@ -20,7 +20,7 @@ def scope(tmp_path) -> Stack:
 
 
 def fleet(scope: Stack, instance_types) -> SpotGpuFleet:
-    return SpotGpuFleet(scope, "Fleet", vpc=isolated_vpc(scope), alerts=sns.Topic(scope, "Alerts"),
+    return SpotGpuFleet(scope, "Fleet", vpc=isolated_vpc(scope, endpoints_for=["SpotGpuFleet"]), alerts=sns.Topic(scope, "Alerts"),
                         instance_types=instance_types)
 
 

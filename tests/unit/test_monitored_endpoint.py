@@ -373,7 +373,9 @@ def test_isolated_subnets_without_an_s3_endpoint_fail_at_synth_with_the_fix():
                           model_data_key="m.tar.gz", instance_type="ml.m5.large", alerts=sns.Topic(stack, "T"),
                           baseline_bucket=datasets, vpc=bare_isolated_vpc(stack))
     message = str(error.value)
-    assert message.startswith("MonitoredEndpoint: vpc='S/Vpc' is invalid: isolated subnets with an S3 VPC endpoint")
+    assert message.startswith("MonitoredEndpoint: vpc='S/Vpc' is invalid: isolated subnets with VPC endpoints for "
+                              "['s3'] (no NAT gateway: SageMaker loads the model artifact through it")
+    assert "missing: ['s3']" in message
     assert "CreateEndpoint fails without one" in message
     assert "Fix: PlatformNetwork (it has an S3 gateway endpoint), vpc.add_gateway_endpoint('S3'" in message
 

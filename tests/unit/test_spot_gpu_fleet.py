@@ -25,7 +25,7 @@ def built(synth_stack):
     parts = {}
 
     def body(stack):
-        vpc = isolated_vpc(stack)
+        vpc = isolated_vpc(stack, endpoints_for=["SpotGpuFleet"])
         topic = sns.Topic(stack, "Alerts")
         parts["key"] = kms.Key(stack, "Key")
         parts["datasets"] = DatasetBucket(stack, "Datasets", encryption_key=parts["key"])
@@ -277,7 +277,7 @@ def test_grant_scale_allows_setting_the_desired_capacity_of_this_group(built):
 
 def test_arm64_fleet_uses_the_arm64_dlami(synth_stack):
     def body(stack):
-        vpc = isolated_vpc(stack, azs=["us-east-1a"])
+        vpc = isolated_vpc(stack, azs=["us-east-1a"], endpoints_for=["SpotGpuFleet"])
         SpotGpuFleet(stack, "Arm", vpc=vpc, alerts=sns.Topic(stack, "T"),
                      instance_types=types("g5g.xlarge", "g5g.2xlarge", "g5g.4xlarge", "g5g.8xlarge"))
     template = synth_stack(body)

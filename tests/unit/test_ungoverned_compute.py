@@ -24,7 +24,7 @@ def team(tmp_path, *, guard_scope="vision-prod", guard_region="us-east-1", fleet
         TrainingQueue(compute, "queue", vpc=queue_vpc(compute), alerts=alerts, key=kms.Key(compute, "Key"),
                       image_uri=IMAGE, instance_types=[ec2.InstanceType(t) for t in TYPES], budget_scope=fleet_scope)
     else:
-        SpotGpuFleet(compute, "training", vpc=isolated_vpc(compute), alerts=alerts, instance_types=TYPES,
+        SpotGpuFleet(compute, "training", vpc=isolated_vpc(compute, endpoints_for=["SpotGpuFleet"]), alerts=alerts, instance_types=TYPES,
                      budget_scope=fleet_scope)
     if guard_scope is not None:
         governance = Stack(app, "Governance", env={"account": ACCOUNT, "region": guard_region})

@@ -14,7 +14,7 @@ from constructs import Construct
 
 from . import s3_rules
 from ..foundation.nag_support import AcknowledgeWildcardResources, suppress_checkov
-from ..errors import ValidationError
+from ..errors import ValidationError, refusal_leaves_no_node
 
 DATASETS_PREFIX = "datasets/"
 CHECKPOINTS_PREFIX = "checkpoints/"
@@ -74,6 +74,7 @@ def default_tiering_rules(
     ]
 
 
+@refusal_leaves_no_node
 class DatasetBucket(Construct):
     """An S3 bucket for datasets, checkpoints and logs: encrypted, TLS-only, private, versioned, logged, tiered.
 

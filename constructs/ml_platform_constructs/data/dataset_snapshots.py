@@ -28,8 +28,9 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from .dataset_bucket import DATASETS_PREFIX
-from ..errors import ValidationError
+from ..errors import ValidationError, refusal_leaves_no_node
 from ..foundation.nag_support import AcknowledgeWildcardResources, nag_arn, stack_arn, suppress_checkov
+from ..foundation.network import require_endpoints
 from ..foundation.platform_key import allow_autoscaling_volumes
 
 SNAPSHOT_TAG = "ml-platform:dataset-snapshot"
@@ -114,6 +115,7 @@ class DatasetVolume:
 DEFAULT_BUILDER_INSTANCE_TYPE = "m6in.2xlarge"
 
 
+@refusal_leaves_no_node
 class DatasetSnapshotBuilder(Construct):
     """The environment's dataset snapshot workflow (an SSM Automation runbook) and the snapshots' retention.
 
@@ -147,6 +149,11 @@ class DatasetSnapshotBuilder(Construct):
         if not 1 <= days <= 365:
             raise ValidationError("DatasetSnapshotBuilder", "retention", retention.to_human_string(),
                                   "1 to 365 days (Recycle Bin's range)", "e.g. Duration.days(30)")
+        require_endpoints("DatasetSnapshotBuilder", vpc, vpc_subnets,
+                          uses="Run Command reaches the builder's SSM Agent and the builder copies the dataset from "
+                               "S3 through them; without them the runbook waits for an instance that never reports",
+                          fix="PlatformNetwork() (its DEFAULT_INTERFACE_ENDPOINTS and S3 gateway endpoint have them), "
+                              "or subnets with a NAT gateway")
         stack = Stack.of(self)
         self.environment = environment
         subnets = vpc.select_subnets(**({"subnet_type": vpc_subnets.subnet_type, "subnets": vpc_subnets.subnets}

@@ -14,7 +14,7 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from .dataset_bucket import DatasetBucket
-from ..errors import ValidationError
+from ..errors import ValidationError, refusal_leaves_no_node
 from ..foundation.network import missing_interface_endpoints, selected_subnets
 from ..foundation.nag_support import AcknowledgeWildcardResources
 
@@ -45,6 +45,7 @@ _WINDOW = re.compile(r"^(Mon|Tue|Wed|Thu|Fri|Sat|Sun):([01]\d|2[0-3]):([0-5]\d)$
 _VERSION = re.compile(r"^\d+(\.\d+)+$")
 
 
+@refusal_leaves_no_node
 class MlflowTracking(Construct):
     """SageMaker's managed MLflow for one environment: where every training run is recorded.
 

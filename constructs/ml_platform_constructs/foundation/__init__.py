@@ -7,6 +7,7 @@ _EXPORTS = {
     "AlertTopic": "alert_topic",
     "DEFAULT_INTERFACE_ENDPOINTS": "network",
     "QUEUE_INTERFACE_ENDPOINTS": "network",
+    "ENDPOINTS_WITHOUT_EGRESS": "network",
     "ImportedNetwork": "network",
     "PlatformNetwork": "network",
     "availability_zone_context": "network",

@@ -13,7 +13,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
-from ..errors import ValidationError
+from ..errors import ValidationError, refusal_leaves_no_node
 from .platform_key import SNS_PUBLISHING_SERVICES, allow_publishing
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
@@ -30,6 +30,7 @@ def allow_budgets_to_publish(topic: sns.Topic) -> None:
                     "ArnLike": {"aws:SourceArn": f"arn:{stack.partition}:budgets::{stack.account}:*"}}))
 
 
+@refusal_leaves_no_node
 class AlertTopic(Construct):
     """An SNS topic encrypted with a customer-managed key, publish over TLS only, with e-mail subscribers.
 

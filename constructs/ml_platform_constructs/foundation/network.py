@@ -13,7 +13,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from ..errors import ValidationError
+from ..errors import ValidationError, refusal_leaves_no_node
 from .platform_key import allow_log_groups
 
 # What instances in private subnets must reach without a NAT gateway:
@@ -41,6 +41,31 @@ QUEUE_INTERFACE_ENDPOINTS = (
     ec2.InterfaceVpcEndpointAwsService.ECR,
     ec2.InterfaceVpcEndpointAwsService.ECR_DOCKER,
 )
+
+# What each construct's instances call, as endpoint short names, when their subnets are isolated (no NAT gateway:
+# they reach AWS only through VPC endpoints). Checked at synth for a VPC of the app (``require_endpoints``); each
+# construct's page lists the same names. An imported VPC's endpoints cannot be seen from the app: not checked.
+ENDPOINTS_WITHOUT_EGRESS: dict[str, tuple[str, ...]] = {
+    # ECS agent (ecs, ecs-agent, ecs-telemetry), image pulls (ecr.api, ecr.dkr), image layers (s3: ECR's
+    # GetDownloadUrlForLayer answers with a pre-signed S3 URL,
+    # https://docs.aws.amazon.com/AmazonECR/latest/APIReference/API_GetDownloadUrlForLayer.html), job logs (logs),
+    # the CloudWatch agent's GPU metrics that the idle and memory alarms read (monitoring).
+    "TrainingQueue": (*(e.short_name for e in QUEUE_INTERFACE_ENDPOINTS), "logs", "monitoring", "s3"),
+    # The CloudWatch agent's install (the Region's agent bucket), datasets and checkpoints (s3); its GPU metrics and
+    # the watcher's JobRunning (monitoring); the agent's DescribeTags for the group dimension (ec2); the watcher's
+    # CompleteLifecycleAction (autoscaling).
+    "SpotGpuFleet": ("autoscaling", "ec2", "monitoring", "s3"),
+    # Run Command's agent (ssm, ssmmessages: https://docs.aws.amazon.com/systems-manager/latest/userguide/
+    # systems-manager-setting-up-messageAPIs.html) and the dataset copy (s3).
+    "DatasetSnapshotBuilder": ("s3", "ssm", "ssmmessages"),
+    # The model artifact (https://docs.aws.amazon.com/sagemaker/latest/dg/host-vpc.html#host-vpc-s3).
+    "MonitoredEndpoint": ("s3",),
+}
+# Session Manager, the instances' only way in (no SSH, no inbound rule):
+# https://docs.aws.amazon.com/systems-manager/latest/userguide/setup-create-vpc.html
+SESSION_MANAGER_ENDPOINTS = ("ssm", "ssmmessages")
+NO_SESSION_MANAGER_WARNING = "ml-platform:no-session-manager-endpoints"
+UNCHECKED_ENDPOINTS_WARNING = "ml-platform:imported-vpc-endpoints-unchecked"
 
 _AZ = re.compile(r"^([a-z]{2}(?:-gov)?-[a-z]+-\d)[a-z]$")
 
@@ -117,6 +142,31 @@ def missing_interface_endpoints(vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetS
     return [name for name in needed if not any(f'.{name}"' in service for service in services)]
 
 
+def require_endpoints(construct: str, vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection], *, uses: str,
+                      fix: str) -> None:
+    """Fails synth when the selected subnets of a VPC of this app are isolated and lack one of the construct's
+    ``ENDPOINTS_WITHOUT_EGRESS``: without it a call times out on the instance, with no error at deploy. ``uses`` says
+    what goes through them, ``fix`` how to add them."""
+    needed = list(ENDPOINTS_WITHOUT_EGRESS[construct])
+    missing = missing_interface_endpoints(vpc, vpc_subnets, needed)
+    if missing:
+        raise ValidationError(construct, "vpc", vpc.node.path,
+                              f"isolated subnets with VPC endpoints for {needed} (no NAT gateway: {uses}); "
+                              f"missing: {missing}", fix)
+
+
+def warn_without_session_manager(scope: Construct, construct: str, vpc: ec2.IVpc,
+                                 vpc_subnets: Optional[ec2.SubnetSelection]) -> None:
+    """A warning when isolated subnets of a VPC of this app lack Session Manager's endpoints: the instances run, but
+    nobody can get a shell on them."""
+    missing = missing_interface_endpoints(vpc, vpc_subnets, SESSION_MANAGER_ENDPOINTS)
+    if missing:
+        Annotations.of(scope).add_warning_v2(NO_SESSION_MANAGER_WARNING, (
+            f"{construct}: its isolated subnets have no VPC endpoint for {missing}: the instances work, but Session "
+            "Manager, their only way in, cannot reach them. Add them (PlatformNetwork's DEFAULT_INTERFACE_ENDPOINTS "
+            "has them) if you need a shell."))
+
+
 def _why_public(subnet: ec2.ISubnet, public_ids: set[str], internet_gateways: set[str]) -> Optional[str]:
     if subnet.subnet_id in public_ids:
         return "a public subnet of the VPC (routed to its internet gateway)"
@@ -158,6 +208,7 @@ def require_private_subnets(scope: Construct, construct: str, vpc: ec2.IVpc,
         "public addresses (a warning)")
 
 
+@refusal_leaves_no_node
 class PlatformNetwork(Construct):
     """A VPC for GPU training: private subnets in every given AZ, private access to S3 and AWS APIs, flow logs.
 
@@ -258,37 +309,57 @@ class PlatformNetwork(Construct):
         return availability_zone_context(account=account, region=region, availability_zones=availability_zones)
 
 
+@refusal_leaves_no_node
 class ImportedNetwork(Construct):
     """A VPC another team owns, referenced from ids without a lookup; nothing is created in it.
 
-    The VPC's owner provides the private subnets (one per AZ, in the same order as ``availability_zones``),
-    the S3 gateway endpoint and the interface endpoints listed in ``DEFAULT_INTERFACE_ENDPOINTS``.
+    The VPC's owner provides the subnets where GPU instances run (one per AZ, in the same order as
+    ``availability_zones``): private subnets (with a NAT gateway), or isolated ones (no route to the internet), and
+    the VPC endpoints the constructs placed there call (``ENDPOINTS_WITHOUT_EGRESS``, per construct; at least the
+    S3 gateway endpoint and ``DEFAULT_INTERFACE_ENDPOINTS``). The app cannot see an imported VPC's endpoints, so
+    nothing checks them at synth: with isolated subnets a warning lists them.
 
     :param vpc_id: e.g. ``vpc-0123456789abcdef0``.
-    :param availability_zones: the AZs of ``private_subnet_ids``, in order.
-    :param private_subnet_ids: one private subnet per AZ, where GPU instances run.
+    :param availability_zones: the AZs of the subnets, in order.
+    :param private_subnet_ids: one private subnet per AZ, where GPU instances run. Default: none (then
+        ``isolated_subnet_ids``).
+    :param isolated_subnet_ids: one isolated subnet per AZ, for a VPC without NAT gateways. Default: none. Exactly
+        one of the two is given.
     """
 
     def __init__(self, scope: Construct, id: str, *, vpc_id: str, availability_zones: Sequence[str],
-                 private_subnet_ids: Sequence[str]) -> None:
-        super().__init__(scope, id)
-        _validate_azs("ImportedNetwork", availability_zones, Stack.of(self).region)
+                 private_subnet_ids: Sequence[str] = (), isolated_subnet_ids: Sequence[str] = ()) -> None:
+        _validate_azs("ImportedNetwork", availability_zones, Stack.of(scope).region)
         if not Token.is_unresolved(vpc_id) and not re.match(r"^vpc-[0-9a-f]{8,17}$", vpc_id):
             raise ValidationError("ImportedNetwork", "vpc_id", vpc_id, "a VPC id such as vpc-0123456789abcdef0",
                                   "copy the id from the VPC console or `aws ec2 describe-vpcs`")
-        for subnet_id in private_subnet_ids:
+        if bool(private_subnet_ids) == bool(isolated_subnet_ids):
+            raise ValidationError("ImportedNetwork", "private_subnet_ids / isolated_subnet_ids",
+                                  [list(private_subnet_ids), list(isolated_subnet_ids)], "exactly one of the two",
+                                  "pass private_subnet_ids for subnets with a NAT gateway, isolated_subnet_ids for "
+                                  "subnets without one")
+        prop, subnet_ids = (("private_subnet_ids", private_subnet_ids) if private_subnet_ids
+                            else ("isolated_subnet_ids", isolated_subnet_ids))
+        for subnet_id in subnet_ids:
             if not Token.is_unresolved(subnet_id) and not re.match(r"^subnet-[0-9a-f]{8,17}$", subnet_id):
-                raise ValidationError("ImportedNetwork", "private_subnet_ids", subnet_id,
-                                      "a subnet id such as subnet-0123456789abcdef0", "copy the ids of the private subnets")
-        if len(private_subnet_ids) != len(availability_zones):
-            raise ValidationError("ImportedNetwork", "private_subnet_ids", list(private_subnet_ids),
+                raise ValidationError("ImportedNetwork", prop, subnet_id,
+                                      "a subnet id such as subnet-0123456789abcdef0", "copy the ids of the subnets")
+        if len(subnet_ids) != len(availability_zones):
+            raise ValidationError("ImportedNetwork", prop, list(subnet_ids),
                                   f"one subnet per AZ ({len(availability_zones)})",
-                                  "list exactly one private subnet for each of availability_zones, in the same order")
+                                  "list exactly one subnet for each of availability_zones, in the same order")
+        super().__init__(scope, id)
         self.vpc: ec2.IVpc = ec2.Vpc.from_vpc_attributes(
             self, "Resource", vpc_id=vpc_id, availability_zones=list(availability_zones),
-            private_subnet_ids=list(private_subnet_ids),
-        )
-        self.compute_subnets = ec2.SubnetSelection(subnets=self.vpc.private_subnets)
+            **{prop: list(subnet_ids)})
+        self.compute_subnets = ec2.SubnetSelection(
+            subnets=self.vpc.private_subnets if private_subnet_ids else self.vpc.isolated_subnets)
+        if isolated_subnet_ids:
+            listed = "; ".join(f"{name}: {', '.join(names)}" for name, names in ENDPOINTS_WITHOUT_EGRESS.items())
+            Annotations.of(self).add_warning_v2(UNCHECKED_ENDPOINTS_WARNING, (
+                "ImportedNetwork: isolated subnets: the app cannot see this VPC's endpoints, so nothing checks them "
+                f"at synth. Each construct placed here needs its own ({listed}); without one, jobs wait or alarms "
+                "never get data, with no error at deploy."))
         Annotations.of(self).acknowledge_warning(
             "@aws-cdk/aws-ec2:noSubnetRouteTableId",
             "The platform adds no routes or gateway endpoints to an imported VPC, so it never reads its route tables.")

@@ -10,7 +10,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
-from ..errors import ValidationError
+from ..errors import ValidationError, refusal_leaves_no_node
 
 # Services that publish to an SNS topic encrypted with this key. An encrypted topic silently receives nothing
 # from them unless the key policy allows kms:GenerateDataKey* and kms:Decrypt; the AWS managed alias/aws/sns key
@@ -23,6 +23,7 @@ SNS_PUBLISHING_SERVICES = (
 )
 
 
+@refusal_leaves_no_node
 class PlatformKey(Construct):
     """A KMS key with rotation for one environment, shared by the platform's topics, buckets and log groups.
 

@@ -25,7 +25,7 @@ import jsii
 from constructs import Construct, IConstruct, IValidation
 
 from ..foundation.alert_topic import allow_budgets_to_publish
-from ..errors import ValidationError
+from ..errors import ValidationError, refusal_leaves_no_node
 from .scope import (ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, display_path, endpoints_carrying, governs_something,
                     register_guard, validate_budget_scope)
 from ..foundation.nag_support import nag_arn, stack_arn, suppress_checkov
@@ -57,6 +57,7 @@ _POLICY_REASON = ("Describe/List calls and PutMetricData have no resource-level 
 STOP_FUNCTION_FILES = ("budget_guard.py", "pending_jobs.py", "prices.py", "prices.json")
 
 
+@refusal_leaves_no_node
 class BudgetGuard(Construct):
     """A monthly cost budget with notifications, and a guard that stops the environment's GPU fleets.
 

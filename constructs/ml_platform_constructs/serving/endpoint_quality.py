@@ -26,7 +26,7 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from ..data.dataset_bucket import DatasetBucket
-from ..errors import ValidationError
+from ..errors import ValidationError, refusal_leaves_no_node
 from ..foundation.nag_support import AcknowledgeWildcardResources, suppress_checkov
 from ..runtime.promotion import BASELINE, quality_baseline_parameter
 from ..runtime.quality import (DEFAULT_FALSE_ALARMS, DEFAULT_MAX_BATCH_HOURS, DEFAULT_POWER, DEFAULT_REFERENCE_LABELS,
@@ -150,6 +150,7 @@ class ModelQuality:
             fail("max_records_per_run", self.max_records_per_run, "1 to 1,000,000 records", "e.g. 10000")
 
 
+@refusal_leaves_no_node
 class EndpointQuality(Construct):
     """The quality check of one endpoint (MonitoredEndpoint creates it from its ``quality`` prop).
 

@@ -25,12 +25,12 @@ from constructs import Construct
 from ..data.dataset_bucket import DatasetBucket
 from .endpoint_quality import GROUND_TRUTH_PREFIX, EndpointQuality, ModelQuality
 from .endpoint_scaling import EndpointAutoScaling, scale_endpoint
-from ..errors import ValidationError
+from ..errors import ValidationError, refusal_leaves_no_node
 from .feature_watch import FeatureWatch, feature_watch_alarms, feature_watch_widgets
 from ..governance.scope import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, validate_budget_scope
 from ..operations.jobs import ECR_IMAGE
 from ..foundation.nag_support import AcknowledgeWildcardResources, nag_arn, stack_arn, suppress_checkov
-from ..foundation.network import missing_interface_endpoints, require_private_subnets
+from ..foundation.network import require_endpoints, require_private_subnets
 from ..foundation.platform_key import allow_log_groups
 from ..runtime.drift import DEFAULT_FALSE_ALARMS as DRIFT_FALSE_ALARMS, per_check_significance
 from ..runtime.promotion import VERSION, VERSION_PLACEHOLDER, model_version_parameter
@@ -69,6 +69,7 @@ def drift_day_periods(schedule: Duration) -> int:
     return max(1, math.ceil(86400 / seconds))
 
 
+@refusal_leaves_no_node
 class MonitoredEndpoint(Construct):
     """A SageMaker real-time endpoint, its endpoint configuration with data capture, and its monitoring.
 
@@ -419,13 +420,10 @@ class MonitoredEndpoint(Construct):
         """In isolated subnets of a VPC of this app, the model reaches its artifact only through an S3 VPC endpoint
         (https://docs.aws.amazon.com/sagemaker/latest/dg/host-vpc.html#host-vpc-s3): without one, CreateEndpoint fails
         at deploy. (An imported VPC's endpoints cannot be seen from here.)"""
-        if missing_interface_endpoints(vpc, vpc_subnets, ["s3"]):
-            raise ValidationError(
-                "MonitoredEndpoint", "vpc", vpc.node.path,
-                "isolated subnets with an S3 VPC endpoint (no NAT gateway: SageMaker loads the model artifact "
-                "through it, and CreateEndpoint fails without one); missing: ['s3']",
-                "PlatformNetwork (it has an S3 gateway endpoint), vpc.add_gateway_endpoint('S3', "
-                "service=ec2.GatewayVpcEndpointAwsService.S3), or subnets with a NAT gateway")
+        require_endpoints("MonitoredEndpoint", vpc, vpc_subnets,
+                          uses="SageMaker loads the model artifact through it, and CreateEndpoint fails without one",
+                          fix="PlatformNetwork (it has an S3 gateway endpoint), vpc.add_gateway_endpoint('S3', "
+                              "service=ec2.GatewayVpcEndpointAwsService.S3), or subnets with a NAT gateway")
 
     # --- the declared model version and its rollout ------------------------------------------------------------
     def _declared_model(self, bucket: s3.IBucket, key: str, version: Optional[str],

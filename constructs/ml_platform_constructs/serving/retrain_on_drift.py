@@ -21,7 +21,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from constructs import Construct, IValidation
 
-from ..errors import ValidationError
+from ..errors import ValidationError, refusal_leaves_no_node
 from ..foundation.nag_support import flatten_reference, nag_arn, stack_arn, suppress_checkov
 from ..runtime.pending_jobs import PENDING_PATH
 from ..runtime.retrain import COOLDOWN_HOURS, EXPIRES_ATTRIBUTE, TRIGGER_TAG
@@ -33,6 +33,7 @@ FUNCTION_FILES = ("retrain.py", "pending_jobs.py")
 _JOBS_ARN = "arn:{partition}:batch:{region}:{account}:job/*"
 
 
+@refusal_leaves_no_node
 class RetrainOnDrift(Construct):
     """Retrains an endpoint's model on a TrainingQueue when its drift alarm changes to ALARM, and when any trigger
     added with ``add_trigger`` does (e.g. a production-quality alarm).

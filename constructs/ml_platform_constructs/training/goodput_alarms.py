@@ -4,7 +4,7 @@ embedded metric format, dimension Queue); each alarm's description carries the f
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -35,14 +35,15 @@ def input_bound_fix(entry: gpu_catalog.GpuInstanceType) -> str:
             "images decoded on the GPU (NVIDIA DALI) where the CPU decodes them.")
 
 
-def validate_goodput_props(construct: str, *, input_bound_percent: float, checkpoint_bound_percent: float,
-                           bound_minutes: int) -> int:
-    """ValidationError naming the prop unless the thresholds are percentages and ``bound_minutes`` whole metric
-    windows; returns the number of windows."""
+def validate_goodput_props(construct: str, *, input_bound_percent: Optional[float],
+                           checkpoint_bound_percent: Optional[float], bound_minutes: int) -> int:
+    """ValidationError naming the prop unless the thresholds are percentages (or None: that alarm off) and
+    ``bound_minutes`` whole metric windows; returns the number of windows."""
     for prop, value, low, high in (("input_bound_percent", input_bound_percent, 1, 99),
                                    ("checkpoint_bound_percent", checkpoint_bound_percent, 1, 99)):
-        if not (isinstance(value, (int, float)) and low <= value <= high):
-            raise ValidationError(construct, prop, value, f"a percentage from {low} to {high}",
+        if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                      and low <= value <= high):
+            raise ValidationError(construct, prop, value, f"a percentage from {low} to {high}, or None (no alarm)",
                                   f"set {prop} to e.g. {INPUT_BOUND_PERCENT if prop.startswith('input') else CHECKPOINT_BOUND_PERCENT}")
     window_minutes = METRIC_WINDOW_SECONDS // 60
     if not (isinstance(bound_minutes, int) and bound_minutes % window_minutes == 0
@@ -54,33 +55,36 @@ def validate_goodput_props(construct: str, *, input_bound_percent: float, checkp
 
 
 def goodput_alarms(scope: Construct, *, queue_name: str, instance_types: Sequence[str],
-                   input_bound_percent: float = INPUT_BOUND_PERCENT,
-                   checkpoint_bound_percent: float = CHECKPOINT_BOUND_PERCENT,
+                   input_bound_percent: Optional[float] = INPUT_BOUND_PERCENT,
+                   checkpoint_bound_percent: Optional[float] = CHECKPOINT_BOUND_PERCENT,
                    bound_minutes: int = BOUND_MINUTES, construct: str = "TrainingQueue"
-                   ) -> tuple[cloudwatch.Alarm, cloudwatch.Alarm]:
-    """The input-bound and checkpoint-bound alarms of a queue; both treat missing data as not breaching (no job
-    stepping is no waste of this kind: idle is the GPU alarms')."""
+                   ) -> tuple[Optional[cloudwatch.Alarm], Optional[cloudwatch.Alarm]]:
+    """The input-bound and checkpoint-bound alarms of a queue (None for a threshold of None: that alarm is off);
+    both treat missing data as not breaching (no job stepping is no waste of this kind: idle is the GPU alarms')."""
     periods = validate_goodput_props(construct, input_bound_percent=input_bound_percent,
                                      checkpoint_bound_percent=checkpoint_bound_percent, bound_minutes=bound_minutes)
     entry = gpu_catalog.lookup(instance_types[0]) if instance_types else None
     fix = input_bound_fix(entry) if entry else ("Fix: ml_platform_job.goodput.loader_settings_for(<instance type>) gives "
                                                 "the loader settings for an instance.")
-    input_bound = cloudwatch.Alarm(
-        scope, "InputBoundAlarm", metric=goodput_metric(queue_name, "DataWaitShare"),
-        threshold=input_bound_percent, evaluation_periods=periods, datapoints_to_alarm=periods,
-        comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-        alarm_description=(f"Training queue {queue_name}: a job waited on its input pipeline over "
-                           f"{input_bound_percent:g}% of its step time for {bound_minutes} minutes. {fix}"))
-    checkpoint_bound = cloudwatch.Alarm(
-        scope, "CheckpointBoundAlarm", metric=goodput_metric(queue_name, "CheckpointShare"),
-        threshold=checkpoint_bound_percent, evaluation_periods=periods, datapoints_to_alarm=periods,
-        comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-        alarm_description=(f"Training queue {queue_name}: a job spent over {checkpoint_bound_percent:g}% of its "
-                           f"time saving checkpoints for {bound_minutes} minutes. Fix: save less often (the interval "
-                           "should keep saves under a tenth of the time between them), or save asynchronously "
-                           "(torch.distributed.checkpoint.async_save) so steps go on during the write."))
+    input_bound = checkpoint_bound = None
+    if input_bound_percent is not None:
+        input_bound = cloudwatch.Alarm(
+            scope, "InputBoundAlarm", metric=goodput_metric(queue_name, "DataWaitShare"),
+            threshold=input_bound_percent, evaluation_periods=periods, datapoints_to_alarm=periods,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description=(f"Training queue {queue_name}: a job waited on its input pipeline over "
+                               f"{input_bound_percent:g}% of its step time for {bound_minutes} minutes. {fix}"))
+    if checkpoint_bound_percent is not None:
+        checkpoint_bound = cloudwatch.Alarm(
+            scope, "CheckpointBoundAlarm", metric=goodput_metric(queue_name, "CheckpointShare"),
+            threshold=checkpoint_bound_percent, evaluation_periods=periods, datapoints_to_alarm=periods,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description=(f"Training queue {queue_name}: a job spent over {checkpoint_bound_percent:g}% of its "
+                               f"time saving checkpoints for {bound_minutes} minutes. Fix: save less often (the interval "
+                               "should keep saves under a tenth of the time between them), or save asynchronously "
+                               "(torch.distributed.checkpoint.async_save) so steps go on during the write."))
     return input_bound, checkpoint_bound
 
 

@@ -26,7 +26,7 @@ from ..governance.scope import BUDGET_SCOPE_TAG
 from .gpu_alarms import validate_gpu_types
 from .instance_bootstrap import (AL2023_AGENT_INSTALL, GPU_NAMESPACE, InstanceBootstrap, dataset_block_devices,
                                  gpu_agent_config)
-from ..foundation.network import QUEUE_INTERFACE_ENDPOINTS, missing_interface_endpoints
+from ..foundation.network import ENDPOINTS_WITHOUT_EGRESS, QUEUE_INTERFACE_ENDPOINTS, require_endpoints
 from .queue_jobs import MULTI_NODE_NODES
 from ..runtime.budget_guard import QUEUE_TAG
 
@@ -127,27 +127,18 @@ def check_default_security_group(scope: Construct, vpc: ec2.IVpc) -> None:
         "multi_node_efa=False puts them in the queue's own group.")
 
 
-QUEUE_ENDPOINTS_WITHOUT_EGRESS = (*(e.short_name for e in QUEUE_INTERFACE_ENDPOINTS), "logs", "monitoring", "s3")
+QUEUE_ENDPOINTS_WITHOUT_EGRESS = ENDPOINTS_WITHOUT_EGRESS["TrainingQueue"]
 
 
 def require_endpoints_without_egress(vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection]) -> None:
-    """In isolated subnets of a VPC of this app, the instances reach AWS only through VPC endpoints: ECS (the agent
-    joins the queue), ECR (image manifests) and S3 (image layers: ECR's GetDownloadUrlForLayer answers with a
-    pre-signed S3 URL, https://docs.aws.amazon.com/AmazonECR/latest/APIReference/API_GetDownloadUrlForLayer.html; a
-    gateway or an interface endpoint), Logs (job logs) and CloudWatch monitoring (the CloudWatch agent's GPU metrics,
-    which the idle and memory alarms read: without it they get no data and, missing data not breaching, never fire).
-    Without any of them jobs wait RUNNABLE or alarms stay silent, with no error anywhere. (An imported VPC's
-    endpoints cannot be seen from here.)"""
-    needed = list(QUEUE_ENDPOINTS_WITHOUT_EGRESS)
-    missing = missing_interface_endpoints(vpc, vpc_subnets, needed)
-    if missing:
-        raise ValidationError("TrainingQueue", "vpc", vpc.node.path,
-                              f"isolated subnets with VPC endpoints for {needed} (no NAT gateway: the ECS agent, "
-                              f"image pulls, image layers from S3, job logs and GPU metrics go through them); "
-                              f"missing: {missing}",
-                              "PlatformNetwork(interface_endpoints=[*DEFAULT_INTERFACE_ENDPOINTS, "
-                              "*QUEUE_INTERFACE_ENDPOINTS]) (it has the S3 gateway endpoint), or subnets with a NAT "
-                              "gateway")
+    """In isolated subnets of a VPC of this app, the instances reach AWS only through VPC endpoints
+    (``ENDPOINTS_WITHOUT_EGRESS["TrainingQueue"]``): without any of them jobs wait RUNNABLE or the GPU alarms stay
+    silent (missing data is not breaching), with no error anywhere. (An imported VPC's endpoints cannot be seen.)"""
+    require_endpoints("TrainingQueue", vpc, vpc_subnets,
+                      uses="the ECS agent, image pulls, image layers from S3, job logs and GPU metrics go through them",
+                      fix="PlatformNetwork(interface_endpoints=[*DEFAULT_INTERFACE_ENDPOINTS, "
+                          "*QUEUE_INTERFACE_ENDPOINTS]) (it has the S3 gateway endpoint), or subnets with a NAT "
+                          "gateway")
 
 
 # --- resources ----------------------------------------------------------------------------------------------------

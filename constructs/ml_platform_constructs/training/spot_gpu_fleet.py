@@ -21,7 +21,7 @@ from constructs import Construct
 from ..advice import gpu_catalog
 from ..data.dataset_bucket import DATASETS_PREFIX, DatasetBucket
 from ..data.dataset_snapshots import DatasetVolume
-from ..errors import ValidationError
+from ..errors import ValidationError, refusal_leaves_no_node
 from ..governance.scope import ACCOUNT_SCOPE, govern, validate_budget_scope
 from .gpu_alarms import (as_instance_types, gpu_alarms, gpu_memory_used_ratio, gpu_metric, validate_alarm_props,
                          validate_gpu_types)
@@ -29,7 +29,7 @@ from .instance_bootstrap import (GPU_NAMESPACE, RUN_DIR, InstanceBootstrap, data
                                  ubuntu_agent_install, validate_dataset_volumes)
 from ..data.mlflow_tracking import MlflowTracking
 from ..foundation.nag_support import nag_arn, stack_arn, suppress_checkov
-from ..foundation.network import require_private_subnets
+from ..foundation.network import require_endpoints, require_private_subnets, warn_without_session_manager
 from ..foundation.platform_key import allow_autoscaling_volumes
 from ..runtime.budget_guard import FLEET_TAG
 from ..foundation.runtime_function import runtime_function
@@ -40,6 +40,7 @@ ROOT_DEVICE = "/dev/sda1"  # the Ubuntu DLAMI's root device name
 AUTO_SCALING_GROUPS_ARN = "arn:{partition}:autoscaling:{region}:{account}:autoScalingGroup:*"
 
 
+@refusal_leaves_no_node
 class SpotGpuFleet(Construct):
     """A scale-to-zero Auto Scaling group of Spot GPU instances across several right-sized GPU types.
 
@@ -144,6 +145,13 @@ class SpotGpuFleet(Construct):
         validate_dataset_volumes(self, "SpotGpuFleet", dataset_volumes)
         validate_budget_scope("SpotGpuFleet", budget_scope)
         require_private_subnets(self, "SpotGpuFleet", vpc, vpc_subnets, allow_public_subnets)
+        require_endpoints("SpotGpuFleet", vpc, vpc_subnets,
+                          uses="the CloudWatch agent's install and GPU metrics, datasets and checkpoints, and the "
+                               "watcher's lifecycle-hook completion go through them; without monitoring the idle and "
+                               "memory alarms get no data and never fire",
+                          fix="PlatformNetwork() (its DEFAULT_INTERFACE_ENDPOINTS and S3 gateway endpoint have them), "
+                              "or subnets with a NAT gateway")
+        warn_without_session_manager(self, "SpotGpuFleet", vpc, vpc_subnets)
         if volume_key is not None and not volume_key_allows_autoscaling and not allow_autoscaling_volumes(volume_key):
             raise ValidationError(
                 "SpotGpuFleet", "volume_key", volume_key.key_arn,
@@ -446,6 +454,7 @@ class SpotGpuFleet(Construct):
             resource_arns=[self.auto_scaling_group.auto_scaling_group_arn])
 
 
+@refusal_leaves_no_node
 class SpotInterruptionAlerts(Construct):
     """One EventBridge rule per environment that forwards Spot interruption warnings and rebalance
     recommendations to the alert topic. The events name the instance, not its fleet: the message says how to

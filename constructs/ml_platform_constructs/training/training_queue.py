@@ -33,7 +33,7 @@ from constructs import Construct
 
 from ..data.dataset_bucket import DatasetBucket
 from ..data.dataset_snapshots import DatasetVolume
-from ..errors import ValidationError
+from ..errors import ValidationError, refusal_leaves_no_node
 from ..governance.scope import ACCOUNT_SCOPE, govern, validate_budget_scope
 from .goodput_alarms import (BOUND_MINUTES, CHECKPOINT_BOUND_PERCENT, INPUT_BOUND_PERCENT, goodput_alarms,
                              validate_goodput_props)
@@ -63,6 +63,7 @@ __all__ = ["ATTEMPTS", "EFA_DEVICE", "EFA_INSTALL", "JOB_NAMESPACE", "MEMORY_HEA
            "ecs_agent_config", "is_tagged_ecr_image", "smallest_fit"]
 
 
+@refusal_leaves_no_node
 class TrainingQueue(Construct):
     """An AWS Batch job queue that runs GPU training jobs to completion on Spot, resuming from checkpoints.
 
@@ -131,7 +132,8 @@ class TrainingQueue(Construct):
         time, for ``bound_minutes`` (a multiple of the jobs' 5-minute metric window), from the shares the
         job-contract helper prints (``ml_platform_job.goodput``); each alarm's text carries the fix for the queue's
         instances. Default: 30, 10 and 15: an alarm after three windows in a row over the threshold; no job
-        stepping, no data, no alarm.
+        stepping, no data, no alarm. A threshold of None switches that alarm off (it is then absent from
+        ``alarms``).
     :param allow_low_diversity / allow_mixed_gpu_memory: as SpotGpuFleet's. Default: False.
     :param removal_policy: of the log group. Default: RETAIN.
     :param budget_scope: the ``BudgetGuard`` scope that may stop this queue (tag ``ml-platform:budget-scope`` on
@@ -169,8 +171,8 @@ class TrainingQueue(Construct):
         idle_evaluation_periods: int = 3,
         alarm_period: Duration = Duration.minutes(5),
         memory_pressure_threshold: Optional[float] = 0.7,
-        input_bound_percent: float = INPUT_BOUND_PERCENT,
-        checkpoint_bound_percent: float = CHECKPOINT_BOUND_PERCENT,
+        input_bound_percent: Optional[float] = INPUT_BOUND_PERCENT,
+        checkpoint_bound_percent: Optional[float] = CHECKPOINT_BOUND_PERCENT,
         bound_minutes: int = BOUND_MINUTES,
         allow_low_diversity: bool = False,
         allow_public_subnets: bool = False,
@@ -295,7 +297,7 @@ class TrainingQueue(Construct):
         self.alarms = {name: alarm for name, alarm in (("idle", self.idle_alarm), ("memory", self.memory_alarm),
                                                        ("input_bound", input_bound),
                                                        ("checkpoint_bound", checkpoint_bound)) if alarm is not None}
-        for alarm in (input_bound, checkpoint_bound):
+        for alarm in filter(None, (input_bound, checkpoint_bound)):
             alarm.add_alarm_action(cw_actions.SnsAction(alerts))
         self.dashboard = queue_dashboard(
             self, queue_name=self.queue_name, log_group=self.log_group, period=alarm_period,
