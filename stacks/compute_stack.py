@@ -62,10 +62,11 @@ class ComputeStack(Stack):
             for queue in config.queues
         }
         for name, queue in self.queues.items():
-            CfnOutput(self, queue_output_key(name, "JobQueue"), value=queue.job_queue_arn,
-                      description=f"Training queue {name}: job queue (./platform job submit)")
-            CfnOutput(self, queue_output_key(name, "JobDefinition"), value=queue.job_definition.job_definition_arn,
-                      description=f"Training queue {name}: job definition")
+            if queue.job_queue is not None:  # a multi-node-only queue has none
+                CfnOutput(self, queue_output_key(name, "JobQueue"), value=queue.job_queue_arn,
+                          description=f"Training queue {name}: job queue (./platform job submit)")
+                CfnOutput(self, queue_output_key(name, "JobDefinition"), value=queue.job_definition.job_definition_arn,
+                          description=f"Training queue {name}: job definition")
             if queue.multi_node_job_queue is not None:
                 CfnOutput(self, queue_output_key(name, "MultiNodeJobQueue"),
                           value=queue.multi_node_job_queue_arn,

@@ -191,3 +191,55 @@ def test_a_refused_queue_leaves_no_node_and_its_id_can_be_used_again():
     assert scope.node.try_find_child("Queue") is None
     assert queue().node.path == "Team/Queue"  # the same id: nothing of the refused one is left
     Template.from_stack(scope).resource_count_is("AWS::Batch::JobQueue", 1)
+
+
+# --- a multi-node-only queue --------------------------------------------------------------------------------------
+MULTI = ["g5.48xlarge"]
+
+
+def multi_only(scope, **props):
+    vpc = ec2.Vpc(scope, "Vpc", availability_zones=["us-east-1a"], nat_gateways=1, restrict_default_security_group=False)
+    return TrainingQueue(scope, "Queue", vpc=vpc, alerts=sns.Topic(scope, "T"), key=kms.Key(scope, "K"), image_uri=IMAGE,
+                         multi_node_instance_types=MULTI, multi_node_max_vcpus=384, **props)
+
+
+def test_a_queue_can_be_multi_node_only():
+    scope = stack()
+    queue = multi_only(scope)
+    assert queue.multi_node_only and queue.job_queue is None and queue.job_definition is None
+    assert queue.spot_environment is None and queue.multi_node_job_queue is not None
+    template = Template.from_stack(scope)
+    template.resource_count_is("AWS::Batch::JobQueue", 1)
+    template.resource_count_is("AWS::Batch::ComputeEnvironment", 1)
+    template.has_resource_properties("AWS::Batch::ComputeEnvironment", {"ComputeResources": Match.object_like({
+        "Type": "EC2", "InstanceTypes": MULTI})})
+    template.has_resource_properties("AWS::Batch::JobDefinition", {"Type": "multinode"})
+    assert set(queue.alarms) == {"idle", "memory", "input_bound", "checkpoint_bound"}
+    with pytest.raises(ValidationError, match="add_job_definition='Extra' is invalid: .*multi-node only"):
+        queue.add_job_definition("Extra", image_uri=IMAGE)
+
+
+@pytest.mark.parametrize("prop, value", [("on_demand_max_vcpus", 64), ("job_vcpus", 8)])
+def test_a_multi_node_only_queue_refuses_single_node_sizes(prop, value):
+    with pytest.raises(ValidationError, match=rf"{prop}=.* is invalid: unset on a multi-node-only queue"):
+        multi_only(stack(), **{prop: value})
+
+
+def test_a_queue_without_any_types_says_both_ways_out():
+    scope = stack()
+    with pytest.raises(ValidationError, match=r"instance_types=\[\] is invalid: at least one GPU instance type. Fix: "
+                                              r"give Spot GPU types, or multi_node_instance_types"):
+        TrainingQueue(scope, "Queue", vpc=isolated_vpc(scope, endpoints_for=["TrainingQueue"]),
+                      alerts=sns.Topic(scope, "T"), key=kms.Key(scope, "K"), image_uri=IMAGE)
+
+
+def test_submitting_to_a_multi_node_only_queue_takes_nodes():
+    from ml_platform_constructs.operations.jobs import JobError, QueueTarget, check_submission
+
+    target = QueueTarget(name="big", job_queue="", job_definition="", instance_types=(),
+                         multi_node_job_queue="arn:mq", multi_node_job_definition="arn:md",
+                         multi_node_instance_types=tuple(MULTI))
+    with pytest.raises(JobError, match="queue big is multi-node only .* submit with --nodes 2-8"):
+        check_submission(target, IMAGE, ["python", "train.py"], name="run-1")
+    assert check_submission(target, IMAGE, ["python", "train.py"], name="run-1", nodes=2).multi_node
+    assert target.job_queues() == [("big (multi-node)", "arn:mq")]

@@ -102,6 +102,21 @@ def test_a_queue_is_found_by_its_name_from_the_constructs_tags():
     assert target.instance_types == ("g5.2xlarge", "g5.xlarge") and target.checkpoint_root == ROOT
 
 
+def test_a_multi_node_only_queue_is_found_and_takes_only_multi_node_jobs():
+    batch = FakeBatch()
+    batch.queues = [q for q in batch.queues if not q["jobQueueArn"].endswith("/q1")]
+    batch.definitions = [d for d in batch.definitions if d["jobDefinitionName"] != "train"]
+    target = jobs.find_queue(batch, "training")
+    assert (target.job_queue, target.job_definition, target.instance_types) == ("", "", ())
+    assert target.multi_node_job_queue == f"{ARN}:job-queue/q2" and target.checkpoint_root == ROOT
+    assert target.capacity == "multi-node only; multi-node up to 192 vCPUs"
+    with pytest.raises(SystemExit, match=r"--nodes 1: queue training is multi-node only"):
+        jobs.check_submission(target, IMAGE, ["python", "train.py"], name="run-1")
+    submission = jobs.check_submission(target, IMAGE, ["python", "train.py"], name="run-1", nodes=2)
+    jobs.submit(batch, submission)
+    assert batch.submitted[-1]["jobQueue"] == f"{ARN}:job-queue/q2"
+
+
 def test_an_unknown_queue_names_the_training_queues_there():
     with pytest.raises(SystemExit, match=r"^error: no training queue 'trainig' in this account and Region \(training "
                                          r"queues there: training, vision\): pass TrainingQueue.queue_name"):

@@ -78,7 +78,7 @@ class QueueTarget:
 
     def job_queues(self) -> list[tuple[str, str]]:
         """(label, ARN) of each job queue."""
-        return [(self.name, self.job_queue),
+        return [*([(self.name, self.job_queue)] if self.job_queue else []),
                 *([(f"{self.name} (multi-node)", self.multi_node_job_queue)] if self.multi_node_job_queue else [])]
 
 
@@ -135,18 +135,22 @@ def find_queue(batch: Any, name: str) -> QueueTarget:
         newer = definition["revision"] > definitions.get(kind, {}).get("revision", 0)
         if tags.get(QUEUE_TAG) == name and kind and newer:
             definitions[kind] = definition
-    if single is None or SINGLE_NODE not in definitions:
+    multi_node = multi is not None and MULTI_NODE in definitions
+    single_node = single is not None and SINGLE_NODE in definitions
+    if (single is not None and not single_node) or not (single_node or multi_node):  # untagged: an older version
         raise JobError(f"training queue {name!r} has no job queue or job definition of its own here (deployed with an "
                        "older ml_platform_constructs?): deploy it with this version")
-    root = definitions[SINGLE_NODE].get("tags", {}).get(CHECKPOINT_ROOT_TAG, "")
-    multi_node = multi is not None and MULTI_NODE in definitions
+    root = definitions[SINGLE_NODE if single_node else MULTI_NODE].get("tags", {}).get(CHECKPOINT_ROOT_TAG, "")
+    capacity = "; ".join(([f"up to {single[2]} vCPUs"] if single_node else ["multi-node only"])
+                         + ([f"multi-node up to {multi[2]} vCPUs"] if multi_node else []))
     return QueueTarget(
-        name=name, job_queue=single[0], job_definition=definitions[SINGLE_NODE]["jobDefinitionArn"],
-        instance_types=single[1], checkpoint_root=root,
+        name=name, job_queue=single[0] if single_node else "",
+        job_definition=definitions[SINGLE_NODE]["jobDefinitionArn"] if single_node else "",
+        instance_types=single[1] if single_node else (), checkpoint_root=root,
         multi_node_job_queue=multi[0] if multi_node else None,
         multi_node_job_definition=definitions[MULTI_NODE]["jobDefinitionArn"] if multi_node else None,
         multi_node_instance_types=multi[1] if multi_node else (),
-        capacity=f"up to {single[2]} vCPUs" + (f"; multi-node up to {multi[2]} vCPUs" if multi else ""),
+        capacity=capacity,
         evaluation_job_definition=definitions[EVALUATION]["jobDefinitionArn"] if EVALUATION in definitions else None)
 
 
@@ -160,6 +164,10 @@ def check_submission(target: QueueTarget, image: str, command: Sequence[str], *,
     if not command:
         raise JobError("no command: put it after --, e.g. -- python train.py --epochs 90")
     if nodes == 1:
+        if not target.job_queue:
+            raise JobError(f"--nodes 1: queue {target.name} is multi-node only (TrainingQueue without instance_types); "
+                           f"submit with --nodes {MULTI_NODE_NODES[0]}-{MULTI_NODE_NODES[1]}, or use a queue with "
+                           "single-node types")
         types = target.instance_types
     else:
         if not target.multi_node_instance_types:
@@ -231,7 +239,7 @@ def submit_evaluation(batch: Any, target: QueueTarget, *, name: str, image: str,
                       environment: Mapping[str, str], tags: Optional[Mapping[str, str]] = None) -> dict:
     """Submits an evaluation job (the queue's evaluation definition: a role that reads datasets and models and alone
     writes ``evaluations/<queue>/``) with ``environment`` added to the job contract's; returns its id and name."""
-    if not target.evaluation_job_definition:
+    if not target.evaluation_job_definition or not target.job_queue:
         raise JobError(f"training queue {target.name!r} has no evaluation job definition (a TrainingQueue with a "
                        "dataset bucket has one since ml_platform_constructs 0.5.0): deploy it with this version")
     problem = image_problem(image)

@@ -81,6 +81,10 @@ class RetrainOnDrift(Construct):
                                   "1-100 letters, digits, '-' or '_' (Batch job names), starting with a letter or digit",
                                   "e.g. retrain-classifier")
         self._validate_cooldown("cooldown", cooldown)
+        if getattr(queue, "multi_node_only", False):
+            raise ValidationError("RetrainOnDrift", "queue", queue.queue_name,
+                                  "a TrainingQueue with single-node instance_types (a retraining is a single-node job)",
+                                  "pass a queue with instance_types")
         super().__init__(scope, id)
         self._cooldowns: dict[str, int] = {}
         self.rules: dict[str, events.Rule] = {}

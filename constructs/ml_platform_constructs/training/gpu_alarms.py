@@ -34,7 +34,9 @@ def as_instance_types(construct: str, prop: str, values: Sequence) -> list[ec2.I
 
 def validate_gpu_types(scope: Construct, construct: str, instance_types: Sequence[ec2.InstanceType], *,
                        allow_low_diversity: bool, allow_mixed_gpu_memory: bool, prop: str = "instance_types",
-                       min_types: int = MIN_INSTANCE_TYPES) -> list[gpu_catalog.GpuInstanceType]:
+                       min_types: int = MIN_INSTANCE_TYPES,
+                       fix_if_empty: str = "list several types of one GPU shape, e.g. g5.xlarge, g5.2xlarge, "
+                                           "g6.xlarge, g6.2xlarge") -> list[gpu_catalog.GpuInstanceType]:
     """Catalog types of one GPU shape: one architecture and GPU count, GPU memory within 2x, at least ``min_types``
     (4 for Spot, where diversity is what finds capacity).
 
@@ -42,8 +44,7 @@ def validate_gpu_types(scope: Construct, construct: str, instance_types: Sequenc
     """
     names = [t.to_string() for t in instance_types]
     if not names:
-        raise ValidationError(construct, prop, [], "at least one GPU instance type",
-                              "list several types of one GPU shape, e.g. g5.xlarge, g5.2xlarge, g6.xlarge, g6.2xlarge")
+        raise ValidationError(construct, prop, [], "at least one GPU instance type", fix_if_empty)
     if len(set(names)) != len(names):
         raise ValidationError(construct, prop, names, "each type once", "remove the duplicate")
     entries = []

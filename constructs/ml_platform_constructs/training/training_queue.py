@@ -89,7 +89,10 @@ class TrainingQueue(Construct):
 
     :param vpc: where the instances run.
     :param instance_types: Spot GPU types from ``gpu_catalog.GPU_CATALOG``: x86_64, one GPU count, GPU memory
-        within 2x, at least 4 types.
+        within 2x, at least 4 types. Empty for a multi-node-only queue (``multi_node_instance_types`` given): no Spot
+        environment, single-node job queue, job definition or evaluation definition (those attributes are None),
+        and ``max_vcpus``, ``on_demand_max_vcpus``, ``job_vcpus`` and ``job_memory`` do not apply. Default: none,
+        which needs ``multi_node_instance_types``.
     :param image_uri: the job definition's container image, in Amazon ECR (``ACCOUNT.dkr.ecr.REGION.amazonaws.com/
         REPO:TAG`` or ``@sha256:``). ``./platform job submit --image`` registers a revision with another image.
     :param alerts: the environment's alert topic.
@@ -148,10 +151,10 @@ class TrainingQueue(Construct):
         id: str,
         *,
         vpc: ec2.IVpc,
-        instance_types: Sequence[Union[ec2.InstanceType, str]],
         image_uri: str,
         alerts: sns.ITopic,
         key: kms.IKey,
+        instance_types: Sequence[Union[ec2.InstanceType, str]] = (),
         vpc_subnets: Optional[ec2.SubnetSelection] = None,
         datasets: Optional[DatasetBucket] = None,
         queue_name: Optional[str] = None,
@@ -194,11 +197,26 @@ class TrainingQueue(Construct):
                                   "1-40 letters, digits, '_' or '-', starting with a letter or digit", "rename the queue")
         validate_job_props(image_uri, job_attempts, job_timeout)
         stop_timeout_seconds = validate_capacity(max_vcpus, on_demand_max_vcpus, stop_timeout)
-        self.catalog_entries = validate_gpu_types(self, "TrainingQueue", instance_types,
-                                                  allow_low_diversity=allow_low_diversity,
-                                                  allow_mixed_gpu_memory=allow_mixed_gpu_memory)
-        require_x86("instance_types", self.catalog_entries)
+        self.multi_node_only = not instance_types and bool(multi_node_instance_types)
+        if self.multi_node_only:
+            for prop, value in (("on_demand_max_vcpus", on_demand_max_vcpus), ("job_vcpus", job_vcpus),
+                                ("job_memory", job_memory)):
+                if value:
+                    raise ValidationError("TrainingQueue", prop, value if not isinstance(value, Size) else
+                                          f"{value.to_mebibytes():g} MiB",
+                                          "unset on a multi-node-only queue (instance_types empty): it sizes the "
+                                          "single-node environment and jobs, which such a queue has not",
+                                          f"remove {prop}, or give instance_types for single-node jobs too")
         self.multi_node_entries = validate_multi_node(self, multi_node_instance_types, multi_node_max_vcpus)
+        if self.multi_node_only:
+            self.catalog_entries = self.multi_node_entries
+        else:
+            self.catalog_entries = validate_gpu_types(self, "TrainingQueue", instance_types,
+                                                      allow_low_diversity=allow_low_diversity,
+                                                      allow_mixed_gpu_memory=allow_mixed_gpu_memory,
+                                                      fix_if_empty="give Spot GPU types, or "
+                                                      "multi_node_instance_types for a multi-node-only queue")
+            require_x86("instance_types", self.catalog_entries)
         if multi_node_efa and not self.multi_node_entries:
             raise ValidationError("TrainingQueue", "multi_node_efa", True, "False without multi_node_instance_types",
                                   "add EFA types or leave multi_node_efa unset")
@@ -217,7 +235,9 @@ class TrainingQueue(Construct):
                                checkpoint_bound_percent=checkpoint_bound_percent, bound_minutes=bound_minutes)
         self.gpus_per_job = self.catalog_entries[0].gpu_count
         self.multi_node_job_size = smallest_fit(self.multi_node_entries) if self.multi_node_entries else None
-        self.job_vcpus, self.job_memory_mib = job_size(self, self.catalog_entries, job_vcpus, job_memory)
+        self.job_vcpus = self.job_memory_mib = None
+        if not self.multi_node_only:
+            self.job_vcpus, self.job_memory_mib = job_size(self, self.catalog_entries, job_vcpus, job_memory)
         self.checkpoint_prefix = DatasetBucket.checkpoint_prefix(self.queue_name)
         self._period = alarm_period
         allow_log_groups(key, construct="TrainingQueue", prop="key")
@@ -240,30 +260,15 @@ class TrainingQueue(Construct):
             update_timeout_minutes=update_timeout_for(job_timeout))
         self.launch_template = compute.launch_template(self, "LaunchTemplate")
 
-        self.spot_environment = compute.compute_environment(
-            self, "SpotEnvironment", vpc, vpc_subnets, instance_types, max_vcpus, spot=True,
-            launch_template=self.launch_template, security_group=self.security_group)
-        self.on_demand_environment = None
-        order = [batch.OrderedComputeEnvironment(compute_environment=self.spot_environment, order=1)]
-        if on_demand_max_vcpus:
-            self.on_demand_environment = compute.compute_environment(
-                self, "OnDemandEnvironment", vpc, vpc_subnets, instance_types, on_demand_max_vcpus, spot=False,
-                launch_template=self.launch_template, security_group=self.security_group)
-            order.append(batch.OrderedComputeEnvironment(compute_environment=self.on_demand_environment, order=2))
-        self.job_queue = batch.JobQueue(self, "Resource", compute_environments=order)
-        omit_state(self.job_queue)
-        self._own_queue_tags(self.job_queue)
-        # Ref of a job queue is its ARN (the CloudFormation return values), the same value as aws-cdk-lib's GetAtt.
-        self.job_queue_arn = self.job_queue.node.default_child.ref
-
+        self.spot_environment = self.on_demand_environment = self.job_queue = self.job_queue_arn = None
+        self.job_definition = self.evaluation_role = self.evaluation_job_definition = None
         self._jobs = JobSettings(
             queue_name=self.queue_name, job_role=self.job_role, log_group=self.log_group,
             environment=container_environment(self.queue_name, datasets, stop_timeout_seconds),
             volumes=job_volumes(dataset_volumes), attempts=job_attempts, timeout=job_timeout, tracking=tracking)
-        self.job_definition = self.add_job_definition("JobDefinition", image_uri=image_uri)
-        self._own_definition(self.job_definition, SINGLE_NODE)
-        self.evaluation_role = self.evaluation_job_definition = None
-        if datasets is not None:
+        if not self.multi_node_only:
+            self._single_node(compute, vpc, vpc_subnets, instance_types, max_vcpus, on_demand_max_vcpus, image_uri)
+        if datasets is not None and not self.multi_node_only:
             # The promotion gate's evidence (README, "Promotion"): the same container, a role of its own.
             self.evaluation_role = evaluation_role(self, self.queue_name, datasets, self.checkpoint_prefix)
             evaluation = replace(self._jobs, job_role=self.evaluation_role)
@@ -318,6 +323,26 @@ class TrainingQueue(Construct):
         if self._checkpoint_root:
             Tags.of(definition).add(CHECKPOINT_ROOT_TAG, self._checkpoint_root)
 
+    def _single_node(self, compute: ComputeSettings, vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection],
+                     instance_types: Sequence[ec2.InstanceType], max_vcpus: int, on_demand_max_vcpus: int,
+                     image_uri: str) -> None:
+        self.spot_environment = compute.compute_environment(
+            self, "SpotEnvironment", vpc, vpc_subnets, instance_types, max_vcpus, spot=True,
+            launch_template=self.launch_template, security_group=self.security_group)
+        order = [batch.OrderedComputeEnvironment(compute_environment=self.spot_environment, order=1)]
+        if on_demand_max_vcpus:
+            self.on_demand_environment = compute.compute_environment(
+                self, "OnDemandEnvironment", vpc, vpc_subnets, instance_types, on_demand_max_vcpus, spot=False,
+                launch_template=self.launch_template, security_group=self.security_group)
+            order.append(batch.OrderedComputeEnvironment(compute_environment=self.on_demand_environment, order=2))
+        self.job_queue = batch.JobQueue(self, "Resource", compute_environments=order)
+        omit_state(self.job_queue)
+        self._own_queue_tags(self.job_queue)
+        # Ref of a job queue is its ARN (the CloudFormation return values), the same value as aws-cdk-lib's GetAtt.
+        self.job_queue_arn = self.job_queue.node.default_child.ref
+        self.job_definition = self.add_job_definition("JobDefinition", image_uri=image_uri)
+        self._own_definition(self.job_definition, SINGLE_NODE)
+
     def _multi_node(self, compute: ComputeSettings, vpc: ec2.IVpc, subnet: ec2.ISubnet,
                     instance_types: Sequence[ec2.InstanceType], max_vcpus: int, image_uri: str, *, efa: bool) -> None:
         # Multi-node parallel jobs: On-Demand only, one AZ, a cluster placement group, and a security group that
@@ -342,7 +367,7 @@ class TrainingQueue(Construct):
         self._own_definition(self.multi_node_job_definition, MULTI_NODE)
 
     def _job_queue_arns(self) -> list[str]:
-        return [self.job_queue_arn, *([self.multi_node_job_queue_arn] if self.multi_node_job_queue is not None else [])]
+        return [arn for arn in (self.job_queue_arn, self.multi_node_job_queue_arn) if arn is not None]
 
     # --- job definitions --------------------------------------------------------------------------------------
     def add_job_definition(self, id: str, *, image_uri: str, command: Sequence[str] = (),
@@ -353,6 +378,10 @@ class TrainingQueue(Construct):
         :param scope: where the definition lives. Default: the queue. Pass the construct that submits it when that is
             in another stack: a changed definition registers a new revision (a new Ref), and CloudFormation refuses
             to change a value another stack imports. It carries the queue's tags either way."""
+        if self.multi_node_only:
+            raise ValidationError("TrainingQueue", "add_job_definition", id,
+                                  "a queue with single-node instance_types: this one is multi-node only",
+                                  "give the queue instance_types (Spot GPU types) too, or use a queue that has them")
         problem = None if id == "JobDefinition" or Token.is_unresolved(image_uri) else image_problem(image_uri)
         if problem:
             raise ValidationError("TrainingQueue", "add_job_definition image_uri", image_uri,
@@ -451,8 +480,8 @@ class TrainingQueue(Construct):
 
 
 def definitions_of(queue: TrainingQueue) -> list[batch.IJobDefinition]:
-    return [queue.job_definition, *([queue.multi_node_job_definition] if queue.multi_node_job_definition else []),
-            *([queue.evaluation_job_definition] if queue.evaluation_job_definition else [])]
+    return [d for d in (queue.job_definition, queue.multi_node_job_definition, queue.evaluation_job_definition)
+            if d is not None]
 
 
 def _execution_role(definition: batch.IJobDefinition) -> iam.IRole:
