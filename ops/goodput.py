@@ -1,6 +1,6 @@
 """Where every GPU dollar went: the goodput ledger of each recorded run (job) and their total.
 
-  ./platform goodput ENV|--local [--month YYYY-MM] [--queue Q] [--json | --csv]
+  ./platform goodput ENV|--local [--month YYYY-MM] [--queue Q] [--wide | --json | --csv]
 
 Each run's attempts, as its passport records them, split into buckets that add up to their paid instance time:
 productive, data_wait (blocked on the input pipeline), startup, restore, checkpoint_save, evaluation, lost (steps
@@ -20,6 +20,7 @@ import io
 import json
 import re
 import sys
+import textwrap
 from typing import Any, Optional
 
 from ml_platform_job.goodput import BUCKETS, Ledger
@@ -30,9 +31,11 @@ from ops.runs import open_store, record_ledger, run_record
 MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 SEARCH_LIMIT = 1000  # runs read from the store, newest first
 BAR_WIDTH = 50
+COLUMNS = 100  # the default output's width (--wide: as wide as the table needs)
+COMPACT_NAME = 20
 BAR_CHARACTERS = {"productive": "#", "data_wait": "d", "startup": "s", "restore": "r", "checkpoint_save": "c",
                   "evaluation": "e", "lost": "x", "idle": "."}
-LEGEND = "  bar: " + ", ".join(f"{c} {b}" for b, c in BAR_CHARACTERS.items())
+LEGEND = "  bar: " + " ".join(f"{c}={b}" for b, c in BAR_CHARACTERS.items())
 
 
 def bar(ledger: Ledger, width: int = BAR_WIDTH) -> str:
@@ -79,25 +82,37 @@ def total(runs: list[dict]) -> Ledger:
     return summed
 
 
-def format_table(runs: list[dict], where: str) -> str:
+def format_table(runs: list[dict], where: str, *, wide: bool = False) -> str:
+    """One line per run within 100 columns (name, paid hours, USD and the bar), the total's buckets wrapped; ``wide``:
+    each bucket's share as a column too (about 190 columns)."""
     if not runs:
         return f"No recorded runs with attempts in {where} for this selection."
-    columns = "".join(f" {b[:10]:>10}" for b in BUCKETS)
-    lines = [f"Goodput ledger of {len(runs)} run(s) in {where} (percent of paid instance time):",
-             f"  {'run':<28} {'hours':>8} {'USD':>10}{columns}  {'':<{BAR_WIDTH}}"]
-
-    def row(name: str, ledger: Ledger) -> str:
-        shares = "".join(f" {ledger.share(b) or 0:>10.1%}" for b in BUCKETS)
-        return (f"  {name[:28]:<28} {ledger.paid_seconds / 3600:>8.3f} {ledger.paid_usd:>10.4f}{shares}  "
-                f"{bar(ledger)}")
-    lines += [row(r["run_name"] or r["run_id"], r["ledger"]) for r in runs]
     summed = total(runs)
+    if wide:
+        columns = "".join(f" {b[:10]:>10}" for b in BUCKETS)
+        lines = [f"Goodput ledger of {len(runs)} run(s) in {where} (percent of paid instance time):",
+                 f"  {'run':<28} {'hours':>8} {'USD':>10}{columns}  {'':<{BAR_WIDTH}}"]
+
+        def row(name: str, ledger: Ledger) -> str:
+            shares = "".join(f" {ledger.share(b) or 0:>10.1%}" for b in BUCKETS)
+            return (f"  {name[:28]:<28} {ledger.paid_seconds / 3600:>8.3f} {ledger.paid_usd:>10.4f}{shares}  "
+                    f"{bar(ledger)}")
+    else:
+        lines = textwrap.wrap(f"Goodput ledger of {len(runs)} run(s) in {where} (paid instance time; --wide: every "
+                              "bucket's share):", width=COLUMNS, subsequent_indent="  ")
+
+        def row(name: str, ledger: Ledger) -> str:
+            return (f"  {name[:COMPACT_NAME]:<{COMPACT_NAME}} {ledger.paid_seconds / 3600:>8.3f} h "
+                    f"{ledger.paid_usd:>9.2f} USD  {bar(ledger)}")
+    lines += [row(r["run_name"] or r["run_id"], r["ledger"]) for r in runs]
     lines.append(row("total", summed))
-    lines.append("  total by bucket: " + "; ".join(
-        f"{b} {summed.seconds[b] / 3600:.3f} h {summed.usd[b]:.4f} USD" for b in BUCKETS if summed.seconds[b]))
-    lines.append(LEGEND)
+    lines += textwrap.wrap("total by bucket: " + "; ".join(
+        f"{b} {summed.seconds[b] / 3600:.3f} h {summed.usd[b]:.4f} USD ({summed.share(b):.1%})"
+        for b in BUCKETS if summed.seconds[b]), width=COLUMNS, initial_indent="  ", subsequent_indent="    ")
+    lines += textwrap.wrap(LEGEND.strip(), width=COLUMNS, initial_indent="  ", subsequent_indent="    ")
     notes = sorted({note for r in runs for note in r["notes"]})
-    lines += [f"  ({note})" for note in notes]
+    lines += [wrapped for note in notes
+              for wrapped in textwrap.wrap(f"({note})", width=COLUMNS, initial_indent="  ", subsequent_indent="   ")]
     return "\n".join(lines)
 
 
@@ -128,6 +143,7 @@ def parse(argv: list[str]):
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true")
     output.add_argument("--csv", action="store_true")
+    parser.add_argument("--wide", action="store_true", help="every bucket's share as a column (about 190 columns)")
     # "--local" reads as an option to argparse: accept it where ENV goes.
     args = parser.parse_args([a if a != "--local" else "@local" for a in argv])
     args.target = "--local" if args.target == "@local" else args.target
@@ -144,7 +160,8 @@ def main(argv: list[str], *, client: Any = None) -> int:
     if client is None:
         client, where = open_store(args.target)
     runs = run_ledgers(client, month=args.month, queue=args.queue)
-    sys.stdout.write(as_json(runs) + "\n" if args.json else as_csv(runs) if args.csv else format_table(runs, where) + "\n")
+    sys.stdout.write(as_json(runs) + "\n" if args.json else as_csv(runs) if args.csv
+                     else format_table(runs, where, wide=args.wide) + "\n")
     return 0
 
 

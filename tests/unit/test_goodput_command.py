@@ -51,8 +51,19 @@ def records(monkeypatch):
     monkeypatch.setattr(goodput, "run_record", lambda client, run_id: RECORDS[run_id])
 
 
-def test_the_table_shows_each_run_and_the_total_with_a_bar(capsys):
+def test_by_default_each_run_is_one_line_within_100_columns_with_its_bar(capsys):
     assert goodput.main(["--local", "--month", "2026-11"], client=Client()) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 100, out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("  ") and " USD  " in line}
+    assert set(rows) == {"input-bound", "compute-bound", "total"}
+    assert rows["input-bound"][1:5] == ["1.000", "h", f"{SPOT:.2f}", "USD"]
+    assert rows["input-bound"][5] == "#" * 25 + "d" * 15 + "s" * 5 + "." * 5
+    assert "data_wait 0.300 h" in out and "(startup is a lower bound" in out.replace("\n   ", " ")
+
+
+def test_wide_shows_each_run_and_the_total_with_every_buckets_share(capsys):
+    assert goodput.main(["--local", "--month", "2026-11", "--wide"], client=Client()) == 0
     out = capsys.readouterr().out
     rows = {line.split()[0]: line for line in out.splitlines()[2:5]}
     assert set(rows) == {"input-bound", "compute-bound", "total"}  # october and the run without attempts left out
@@ -61,7 +72,7 @@ def test_the_table_shows_each_run_and_the_total_with_a_bar(capsys):
     assert fields[3:11] == ["50.0%", "30.0%", "10.0%", "0.0%", "0.0%", "0.0%", "0.0%", "10.0%"]
     assert fields[11] == "#" * 25 + "d" * 15 + "s" * 5 + "." * 5
     assert rows["total"].split()[1] == "1.500" and rows["compute-bound"].split()[11] == "#" * 50
-    assert "startup is a lower bound" in out and "bar: # productive, d data_wait" in out
+    assert "startup is a lower bound" in out and "bar: #=productive d=data_wait" in out
 
 
 def test_queue_selects_and_json_and_csv_carry_the_same_numbers(capsys):
@@ -119,3 +130,15 @@ def test_the_platform_script_dispatches_and_lists_goodput():
     listed = subprocess.run([str(root / "platform"), "help"], capture_output=True, text=True, timeout=30).stdout
     assert "./platform goodput ENV|--local [--month YYYY-MM] [--queue Q] [--json|--csv]" in listed
     assert "`./platform goodput ENV\\|--local" in (root / "docs" / "COMMANDS.md").read_text()
+
+
+def test_the_readmes_excerpt_is_this_commands_output(capsys):
+    """README.md's goodput block shows lines of the real output (the fixture's input-bound run and the legend)."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    [block] = re.findall(r"<!-- goodput-excerpt -->\n```\n(.*?)```", readme, flags=re.S)
+    goodput.main(["--local", "--month", "2026-11"], client=Client())
+    out = capsys.readouterr().out.splitlines()
+    assert block.splitlines() and all(line in out for line in block.splitlines()), block
