@@ -23,6 +23,7 @@ from ops.cli import Parser, bounded  # noqa: E402
 from ml_platform_constructs.advice.advisor import INTERRUPTION_BANDS, interruption_rate  # noqa: E402
 from ml_platform_constructs.runtime.budget_guard import load_prices  # noqa: E402
 from ml_platform_job.goodput import BUCKETS, Attempt, Ledger, ledger  # noqa: E402
+from ml_platform_job.prices import hourly_usd  # noqa: E402
 
 GOODPUT_TARGET = 0.9  # the platform's defaults (issue 31)
 INSTANCE = "p4d.24xlarge"  # both months: the difference is the platform's mechanisms, not the GPU choice
@@ -85,17 +86,22 @@ def on_demand_hourly() -> float:
     return prices()["on_demand_hourly"][INSTANCE]
 
 
-def spot_terms() -> tuple[float, int]:
-    entry = prices()["spot_by_type"][INSTANCE]
-    return float(entry["savings"]), int(entry["band"])
+def spot_hourly() -> float:
+    """The one Spot price every command uses (``ml_platform_job.prices.hourly_usd``)."""
+    return hourly_usd(prices(), INSTANCE, "spot")
+
+
+def spot_band() -> int:
+    """The type's interruption band (the Spot Instance Advisor's data: only the band, never the price)."""
+    return int(prices()["spot_by_type"][INSTANCE]["band"])
 
 
 def job_attempts(scenario: Scenario, rng: random.Random) -> list[Attempt]:
     """One job's attempts. Reclaims arrive as a Poisson process in paid time; a reclaimed attempt paid until the
     reclaim, its steps since the last completed checkpoint are lost, and the next attempt starts over (boot, data,
     restore) from that checkpoint. An attempt runs: startup, restore, then cycles of steps and a blocking save."""
-    savings, band = spot_terms()
-    rate = on_demand_hourly() * ((1 - savings) if scenario.spot else 1)
+    band = spot_band()
+    rate = spot_hourly() if scenario.spot else on_demand_hourly()
     per_hour = interruption_rate(band) if scenario.spot else 0.0
     interval = scenario.checkpoint_every_hours * 3600
     block = scenario.checkpoint_blocking_seconds
@@ -160,9 +166,9 @@ def main(argv: list[str]) -> int:
     rng = random.Random(args.seed)
     told = story()
     defaults = platform(told.useful_hours_per_job, told.jobs_per_month)
-    savings, band = spot_terms()
+    band = spot_band()
     print(f"Assumptions: {INSTANCE} ({GPUS} GPUs) in {REGION} for both, On-Demand {on_demand_hourly():.2f} USD/h; "
-          f"Spot {savings:.0%} below it, Spot Advisor band {INTERRUPTION_BANDS[band][0]} "
+          f"Spot {spot_hourly():.2f} USD/h (the table's conservative family discount), Spot Advisor band {INTERRUPTION_BANDS[band][0]} "
           f"({interruption_rate(band):.4f} reclaims per instance-hour, advice.advisor's reading of the band).")
     for scenario in (told, defaults):
         print(f"- {scenario.name}: {scenario.jobs_per_month} jobs a month of {scenario.useful_hours_per_job:.2f} "

@@ -46,6 +46,7 @@ from ml_platform_constructs.advice.advisor import (
     with_overrides,
 )
 from ml_platform_job.benchmark import BENCHMARK_PREFIX
+from ml_platform_job.prices import price_source
 
 from ops.cli import Parser, read_text
 
@@ -379,6 +380,7 @@ def format_advice(advice: Advice, env: Any, show_all: bool = False, wide: bool =
             out += _wrap(note, "  ", width)
     out += _wrap(f"Target: {advice.target} in {advice.region} ({env.name if env else 'no environment'}); minimize "
                  f"{advice.minimize}", width=width)
+    out += _wrap(f"Prices: {price_source(advice.prices, detail=False)} (--all: source)", width=width)
     if show_all:
         out.append("Assumptions:")
         for line in advice.assumptions.lines(advice.prices):
@@ -396,14 +398,15 @@ def format_advice(advice: Advice, env: Any, show_all: bool = False, wide: bool =
                f"{'' if wide else '; --wide for the price columns'}):")
     head = (f"  {'shape':<18} {'GPUs':>4} {'GiB/GPU':>7} {w.sample_unit + '/s':>12} {'source':<10} {'on':<4} "
             f"{'hours':>9} {'USD/job':>12}")
-    out.append(head + (f" {'Spot USD':>12} {'OD USD':>12} {'Spot/h':>7} {'OD/h':>7}  sharding" if wide else ""))
+    out.append(head + (f" {'Spot USD':>12} {'OD USD':>12} {'Spot/h':>7} {'OD/h':>7} {'scaling':>7}  sharding"
+                       if wide else ""))
     for o in shown:
         row = (f"  {_shape(o):<18} {o.gpus:>4} {o.memory_per_gpu_gib:>7.1f} {o.samples_per_second:>12,.1f} "
                f"{o.throughput_source:<10} {'Spot' if o.lifecycle == 'spot' else 'OD':<4} {o.expected_hours:>9,.1f} "
                f"{o.usd:>12,.2f}")
         if wide:
             row += (f" {_money(o.usd_spot):>12} {o.usd_on_demand:>12,.2f} {_money(o.spot_hourly):>7} "
-                    f"{o.on_demand_hourly:>7,.2f}  {o.sharding or '-'}")
+                    f"{o.on_demand_hourly:>7,.2f} {o.scaling_efficiency:>7.0%}  {o.sharding or '-'}")
         out.append(row)
     by_rule: dict[str, list] = defaultdict(list)
     for o in advice.options:
@@ -437,9 +440,14 @@ def format_advice(advice: Advice, env: Any, show_all: bool = False, wide: bool =
     out += _wrap(f"how: {best.throughput_note}", "  ", width)
     out += _wrap(f"breakdown: start-up {best.startup_hours:.2f} h, dataset load {best.dataset_load_hours:.2f} h, "
                  f"training {best.training_hours:,.2f} h" + (
-                     f"; on Spot ({best.spot_savings:.0%} saving, interruptions {best.interruption_band}): "
+                     f"; on Spot ({best.spot_savings:.0%} off, interruptions {best.interruption_band}): "
                      f"{best.expected_interruptions:.2f} expected interruptions, {best.spot_wait_hours * 60:.0f} min "
                      "capacity wait per start" if best.lifecycle == "spot" else ""), "  ", width)
+    if show_all and best.spot_savings is not None:
+        out += _wrap(f"Spot price: {best.spot_savings:.0%} below On-Demand, the table's conservative "
+                     f"{best.instance_type.split('.')[0]} discount (the budget guard's price)" + (
+                         f"; the Spot Instance Advisor's 30-day average saving, {best.advisor_savings:.0%}, is shown "
+                         "only, never the price" if best.advisor_savings is not None else ""), "  ", width)
     if best.spot_note:
         out += _wrap(f"{best.spot_note}; On-Demand recommended", "  ", width)
     trade_off = advice.trade_off()
@@ -521,8 +529,9 @@ def throughput_table() -> str:
     """docs/THROUGHPUT.md: every published row, every relative speed, and what the advisor uses per GPU."""
     from ml_platform_constructs.advice import advisor
     from ml_platform_constructs.advice.advisor import shape_throughput
-    from ml_platform_constructs.advice.gpu_catalog import (ACCELERATOR_CATALOG, GPU_SPECS, METHODS, NETWORK_GBPS,
-                                                          NEURON_CATALOG, method_refused, neuron_path)
+    from ml_platform_constructs.advice.gpu_catalog import (ACCELERATOR_CATALOG, EFA_INSTANCE_TYPES, GPU_SPECS, METHODS,
+                                                          NETWORK_GBPS, NETWORK_UP_TO, NEURON_CATALOG, method_refused,
+                                                          neuron_path)
     from ml_platform_constructs.advice.throughput import PUBLISHED, RELATIVE_SPEED
     out = ["# Throughput: every number the GPU advisor uses, with its source or rule",
            "",
@@ -588,12 +597,17 @@ def throughput_table() -> str:
             "https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.MixedPrecision; LoRA: the frozen base "
             "gathered twice plus the adapters' gradients) on every micro-batch, so x ceil(a worker's share of the "
             "global batch / the micro-batch that fits) with gradient accumulation, per the ZeRO paper "
-            "(https://arxiv.org/abs/1910.02054, sec. 7). Overlap rule: a "
-            "step takes max(compute, bytes / bandwidth), the best case of prefetching and bucketed all-reduce. "
-            "Bandwidth per instance, from the EC2 accelerated-computing network specifications "
-            "(https://docs.aws.amazon.com/ec2/latest/instancetypes/ac.html; trn1.32xlarge from the Neuron Trn1 page):",
-            "", "| instance | Gbps |", "|---|---|"]
-    out += [f"| {name} | {gbps:,} |" for name, gbps in NETWORK_GBPS.items()]
+            "(https://arxiv.org/abs/1910.02054, sec. 7). The bytes cross each instance's network at its rated "
+            f"bandwidth x {advisor.NETWORK_EFFICIENCY} (assumed for every type: published nccl-tests runs over EFA "
+            "reach about that share at several nodes, https://github.com/NVIDIA/nccl/issues/235 and "
+            "https://github.com/NVIDIA/nccl/issues/527). Overlap rule: a step takes max(compute, bytes / (bandwidth x "
+            f"{advisor.NETWORK_EFFICIENCY})), the best case of prefetching and bucketed all-reduce: never less than "
+            "its communication. Only EFA types run multi-node. Bandwidth per instance, from the EC2 "
+            "accelerated-computing network specifications (https://docs.aws.amazon.com/ec2/latest/instancetypes/"
+            "ac.html; sources per type in gpu_catalog); \"up to\": a lower baseline, bursts for minutes:",
+            "", "| instance | Gbps | EFA |", "|---|---|---|"]
+    out += [f"| {name} | {'up to ' if name in NETWORK_UP_TO else ''}{gbps:,g} | "
+            f"{'yes' if name in EFA_INSTANCE_TYPES else '-'} |" for name, gbps in NETWORK_GBPS.items()]
     out += ["", "## Other rules", "",
             f"- Quantized base: throughput x {advisor.QUANTIZED_BASE_SPEED} for QLoRA (NF4) and x "
             f"{advisor.INT8_BASE_SPEED} for LLM.int8(), the slower (its outlier decomposition runs some columns in "

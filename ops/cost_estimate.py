@@ -15,12 +15,14 @@ import argparse
 import json
 import statistics
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 from ml_platform_constructs import GPU_CATALOG
 from ml_platform_constructs.runtime.budget_guard import FLEET_TAG, QUEUE_TAG, load_prices
+from ml_platform_job.prices import hourly_usd, price_source
 
 from ops import aws_access, terminal
 from ops.cdk_cli import synth
@@ -40,10 +42,12 @@ class Assumptions:
 
     def lines(self) -> list[str]:
         return [
-            "prices: each environment at its own Region's rates (sources and dates: ml_platform_job/prices.json)",
+            "prices: each environment at its own Region's rates (ml_platform_job/prices.json, with their sources; "
+            "the lines below give each environment's date), every GPU hour from the one price the advisor, the "
+            "budget guard and job cost use (ml_platform_job.prices.hourly_usd)",
             f"GPU fleets and training queues run at max size {self.utilization:.0%} of the month (--utilization), on "
             "the median-priced of their types (queues: per vCPU, up to their max vCPUs); Spot at the table's "
-            "discount per family",
+            "conservative discount per family (its low end across AZs: the estimate errs high)",
             f"dataset bucket holds {self.storage_gb:g} GB (--storage-gb): "
             + ", ".join(f"{p} {s:.0%}" for p, s in PREFIX_SHARES.items())
             + f"; data no rule expires is kept {ASSUMED_RETENTION_DAYS} days; steady ingest",
@@ -81,17 +85,24 @@ class EnvironmentEstimate:
     fleets: list[FleetEstimate] = field(default_factory=list)
     lines: list[tuple[str, str, float]] = field(default_factory=list)  # (group, item, USD per month)
     flags: list[str] = field(default_factory=list)
+    prices: str = ""  # where the prices come from and when (ml_platform_job.prices.price_source, short)
 
     def total(self) -> float:
         return sum(amount for _, _, amount in self.lines)
+
+
+def instance_hourly(types: list[str], lifecycle: str, prices: dict) -> list[float]:
+    """USD per instance-hour of each type on ``lifecycle`` ("spot" or "on-demand"): the one price
+    (``ml_platform_job.prices.hourly_usd``), as the advisor, the budget guard and job cost take it."""
+    return [hourly_usd(prices, t, lifecycle) for t in types]
 
 
 def fleet_estimate(logical_id: str, group: dict, alarms: list[dict], prices: dict) -> FleetEstimate:
     props = group["Properties"]
     policy = props["MixedInstancesPolicy"]
     types = [o["InstanceType"] for o in policy["LaunchTemplate"]["Overrides"]]
-    od = sorted(prices["on_demand_hourly"][t] for t in types)
-    spot = sorted(prices["on_demand_hourly"][t] * (1 - prices["spot_discount"].get(t.split(".")[0], 0)) for t in types)
+    od = sorted(instance_hourly(types, "on-demand", prices))
+    spot = sorted(instance_hourly(types, "spot", prices))
     distribution = policy.get("InstancesDistribution", {})
     all_on_demand = distribution.get("OnDemandPercentageAboveBaseCapacity", 100) == 100
     name = next((t["Value"] for t in props.get("Tags", []) if t["Key"] == FLEET_TAG), logical_id)
@@ -119,9 +130,8 @@ def queue_estimate(logical_id: str, environment: dict, prices: dict) -> QueueEst
     resources = environment["Properties"]["ComputeResources"]
     types = resources["InstanceTypes"]
     spot = resources["Type"] == "SPOT"
-    per_vcpu = statistics.median(
-        prices["on_demand_hourly"][t] * ((1 - prices["spot_discount"].get(t.split(".")[0], 0)) if spot else 1)
-        / GPU_CATALOG[t].vcpus for t in types)
+    rates = instance_hourly(types, "spot" if spot else "on-demand", prices)
+    per_vcpu = statistics.median(rate / GPU_CATALOG[t].vcpus for t, rate in zip(types, rates))
     max_vcpus = int(resources["MaxvCpus"])
     vcpus = statistics.median(GPU_CATALOG[t].vcpus for t in types)
     kind = "Spot" if spot else ("multi-node On-Demand" if "PlacementGroup" in resources else "On-Demand")
@@ -178,7 +188,7 @@ def mlflow_lines(by_type: dict[str, list[tuple[str, dict]]]) -> list[tuple[str, 
 
 def estimate_environment(name: str, region: str, templates: list[dict], prices: dict,
                          assumptions: Assumptions) -> EnvironmentEstimate:
-    estimate = EnvironmentEstimate(name=name, region=region)
+    estimate = EnvironmentEstimate(name=name, region=region, prices=price_source(prices, detail=False))
     if region != prices["region"] or prices.get("unpriced_region"):
         estimate.flags.append(f"the price table has no {region} rates: priced at the dearest Region it has "
                               f"(python -m ops.refresh_prices --region {region})")
@@ -294,9 +304,16 @@ def estimates(assembly_dir: Path, assumptions: Assumptions, env: Optional[str] =
             for name, region, templates in environments(assembly_dir) if env in (None, name)]
 
 
+def price_lines(found: list[EnvironmentEstimate]) -> list[str]:
+    """Each environment's prices: their Region, date and Spot rule (``ml_platform_job.prices.price_source``)."""
+    return [line for estimate in found if estimate.prices
+            for line in textwrap.wrap(f"{estimate.name}'s prices: {estimate.prices}", 100, initial_indent="  - ",
+                                      subsequent_indent="      ", break_long_words=False, break_on_hyphens=False)]
+
+
 def format_report(assumptions: Assumptions, found: list[EnvironmentEstimate]) -> str:
     return "\n".join(["Monthly cost estimate. Assumptions:", *(f"  - {line}" for line in assumptions.lines()),
-                      *(format_estimate(estimate) for estimate in found)])
+                      *price_lines(found), *(format_estimate(estimate) for estimate in found)])
 
 
 def parser() -> Parser:

@@ -1,10 +1,20 @@
 """Prices of GPU instances, and what an attempt of a training job cost: its hours x its instance's price x the share of
-the instance's GPUs it used. One rule for ``./platform job cost`` (from AWS Batch's records), for a run's passport
-(from the attempts the job recorded itself) and for the budget guard's spend check. Standard library only: this
-module and ``prices.json`` are also copied into the budget guard's Lambda function.
+the instance's GPUs it used. Standard library only: this module and ``prices.json`` are also copied into the budget
+guard's Lambda function.
 
-Prices: ``prices.json`` (On-Demand per type and Region; Spot at the family's assumed discount, not the price actually
-paid in that hour), through ``load_prices(region)``; its sources and dates are in the file.
+One price: ``hourly_usd`` is the one function every command and construct takes an hour of Spot or On-Demand from
+(``./platform advise`` and the advisor, the budget guard and ``budget what-if``, ``./platform cost`` and ``tco``,
+``./platform job cost``, run passports, the goodput ledger), over the one table, ``prices.json`` (per Region, through
+``load_prices(region)``); ``price_source`` says where that table's prices come from and when.
+
+- On-Demand: the Region's ``on_demand_hourly``.
+- Spot: the Region's ``spot_hourly`` for the type where its entry has one (a measured per-type Spot price a team may
+  add; the shipped table has none), else On-Demand x (1 - the family's ``spot_discount``): the table's conservative
+  low end, measured across AZs (see each entry's ``spot_discount_note``), so estimates and the guard err high; 0 for a
+  family the entry lacks (Spot priced as On-Demand). Never above On-Demand (Spot's default maximum price) nor below
+  0. Not the price actually paid in that hour.
+- The Spot Instance Advisor's per-type data (``spot_by_type``) is no price: the advisor reads each type's
+  interruption band from it, and may show its 30-day average saving, labelled as such.
 """
 
 from __future__ import annotations
@@ -20,6 +30,13 @@ except ImportError:  # in Lambda the module sits at the top of the package (it d
 
 LIFECYCLES = ("spot", "on-demand")
 TABLE_FILE = "prices.json"
+# What hourly_usd does with a type the table does not price: "raise" (KeyError naming it; the default) or "dearest"
+# (the table's dearest On-Demand rate: the budget guard prices whatever runs, and errs towards stopping).
+UNKNOWN_TYPES = ("raise", "dearest")
+SPOT_RULE = ("On-Demand x (1 - the family's spot_discount, the table's conservative low end), or the type's own "
+             "spot_hourly where the table has one; never above On-Demand")
+SPOT_RULE_SHORT = "Spot at the family's conservative discount"
+REFRESH = "python -m ml_platform_constructs prices refresh --region REGION"
 
 
 def load_table() -> dict:
@@ -37,24 +54,58 @@ def load_prices(region: str, table: Optional[dict] = None) -> dict:
     regions = table["regions"]
     if region in regions:
         return {**shared, **regions[region], "region": region}
-    dearest: dict = {"on_demand_hourly": {}, "spot_discount": {}}
+    dearest: dict = {"on_demand_hourly": {}, "spot_discount": {}, "spot_hourly": {}}
     for rates in regions.values():
         for name, price in rates["on_demand_hourly"].items():
             dearest["on_demand_hourly"][name] = max(price, dearest["on_demand_hourly"].get(name, 0.0))
         for family, discount in rates["spot_discount"].items():
             dearest["spot_discount"][family] = min(discount, dearest["spot_discount"].get(family, 1.0))
+        for name, price in rates.get("spot_hourly", {}).items():
+            dearest["spot_hourly"][name] = max(price, dearest["spot_hourly"].get(name, 0.0))
     first = next(iter(regions.values()))
     return {**shared, **first, **dearest, "region": region, "unpriced_region": True}
 
 
-def hourly_usd(prices: Mapping, instance_type: str, lifecycle: str) -> float:
-    """The instance's price per hour: On-Demand, or On-Demand less the family's Spot discount."""
+def hourly_usd(prices: Mapping, instance_type: str, lifecycle: str, *, unknown: str = "raise") -> float:
+    """USD per hour of one instance of ``instance_type`` on ``lifecycle`` ("spot" or "on-demand") from a Region's
+    price table (``load_prices``): the one price (the module docstring says how Spot is priced). ``unknown``: what a
+    type the table does not price gets: "raise" (KeyError naming the type, the default) or "dearest" (the table's
+    dearest On-Demand rate, Spot at the type's family discount: the budget guard's choice, erring towards stopping)."""
     if lifecycle not in LIFECYCLES:
         raise ValueError(f"lifecycle={lifecycle!r}: one of {LIFECYCLES}")
-    hourly = prices["on_demand_hourly"][instance_type]
-    if lifecycle == "spot":
-        hourly *= 1 - prices["spot_discount"].get(instance_type.split(".")[0], 0)
-    return hourly
+    if unknown not in UNKNOWN_TYPES:
+        raise ValueError(f"unknown={unknown!r}: one of {UNKNOWN_TYPES}")
+    rates = prices["on_demand_hourly"]
+    on_demand = rates.get(instance_type)
+    if on_demand is None:
+        if unknown == "raise":
+            raise KeyError(f"instance_type={instance_type!r} has no price in the {prices.get('region', 'given')} "
+                           f"table ({len(rates)} types priced): use a priced type, or refresh the table ({REFRESH})")
+        on_demand = max(rates.values())
+    if lifecycle == "on-demand":
+        return on_demand
+    measured = prices.get("spot_hourly", {}).get(instance_type)
+    if measured is not None:
+        return min(max(float(measured), 0.0), on_demand)
+    discount = prices.get("spot_discount", {}).get(instance_type.split(".")[0], 0.0)
+    return on_demand * (1 - min(max(discount, 0.0), 1.0))
+
+
+def price_source(prices: Mapping, detail: bool = True) -> str:
+    """Where a Region's prices come from and when, in one line: the Region, the date the table gives
+    (``retrieved``), its ``source`` and how Spot is priced (with the entry's ``spot_discount_note``).
+    ``detail=False``: the Region, the date and the Spot rule in short. A team's table without these fields says so."""
+    region = prices.get("region", "?")
+    retrieved = prices.get("retrieved", "no date in the table")
+    head = f"{region} ({retrieved})"
+    if prices.get("unpriced_region"):
+        head += f", the table has no {region} rates: the dearest of its Regions'"
+    if not detail:
+        return f"{head}; {SPOT_RULE_SHORT}"
+    spot = f"Spot = {SPOT_RULE}"
+    source = str(prices.get("source", "no source in the table")).rstrip(". ")
+    note = str(prices.get("spot_discount_note", "")).rstrip(". ")
+    return f"{head}: {source}; {spot}" + (f" ({note})" if note else "")
 
 
 def gpu_share(instance_type: str, gpus_used: Optional[int]) -> float:

@@ -21,9 +21,43 @@ def run(capsys, *argv):
 
 def test_cli_json_output(capsys):
     document = json.loads(run(capsys, "bert-large-finetune", "--json", "--deadline-hours", "10"))
-    assert document["schema_version"] == 3 and document["region"] == "us-east-1" and document["target"] == "fleet"
+    assert document["schema_version"] == 4 and document["region"] == "us-east-1" and document["target"] == "fleet"
     assert document["workload"]["deadline_hours"] == 10 and document["recommended"]["meets_deadline"]
     assert document["recommended"]["on_demand_hourly"] > 0 and document["assumptions"]["spot_life_hours"] == 24
+
+
+def test_the_output_says_which_price_it_uses(capsys):
+    """One price (issue item 3): the output names the Region's table, its date and the Spot rule; --all its source;
+    the breakdown shows the Advisor's 30-day average saving only as that, beside the price used."""
+    out = run(capsys, "bert-large-finetune")
+    assert "\nPrices: us-east-1 (2026-11-29); Spot at the family's conservative discount (--all: source)\n" in out
+    assert "on Spot (51% off, interruptions >20%)" in " ".join(line.strip() for line in out.splitlines())
+    everything = " ".join(line.strip() for line in run(capsys, "bert-large-finetune", "--all").splitlines())
+    assert "- prices: us-east-1 (2026-11-29): AWS Price List bulk data" in everything
+    assert ("Spot price: 51% below On-Demand, the table's conservative g5 discount (the budget guard's price); the "
+            "Spot Instance Advisor's 30-day average saving, 59%, is shown only, never the price") in everything
+    document = json.loads(run(capsys, "bert-large-finetune", "--json"))
+    best = document["recommended"]
+    assert (best["instance_type"], best["spot_savings"], best["advisor_savings"]) == ("g5.xlarge", 0.51, 0.59)
+    assert best["spot_hourly"] == round(load_prices("us-east-1")["on_demand_hourly"]["g5.xlarge"] * 0.49, 4)
+
+
+def test_the_multi_node_communication_term_and_its_assumption_are_printed(capsys):
+    """Issue item 6: a multi-node shape's how gives its step's compute and communication, the bandwidth and the
+    assumed efficiency; --all states the rule; --json carries the terms; --wide a scaling column."""
+    out = run(capsys, "custom", *TRANSFORMER[1:], "--params", "6.74e9", "--global-batch", "16", "--block", "queue",
+              "--deadline-hours", "4", "--json")
+    multi = [o for o in json.loads(out)["options"] if o["instances"] > 1 and o["step_communication_seconds"]]
+    assert multi and all(o["scaling_efficiency"] == pytest.approx(
+        min(1.0, o["step_compute_seconds"] / o["step_communication_seconds"]), abs=2e-3) for o in multi)
+    assert any(o["scaling_efficiency"] < 0.7 for o in multi)  # some shape is network-bound
+    assert all("x 0.6 assumed efficiency" in o["throughput_note"] for o in multi)
+    assert json.loads(out)["assumptions"]["network_efficiency"] == 0.6
+    everything = " ".join(line.strip() for line in run(capsys, "llm-7b-full", "--block", "queue", "--all").splitlines())
+    assert ("over its network bandwidth (EFA where the type has it, gpu_catalog) x 0.6 (assumed: NCCL over EFA"
+            in everything)
+    wide = run(capsys, "llm-7b-full", "--block", "queue", "--wide")
+    assert "scaling  sharding" in wide
 
 
 def test_cli_text_lists_exclusions_frontier_and_ends_with_a_block(capsys):

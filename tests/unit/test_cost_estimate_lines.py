@@ -141,6 +141,16 @@ def test_an_on_demand_queue_and_a_multi_node_one():
     assert multi.kind == "multi-node On-Demand"
 
 
+def test_the_report_says_where_each_environments_prices_come_from_and_when(estimate):
+    """One price (issue item 3): after the assumptions, a line per environment gives its prices' Region, date (a
+    table without one says so) and Spot rule."""
+    report = cost_estimate.format_report(cost_estimate.Assumptions(), [estimate]).splitlines()
+    assert report[1].startswith("  - prices: each environment at its own Region's rates")
+    line = "  - dev's prices: us-east-1 (no date in the table); Spot at the family's conservative discount"
+    assert line in report and report.index(line) == len(cost_estimate.Assumptions().lines()) + 1
+    assert report[report.index(line) + 2].startswith("== dev (us-east-1)")
+
+
 def test_the_printed_estimate(estimate):
     text = cost_estimate.format_estimate(estimate)
     lines = text.splitlines()

@@ -124,13 +124,21 @@ def test_every_catalog_type_has_a_price_in_every_configured_region():
         assert prices["spot_by_type_source"] and prices["new_types_note"]
 
 
-def test_every_efa_type_has_its_network_bandwidth_and_only_they_do():
-    """Issue 29, item 5: multi-node communication is priced over each instance's own network."""
-    from ml_platform_constructs.advice.gpu_catalog import NETWORK_GBPS
-    assert set(NETWORK_GBPS) == EFA_INSTANCE_TYPES
+def test_every_catalog_type_has_its_network_bandwidth():
+    """Issue 29, item 5, and the issue's item 6: multi-node communication is priced over each instance's own
+    network, and every catalog type carries its figure from the EC2 accelerated-computing network specifications."""
+    from ml_platform_constructs.advice.gpu_catalog import NETWORK_GBPS, NETWORK_UP_TO
+    assert set(NETWORK_GBPS) == set(ACCELERATOR_CATALOG) and all(gbps > 0 for gbps in NETWORK_GBPS.values())
     assert (GPU_CATALOG["g5.48xlarge"].network_gbps, GPU_CATALOG["p4d.24xlarge"].network_gbps,
             GPU_CATALOG["p5.48xlarge"].network_gbps, NEURON_CATALOG["trn1.32xlarge"].network_gbps) == (100, 400, 3200, 800)
-    assert GPU_CATALOG["g5.xlarge"].network_gbps is None
+    assert (GPU_CATALOG["g5.xlarge"].network_gbps, GPU_CATALOG["p5.4xlarge"].network_gbps,
+            GPU_CATALOG["g6e.48xlarge"].network_gbps,
+            NEURON_CATALOG["trn1.2xlarge"].network_gbps) == (10, 100, 400, 12.5)
+    # "up to" (a burst over a lower baseline) only on small types, none with EFA: none runs multi-node
+    assert NETWORK_UP_TO < set(ACCELERATOR_CATALOG) and not NETWORK_UP_TO & EFA_INSTANCE_TYPES
+    assert {"g5.xlarge", "g6e.2xlarge", "trn1.2xlarge"} <= NETWORK_UP_TO and "g6e.4xlarge" not in NETWORK_UP_TO
+    # every EFA type's network is at least 25 Gbps
+    assert min(NETWORK_GBPS[name] for name in EFA_INSTANCE_TYPES) >= 25
 
 
 def test_a_worker_is_a_gpu_or_a_neuroncore():

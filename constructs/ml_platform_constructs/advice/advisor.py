@@ -4,7 +4,10 @@ $/hour is not $/job: a GPU twice the price that trains three times as fast is th
 ranks every catalog shape (instance type x instance count, several instances only where the type has EFA)
 by what the job pays end to end: the instance's boot and the software's start, loading the dataset, training at
 the shape's throughput, and on Spot the wait for capacity and the work redone after interruptions since the last
-checkpoint, each with the Spot terms of that type in that Region.
+checkpoint, each at the interruption band of that type in that Region. Every hour is priced by the one price
+(``ml_platform_job.prices.hourly_usd``: On-Demand from the table, Spot at the table's conservative per-family
+discount), as the budget guard, ``./platform cost`` and job cost price it; the Spot Instance Advisor's 30-day average
+saving of the type is shown beside it (``advisor_savings``), never used as the price.
 
 Throughput comes from, in order: your own measurements (examples/gpu_benchmark.py), published numbers
 (throughput.PUBLISHED, each with its source), or an estimate from the nearest GPU with a number, scaled by the
@@ -35,10 +38,15 @@ from .gpu_catalog import (ACCELERATOR_CATALOG, GPU_CATALOG, GPU_SPECS, LNC_SETTI
                           MIN_INSTANCE_TYPES, TRN2_DEFAULT_LNC, GpuInstanceType, boot_seconds, method_refused,
                           neuron_path)
 from .throughput import RELATIVE_SPEED, published
+from ml_platform_job.prices import hourly_usd, price_source
 
 GIB = 1024 ** 3
 HOURS_PER_MONTH = 730
-SCHEMA_VERSION = 3  # 3: throughput sources "derived" and "unmeasured", compile_hours; no inter_node_scaling
+# 4: one price (spot_savings is the table's conservative discount, advisor_savings the Spot Instance Advisor's 30-day
+# average, shown only); per option the step's terms (step_compute_seconds, step_communication_seconds, step_gb,
+# network_gbps, scaling_efficiency); assumptions' network_efficiency and prices line.
+# 3: throughput sources "derived" and "unmeasured", compile_hours; no inter_node_scaling
+SCHEMA_VERSION = 4
 
 # Model state per parameter in bytes. Adam with mixed precision: 2 (half weights) + 2 (half gradients)
 # + 4 (FP32 master weights) + 8 (two FP32 moments) = 16 (ZeRO paper, https://arxiv.org/abs/1910.02054, sec. 3.1).
@@ -68,9 +76,10 @@ INTRA_NODE_SCALING = 0.9  # per-GPU throughput kept when a shape has more GPUs p
 # Across instances, communication per optimizer step (bytes each instance moves over its network, per the ZeRO
 # paper's volumes, https://arxiv.org/abs/1910.02054 sec. 7: data parallel all-reduces the gradients, 2x their bytes;
 # ZeRO-3 moves 3x the model's 16-bit weights: gathered forward and backward, gradients reduce-scattered) over the
-# instance's network bandwidth (gpu_catalog.NETWORK_GBPS). Overlap rule: the step takes max(compute, communication)
-# (ZeRO-3/FSDP prefetch the next layer's weights and DDP all-reduces gradient buckets during the backward pass),
-# the best case; a step with more communication than compute is network-bound. ZeRO-3/FSDP gathers and
+# instance's network bandwidth (gpu_catalog.NETWORK_GBPS, EFA where the type has it) x NETWORK_EFFICIENCY. Overlap
+# rule: the step takes max(compute, communication) (ZeRO-3/FSDP prefetch the next layer's weights and DDP all-reduces
+# gradient buckets during the backward pass), the best case of overlap: the step takes at least its communication
+# time, and a step with more communication than compute is network-bound. ZeRO-3/FSDP gathers and
 # reduce-scatters on every micro-batch's forward and backward, so with gradient accumulation (a worker's share of
 # the global batch over its micro-batch) its bytes repeat per micro-batch; DDP all-reduces once per step (no_sync).
 # Gradient bytes: DDP under torch.autocast keeps FP32 parameters, so it all-reduces FP32 gradients, 4 bytes
@@ -78,6 +87,13 @@ INTRA_NODE_SCALING = 0.9  # per-GPU throughput kept when a shape has more GPUs p
 # with FSDP MixedPrecision(param_dtype=bfloat16, reduce_dtype=bfloat16): 16-bit gathers and reduce-scatters
 # (https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.MixedPrecision).
 DDP_GRADIENT_BYTES = 4  # FP32 gradients (AMP), all-reduced by DDP
+# The share of an instance's rated bandwidth NCCL's collectives get across instances: assumed 0.6 for every type, no
+# AWS page giving an achieved share. Published nccl-tests runs over EFA sit about there at several nodes:
+# p3dn.24xlarge's 100 Gbps EFA gave 80 Gbps on 2 nodes and 50-60 Gbps on 8 to 32 (https://github.com/NVIDIA/nccl/
+# issues/235), p4d's 400 Gbps a 29.6 GB/s (237 Gbps) all-reduce bus bandwidth on 4 nodes
+# (https://github.com/NVIDIA/nccl/issues/527). A measured run across instances (--measured, a record of more GPUs
+# than one instance holds) already holds its communication and replaces the term.
+NETWORK_EFFICIENCY = 0.6
 SHARDED_GRADIENT_BYTES = 2  # BF16 reduce_dtype (FSDP MixedPrecision)
 ZERO3_VOLUME = 3  # weights gathered twice, gradients reduce-scattered once
 ALL_REDUCE_VOLUME = 2
@@ -317,7 +333,8 @@ class CostAssumptions:
     def to_json(self) -> dict:
         return {**asdict(self), "runtime_reserve_mib": RUNTIME_RESERVE_MIB,
                 "usable_memory_fraction": USABLE_MEMORY_FRACTION, "intra_node_scaling": INTRA_NODE_SCALING,
-                "communication": "max(compute, bytes per step / network bandwidth) per step",
+                "communication": "max(compute, bytes per step / (network bandwidth x network_efficiency)) per step",
+                "network_efficiency": NETWORK_EFFICIENCY,
                 "quantized_base_speed": QUANTIZED_BASE_SPEED, "int8_base_speed": INT8_BASE_SPEED,
                 "spot_life_hours": SPOT_LIFE_HOURS,
                 "interruption_bands": [{"band": label, "share_per_life": share, "wait_minutes": wait}
@@ -339,9 +356,9 @@ class CostAssumptions:
         wait = ("by band: " + ", ".join(f"{label} {minutes} min" for label, _, minutes in INTERRUPTION_BANDS)
                 if self.spot_wait_minutes is None else f"{self.spot_wait_minutes:g} minutes (given)")
         return [
-            f"prices: {prices['source']} ({prices['retrieved']}, {prices['region']}); Spot = On-Demand x (1 - the "
-            "type's savings in the Region per the Spot Instance Advisor, else the family's discount), never above "
-            "On-Demand (Spot's default maximum price)",
+            f"prices: {price_source(prices)}; the same price as the budget guard, ./platform cost and job cost "
+            "(ml_platform_job.prices.hourly_usd). The Spot Instance Advisor's 30-day average saving per type is shown "
+            "beside it, never used as the price (the table's notes found Spot dearer than that average across AZs)",
             f"start-up: the instance's boot by kind (the seed's g4dn 47 s, p3 130 s, p4d 210 s) + {self.startup_minutes:g} "
             f"minutes of software start per start; {source}",
             f"Spot interruptions: {interruptions}; each redoes half a checkpoint interval "
@@ -354,10 +371,13 @@ class CostAssumptions:
             "on each; activations and logits are per GPU",
             f"scaling: per-GPU throughput x {INTRA_NODE_SCALING} with more GPUs per instance than the reference run; "
             "across instances each step takes max(compute, communication): the bytes each instance moves per step "
-            f"(data parallel: 2x the FP32 gradients DDP all-reduces under AMP, once a step; ZeRO-3: 3x the 16-bit "
-            "weights, FSDP MixedPrecision with BF16 reduce_dtype, on every micro-batch of the step) over its network "
-            "bandwidth, overlapped with compute (the best case); a reference run across nodes already holds its "
-            "communication, and an estimate from it inherits that overhead (said in its how)",
+            f"(ring collectives, x (n - 1) / n: data parallel 2x the FP32 gradients of the trained parameters DDP "
+            "all-reduces under AMP, once a step; ZeRO-3 3x the 16-bit weights, FSDP MixedPrecision with BF16 "
+            "reduce_dtype, on every micro-batch of the step; LoRA under ZeRO-3: the frozen base gathered twice plus "
+            f"the adapters' gradients) over its network bandwidth (EFA where the type has it, gpu_catalog) x "
+            f"{NETWORK_EFFICIENCY} (assumed: NCCL over EFA at several nodes), overlapped with compute (the best case); "
+            "a reference run across nodes already holds its communication, and an estimate from it inherits that "
+            "overhead (said in its how)",
             f"Trainium: trn1 on {neuron_path('AWS Trainium').name}, trn2 on {neuron_path('AWS Trainium2').name}; "
             "memory per NeuronCore (trn1 16 GiB; trn2 by logical-core setting, LNC 2: 24 GiB), tensor "
             f"parallel over the instance's cores where the model needs it; {self.neuron_compile_minutes:g} minutes of "
@@ -405,8 +425,8 @@ class Option:
     usd: float  # on that lifecycle (the bill)
     meets_deadline: bool
     on_demand_hourly: float  # per instance
-    spot_hourly: Optional[float]  # per instance
-    spot_savings: Optional[float]
+    spot_hourly: Optional[float]  # per instance: the one price (ml_platform_job.prices.hourly_usd)
+    spot_savings: Optional[float]  # below On-Demand at that price: the table's conservative discount
     interruption_band: Optional[str]
     interruptions_per_hour: Optional[float]
     spot_wait_hours: Optional[float]  # per start
@@ -415,6 +435,14 @@ class Option:
     expected_hours: float  # wall clock on the chosen lifecycle
     cost: float  # usd + the value of the expected hours (= usd without --value-of-hour)
     compile_hours: float = 0.0  # Trainium's graph compilation, within training_hours
+    advisor_savings: Optional[float] = None  # the Spot Instance Advisor's 30-day average saving: shown, not the price
+    network_gbps: Optional[float] = None  # the type's rated network bandwidth (gpu_catalog.NETWORK_GBPS)
+    # multi-instance shapes whose step the advisor bounds by the network (None otherwise): one optimizer step's
+    # compute, its communication (the bytes each instance sends / (network_gbps x NETWORK_EFFICIENCY)), those bytes
+    step_compute_seconds: Optional[float] = None
+    step_communication_seconds: Optional[float] = None
+    step_gb: Optional[float] = None
+    scaling_efficiency: float = 1.0  # compute / max(compute, communication) per step: 1.0 when the network keeps up
     spot_note: Optional[str] = None  # why Spot loses, where it does
     excluded: Optional[str] = None
     rule: Optional[str] = None  # the decision-tree rule that excluded it
@@ -504,7 +532,7 @@ class Advice:
             "workload": {**asdict(self.workload), "model_state_gib": round(self.workload.state_gib(), 3),
                          "logits_gib_per_item": round(self.workload.logits_gib_per_item(), 3)},
             "assumptions": {**self.assumptions.to_json(), "prices_source": self.prices.get("source"),
-                            "prices_retrieved": self.prices.get("retrieved")},
+                            "prices_retrieved": self.prices.get("retrieved"), "prices": price_source(self.prices)},
             "options": [option.to_json() for option in self.options],
             "recommended": self.recommended.to_json() if self.recommended else None,
             "pareto": [{"instance_type": o.instance_type, "instances": o.instances} for o in self.pareto()],
@@ -610,32 +638,66 @@ def _times(gpus: int, factor: float) -> str:
     return (f" x {gpus} GPUs" if gpus > 1 else "") + (f" x {factor:.3g} scaling" if factor != 1 else "")
 
 
-def communication(workload: Workload, instance: GpuInstanceType, instances: int, compute_rate: float,
-                  reference_gpus: int) -> tuple[float, str]:
-    """(samples per second with the network's share, how) for a multi-instance shape: a step takes
-    max(compute, bytes per step / network bandwidth). A run of this GPU across more GPUs than one instance holds
-    (``reference_gpus``; 0 for an estimate from another GPU, whose network says nothing of this one's) already
-    measured its own communication: no second network term."""
+@dataclass(frozen=True)
+class StepTerms:
+    """One optimizer step of a multi-instance shape: its compute and what each instance sends over its network."""
+
+    compute_seconds: float
+    step_bytes: float  # each instance sends per step
+    micro_batches: int  # ZeRO-3's collectives repeat on each
+    network_gbps: float  # the type's rated bandwidth
+
+    @property
+    def communication_seconds(self) -> float:
+        """The bytes at the rated bandwidth x NETWORK_EFFICIENCY."""
+        return self.step_bytes / (self.network_gbps * 1e9 / 8 * NETWORK_EFFICIENCY)
+
+    @property
+    def step_seconds(self) -> float:
+        """Compute and communication overlapped (the best case): the step takes the longer."""
+        return max(self.compute_seconds, self.communication_seconds)
+
+    @property
+    def scaling_efficiency(self) -> float:
+        return self.compute_seconds / self.step_seconds
+
+
+def step_terms(workload: Workload, instance: GpuInstanceType, instances: int,
+               compute_rate: float) -> Optional[StepTerms]:
+    """The step of a multi-instance shape at ``compute_rate`` samples per second (None for one instance): the bytes
+    each instance sends per step (``Workload.step_bytes``, with the sharding ``memory_fit`` picks) over the type's
+    network (EFA where it has it)."""
     if instances < 2:
-        return compute_rate, ""
-    if reference_gpus > instance.gpu_count:
-        return compute_rate, f"; its {reference_gpus}-GPU reference run already holds inter-node communication"
+        return None
     _, sharding, _, micro_batch = memory_fit(workload, instance, instances)
     sharded = sharding is not None and instance.accelerator == "cuda"
     # micro-batches per step: a worker's share of the global batch over the micro-batch that fits (ZeRO-3 repeats
     # its collectives on each)
     share = math.ceil(workload.global_batch_items / (instance.workers(workload.logical_nc) * instances))
     micro_batches = math.ceil(share / micro_batch) if sharded and micro_batch else 1
-    step_bytes = workload.step_bytes(instances, sharded, micro_batches)
-    network = instance.network_gbps * 1e9 / 8  # bytes per second
-    compute = workload.samples_per_step() / compute_rate
-    talk = step_bytes / network
-    step = max(compute, talk)
-    repeated = f" ({micro_batches} micro-batches)" if micro_batches > 1 else ""
-    how = (f"; per step {compute:,.2f} s compute, {step_bytes / 1e9:,.1f} GB{repeated} over "
-           f"{instance.network_gbps:,} Gbps = {talk:,.2f} s, overlapped: {step:,.2f} s"
-           + (" (network-bound)" if talk > compute else ""))
-    return workload.samples_per_step() / step, how
+    return StepTerms(workload.samples_per_step() / compute_rate, workload.step_bytes(instances, sharded, micro_batches),
+                     micro_batches, instance.network_gbps)
+
+
+def communication(workload: Workload, instance: GpuInstanceType, instances: int, compute_rate: float,
+                  reference_gpus: int) -> tuple[float, str, Optional[StepTerms]]:
+    """(samples per second with the network's share, how, the step's terms) for a multi-instance shape: a step takes
+    max(compute, bytes per step / (network bandwidth x NETWORK_EFFICIENCY)). A run of this GPU across more GPUs than
+    one instance holds (``reference_gpus``; 0 for an estimate from another GPU, whose network says nothing of this
+    one's) already measured its own communication: no second network term."""
+    if instances < 2:
+        return compute_rate, "", None
+    if reference_gpus > instance.gpu_count:
+        return compute_rate, f"; its {reference_gpus}-GPU reference run already holds inter-node communication", None
+    terms = step_terms(workload, instance, instances, compute_rate)
+    compute, talk, step = terms.compute_seconds, terms.communication_seconds, terms.step_seconds
+    repeated = f" ({terms.micro_batches} micro-batches)" if terms.micro_batches > 1 else ""
+    efa = " EFA" if instance.efa else ""
+    how = (f"; per step {compute:,.2f} s compute, {terms.step_bytes / 1e9:,.1f} GB{repeated} per instance over "
+           f"{instance.network_gbps:,g} Gbps{efa} x {NETWORK_EFFICIENCY:g} assumed efficiency = {talk:,.2f} s; "
+           f"overlapped (the best case), the step takes the longer: {step:,.2f} s"
+           + (f" (network-bound: scaling {terms.scaling_efficiency:.0%})" if talk > compute else ""))
+    return workload.samples_per_step() / step, how, terms
 
 
 def _quantized(workload: Workload, rate: float, source: str) -> tuple[float, str]:
@@ -650,10 +712,16 @@ def shape_throughput(workload: Workload, instance: GpuInstanceType, instances: i
     """(samples per second of the whole shape, source, how it was derived). The source is "measured", "published",
     "derived" (a published run converted by a rule), "estimated" (another GPU's number x sustained speeds), or on
     Trainium without a Neuron number "unmeasured" (a datasheet ratio)."""
+    rate, source, how, _ = _shape_throughput(workload, instance, instances, measured)
+    return rate, source, how
+
+
+def _shape_throughput(workload: Workload, instance: GpuInstanceType, instances: int,
+                      measured: Sequence[MeasuredThroughput]) -> tuple[float, str, str, Optional[StepTerms]]:
     rate, source, how, measured_gpus = _compute_throughput(workload, instance, instances, measured)
     rate, quantized = _quantized(workload, rate, source)
-    rate, network = communication(workload, instance, instances, rate, measured_gpus)
-    return rate, source, how + quantized + network
+    rate, network, terms = communication(workload, instance, instances, rate, measured_gpus)
+    return rate, source, how + quantized + network, terms
 
 
 def _compute_throughput(workload: Workload, instance: GpuInstanceType, instances: int,
@@ -695,22 +763,20 @@ def _compute_throughput(workload: Workload, instance: GpuInstanceType, instances
 
 @dataclass(frozen=True)
 class SpotTerms:
-    savings: float  # fraction below On-Demand
     band: int  # index into INTERRUPTION_BANDS
-    source: str
+    source: str  # of the band
+    advisor_savings: Optional[float]  # the Advisor's 30-day average saving over On-Demand: shown, never the price
 
 
 def spot_terms(prices: dict, instance_type: str) -> SpotTerms:
-    """The type's Spot savings and interruption band in the table's Region (the Spot Instance Advisor's data);
-    a type it lacks: its family's discount and the worst band. Savings stay in [0, 0.99]: Spot never costs more
-    than On-Demand (its default maximum price)."""
+    """The type's interruption band in the table's Region from the Spot Instance Advisor's data (a type it lacks: the
+    worst band), and the Advisor's 30-day average saving for it, in [0, 0.99] (None where it lacks the type). No
+    price: Spot is priced by ``ml_platform_job.prices.hourly_usd``, the table's conservative family discount."""
     entry = prices.get("spot_by_type", {}).get(instance_type)
     if entry:
-        savings, band, source = entry["savings"], entry["band"], "Spot Instance Advisor"
-    else:
-        savings = prices.get("spot_discount", {}).get(instance_type.split(".")[0], 0.0)
-        band, source = UNKNOWN_BAND, "family discount; not in the Spot Instance Advisor data"
-    return SpotTerms(min(max(float(savings), 0.0), MAX_SPOT_SAVINGS), min(max(int(band), 0), UNKNOWN_BAND), source)
+        savings = min(max(float(entry["savings"]), 0.0), MAX_SPOT_SAVINGS)
+        return SpotTerms(min(max(int(entry["band"]), 0), UNKNOWN_BAND), "Spot Instance Advisor", savings)
+    return SpotTerms(UNKNOWN_BAND, "not in the Spot Instance Advisor data: the worst band", None)
 
 
 def interruption_rate(band: int) -> float:
@@ -723,7 +789,7 @@ def interruption_rate(band: int) -> float:
 def _option(workload: Workload, instance: GpuInstanceType, instances: int, prices: dict,
             assumptions: CostAssumptions, measured: Sequence[MeasuredThroughput], minimize: str) -> Option:
     fits, sharding, per_gpu_gib, micro_batch = memory_fit(workload, instance, instances)
-    rate, source, note = shape_throughput(workload, instance, instances, measured)
+    rate, source, note, terms = _shape_throughput(workload, instance, instances, measured)
     accelerator_rate = rate
     if workload.cpu_samples_per_vcpu and not workload.gpu_decode:
         cpu_cap = instance.vcpus * instances * workload.cpu_samples_per_vcpu
@@ -741,14 +807,15 @@ def _option(workload: Workload, instance: GpuInstanceType, instances: int, price
     compile_hours = assumptions.neuron_compile_minutes / 60 if instance.accelerator == "neuron" else 0.0
     training += compile_hours
     hours = startup + load + training
-    on_demand = prices["on_demand_hourly"][instance.name]
+    on_demand = hourly_usd(prices, instance.name, "on-demand")
     usd_on_demand = hours * instances * (on_demand + volume_hourly)
     value = assumptions.value_of_hour
     choices = [("on-demand", hours, usd_on_demand)]
-    spot = interruptions = hours_spot = usd_spot = per_hour = wait = spot_hourly = None
+    spot = interruptions = hours_spot = usd_spot = per_hour = wait = spot_hourly = spot_savings = None
     if instances == 1:
         spot = spot_terms(prices, instance.name)
-        spot_hourly = on_demand * (1 - spot.savings)
+        spot_hourly = hourly_usd(prices, instance.name, "spot")  # the one price: the guard's, cost's, job cost's
+        spot_savings = 1 - spot_hourly / on_demand
         per_hour = (assumptions.spot_interruptions_per_instance_hour
                     if assumptions.spot_interruptions_per_instance_hour is not None else interruption_rate(spot.band))
         wait = (assumptions.spot_wait_minutes if assumptions.spot_wait_minutes is not None
@@ -776,9 +843,14 @@ def _option(workload: Workload, instance: GpuInstanceType, instances: int, price
         elif minimize == "time":
             spot_note = (f"Spot loses on time: {hours_spot:,.1f} h expected against {hours:,.1f} h On-Demand, which "
                          f"costs {od_cost:,.2f} against {spot_cost:,.2f} USD on Spot")
+        elif spot_cost >= od_cost and spot_savings <= 0:
+            spot_note = (f"Spot loses: the table's conservative {instance.family} discount is 0 (Spot priced as "
+                         f"On-Demand), so it only adds the expected rework and waits ({spot_cost:,.2f} against "
+                         f"{od_cost:,.2f} USD On-Demand)")
         elif spot_cost >= od_cost:
-            spot_note = (f"Spot loses: its {spot.savings:.0%} saving does not pay for the expected rework and waits "
-                         f"({spot_cost:,.2f} against {od_cost:,.2f} USD On-Demand)")
+            spot_note = (f"Spot loses: its {spot_savings:.0%} saving (the table's conservative discount) does not pay "
+                         f"for the expected rework and waits ({spot_cost:,.2f} against {od_cost:,.2f} USD "
+                         "On-Demand)")
     return Option(
         instance_type=instance.name, instances=instances, gpus_per_instance=instance.gpu_count,
         gpu_model=instance.gpu_model, gpu_memory_gib=instance.gpu_memory_gib, efa=instance.efa, fits=fits,
@@ -788,7 +860,12 @@ def _option(workload: Workload, instance: GpuInstanceType, instances: int, price
         training_hours=training, hours=hours, hours_spot=hours_spot, expected_interruptions=interruptions,
         usd_spot=usd_spot, usd_on_demand=usd_on_demand, lifecycle=lifecycle, usd=usd,
         meets_deadline=deadline is None or expected <= deadline, on_demand_hourly=on_demand, spot_hourly=spot_hourly,
-        spot_savings=spot.savings if spot else None,
+        spot_savings=spot_savings, advisor_savings=spot.advisor_savings if spot else None,
+        network_gbps=instance.network_gbps,
+        step_compute_seconds=terms.compute_seconds if terms else None,
+        step_communication_seconds=terms.communication_seconds if terms else None,
+        step_gb=terms.step_bytes / 1e9 if terms else None,
+        scaling_efficiency=terms.scaling_efficiency if terms else 1.0,
         interruption_band=INTERRUPTION_BANDS[spot.band][0] if spot else None, interruptions_per_hour=per_hour,
         spot_wait_hours=wait, usable_memory_gib=usable_gib(instance, workload.logical_nc),
         accelerator=instance.accelerator, compile_hours=compile_hours,

@@ -3,14 +3,20 @@
 
 The command of ``python -m ml_platform_constructs budget what-if`` and of the platform app's
 ``./platform budget what-if ENV``. Capacity is ``TYPE=COUNT[@HOURS]``: COUNT instances of TYPE that have run HOURS
-(default 0: just launched); Spot with ``running``, On-Demand with ``on_demand``.
+(default 0: just launched); Spot with ``running``, On-Demand with ``on_demand``. Each hour is priced as every command
+prices it (``ml_platform_job.prices.hourly_usd``, through the guard's ``price_per_hour``); the result says where the
+prices come from and when (``prices``, ``ml_platform_job.prices.price_source``; the text its Region, date and Spot
+rule, ``prices_short``).
 """
 
 from __future__ import annotations
 
 import re
+import textwrap
 from datetime import datetime, timedelta
 from typing import Sequence
+
+from ml_platform_job.prices import price_source
 
 from ..runtime import budget_guard
 from ..runtime.budget_guard import ON_DEMAND, SPOT, RunningCapacity
@@ -43,7 +49,8 @@ def what_if(*, label: str, prices: dict, monthly_limit: float, stop_at_percent: 
                                    prices=prices, monthly_limit=monthly_limit, stop_at_percent=stop_at_percent,
                                    now=now)
     return {"environment": label, "region_priced": prices["region"], "now": now.isoformat(), **decision.as_dict(),
-            "running": list(running), "on_demand": list(on_demand)}
+            "running": list(running), "on_demand": list(on_demand), "prices": price_source(prices),
+            "prices_short": price_source(prices, detail=False)}
 
 
 def format_what_if(result: dict) -> str:
@@ -61,4 +68,7 @@ def format_what_if(result: dict) -> str:
     if result["crossing_date"]:
         lines.append(f"  line crossed on    {result['crossing_date']:>16}")
     lines.append(f"  why: {result['reason']}")
+    if result.get("prices_short"):
+        lines += textwrap.wrap(f"prices: {result['prices_short']} (--json: their source)", 100, initial_indent="  ",
+                               subsequent_indent="    ", break_long_words=False, break_on_hyphens=False)
     return "\n".join(lines)

@@ -21,10 +21,16 @@ Sources (AWS documentation):
 - EFA support: the "Supported instance types" list of https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html
   (accelerated computing); confirm per Region with `aws ec2 describe-instance-types --filters
   Name=network-info.efa-supported,Values=true`.
-- Network bandwidth per instance (NETWORK_GBPS, the EFA types'): the "Network specifications" table of
-  https://docs.aws.amazon.com/ec2/latest/instancetypes/ac.html (trn1.32xlarge: 800 Gbps EFA, the Trn1 table of
-  https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-hardware/trn1-arch.html); confirm with
-  `aws ec2 describe-instance-types --query 'InstanceTypes[].NetworkInfo.NetworkCards[].BaselineBandwidthInGbps'`.
+- Network bandwidth per instance (NETWORK_GBPS, every catalog type): the "Network specifications" table of
+  https://docs.aws.amazon.com/ec2/latest/instancetypes/ac.html, as AWS's "Amazon EC2: Instance Types" guide (2024
+  edition, accelerated computing) prints it for the types it lists, and for g6e, p5.4xlarge, p5en and trn2 the EC2
+  API's NetworkPerformance as compiled by instances.vantage.sh in github.com/tsaol/aws-gpu
+  (data/all_gpu_instances.js, commit 7412fd25, the price table's source); trn1.32xlarge's 800 Gbps EFA also in the
+  Trn1 table of https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-hardware/trn1-arch.html.
+  A type listed "up to" (NETWORK_UP_TO) has a lower baseline and bursts to the figure for minutes at a time
+  (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-network-bandwidth.html): none of them has EFA,
+  so none runs multi-node. Confirm with `aws ec2 describe-instance-types --query
+  'InstanceTypes[].NetworkInfo.NetworkCards[].PeakBandwidthInGbps'`.
 - NeuronCores: a Trainium chip is two NeuronCore-v2 sharing its 32 GiB (16 GiB each), each core one data-parallel
   worker by default (trainium.html above); a Trainium2 chip is eight NeuronCore-v3 sharing 96 GiB, grouped into
   logical cores by the Logical NeuronCore Configuration (LNC, default 2 on Trn2: four logical cores of 24 GiB; only
@@ -98,8 +104,9 @@ class GpuInstanceType:
         return GPU_SPECS[self.gpu_model].accelerator
 
     @property
-    def network_gbps(self) -> Optional[int]:
-        """The instance's network bandwidth (EFA types; None for the rest, which never run multi-node)."""
+    def network_gbps(self) -> Optional[float]:
+        """The instance's rated network bandwidth in Gbps (NETWORK_GBPS; over EFA where the type has it); for an
+        "up to" type (NETWORK_UP_TO) the burst figure. None for a type outside the catalog."""
         return NETWORK_GBPS.get(self.name)
 
     def workers(self, logical_nc: int = TRN2_DEFAULT_LNC) -> int:
@@ -156,15 +163,29 @@ NEURON_CATALOG: dict[str, GpuInstanceType] = {
 
 ACCELERATOR_CATALOG: dict[str, GpuInstanceType] = {**GPU_CATALOG, **NEURON_CATALOG}
 
-# Per instance, Gbps (sources in the module docstring): what a multi-node job's collectives cross between instances.
-NETWORK_GBPS: dict[str, int] = {
-    "g4dn.8xlarge": 50, "g4dn.12xlarge": 50, "g4dn.16xlarge": 50, "g4dn.metal": 100,
+# Per instance, Gbps, every catalog type (sources in the module docstring: the EC2 accelerated-computing "Network
+# specifications", https://docs.aws.amazon.com/ec2/latest/instancetypes/ac.html): what a multi-node job's collectives
+# cross between instances, over EFA where the type has it (EFA_INSTANCE_TYPES). p4d/p4de are 4 x 100 Gbps, trn1.32xlarge
+# 8 x 100, p5.48xlarge 3,200 Gbps EFAv2, p5en 3,200 EFAv3, trn2.48xlarge 16 x 200.
+NETWORK_GBPS: dict[str, float] = {
+    "g4dn.xlarge": 25, "g4dn.2xlarge": 25, "g4dn.4xlarge": 25, "g4dn.8xlarge": 50, "g4dn.12xlarge": 50,
+    "g4dn.16xlarge": 50, "g4dn.metal": 100,
     **{f"{family}.{size}": gbps for family in ("g5", "g6") for size, gbps in (
-        ("8xlarge", 25), ("12xlarge", 40), ("16xlarge", 25), ("24xlarge", 50), ("48xlarge", 100))},
-    "g6e.8xlarge": 25, "g6e.12xlarge": 100, "g6e.16xlarge": 35, "g6e.24xlarge": 200, "g6e.48xlarge": 400,
-    "p3dn.24xlarge": 100, "p4d.24xlarge": 400, "p4de.24xlarge": 400, "p5.48xlarge": 3200, "p5en.48xlarge": 3200,
-    "trn1.32xlarge": 800, "trn2.48xlarge": 3200,
+        ("xlarge", 10), ("2xlarge", 10), ("4xlarge", 25), ("8xlarge", 25), ("12xlarge", 40), ("16xlarge", 25),
+        ("24xlarge", 50), ("48xlarge", 100))},
+    "g5g.xlarge": 10, "g5g.2xlarge": 10, "g5g.4xlarge": 10, "g5g.8xlarge": 12, "g5g.16xlarge": 25, "g5g.metal": 25,
+    "g6e.xlarge": 20, "g6e.2xlarge": 20, "g6e.4xlarge": 20, "g6e.8xlarge": 25, "g6e.12xlarge": 100,
+    "g6e.16xlarge": 35, "g6e.24xlarge": 200, "g6e.48xlarge": 400,
+    "p3.2xlarge": 10, "p3.8xlarge": 10, "p3.16xlarge": 25, "p3dn.24xlarge": 100,
+    "p4d.24xlarge": 400, "p4de.24xlarge": 400, "p5.4xlarge": 100, "p5.48xlarge": 3200, "p5en.48xlarge": 3200,
+    "trn1.2xlarge": 12.5, "trn1.32xlarge": 800, "trn2.48xlarge": 3200,
 }
+# Listed "up to" the figure above: a lower baseline, bursts for minutes (none has EFA; sources in the docstring).
+NETWORK_UP_TO = frozenset({
+    "g4dn.xlarge", "g4dn.2xlarge", "g4dn.4xlarge", "g5.xlarge", "g5.2xlarge", "g5.4xlarge", "g5g.xlarge",
+    "g5g.2xlarge", "g5g.4xlarge", "g6.xlarge", "g6.2xlarge", "g6.4xlarge", "g6e.xlarge", "g6e.2xlarge", "p3.2xlarge",
+    "trn1.2xlarge",
+})
 
 # The catalog's types that support EFA (source in the module docstring).
 EFA_INSTANCE_TYPES = frozenset({

@@ -8,15 +8,21 @@ catalog types. Per Region a refresh reads:
   the API answers in us-east-1). A type the Region does not offer is listed in ``not_offered`` and priced at the
   dearest rate any Region of the table has (the budget guard prices whatever runs; the advisor excludes it);
 - ``spot_discount``: per family, the lowest discount any size showed in any AZ over the last day of EC2 Spot price
-  history (conservative: the budget guard and the cost estimate err high); a family with no history in a Region new
-  to the table gets 0 (Spot priced as On-Demand);
+  history (conservative: every command that prices Spot errs high); a family with no history in a Region new to the
+  table gets 0 (Spot priced as On-Demand). The one price (``ml_platform_job.prices.hourly_usd``) prices every Spot
+  hour from it, in the advisor, the budget guard, the cost estimate and job cost alike;
 - ``spot_by_type``: per type, the Spot Instance Advisor's savings over On-Demand and its frequency-of-interruption
   band, from the public data file behind https://aws.amazon.com/ec2/spot/instance-advisor/ (``SPOT_ADVISOR_URL``;
   format: {"ranges": [{"index", "label", ...}], "spot_advisor": {region: {"Linux": {type: {"s": savings %,
-  "r": band index}}}}}). The advisor prices Spot per type from these.
+  "r": band index}}}}}). The advisor reads each type's interruption band from these and shows the savings, a
+  30-day average, as such: never as the price.
 
 The other rates are kept. Needs AWS credentials (``pricing:GetProducts``, ``ec2:DescribeSpotPriceHistory``) and
 HTTPS to spot-bid-advisor.s3.amazonaws.com.
+
+A team's table may add ``spot_hourly`` per Region (USD per hour by type, a measured Spot price): ``hourly_usd``
+prefers it to the family discount, capped at On-Demand. A refresh drops it (it would be older than the rates it
+refreshed).
 """
 
 from __future__ import annotations
@@ -122,7 +128,7 @@ def refresh(table: Mapping, pricing: Any, ec2: Any, region: str, today: date, no
                                    "0 where there was no Spot price.",
              "on_demand_hourly": {**{name: fallback[name] for name in missing if name in fallback}, **found},
              "spot_discount": discounts}
-    for stale in ("missing", "new_types_note"):
+    for stale in ("missing", "new_types_note", "spot_hourly"):
         entry.pop(stale, None)
     entry["not_offered"] = missing  # priced for the guard; the advisor excludes them
     if advisor is not None:
@@ -138,7 +144,8 @@ class PriceTable:
     ``BudgetGuard(price_table=PriceTable.from_file("prices.json"))``.
 
     Checked when created (``ValidationError``): ``regions`` maps Region names to entries with ``on_demand_hourly``
-    (USD per hour, > 0) and ``spot_discount`` (per family, 0 to below 1).
+    (USD per hour, > 0), ``spot_discount`` (per family, 0 to below 1) and, optionally, ``spot_hourly`` (a measured
+    Spot price per type, USD per hour, > 0).
     """
 
     table: Mapping[str, Any] = field(repr=False)
@@ -190,4 +197,10 @@ def table_problem(table: Any) -> Optional[str]:
         bad = [family for family, value in discounts.items() if not isinstance(value, (int, float)) or not 0 <= value < 1]
         if bad:
             return f"Region {region}: Spot discounts are fractions from 0 to below 1, not {bad[0]}={discounts[bad[0]]!r}"
+        spot = entry.get("spot_hourly", {})
+        if not isinstance(spot, Mapping):
+            return f"Region {region}: 'spot_hourly' must map instance types to USD per hour"
+        bad = [name for name, price in spot.items() if not isinstance(price, (int, float)) or price <= 0]
+        if bad:
+            return f"Region {region}: measured Spot prices must be positive USD per hour, not {bad[0]}={spot[bad[0]]!r}"
     return None

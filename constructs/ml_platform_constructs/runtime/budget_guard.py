@@ -39,10 +39,10 @@ from typing import Any, Optional, Sequence
 
 try:
     from .pending_jobs import PendingJobs, active_job
-    from ml_platform_job.prices import load_prices, load_table
+    from ml_platform_job.prices import hourly_usd, load_prices, load_table
 except ImportError:  # in Lambda the modules sit at the top of the package (prices.py from the job side's package)
     from pending_jobs import PendingJobs, active_job  # type: ignore[no-redef]
-    from prices import load_prices, load_table  # type: ignore[no-redef]
+    from prices import hourly_usd, load_prices, load_table  # type: ignore[no-redef]
 
 # The tag keys governed constructs set on themselves; defined here once (this module runs in Lambda, standard
 # library only), imported by the constructs.
@@ -97,14 +97,10 @@ class RunningCapacity:
 
 
 def price_per_hour(instance_type: str, lifecycle: str, prices: dict) -> float:
-    """USD per hour from the Region's price table: Spot at the table's assumed discount for the family. An
-    unknown type is priced as the dearest known one: the guard errs towards stopping."""
-    on_demand = prices["on_demand_hourly"].get(instance_type)
-    if on_demand is None:
-        on_demand = max(prices["on_demand_hourly"].values())
-    if lifecycle == SPOT:
-        return on_demand * (1 - prices["spot_discount"].get(instance_type.split(".")[0], 0.0))
-    return on_demand
+    """USD per hour from the Region's price table: the one price every command uses (``ml_platform_job.prices.
+    hourly_usd``; Spot at the table's conservative discount for the family). An unknown type is priced as the dearest
+    known one (``unknown="dearest"``): the guard errs towards stopping; a lifecycle other than Spot is On-Demand."""
+    return hourly_usd(prices, instance_type, SPOT if lifecycle == SPOT else ON_DEMAND, unknown="dearest")
 
 
 def month_start(now: datetime) -> datetime:
