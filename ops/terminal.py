@@ -8,6 +8,7 @@
                                                  # app's jsii kernel, moto, checkov, pytest
     with progress("synthesizing dev"):       # a spinner with the seconds on a terminal; plain lines otherwise (CI)
         ...
+    pytest_main()                            # ./platform test: pytest, whose Ctrl-C is the same one line and 130
 
 A child runs in a session of its own, so the terminal's Ctrl-C reaches only this process: the child's tracebacks
 never reach the screen, and this process ends the child's whole group itself (SIGTERM, then SIGKILL after a grace
@@ -314,3 +315,81 @@ class Progress:
 def progress(what: str, **options: Any) -> Iterator[Progress]:
     with Progress(what, **options) as shown:
         yield shown
+
+
+# --- ./platform test ------------------------------------------------------------------------------------------------
+
+def pytest_main(argv: Optional[list[str]] = None) -> NoReturn:
+    """./platform test: pytest in this process, ended by Ctrl-C as every command is. pytest still ends its session as
+    it would (every fixture torn down: moto, the emulator, the background scans), but what it would print from the
+    interrupt on (its KeyboardInterrupt section with the test's line, its summary) goes to /dev/null, a second Ctrl-C
+    is ignored while it cleans up, and one line says the command was interrupted: exit 130. A Ctrl-C before the
+    session (pytest's import, conftest.py's) is the same line. SIGTERM keeps its default: tests install SIGTERM
+    handlers of their own, which call the one before them (./platform runs this with ``python -c``, not ``-m``, for
+    that: ops/__init__.py would install this module's)."""
+    args = sys.argv[1:] if argv is None else argv
+    sys.argv[0] = "./platform test"  # pytest's usage line names it (basename: "platform test"), not "-c"
+    stderr = os.dup(2)  # the interrupt's line goes here once 1 and 2 lead to /dev/null (not inherited by children)
+    code = 0
+    try:
+        import pytest
+
+        code = int(pytest.main(args, plugins=[_quiet_interrupt(pytest)]))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _exit_reader_gone()
+    except KeyboardInterrupt:
+        _mute()
+    if _muted.is_set():
+        stop_all()
+        try:
+            os.write(stderr, (interrupted_line() + "\n").encode())
+        except OSError:
+            pass
+        os._exit(INTERRUPTED_EXIT)  # Python's exit handlers would only report on what the interrupt ended
+    sys.exit(code)
+
+
+def _quiet_interrupt(pytest: Any) -> object:
+    """pytest_main's plugin: on pytest's KeyboardInterrupt, standard output and error go to /dev/null (after the
+    capture plugin's hook, which puts them back and so would undo it)."""
+
+    class QuietInterrupt:
+        def __init__(self) -> None:
+            self.config: Any = None
+
+        def pytest_configure(self, config: Any) -> None:
+            self.config = config
+
+        @pytest.hookimpl(trylast=True)
+        def pytest_keyboard_interrupt(self) -> None:
+            _mute(self.config.pluginmanager.get_plugin("terminalreporter") if self.config else None)
+
+    return QuietInterrupt()
+
+
+_muted = threading.Event()  # pytest_main's: the interrupt came (not ``interrupted``, which would make start and run
+                            # refuse to work in the fixtures' teardown that follows)
+
+
+def _mute(reporter: Any = None) -> None:
+    """The interrupt has come: later Ctrl-Cs are ignored, the line pytest was writing ends, and everything written to
+    standard output and error from now on (by pytest, a fixture's teardown, a thread) goes to /dev/null."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _muted.set()
+    try:
+        writer = reporter._tw  # pytest's TerminalWriter: the line it was writing ("tests/unit/test_x.py ..") ends
+        if writer.width_of_current_line:
+            writer.line()
+        writer.flush()
+    except (AttributeError, OSError, ValueError):
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(devnull)

@@ -27,7 +27,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import boto3
 
@@ -56,11 +56,14 @@ def example_module():
 
 
 def run_attempt(command: list[str], env: dict[str, str], *, sigterm_after_epoch: Optional[int] = None,
+                sigterm_when: Optional[Callable[[str], bool]] = None,
                 timeout: float = 300) -> tuple[int, list[str]]:
     """Runs one attempt; with ``sigterm_after_epoch``, sends the process SIGTERM a tenth of an epoch after it reports
     that epoch (a tenth of the time between its last two epoch lines, which also hold the epoch's save to S3 and its
-    evaluation: inside the next epoch's steps, as a Spot notice
-    lands mid-step). Returns (exit code, output lines). The attempt runs in its own
+    evaluation: inside the next epoch's steps, as a Spot notice lands mid-step; where exactly depends on the machine's
+    load). With ``sigterm_when`` instead, SIGTERM goes at once on the first output line it accepts: a moment the caller
+    controls, such as a line the job writes at a known step while it waits for the signal (what
+    tests/emulator/test_local_run.py does). Returns (exit code, output lines). The attempt runs in its own
     process group (``ops.terminal``): a Ctrl-C of the local run ends it too."""
     process = terminal.start(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
@@ -73,7 +76,10 @@ def run_attempt(command: list[str], env: dict[str, str], *, sigterm_after_epoch:
             lines.append(line.rstrip("\n"))
             if line.startswith("epoch "):
                 epoch_seen.append(time.monotonic())
-            if (sigterm_after_epoch is not None and not signalled
+            if sigterm_when is not None and not signalled and sigterm_when(lines[-1]):
+                process.send_signal(signal.SIGTERM)
+                signalled = True
+            elif (sigterm_when is None and sigterm_after_epoch is not None and not signalled
                     and line.startswith(f"epoch {sigterm_after_epoch}/")):
                 if len(epoch_seen) >= 2:
                     time.sleep((epoch_seen[-1] - epoch_seen[-2]) / 10)

@@ -3,12 +3,16 @@ exit 130 and nothing left running; long steps show progress; nonsense figures ar
 any synth or sign-in; help says nothing of the project's insides.
 
 The Ctrl-C tests run the real entry points in a process group of their own and signal it as a terminal does (the
-whole group) or signal the command alone (kill -INT), with stand-ins for the CDK CLI and setup's tools."""
+whole group) or signal the command alone (kill -INT), with stand-ins for the CDK CLI, setup's tools and ./platform
+test's tests. Where a stand-in can say when to signal, it says so on a pipe, and the test waits on that line, not on
+a clock (issue 37: no test depends on the machine being idle)."""
 
 import contextlib
+import hashlib
 import io
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -168,11 +172,31 @@ def _cmdline(proc: Path) -> str:
         return ""
 
 
-# What setup's first tool stands in for: Python that answers the version check, then takes its time.
+# Each wait on a process below ends on an event it writes or on its end; SAFETY_SECONDS is only the last resort
+# against a hang, never how long a test waits.
+SAFETY_SECONDS = 120
+
+
+def next_event(fd: int, timeout: float = SAFETY_SECONDS) -> str:
+    """The next line a stand-in writes on the events pipe ``fd``; "" at the pipe's end: every process that held its
+    write end has ended."""
+    line = b""
+    while not line.endswith(b"\n"):
+        if not select.select([fd], [], [], timeout)[0]:
+            raise AssertionError(f"no event within {timeout} s (a last resort: each comes in well under a second)")
+        chunk = os.read(fd, 1)
+        if not chunk:
+            break
+        line += chunk
+    return line.decode().rstrip("\n")
+
+
+# What setup's first tool stands in for: Python that answers the version check, then takes its time (as pip does),
+# after saying on the events pipe that it has started.
 STAND_IN_PYTHON = textwrap.dedent("""\
     #!/usr/bin/env bash
     [ "$1" = -c ] && exit 0
-    echo started >"$STAND_IN_STARTED"
+    echo started >&"$STAND_IN_EVENTS"
     exec sleep 120
 """)
 
@@ -184,21 +208,128 @@ def test_ctrl_c_during_setup_is_one_line_not_the_tools_failure(tmp_path):
     python = tmp_path / "python3.11"
     python.write_text(STAND_IN_PYTHON)
     python.chmod(0o755)
-    started = tmp_path / "started"
-    env = {**os.environ, "PYTHON": str(python), "STAND_IN_STARTED": str(started)}
+    events, write_end = os.pipe()  # the write end goes to the command and its children
+    env = {**os.environ, "PYTHON": str(python), "STAND_IN_EVENTS": str(write_end)}
     command = subprocess.Popen([str(checkout / "platform"), "setup"], cwd=checkout, env=env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                               pass_fds=(write_end,))
+    os.close(write_end)
     try:
-        wait_for(started.exists, timeout=30)
+        assert next_event(events) == "started"  # the tool runs: the Ctrl-C comes during setup, not before it
         os.killpg(command.pid, signal.SIGINT)
-        _, err = command.communicate(timeout=30)
+        _, err = command.communicate(timeout=SAFETY_SECONDS)
+        assert next_event(events) == ""  # the pipe's end: the tool (its sleep) has ended too, nothing left running
     finally:
+        os.close(events)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(command.pid, signal.SIGKILL)
     assert command.returncode == 130
     assert err.splitlines()[-1] == ("interrupted (Ctrl-C): setup stopped, nothing left running; run the command again "
                                     "to finish it")
     assert "error:" not in err and not (checkout / ".venv" / ".setup-stamp").exists()
+
+
+# ./platform test in a checkout whose setup is done (its stamp matches, the CDK CLI and checkov are there: stand-ins),
+# with this environment's Python, on a test file of its own: a quick test, then one that says it has started and waits
+# for the Ctrl-C, with a fixture whose teardown says it ran. Its conftest.py can wait for it too, as it loads.
+STAND_IN_EVENTS = textwrap.dedent("""\
+    import os, select, signal
+
+    def tell(what):
+        os.write(int(os.environ["STAND_IN_EVENTS"]), what.encode() + b"\\n")
+
+    def tell_and_wait_for_the_ctrl_c(what):
+        read, write = os.pipe()
+        os.set_blocking(write, False)
+        signal.set_wakeup_fd(write)  # the signal's byte, however soon it comes: no race with the wait below
+        tell(what)
+        select.select([read], [], [])  # ends as the Ctrl-C comes; its KeyboardInterrupt follows
+""")
+STAND_IN_CONFTEST = textwrap.dedent("""\
+    import os
+    from stand_in_events import tell_and_wait_for_the_ctrl_c
+
+    if os.environ.get("STAND_IN_WAIT_IN") == "conftest":
+        tell_and_wait_for_the_ctrl_c("loading conftest.py")
+""")
+STAND_IN_TESTS = textwrap.dedent("""\
+    import pytest
+    from stand_in_events import tell, tell_and_wait_for_the_ctrl_c
+
+    @pytest.fixture
+    def torn_down():
+        yield
+        tell("torn down")
+
+    def test_a_quick_one():
+        pass
+
+    def test_waits_for_the_ctrl_c(torn_down):
+        tell_and_wait_for_the_ctrl_c("started")
+""")
+
+
+def set_up_checkout(tmp_path: Path) -> Path:
+    checkout = tmp_path / "checkout"
+    script = (ROOT / "platform").read_text()
+    digested = re.search(r"setup_digest\(\) \{\s+cat (.+?) \|", script, re.S)[1].replace("\\\n", " ").split()
+    for name in digested:  # empty: the digest is of their contents
+        (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / name).write_text("")
+    (checkout / ".venv" / "bin").mkdir(parents=True)
+    (checkout / ".venv" / ".setup-stamp").write_text(hashlib.sha256(b"").hexdigest() + "\n")
+    stand_ins = {".venv/bin/python": f'#!/bin/sh\nexec {sys.executable} "$@"\n',
+                 ".venv/checkov/bin/checkov": "#!/bin/sh\nexit 1\n", "node_modules/.bin/cdk": "#!/bin/sh\nexit 1\n"}
+    for name, text in stand_ins.items():
+        (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / name).write_text(text)
+        (checkout / name).chmod(0o755)
+    shutil.copy2(ROOT / "platform", checkout / "platform")
+    for name, text in {"stand_in_events.py": STAND_IN_EVENTS, "conftest.py": STAND_IN_CONFTEST,
+                       "test_waits.py": STAND_IN_TESTS}.items():
+        (checkout / name).write_text(text)
+    return checkout
+
+
+@pytest.mark.parametrize("moment,whole_group", [("test", True), ("conftest", False)],
+                         ids=["Ctrl-C at the terminal during a test", "kill -INT while conftest.py loads"])
+def test_ctrl_c_during_platform_test_is_one_line_exit_130_after_pytest_tears_down(tmp_path, moment, whole_group):
+    """0.7 ended in pytest's KeyboardInterrupt section and summary, exit 2 (or in a traceback when the Ctrl-C came
+    while conftest.py loaded). Now the output up to the Ctrl-C stays, pytest still tears every fixture down, and one
+    line ends it, exit 130."""
+    checkout = set_up_checkout(tmp_path)
+    events, write_end = os.pipe()  # the write end goes to the command and its children
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "STAND_IN_EVENTS": str(write_end),
+           "STAND_IN_WAIT_IN": moment}
+    for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "CI"):
+        env.pop(name, None)
+    command = subprocess.Popen([str(checkout / "platform"), "test", "-p", "no:cacheprovider", "test_waits.py"],
+                               cwd=checkout, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               start_new_session=True, pass_fds=(write_end,))
+    os.close(write_end)
+    try:
+        assert next_event(events) == ("started" if moment == "test" else "loading conftest.py")
+        if whole_group:
+            os.killpg(command.pid, signal.SIGINT)
+        else:
+            command.send_signal(signal.SIGINT)
+        out, err = command.communicate(timeout=SAFETY_SECONDS)
+        after = []
+        while line := next_event(events):  # to the pipe's end: pytest has ended, and so has all it started
+            after.append(line)
+    finally:
+        os.close(events)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(command.pid, signal.SIGKILL)
+    assert (command.returncode, err) == (130, INTERRUPTED + "\n"), out + err
+    assert "KeyboardInterrupt" not in out and "Traceback" not in out, out
+    if moment == "test":
+        assert after == ["torn down"]
+        lines = out.splitlines()
+        assert lines[-1] == "test_waits.py ."  # the quick test's dot; the interrupted test has none; then the line
+        assert [line for line in lines if line.startswith(("=", "!", "_"))] == [lines[0]]  # "== test session starts"
+    else:
+        assert (after, out) == ([], "")
 
 
 def test_the_platform_script_lifts_its_trap_before_a_command_it_waits_for():

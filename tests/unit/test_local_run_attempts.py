@@ -12,17 +12,18 @@ from moto import mock_aws
 from ops.local import run as local_run
 
 # A job that reports EPOCHS epochs before it looks at the signal (a loaded machine: the reader saw "epoch 3" late),
-# then waits for SIGTERM and stops as the example does.
+# then takes SIGTERM (blocked from its start, so it waits on the signal itself, not on a clock: the 20 s are a last
+# resort) and stops as the example does. With HOLD, it first says it holds inside a step, as
+# tests/emulator/test_local_run.py's hook makes the example do.
 STAND_IN = textwrap.dedent("""
-    import signal, sys, time
-    epochs = int(sys.argv[1])
-    stopped = []
-    signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
+    import signal, sys
+    epochs, hold = int(sys.argv[1]), sys.argv[2:] == ["hold"]
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     for epoch in range(1, epochs + 1):
         print(f"epoch {epoch}/30: loss 0.5", flush=True)
-    deadline = time.monotonic() + 20
-    while not stopped and time.monotonic() < deadline:
-        time.sleep(0.01)
+    if hold:
+        print("held inside a step", flush=True)
+    stopped = signal.sigtimedwait({signal.SIGTERM}, 20) is not None
     print(f"attempt 1: stopped at epoch {epochs} of 30; checkpoint written, exit 143 (the queue retries it)", flush=True)
     sys.exit(143 if stopped else 1)
 """)
@@ -38,6 +39,21 @@ def test_attempt_one_says_the_epoch_the_job_really_stopped_at(tmp_path, epochs_b
     assert local_run.reclaim_line(code, lines) == (
         f"attempt 1: SIGTERM after it reported epoch 3 (a simulated Spot reclaim); checkpointed at epoch "
         f"{epochs_before_the_signal_lands} -> exit 143: {lines[-1]}")
+
+
+def test_a_caller_can_send_the_sigterm_on_a_line_of_its_choosing(tmp_path):
+    """sigterm_when: at once on the line it accepts (the test's moment), not a tenth of an epoch after epoch 3."""
+    job = tmp_path / "job.py"
+    job.write_text(STAND_IN)
+    seen = []
+
+    def held(line):
+        seen.append(line)
+        return line == "held inside a step"
+    code, lines = local_run.run_attempt([sys.executable, str(job), "5", "hold"], {},
+                                        sigterm_after_epoch=local_run.STOP_AFTER_EPOCH, sigterm_when=held, timeout=30)
+    assert code == 143 and lines[-2] == "held inside a step"
+    assert seen == lines[:6]  # asked of each line up to the one it accepted, not after it
 
 
 def test_a_job_that_does_not_say_where_it_stopped_is_not_given_an_epoch():
