@@ -10,16 +10,26 @@ from typing import Callable, NoReturn
 from botocore.exceptions import BotoCoreError, ClientError
 # Figures on the command line are checked for their range as they are parsed, in one place for the app's commands
 # and the library's (python -m ml_platform_constructs): the argument, the value, the range and an example, exit 2.
+# The exit codes (EXIT_*: 0 done or decided for, 1 error, 2 bad argument, 3 decided against, 4 not judged) are
+# defined there too, once for both.
 from ml_platform_constructs.operations.cli import (  # noqa: F401 - the app's commands take them from here
+    EXIT_DECIDED_AGAINST,
+    EXIT_ERROR,
+    EXIT_NOT_JUDGED,
+    EXIT_OK,
+    EXIT_USAGE,
     GIB_VOLUME,
     INSTANCES,
     MONTH_HOURS,
     SPEND_USD,
+    DecidedAgainst,
     add_drift_figures,
     add_job_figures,
     add_size_gib,
     add_what_if_figures,
     bounded,
+    verdict_exit,
+    verdicts,
 )
 
 

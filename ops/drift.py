@@ -10,21 +10,29 @@ thresholds are the endpoint's (psi_threshold 0.25; each check's level is the sch
 
 The decision: a feature drifted when its shift is both real (chi-square against the baseline, at that level over the
 features judged) and large (its PSI, corrected for its small-sample bias, at least the threshold by its own sampling
-noise: the lower bound); a feature with too few values (10 expected in its smallest bin) is not judged. --json
-prints alarm, judged, reason, drifted, each feature's score (n, psi, psi_corrected, psi_lower, detectable_psi, kl,
-chi2, p_value, significant, or judged false and why) and the feature watch, as the function stores them.
+noise: the lower bound); a feature with too few values (10 expected in its smallest bin) is not judged. A captured
+record the check cannot use (not JSON, not data capture, a request of another number of values than the baseline's
+features) is counted and named, in words as in --json (records_unusable: each reason, how many, the first place); a
+capture of no usable record is an error. --json prints alarm, judged, reason, drifted, each feature's score (n, psi,
+psi_corrected, psi_lower, detectable_psi, kl, chi2, p_value, significant, or judged false and why) and the feature
+watch, as the function stores them. Exit: 0 no drift, 3 DRIFT, 4 not judged, 1 an error, 2 a bad argument.
 """
 
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
+from typing import Any, Callable, Optional
 
-from ml_platform_constructs.runtime import drift, drift_handler
+from ml_platform_constructs.runtime import capture, drift
 
 from ops.aws_access import environment, require_known
-from ops.cli import Parser, read_text
+from ops.cli import Parser, read_text, verdict_exit
 from stacks import config as platform_config
+
+WIDTH = 100
+REBUILD = "build one with ./platform drift-baseline ENV ENDPOINT SAMPLE.csv --output FILE"
 
 
 def thresholds_of(endpoint: platform_config.EndpointConfig) -> drift.Thresholds:
@@ -33,7 +41,73 @@ def thresholds_of(endpoint: platform_config.EndpointConfig) -> drift.Thresholds:
                             explained_change=watch.explained_variance_drop_points)
 
 
-def describe(name: str, decision: dict, records: int) -> str:
+def baseline_problem(baseline: Any) -> Optional[str]:
+    """What keeps a parsed file from being a drift baseline the check can read, or None."""
+    if not isinstance(baseline, dict):
+        return f"a JSON {capture.json_type(baseline)}, not a baseline object"
+    features, order = baseline.get("features"), baseline.get("feature_order")
+    if not isinstance(features, dict) or not features:
+        return "no features"
+    if not isinstance(order, list) or sorted(map(str, order)) != sorted(features):
+        return "its feature_order is not its features"
+    for name, spec in features.items():
+        kind = spec.get("type") if isinstance(spec, dict) else None
+        if kind not in ("numeric", "categorical") or not isinstance(spec.get("counts"), list) or not isinstance(
+                spec.get("edges" if kind == "numeric" else "categories"), list):
+            return f"feature {name!r} is not a numeric or categorical feature's bins"
+    return None
+
+
+def read_baseline(path: Path) -> dict:
+    try:
+        baseline = json.loads(read_text(path, "--baseline", "a drift baseline (./platform drift-baseline)"))
+    except json.JSONDecodeError as error:
+        raise SystemExit(f"error: --baseline {path} is not a drift baseline (not JSON: {error.msg}, line "
+                         f"{error.lineno}): {REBUILD}") from None
+    problem = baseline_problem(baseline)
+    if problem:
+        raise SystemExit(f"error: --baseline {path} is not a drift baseline ({problem}): {REBUILD}")
+    return baseline
+
+
+def request_rows(baseline: dict) -> Callable[[dict], list]:
+    """What the check takes from a captured record: its request's rows (``drift.Window.add_record``'s steps), raising
+    what it cannot use."""
+    def read(record: dict) -> list:
+        captured = record["captureData"]["endpointInput"]
+        return drift.decode_input(captured["data"], captured.get("encoding", "CSV"),
+                                  captured.get("observedContentType", ""), baseline["feature_order"])
+    return read
+
+
+def judge(baseline: dict, captures: list[Path], root: Path,
+          thresholds: drift.Thresholds) -> tuple[drift.Window, dict, capture.Unusable]:
+    """The scheduled check's own code (``drift_handler.check``: each record into a ``drift.Window``, then
+    ``drift.decide``) on every capture file, with each record it could not use named: why, and where."""
+    window = drift.Window(baseline)
+    unusable = capture.Unusable()
+    read = request_rows(baseline)
+    for path in captures:
+        text = read_text(path, "the capture file", "SageMaker's data capture JSON Lines")
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            records, malformed = window.records, window.malformed
+            window.add_record(line)
+            if window.malformed > malformed:
+                unusable.add(capture.record_problem(line, read) or "not a record the check reads",
+                             f"{path.relative_to(root)}:{number}")
+            elif window.records == records:
+                unusable.add("a request of no rows", f"{path.relative_to(root)}:{number}")
+    return window, drift.decide(window, thresholds), unusable
+
+
+def verdict(decision: dict) -> Optional[bool]:
+    """For (no drift), against (drift) or None (not judged)."""
+    return False if decision["alarm"] else None if not decision["judged"] else True
+
+
+def describe(name: str, decision: dict, records: int, unusable: Optional[capture.Unusable] = None) -> str:
     lines = [f"{name}: {records} records; {decision['features_judged']} feature(s) judged: "
              f"{'DRIFT' if decision['alarm'] else 'not judged' if not decision['judged'] else 'no drift'}"]
     for feature, score in sorted(decision["scores"].items()):
@@ -53,6 +127,8 @@ def describe(name: str, decision: dict, records: int) -> str:
         lines.append(f"feature watch: correlations changed: {', '.join(watch['correlation_changes'])}")
     if watch["pca_inactive"]:
         lines.append(f"feature watch: relations not judged ({watch['pca_inactive']})")
+    if unusable is not None and unusable.count:
+        lines += textwrap.wrap(f"{unusable.summary()}; not in the counts above", WIDTH, subsequent_indent="  ")
     lines.append(decision["reason"])
     return "\n".join(lines)
 
@@ -71,29 +147,34 @@ def main(argv: list[str]) -> int:
     require_known("endpoint", args.endpoint, [e.name for e in env.endpoints], env)
     endpoint = next(e for e in env.endpoints if e.name == args.endpoint)
     if not args.baseline.is_file():
-        raise SystemExit(f"error: --baseline {args.baseline} does not exist (build one: ./platform drift-baseline "
-                         f"{args.env} {args.endpoint} SAMPLE.csv --output {args.baseline})")
-    try:
-        baseline = json.loads(read_text(args.baseline, "--baseline", "a drift baseline (./platform drift-baseline)"))
-        baseline["features"], baseline["feature_order"]
-    except (json.JSONDecodeError, KeyError, TypeError):
-        raise SystemExit(f"error: --baseline {args.baseline} is not a drift baseline (build one with ./platform "
-                         "drift-baseline)") from None
+        raise SystemExit(f"error: --baseline {args.baseline} "
+                         f"{'is a directory' if args.baseline.is_dir() else 'does not exist'} (build one: "
+                         f"./platform drift-baseline {args.env} {args.endpoint} SAMPLE.csv --output {args.baseline})")
+    baseline = read_baseline(args.baseline)
     if not args.capture.is_dir():
         raise SystemExit(f"error: --capture {args.capture} is not a directory (a copy of the endpoint's capture "
                          "prefix: <variant>/yyyy/mm/dd/hh/*.jsonl)")
-    captures = sorted(args.capture.rglob("*.jsonl"))
+    captures = sorted(path for path in args.capture.rglob("*.jsonl") if path.is_file())
     if not captures:
         raise SystemExit(f"error: --capture {args.capture} holds no .jsonl capture files (copy them with aws s3 sync "
                          "s3://<capture bucket>/capture/<endpoint name>/ DIR)")
-    window, decision, _ = drift_handler.check(
-        baseline, (read_text(path, "the capture file", "SageMaker's data capture JSON Lines") for path in captures),
-        thresholds_of(endpoint))
+    try:
+        window, decision, unusable = judge(baseline, captures, args.capture, thresholds_of(endpoint))
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError) as error:
+        # Each record's own faults are counted by the check: what fails here is the baseline's content.
+        raise SystemExit(f"error: --baseline {args.baseline} cannot be judged against ({type(error).__name__}: "
+                         f"{' '.join(str(error).split())}): {REBUILD}") from None
+    if window.records == 0:  # not a clean "not judged": nothing in these files is what the check reads
+        found = unusable.summary(2) if unusable.count else f"its {len(captures)} .jsonl file(s) hold no records"
+        order = baseline["feature_order"]
+        raise SystemExit(f"error: --capture {args.capture}: no record the check can use; {found}: give SageMaker's "
+                         f"data capture of {args.endpoint}, whose requests have the baseline's {len(order)} features "
+                         f"({', '.join(map(str, order[:6]))}{', ...' if len(order) > 6 else ''})")
     summary = {"records_read": window.records, "records_malformed": window.malformed,
-               "missing_values": window.missing_values, **decision}
+               "records_unusable": unusable.to_json(), "missing_values": window.missing_values, **decision}
     print(json.dumps(summary, indent=1) if args.json else
-          describe(f"{env.project}-{env.name}-{args.endpoint}", decision, window.records))
-    return 0
+          describe(f"{env.project}-{env.name}-{args.endpoint}", decision, window.records, unusable))
+    return verdict_exit(verdict(decision))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from ml_platform_constructs.operations.cli import baseline_from_sample, baseline_key
+from ml_platform_constructs.operations.cli import baseline_from_sample, baseline_key, check_output, write_output
 
 from ops.aws_access import environment, require_known, session_for
 from ops.cli import Parser, add_drift_figures, aws_errors_in_one_line
@@ -44,15 +44,15 @@ def main(argv: list[str]) -> int:
     env = environment(args.env)
     name = endpoint_name(env, args.endpoint)
     if not args.sample.is_file():
-        raise SystemExit(f"error: the sample {args.sample} does not exist (a CSV with a header, or JSON Lines)")
-    if args.output and (args.output.is_dir() or not args.output.parent.is_dir()):
-        raise SystemExit(f"error: --output {args.output}: "
-                         f"{'a directory' if args.output.is_dir() else 'its directory does not exist'}; give a file "
-                         "path in an existing directory, e.g. --output baseline.json")
+        state = "is a directory" if args.sample.is_dir() else "does not exist"
+        raise SystemExit(f"error: the sample {args.sample} {state} (give a CSV with a header, or JSON Lines, of "
+                         "training rows)")
+    if args.output:
+        check_output(args.output)
     baseline, features = baseline_from_sample(args.sample, args.exclude, args.bins, args.max_categories)
     body = json.dumps(baseline, indent=1)
     if args.output:
-        args.output.write_text(body)
+        write_output(args.output, body)
         print(f"baseline of {baseline['sample_size']} rows, {len(features)} features -> {args.output}")
         return 0
     session = session_for(env)

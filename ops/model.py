@@ -13,6 +13,7 @@ itself back on the endpoint's alarms.
 on how many paired examples, and the difference the examples can resolve (--json: promote, judged, reason, examples,
 difference, bound, resolvable, examples_needed, ...). It guards against promoting a candidate truly worse by the
 tolerance (0.5 accuracy points, or percent of the live MAE) or more: at most alpha (5%) of such candidates pass.
+Exit: 0 PROMOTE, 3 REFUSE, 4 NOT JUDGED (too few examples, or not the same ids), 1 an error, 2 a bad argument.
 
 `evaluate`, in ENV's account (credentials checked first, as every operator command): submits the training queue's
 evaluation job definition as deployed (the queue's image, no other; config `promotion.evaluate_command`, which names
@@ -33,7 +34,10 @@ that version; and updates the Serving stack with its deployed template and only 
 with a quality check, its baseline: the candidate's score and the number of examples it was judged on). CloudFormation
 replaces the model and endpoint configuration and SageMaker shifts the traffic blue/green, rolling back if a rollback
 alarm fires while it bakes. After the update, the endpoint's live configuration and model are compared with what the
-stack declares: a rollout SageMaker took back is recorded "rolled back" and the parameters are put back.
+stack declares: a rollout SageMaker took back is recorded "rolled back" and the parameters are put back. A candidate
+the gate refuses (its judgement, the chain's, or a score the quality check cannot take) exits 3, its line on standard
+output; any other refusal (a rollback alarm in ALARM, evidence of another model, a spent held-out set) is an error,
+exit 1.
 
 `status`: the declared version, the endpoint's state and the configuration it serves, with "ROLLED BACK" when that is
 another configuration or model than the stack declares (after `promote --no-wait`, the one place that says so).
@@ -47,6 +51,7 @@ evidence and the run's model (HeadObject included) and s3:PutObject under models
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -65,7 +70,7 @@ from ml_platform_constructs.runtime.quality import parse_baseline
 from ml_platform_job.tracking import PROMOTION_TAG_PREFIX
 
 from ops.aws_access import environment, require_known, session_for
-from ops.cli import Parser, read_text
+from ops.cli import DecidedAgainst, Parser, read_text, verdict_exit, verdicts
 from ops.dataset import stack_output
 from ops.runs import RunsError, environment_tracking_uri, run_record
 from stacks.config import EndpointConfig, EnvironmentConfig
@@ -529,8 +534,8 @@ def promote(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, cl
         updates[baseline[0]] = baseline_value(round(quality_score, 6), judgement.examples)
         entry["quality_baseline"] = {"parameter": baseline[0], "from": baseline[1] or None, "to": updates[baseline[0]]}
     record_decision(client, run_id, env, endpoint, entry, at)
-    if not promoted:
-        raise PromotionError(f"refusing to promote run {run_id} to {endpoint.name} in {env.name}: {reason}; "
+    if not promoted:  # the gate's verdict, not an error: exit 3 (main prints the line)
+        raise DecidedAgainst(f"refusing to promote run {run_id} to {endpoint.name} in {env.name}: {reason}; "
                              f"live version {live}. Recorded in the run.")
     out(f"promoting run {run_id} to {endpoint.name} in {env.name}: {reason}")
     key = model_key(endpoint.model_data_key, run_id)
@@ -622,7 +627,8 @@ def status(env: EnvironmentConfig, endpoint: EndpointConfig, *, client: Any, clo
 
 def read_outcomes_file(path: Path, flag: str) -> Outcomes:
     if not path.is_file():
-        raise PromotionError(f"{flag} {path} does not exist (JSON Lines of per-example held-out outcomes: "
+        state = "is a directory" if path.is_dir() else "does not exist"
+        raise PromotionError(f"{flag} {path} {state} (JSON Lines of per-example held-out outcomes: "
                              '{"id": ..., "correct": true} or {"id": ..., "error": 0.3})')
     try:
         return read_outcomes(read_text(path, flag, "per-example outcomes, JSON Lines").splitlines(),
@@ -636,33 +642,44 @@ def describe(judgement: Judgement) -> str:
     return f"{verdict}: {judgement.reason}"
 
 
-def judge_files(args: Any) -> Judgement:
-    """``model judge``: every argument checked before the files are read."""
+def judge_files(args: Any, usage: Optional[Callable[[str], Any]] = None) -> Judgement:
+    """``model judge``: every argument checked before the files are read; a bad one is ``usage``'s (the parser's
+    error: one line, exit 2)."""
+    def bad(message: str) -> None:
+        if usage is not None:
+            usage(message)
+        raise PromotionError(message)
+
     if args.live is None and args.baseline is None:
-        raise PromotionError("judge against the live model's outcomes (LIVE) or a baseline (--baseline VALUE "
-                             "--baseline-n N)")
+        bad("judge against the live model's outcomes (LIVE) or a baseline (--baseline VALUE --baseline-n N)")
     if args.live is not None and (args.baseline is not None or args.baseline_n is not None):
-        raise PromotionError("LIVE and --baseline exclude each other: a paired judgement needs no baseline")
+        bad("LIVE and --baseline exclude each other: a paired judgement needs no baseline")
+    if args.baseline is not None and not math.isfinite(args.baseline):
+        bad(f"--baseline {args.baseline}: an accuracy share (0 to 1) or an MAE, a finite number")
     if args.baseline_n is not None and args.baseline_n < 1:
-        raise PromotionError(f"--baseline-n {args.baseline_n}: the number of examples the baseline was measured on, "
-                             "1 or more")
+        bad(f"--baseline-n {args.baseline_n}: the number of examples the baseline was measured on, 1 or more")
     if not 0 <= args.tolerance < 100:
-        raise PromotionError(f"--tolerance {args.tolerance}: points of accuracy (or percent of the live MAE), from 0 "
-                             "to under 100")
+        bad(f"--tolerance {args.tolerance}: points of accuracy (or percent of the live MAE), from 0 to under 100")
     if not 0 < args.alpha < 0.5:
-        raise PromotionError(f"--alpha {args.alpha}: a one-sided error rate above 0 and under 0.5, e.g. 0.05")
+        bad(f"--alpha {args.alpha}: a one-sided error rate above 0 and under 0.5, e.g. 0.05")
     candidate = read_outcomes_file(args.candidate, "CANDIDATE")
+    live = read_outcomes_file(args.live, "LIVE") if args.live is not None else None
+    if live is not None and live.kind != candidate.kind:
+        raise PromotionError(f"CANDIDATE holds {candidate.kind!r} outcomes and LIVE {live.kind!r}: score both "
+                             "models the same way")
     try:
-        if args.live is not None:
-            live = read_outcomes_file(args.live, "LIVE")
-            if live.kind != candidate.kind:
-                raise PromotionError(f"CANDIDATE holds {candidate.kind!r} outcomes and LIVE {live.kind!r}: score both "
-                                     "models the same way")
-            return judge_outcomes(candidate, live, tolerance=args.tolerance, alpha=args.alpha)
-        return judge_outcomes(candidate, baseline=args.baseline, baseline_examples=args.baseline_n,
+        return judge_outcomes(candidate, live, baseline=args.baseline, baseline_examples=args.baseline_n,
                               tolerance=args.tolerance, alpha=args.alpha)
-    except ValueError as error:
+    except EvidenceError as error:  # the files: an error
         raise PromotionError(str(error)) from None
+    except ValueError as error:  # the settings against the outcomes: an accuracy baseline above 1, an MAE of 0
+        bad(f"--baseline {args.baseline}: {error}".replace(f"baseline={args.baseline!r}: ", ""))
+        raise
+
+
+def verdict(judgement: Judgement) -> Optional[bool]:
+    """For (promote), against (refuse) or None (not judged: too few examples, other ids)."""
+    return True if judgement.promote else False if judgement.judged else None
 
 
 def ledger(env: EnvironmentConfig, endpoint: EndpointConfig, *, s3: Any, bucket: str, refresh: bool = False,
@@ -699,6 +716,7 @@ def ledger(env: EnvironmentConfig, endpoint: EndpointConfig, *, s3: Any, bucket:
     return 0
 
 
+@verdicts
 def main(argv: list[str]) -> int:
     parser = Parser("./platform model", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -731,9 +749,9 @@ def main(argv: list[str]) -> int:
     status_parser.add_argument("endpoint")
     args = parser.parse_args(argv)
     if args.command == "judge":
-        judgement = judge_files(args)
+        judgement = judge_files(args, judge_parser.error)
         print(json.dumps(judgement.to_json(), indent=1) if args.json else describe(judgement))
-        return 0
+        return verdict_exit(verdict(judgement))
     env = environment(args.env)
     endpoint = versioned_endpoint(env, args.endpoint)
     if args.command in ("evaluate", "promote"):

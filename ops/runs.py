@@ -23,6 +23,7 @@ package list and dataset).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import tempfile
@@ -60,17 +61,36 @@ def environment_tracking_uri(env: Any, session: Any) -> str:
     return stack_output(session.client("cloudformation"), f"{env.name}-Data", "MlflowTrackingUri")
 
 
+def store_problem(database: Path) -> Optional[str]:
+    """Why a local store's file is no MLflow database, or None, read only: MLflow itself would write its tables into
+    an empty file (a read command must not), and end in a traceback on a file that is not SQLite."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True)) as connection:
+            tables = {name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error as error:
+        return f"{error}"
+    missing = sorted({"runs", "experiments", "alembic_version"} - tables)
+    return f"no {', '.join(missing)} table{'s' * (len(missing) > 1)}" if missing else None
+
+
 def open_store(target: str, *, local_store: Optional[Path] = None) -> tuple[Any, str]:
     """(MlflowClient, where) for ``--local`` or an environment name; every check before the first MLflow call."""
     local_store = local_store or LOCAL_STORE
+    if target == "--local":  # checked before MLflow loads (a second)
+        if not (local_store / "mlflow.db").exists():
+            raise RunsError(f"no local runs yet ({local_store / 'mlflow.db'} does not exist): ./platform up runs the "
+                            "example training job into it")
+        problem = store_problem(local_store / "mlflow.db")
+        if problem:
+            raise RunsError(f"the local store {local_store / 'mlflow.db'} is not an MLflow store ({problem}): move it "
+                            "away, and ./platform up runs the example training job into a new one")
     try:
         from mlflow.tracking import MlflowClient
     except ImportError:
         raise RunsError("mlflow is not installed in this environment: run ./platform setup") from None
     if target == "--local":
-        if not (local_store / "mlflow.db").exists():
-            raise RunsError(f"no local runs yet ({local_store / 'mlflow.db'} does not exist): ./platform up runs the "
-                            "example training job into it")
         uri = local_tracking_uri(local_store)
         return MlflowClient(uri), f"the local store ({uri})"
     from ops.aws_access import environment, session_for

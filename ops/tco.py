@@ -3,8 +3,9 @@
   ./platform tco ENV [--months 12] [--workload PRESET|custom [advise's workload flags] | --job-usd X]
                     [--jobs-per-month 20] [--models N] [--assembly DIR]
 
-It checks its arguments, then synthesizes ENV afresh (--assembly DIR: an app synthesized already instead). It
-extends ./platform cost from "this month at an assumed utilization" to the lifecycle:
+It checks its arguments, then synthesizes ENV afresh into cdk.out (--assembly DIR: an app synthesized already,
+only read: a directory that holds none is an error, never a place to synthesize into). It extends ./platform cost
+from "this month at an assumed utilization" to the lifecycle:
 
 - storage by tier, month by month: the dataset bucket starts with --storage-gb and grows by --ingest-gb-month;
   each month's data ages through the bucket's own lifecycle rules (read from the template), so data moves to
@@ -13,7 +14,8 @@ extends ./platform cost from "this month at an assumed utilization" to the lifec
   queues list (its recommendation among them: --workload takes a preset or `custom` with the same flags as
   ./platform advise) or given (--job-usd); this replaces the cost estimate's line for fleets and queues at an
   assumed utilization, and the output says by how much the two differ and why. When the jobs need more instances
-  at once than the queue's max vCPUs allow, it says so;
+  at once than the queue's max vCPUs allow, it says so; when no type the queues list runs the workload, it is an
+  error naming the closest shape and why the advisor excludes it (no training line of 0 USD);
 - inference: the endpoints in the template, always on;
 - monitoring: scheduled functions (drift checks, the budget guard's spend check) from their schedules and
   memory, custom metrics, log ingestion and storage, alarms and dashboards;
@@ -31,7 +33,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from ml_platform_constructs.advice.advisor import NOT_MODELLED, PRESETS, Option, advise
 from ml_platform_constructs.advice.gpu_catalog import ACCELERATOR_CATALOG
@@ -58,6 +60,7 @@ LOG_STORAGE_GB_MONTH = 0.03
 LAMBDA_REQUEST = 0.20 / 1e6
 LAMBDA_GB_SECOND = 0.0000166667
 JOB_METRICS_PER_JOB = 3  # ValidationAccuracy, TokensProcessed, SamplesProcessed (job_metrics), each per JobId
+SYNTH_OUT = Path("cdk.out")  # where ./platform tco synthesizes ENV (the platform script runs it from the checkout)
 
 
 @dataclass
@@ -282,11 +285,24 @@ def against_cost(name: str, region: str, templates: list[dict], prices: dict, in
             f"month ({jobs:,.2f} USD)")
 
 
+def nothing_runs(name: str, workload: str, types: list[str], advice: Any) -> str:
+    """Why no type the environment's queues list can run the workload (the advisor's reasons), instead of a
+    training line of 0 USD: the closest shape (the most GPUs) and its reason, and the rules that excluded the rest."""
+    closest = max(advice.options, key=lambda o: o.gpus)
+    rules = sorted({o.rule for o in advice.options if o.rule})
+    return (f"no type {name}'s queues list ({', '.join(types)}) runs {workload}, so its jobs cannot be priced: the "
+            f"closest, {closest.instance_type} x{closest.instances} ({closest.gpus} GPU{'s' * (closest.gpus > 1)}), is "
+            f"excluded for "
+            f"{closest.rule}: {closest.excluded} (every shape: {', '.join(rules)}); add a type ./platform advise "
+            f"{workload} --block queue recommends to a queue of {name}, or give the cost per job: --job-usd USD")
+
+
 def parser() -> Parser:
     costs = Parser("./platform tco", description=__doc__)
     costs.add_argument("env", metavar="ENV", help="the environment, e.g. dev")
-    costs.add_argument("--assembly", type=Path, default=Path("cdk.out"),
-                       help="an app synthesized already (default cdk.out; ./platform tco synthesizes ENV there)")
+    costs.add_argument("--assembly", type=Path, metavar="DIR",
+                       help="an app synthesized already, only read (default: ./platform tco synthesizes ENV afresh "
+                            "into cdk.out)")
     costs.add_argument("--synth", action="store_true", help=argparse.SUPPRESS)  # ./platform tco: synthesize first
 
     def figure(flag: str, low: float, high: float, meaning: str, example: str, **options) -> None:
@@ -321,19 +337,38 @@ def main(argv: list[str]) -> int:
     args = costs.parse_args(argv)
     workload_flags = sorted(f"--{name.replace('_', '-')}" for name in WORKLOAD_FLAGS if getattr(args, name))
     if args.job_usd is not None and workload_flags:
-        fail(f"{', '.join(workload_flags)}: not read with --job-usd (a given cost per job); drop one or the other")
+        costs.error(f"{', '.join(workload_flags)}: not read with --job-usd (a given cost per job); drop one or the "
+                    "other")
     if args.job_hours is not None and args.job_usd is None:
-        fail("--job-hours: only with --job-usd (the advisor gives the hours of the jobs it prices)")
+        costs.error("--job-hours: only with --job-usd (the advisor gives the hours of the jobs it prices)")
     if args.job_usd is None:
-        workload = workload_from_args(args)  # its own checks, before the synth
-    if args.synth:
-        environment(args.env)  # an unknown name ends here, naming the known ones, before the synth
-        with terminal.progress(f"synthesizing {args.env} for its lifecycle cost (cdk-nag and CDK's template checks "
-                               "run inside)"):
-            synth(args.assembly, environments=args.env)
-    found = [e for e in environments(args.assembly) if e[0] == args.env]
+        try:
+            workload = workload_from_args(args)  # advise's own checks of the workload's flags, before the synth
+        except SystemExit as refused:  # a bad argument, in advise's one line: exit 2 here, as every bad argument
+            if isinstance(refused.code, str):
+                costs.error(refused.code.removeprefix("error: "))
+            raise
+    if args.assembly is not None:  # read, never written: a synth would empty it and write there
+        assembly = args.assembly
+        if not (assembly / "manifest.json").is_file():
+            there = ("no synthesized app there (no manifest.json)" if assembly.is_dir() else
+                     "a file, not a directory" if assembly.exists() else "no such directory")
+            fail(f"--assembly {assembly}: {there}; give a cdk.out directory (./platform synth {args.env} writes one), "
+                 f"or leave --assembly out to synthesize {args.env} afresh")
+    else:
+        assembly = SYNTH_OUT
+        if args.synth:
+            environment(args.env)  # an unknown name ends here, naming the known ones, before the synth
+            with terminal.progress(f"synthesizing {args.env} for its lifecycle cost (cdk-nag and CDK's template "
+                                   "checks run inside)"):
+                synth(assembly, environments=args.env)
+    try:
+        found = [e for e in environments(assembly) if e[0] == args.env]
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as error:
+        fail(f"{assembly} is not a synthesized app this command reads ({type(error).__name__}: "
+             f"{' '.join(str(error).split())}): synthesize it again (./platform synth {args.env})")
     if not found:
-        fail(f"{args.env} is not in {args.assembly}: synthesize it first (./platform synth {args.env})")
+        fail(f"{args.env} is not in {assembly}: synthesize it first (./platform synth {args.env})")
     name, region, templates = found[0]
     prices = load_prices(region)
     capacity = None
@@ -348,17 +383,15 @@ def main(argv: list[str]) -> int:
         if advice.cpu_bound():
             fail(advice.cpu_bound())
         best = advice.recommended
+        if best is None and args.jobs_per_month:
+            fail(nothing_runs(name, workload.name, types, advice))
         job_usd = best.usd if best else 0.0
         job_hours = best.expected_hours if best else 0.0
         label = (f"{workload.name} on {best.instance_type} x{best.instances}, {best.lifecycle}, per ./platform advise "
                  f"--block queue among the queues' types ({', '.join(types)})" if best else
                  f"{workload.name}: nothing eligible among the queues' types ({', '.join(types)})")
-        if best:
+        if best:  # (none, with no jobs a month: nothing to price or to fit)
             capacity = queue_capacity(templates, best, args.jobs_per_month, job_hours, prices)
-        else:
-            capacity = (f"capacity: no type the queues list ({', '.join(types)}) runs {workload.name} (memory, "
-                        "deadline or method): its jobs cannot run and are priced at 0; ./platform advise "
-                        f"{workload.name} --block queue names the types to add")
     endpoints = sum(1 for t in templates for r in t.get("Resources", {}).values()
                     if r["Type"] == "AWS::SageMaker::Endpoint")
     inputs = TcoInputs(months=args.months, storage_gb=args.storage_gb, ingest_gb_month=args.ingest_gb_month,

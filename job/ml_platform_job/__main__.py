@@ -107,8 +107,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sys.stdout.flush()
     except BrokenPipeError:  # | head: the reader has gone; so has the point of saying more
         sys.stderr.close()
-        return 0 if "result" in locals() and result.passed else 1
-    return 0 if result.passed else 1
+        return rehearsal.EXIT_PASS if "result" in locals() and result.passed else rehearsal.EXIT_FAIL
+    return rehearsal.EXIT_PASS if result.passed else rehearsal.EXIT_FAIL
 
 
 if __name__ == "__main__":

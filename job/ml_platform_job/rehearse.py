@@ -17,9 +17,9 @@ retries it as the queue's retry strategy would, and says whether it survived, be
    own) and with the same seed (``ML_PLATFORM_SEED``, which a job that names no seed takes), and the two runs' final
    weights are compared (the digest ``TrainingJob.finish`` records).
 
-One line per check, then ``rehearsal: PASS`` (exit 0) or ``rehearsal: FAIL: <reason> (read ...)`` (exit 1); 2 for a
-command line it cannot run. Each attempt's output is kept in the work directory (``--workdir``; a temporary one by
-default, named in the output).
+One line per check, then ``rehearsal: PASS`` (exit 0) or ``rehearsal: FAIL: <reason> (read ...)`` (exit 3, the
+operator commands' "decided against"); 2 for a command line it cannot run. Each attempt's output is kept in the work
+directory (``--workdir``; a temporary one by default, named in the output).
 """
 
 from __future__ import annotations
@@ -41,6 +41,11 @@ from .storage import Location
 from .tracking import RECORD_NAME
 
 DOCS = "docs/BRING_YOUR_SCRIPT.md"
+# The exit codes of a verdict, the operator commands' (docs/COMMANDS.md, "Exit codes": 0 decided for, 1 an error, 2 a
+# bad argument, 3 decided against, 4 not judged), defined again here: the job side imports nothing of the constructs
+# library, which defines them for its commands and the platform's (ml_platform_constructs.operations.cli).
+EXIT_PASS = 0
+EXIT_FAIL = 3
 DEFAULT_STOP_TIMEOUT = 30.0  # ECS's ECS_CONTAINER_STOP_TIMEOUT default
 DEFAULT_SIGNAL_AFTER = 300.0
 DEFAULT_ATTEMPT_TIMEOUT = 3600.0

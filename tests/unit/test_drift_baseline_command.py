@@ -48,7 +48,13 @@ def test_unknown_endpoint_is_refused(sample):
     (None, ["--exclude", "lable"], r"--exclude lable: no such column in .* \(its columns: age, color, label\)$"),
     (None, ["--output", "{tmp}/missing/baseline.json"], r"--output .*: its directory does not exist"),
     (None, ["--output", "{tmp}"], r"--output .*: a directory; give a file path"),
-], ids=["empty", "header only", "binary", "unknown exclude", "output in a missing directory", "output a directory"])
+    ("age,color,label\n1,red,0\n2,blue\n3,red,1,extra\n", [],
+     r"has 2 row\(s\) it cannot use \(row 2 \(line 3\): 2 values, the header 3 columns; row 3 \(line 4\): 4 values, "
+     r"the header 3 columns\): fix or drop them \(one value per column of the header"),
+    ("age,color\n" + "1,red\n" * 5 + "".join(f"{i}\n" for i in range(5)), [],
+     r"has 5 row\(s\) it cannot use \(row 6 \(line 7\): 1 values, the header 2 columns; row 7 .*; row 8 .*; 2 more\)"),
+], ids=["empty", "header only", "binary", "unknown exclude", "output in a missing directory", "output a directory",
+        "ragged rows", "many ragged rows"])
 def test_a_sample_or_option_it_cannot_use_is_one_line(sample, tmp_path, content, extra, message):
     """0.7: a traceback (empty, header-only, binary, --output), or silently a baseline with the label as a feature
     (an --exclude that names no column), after which every check said "not judged" and exited 0."""
@@ -60,3 +66,33 @@ def test_a_sample_or_option_it_cannot_use_is_one_line(sample, tmp_path, content,
     with pytest.raises(SystemExit, match=message):
         drift_baseline.main(argv)
     assert not (tmp_path / "baseline.json").exists()
+
+
+@pytest.mark.parametrize("lines, message", [
+    (['{"age": 1, "color": "red"}', "5"], r"record 2: a JSON number, not an object"),
+    (['{"age": 1, "color": "red"}', '{"age": 2, "colour": "blue"}'], r"record 2: has colour, which the first record "
+                                                                     r"lacks"),
+    (['{"age": 1, "color": ["red"]}'], r"record 1: color holds a JSON array, not a number or a category"),
+    (['{"age": 1', ], r"is not JSON Lines \(line 1: Expecting"),
+])
+def test_a_json_lines_sample_whose_records_are_not_rows_is_one_line(tmp_path, lines, message):
+    """A record that is not an object (0.7: a traceback), or names a column the first lacks (0.7: dropped
+    silently)."""
+    sample = tmp_path / "sample.jsonl"
+    sample.write_text("\n".join(lines) + "\n")
+    with pytest.raises(SystemExit, match=message) as done:
+        drift_baseline.main(["dev", "classifier", str(sample), "--output", str(tmp_path / "baseline.json")])
+    assert str(done.value.code).startswith("error: the sample ") and "\n" not in str(done.value.code)
+    assert not (tmp_path / "baseline.json").exists()
+
+
+def test_a_json_lines_record_without_a_column_is_a_missing_value_not_a_refusal(tmp_path):
+    sample = tmp_path / "sample.jsonl"
+    sample.write_text("\n".join(['{"age": 1, "color": "red"}', '{"age": 2}'] * 50) + "\n")
+    assert drift_baseline.main(["dev", "classifier", str(sample), "--output", str(tmp_path / "b.json")]) == 0
+    assert json.loads((tmp_path / "b.json").read_text())["sample_size"] == 100
+
+
+def test_a_sample_that_is_a_directory_is_one_line(tmp_path):
+    with pytest.raises(SystemExit, match=r"^error: the sample .* is a directory \(give a CSV with a header"):
+        drift_baseline.main(["dev", "classifier", str(tmp_path), "--output", str(tmp_path / "b.json")])

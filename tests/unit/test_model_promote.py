@@ -311,8 +311,9 @@ def test_an_unrecorded_live_version_with_a_promoted_baseline_is_judged_against_t
     evaluated(gate, lesser, "lost-run", candidate=0.93, against_live=False)
     cloudformation = Serving(live="lost-run", baseline="0.95:5000")
     with pytest.raises(SystemExit, match=r"not shown to be within 0.5 points of the baseline 0.95 \(measured on 5000 "
-                                         r"examples\)"):
+                                         r"examples\)") as refused:
         promote(gate, lesser, cloudformation)
+    assert refused.value.code == 3 and str(refused.value).startswith("refusing to promote run ")  # a verdict
     assert cloudformation.updates == []
     better = recorded_run(gate["tmp"], gate["uri"], "better", 0.97, s3=gate["s3"])
     evaluated(gate, better, "lost-run", candidate=0.97, against_live=False)
@@ -450,3 +451,26 @@ def test_an_unreadable_ledger_is_refused_in_one_line_and_refresh_clears_it(gate)
     assert model_ops.ledger(gate["env"], gate["endpoint"], s3=gate["s3"], bucket="datasets", refresh=True,
                             out=lines.append) == 0
     assert lines[-1] == "no ledger of classifier in dev yet: nothing to refresh"
+
+
+# --- exit codes: a refusal is a verdict (3), an alarm or bad evidence an error (1) (issue 37 item 4) ---------------
+
+def test_the_gates_refusal_is_the_commands_output_and_exit_3_not_an_error(monkeypatch, capsys):
+    """What main does with the refusal promote raises after recording it: the line on standard output, exit 3."""
+    line = "refusing to promote run r1 to classifier in dev: not shown to be within 0.5 points; live version v0."
+
+    def refuse(*args, **kwargs):
+        raise model_ops.DecidedAgainst(line)
+
+    monkeypatch.setattr(model_ops, "judge_files", refuse)
+    assert model_ops.main(["judge", "c.jsonl", "--baseline", "0.9"]) == 3
+    assert capsys.readouterr() == (line + "\n", "")
+
+
+def test_a_refusal_for_an_alarm_stays_an_error_exit_1(gate):
+    better = recorded_run(gate["tmp"], gate["uri"], "alarmed", 0.90, s3=gate["s3"])
+    evaluated(gate, better, gate["live"])
+    with pytest.raises(SystemExit) as refused:
+        promote(gate, better, Serving(live=gate["live"]), cloudwatch=CloudWatch(states={ALARMS[0]: "ALARM"}))
+    assert not isinstance(refused.value, model_ops.DecidedAgainst)
+    assert str(refused.value.code).startswith("error: refusing to promote")  # SystemExit(str): exit 1

@@ -113,8 +113,8 @@ def test_every_command_line_error_is_one_line(args, message, tmp_path):
     if "--" in args:
         args = [*args[:args.index("--")], "--workdir", str(tmp_path), *args[args.index("--"):]]
     done = run_cli(*args)
-    if message is None:  # a command that cannot start: the rehearsal says so, exit 1
-        assert done.returncode == 1 and done.stdout.splitlines()[-1].startswith("rehearsal: FAIL: attempt 1 started")
+    if message is None:  # a command that cannot start: the rehearsal says so, exit 3 (decided against)
+        assert done.returncode == 3 and done.stdout.splitlines()[-1].startswith("rehearsal: FAIL: attempt 1 started")
         assert "Traceback" not in done.stdout + done.stderr
         return
     assert done.returncode == 2 and done.stderr.startswith(message) and done.stderr.count("\n") == 1, done.stderr
@@ -125,7 +125,7 @@ def test_json_is_the_checks_and_the_verdict(tmp_path):
     job.write_text("print('done')\n")
     done = run_cli("rehearse", "--json", "--workdir", str(tmp_path / "work"), "--", sys.executable, str(job))
     report = json.loads(done.stdout)
-    assert done.returncode == 1 and report["passed"] is False
+    assert done.returncode == 3 and report["passed"] is False
     assert report["checks"][0]["name"] == "attempt 1 ran until the stop" and report["verdict"].startswith("rehearsal: FAIL")
 
 
@@ -158,3 +158,19 @@ def test_the_help_names_every_option_within_100_columns():
                    "--attempt-timeout", "--json", "--workdir"):
         assert option in done.stdout
     assert all(len(line) <= 100 for line in done.stdout.splitlines())
+
+
+@pytest.mark.parametrize("passed, code", [(True, 0), (False, 3), (None, 0)])
+def test_the_verdict_is_the_exit_code_the_operator_commands_use(passed, code, monkeypatch, capsys):
+    """PASS 0, FAIL 3: the operator commands' "decided for" and "decided against" (docs/COMMANDS.md, "Exit codes"),
+    so that CI tells a job that fails the rehearsal (3) from a rehearsal that could not run (1, 2). A check not made
+    (None) fails nothing."""
+    from ml_platform_constructs.operations.cli import EXIT_DECIDED_AGAINST, EXIT_OK
+    from ml_platform_job import rehearse as rehearsal
+
+    assert (rehearsal.EXIT_PASS, rehearsal.EXIT_FAIL) == (EXIT_OK, EXIT_DECIDED_AGAINST)  # defined twice, the same
+    monkeypatch.setattr(cli.signal, "signal", lambda *args: None)  # the test process keeps its own handlers
+    monkeypatch.setattr(cli.rehearsal, "rehearse", lambda command, **kwargs: rehearsal.Rehearsal(
+        command, "/tmp/work", [rehearsal.Check("attempt 1 ran until the stop", passed, "detail")]))
+    assert cli.main(["rehearse", "--json", "--", "python", "train.py"]) == code
+    assert json.loads(capsys.readouterr().out)["passed"] is (passed is not False)

@@ -226,10 +226,11 @@ def test_a_worse_candidate_is_refused_with_the_judgement_and_the_refusal_is_reco
     worse = recorded_run(gate["tmp"], gate["uri"], "worse", 0.80, s3=gate["s3"])
     evidence(gate, worse, gate["live"], candidate=0.80)
     cloudformation = CloudFormation(live=gate["live"])
-    with pytest.raises(SystemExit, match=r"^error: refusing to promote run \w+ to classifier in dev: not shown to be "
+    with pytest.raises(SystemExit, match=r"^refusing to promote run \w+ to classifier in dev: not shown to be "
                                          r"within 0.5 points of the live model: on 2000 paired examples the difference "
-                                         r"is -5.00"):
+                                         r"is -5.00") as refused:
         promote(gate, worse, cloudformation, [])
+    assert refused.value.code == 3  # a verdict against, not an error (docs/COMMANDS.md, "Exit codes")
     assert cloudformation.updates == []  # nothing reaches the endpoint
     [refused] = decisions(gate, worse)
     assert refused["outcome"] == "refused" and refused["examples"] == 2000 and refused["test"].startswith("paired")
@@ -396,24 +397,52 @@ def test_model_judge_on_files_says_promote_with_the_numbers(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("PROMOTE: not worse than the live model by 0 points")
 
 
-def test_model_judge_against_a_baseline_and_its_examples(tmp_path, capsys):
+def test_model_judge_against_a_baseline_and_its_examples_refuses_with_exit_3(tmp_path, capsys):
     candidate = outcome_file(tmp_path / "c.jsonl", {f"s{i}": i % 10 != 0 for i in range(300)})
-    assert model_ops.main(["judge", candidate, "--baseline", "0.92", "--baseline-n", "1000"]) == 0
+    assert model_ops.main(["judge", candidate, "--baseline", "0.92", "--baseline-n", "1000"]) == 3
     text = capsys.readouterr().out
     assert text.startswith("REFUSE: not shown to be within 0.5 points of the baseline 0.92 (measured on 1000 examples)")
+
+
+def test_model_judge_on_too_few_examples_is_not_judged_with_exit_4(tmp_path, capsys):
+    candidate = outcome_file(tmp_path / "c.jsonl", {f"s{i}": True for i in range(5)})
+    assert model_ops.main(["judge", candidate, candidate, "--json"]) == 4
+    answer = json.loads(capsys.readouterr().out)
+    assert (answer["promote"], answer["judged"]) == (False, False) and "5 paired examples, needs" in answer["reason"]
 
 
 @pytest.mark.parametrize("argv, message", [
     (["judge", "c.jsonl"], "judge against the live model's outcomes (LIVE) or a baseline"),
     (["judge", "c.jsonl", "l.jsonl", "--baseline", "0.9"], "LIVE and --baseline exclude each other"),
     (["judge", "c.jsonl", "--baseline", "0.9", "--baseline-n", "0"], "--baseline-n 0: the number of examples"),
+    (["judge", "c.jsonl", "--baseline", "nan"], "--baseline nan: an accuracy share (0 to 1) or an MAE"),
     (["judge", "c.jsonl", "l.jsonl", "--tolerance", "-1"], "--tolerance -1.0: points of accuracy"),
+    (["judge", "c.jsonl", "l.jsonl", "--tolerance", "1e309"], "--tolerance inf: points of accuracy"),
     (["judge", "c.jsonl", "l.jsonl", "--alpha", "0.7"], "--alpha 0.7: a one-sided error rate"),
-    (["judge", "nosuch.jsonl", "--baseline", "0.9"], "CANDIDATE nosuch.jsonl does not exist"),
+    (["judge", "c.jsonl", "l.jsonl", "--alpha", "nan"], "--alpha nan: a one-sided error rate"),
+    (["judge", "c.jsonl", "--baseline-n", "x"], "argument --baseline-n: invalid int value: 'x'"),
 ])
-def test_model_judge_checks_its_arguments_first_in_one_line(argv, message):
-    with pytest.raises(SystemExit, match="^error: " + message.replace("(", r"\(").replace(")", r"\)")):
+def test_model_judge_refuses_a_bad_argument_first_in_one_line_with_exit_2(argv, message, capsys):
+    """0.7 exited 1 for these, as for an error; COMMANDS.md said 2."""
+    with pytest.raises(SystemExit) as done:
         model_ops.main(argv)
+    err = capsys.readouterr().err
+    assert done.value.code == 2
+    assert err.startswith(f"error: ./platform model judge: {message}") and err.count("\n") == 1
+    assert err.endswith(" (usage: ./platform model judge --help)\n")
+
+
+def test_model_judge_against_a_baseline_out_of_the_metrics_range_is_a_bad_argument(tmp_path, capsys):
+    candidate = outcome_file(tmp_path / "c.jsonl", {f"s{i}": True for i in range(300)})
+    with pytest.raises(SystemExit) as done:
+        model_ops.main(["judge", candidate, "--baseline", "1.5", "--baseline-n", "100"])
+    assert done.value.code == 2
+    assert capsys.readouterr().err.startswith("error: ./platform model judge: --baseline 1.5: an accuracy share in")
+
+
+def test_model_judge_on_a_missing_outcomes_file_is_an_error_in_one_line():
+    with pytest.raises(SystemExit, match=r"^error: CANDIDATE nosuch.jsonl does not exist"):
+        model_ops.main(["judge", "nosuch.jsonl", "--baseline", "0.9"])
 
 
 def test_model_judge_refuses_an_outcomes_file_that_is_not_evidence(tmp_path):

@@ -79,19 +79,24 @@ def test_dev_tco_hand_checked(dev_templates):
     assert first.total == pytest.approx(first.storage + sum(first.groups.values()))
 
 
-@pytest.fixture
-def assembly(tmp_path, dev_templates):
-    stage = tmp_path / "assembly-dev"
+def write_assembly(root, name, templates):
+    """A cloud assembly as cdk synth writes one: the top manifest, the stage's directory, its stacks' templates."""
+    stage = root / f"assembly-{name}"
     stage.mkdir()
     artifacts = {}
-    for index, template in enumerate(dev_templates):
+    for index, template in enumerate(templates):
         (stage / f"stack{index}.template.json").write_text(json.dumps(template))
         artifacts[f"stack{index}"] = {"type": "aws:cloudformation:stack", "environment": "aws://111111111111/us-east-1",
                                       "properties": {"templateFile": f"stack{index}.template.json"}}
     (stage / "manifest.json").write_text(json.dumps({"artifacts": artifacts}))
-    (tmp_path / "manifest.json").write_text(json.dumps({"artifacts": {"assembly-dev": {
-        "type": "cdk:cloud-assembly", "properties": {"directoryName": "assembly-dev"}}}}))
-    return tmp_path
+    (root / "manifest.json").write_text(json.dumps({"artifacts": {f"assembly-{name}": {
+        "type": "cdk:cloud-assembly", "properties": {"directoryName": f"assembly-{name}"}}}}))
+    return root
+
+
+@pytest.fixture
+def assembly(tmp_path, dev_templates):
+    return write_assembly(tmp_path, "dev", dev_templates)
 
 
 def test_main_prints_months_and_per_model(assembly, capsys):
@@ -149,9 +154,13 @@ def test_capacity_warning_when_the_queue_does_not_list_the_type(dev_templates):
     assert "do not list g6e.xlarge" in line
 
 
-def test_main_says_when_the_month_does_not_fit(assembly, capsys):
-    assert tco.main(["dev", "--assembly", str(assembly), "--months", "1", "--workload", "llm-7b-full", "--jobs-per-month", "5"]) == 0
-    assert "  ! capacity: no type the queues list (g5.2xlarge" in capsys.readouterr().out
+def test_main_says_when_no_queue_type_runs_the_job(assembly, capsys):
+    """0.7 priced these jobs at 0 with a warning; the TCO of jobs that cannot run is refused, saying why."""
+    with pytest.raises(SystemExit) as raised:
+        tco.main(["dev", "--assembly", str(assembly), "--months", "1", "--workload", "llm-7b-full",
+                  "--jobs-per-month", "5"])
+    assert str(raised.value.code).startswith("error: no type dev's queues list (g5.2xlarge")
+    assert "the closest, g5.xlarge x1 (1 GPU), is excluded for memory: needs 102.9 GiB" in str(raised.value.code)
 
 
 def test_a_job_is_priced_on_the_queues_own_types_and_the_gap_to_cost_is_explained(assembly, dev_templates, capsys):
@@ -198,10 +207,12 @@ def test_a_nonsense_figure_is_one_line_with_its_range_before_any_synth(argv, mes
     (["--job-usd", "20", "--params", "1e9"], "--params: not read with --job-usd"),
     (["--job-hours", "3"], "--job-hours: only with --job-usd"),
 ])
-def test_bad_input_is_one_line(assembly, argv, message):
+def test_bad_input_is_one_line_with_exit_2(assembly, argv, message, capsys):
     with pytest.raises(SystemExit) as raised:
         tco.main(["dev", "--assembly", str(assembly), *argv])
-    assert str(raised.value.code).startswith("error: ") and message in str(raised.value.code)
+    err = capsys.readouterr().err
+    assert raised.value.code == 2 and err.startswith("error: ./platform tco: ") and message in err
+    assert err.endswith(" (usage: ./platform tco --help)\n") and err.count("\n") == 1
 
 
 def test_the_output_fits_100_columns_and_the_wide_table_is_behind_wide(assembly, capsys):
@@ -226,3 +237,55 @@ def test_a_cpu_bound_job_is_refused_as_advise_refuses_it(assembly):
     with pytest.raises(SystemExit) as raised:
         tco.main(["dev", "--assembly", str(assembly), "--months", "1", *argv])
     assert str(raised.value.code).startswith("error: CPU-bound: on ")
+
+
+# --- issue 37 item 2: a read-only option never writes; a job no queue type runs is said, not priced at 0 ----------
+
+@pytest.mark.parametrize("kind", ["missing", "empty directory", "not an assembly"])
+def test_an_assembly_that_is_not_there_is_one_line_and_nothing_is_synthesized_or_created(kind, tmp_path,
+                                                                                          monkeypatch):
+    """0.7: ./platform tco dev --assembly /nonexistent/asm created the directory and synthesized into it."""
+    monkeypatch.setattr(tco, "synth", lambda *a, **k: pytest.fail("synthesized into a directory given to be read"))
+    target = tmp_path / "asm"
+    if kind != "missing":
+        target.mkdir()
+    if kind == "not an assembly":
+        (target / "manifest.json").write_text("{")
+    with pytest.raises(SystemExit) as raised:
+        tco.main(["dev", "--synth", "--assembly", str(target), "--job-usd", "10"])
+    message = str(raised.value.code)
+    assert message.startswith("error: ") and "\n" not in message
+    assert {"missing": "no such directory; give a cdk.out directory (./platform synth dev writes one)",
+            "empty directory": "no synthesized app there (no manifest.json)",
+            "not an assembly": "is not a synthesized app this command reads (JSONDecodeError"}[kind] in message
+    assert target.exists() == (kind != "missing") and sorted(p.name for p in tmp_path.iterdir()) == (
+        [] if kind == "missing" else ["asm"])
+
+
+def test_without_assembly_the_platform_command_synthesizes_into_cdk_out(assembly, monkeypatch, capsys):
+    written = []
+    monkeypatch.setattr(tco, "synth", lambda outdir, **kwargs: written.append((outdir, kwargs)))
+    monkeypatch.setattr(tco, "SYNTH_OUT", assembly)
+    assert tco.main(["dev", "--synth", "--months", "1", "--job-usd", "10"]) == 0
+    assert written == [(assembly, {"environments": "dev"})]
+
+
+def test_a_workload_no_queue_type_runs_is_one_line_with_the_advisors_reason_not_a_training_line_of_0(tmp_path,
+                                                                                                     capsys):
+    """0.7: tco staging --workload llm-70b-lora priced training at 0 USD: staging's queues list single-GPU 24 GB
+    types, and the job needs 144 GiB on one GPU or 30 GiB each over eight."""
+    templates = [json.loads((SNAPSHOTS / name).read_text()) for name in sorted(os.listdir(SNAPSHOTS))
+                 if name.startswith("test_stack_snapshot[staging")]
+    staging = write_assembly(tmp_path, "staging", templates)
+    with pytest.raises(SystemExit) as raised:
+        tco.main(["staging", "--assembly", str(staging), "--workload", "llm-70b-lora"])
+    message = str(raised.value.code)
+    assert message.startswith("error: no type staging's queues list (g5.2xlarge, ") and "\n" not in message
+    assert (") runs llm-70b-lora, so its jobs cannot be priced: the closest, g5.8xlarge x8 (8 GPUs), is excluded for "
+            "memory: needs 30.0 GiB per GPU even with ZeRO-3/FSDP over 8 GPUs") in message
+    assert message.endswith("add a type ./platform advise llm-70b-lora --block queue recommends to a queue of "
+                            "staging, or give the cost per job: --job-usd USD")
+    assert capsys.readouterr().out == ""
+    # with no jobs a month there is nothing to price: the rest of the lifecycle cost stands
+    assert tco.main(["staging", "--assembly", str(staging), "--workload", "llm-70b-lora", "--months", "1",
+                     "--jobs-per-month", "0"]) == 0

@@ -22,7 +22,8 @@ names come from the constructs' attributes, which a team exports with CfnOutputs
 DatasetBucket.bucket_name, MonitoredEndpoint.endpoint_name, BudgetGuard.stop_function.function_name,
 BudgetGuard.budget_scope, TrainingQueue.queue_name (QUEUE).
 Credentials come from the usual AWS chain; budget what-if needs none (--region names the prices). Needs boto3 and
-nothing of the CDK: no aws-cdk-lib import, no Node.js. Every error is one line that says what to do.
+nothing of the CDK: no aws-cdk-lib import, no Node.js. Every error is one line that says what to do: exit 1, or 2
+for a bad argument.
 """
 
 from __future__ import annotations
@@ -39,33 +40,105 @@ from typing import Any, Callable, Iterator, NoReturn, Optional
 from ..runtime import budget_guard
 from ..runtime.budget_guard import ACCOUNT_SCOPE
 from ..runtime.pending_jobs import PendingJobs
+from ..runtime.capture import json_type
 from ..runtime.drift import build_baseline
 
 
 def read_rows(path: Path) -> tuple[list[str], Iterator[dict]]:
     """A CSV with a header, or JSON Lines (the first record's keys are the columns)."""
     if path.suffix == ".jsonl":
-        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        return (list(lines[0]) if lines else []), iter(lines)
-    handle = path.open(newline="")
+        lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return (list(lines[0]) if lines and isinstance(lines[0], dict) else []), iter(lines)
+    handle = path.open(newline="", encoding="utf-8")
     reader = csv.DictReader(handle)
     return list(reader.fieldnames or []), reader
 
 
-def baseline_from_sample(sample: Path, exclude: list[str], bins: int, max_categories: int) -> tuple[dict, list[str]]:
-    """A drift baseline of every column of ``sample`` but ``exclude`` (the app's and the library's command). A sample
-    that is not text, has no rows, or no column left, and an ``exclude`` that names no column (the label would become
-    a feature, and every check "not judged"), are one line each."""
+MAX_ROWS_NAMED = 3  # of a sample's rows it refuses, the first few are named in its one line
+
+
+def _row_problem(row: Any, columns: list[str], jsonl: bool) -> Optional[str]:
+    """Why a sample's row is not one value per column, or None. A CSV row of another width (csv.DictReader puts
+    extra values under None and leaves missing ones None) is refused rather than guessed at: which value is
+    missing cannot be told. A JSON record names its values: a missing key is a missing value, but a key the
+    first record lacks would be dropped silently, and an object or list is no feature value."""
+    if jsonl:
+        if not isinstance(row, dict):
+            return f"a JSON {json_type(row)}, not an object"
+        extra = [str(key) for key in row if key not in columns]
+        if extra:
+            return f"has {', '.join(extra[:3])}, which the first record lacks"
+        nested = [key for key, value in row.items() if isinstance(value, (dict, list))]
+        return f"{nested[0]} holds a JSON {json_type(row[nested[0]])}, not a number or a category" if nested \
+            else None
+    width = len(columns) + len(row.get(None) or []) - sum(1 for k, v in row.items() if k is not None and v is None)
+    if width != len(columns):
+        return f"{width} values, the header {len(columns)} columns"
+    return "a NUL byte (a binary file?)" if any("\x00" in value for value in row.values() if value) else None
+
+
+def sample_rows(sample: Path) -> tuple[list[str], list[dict]]:
+    """The columns and rows of a drift-baseline sample, or one line that says what is wrong and what to give: not
+    text, not JSON Lines, unreadable, or rows that are not one value per column (each named, up to a few)."""
     expected = "a CSV with a header, or JSON Lines, of training rows"
+    jsonl = sample.suffix == ".jsonl"
+    problems: list[str] = []
+    rows: list[dict] = []
     try:
-        columns, rows = read_rows(sample)
-        rows = list(rows)
+        columns, reader = read_rows(sample)
+        for number, row in enumerate(reader, start=1):
+            problem = _row_problem(row, columns, jsonl)
+            if problem is None:
+                rows.append(row)
+            else:
+                where = f"record {number}" if jsonl else f"row {number} (line {reader.line_num})"  # type: ignore
+                problems.append(f"{where}: {problem}")
     except UnicodeDecodeError as error:
         raise SystemExit(f"error: the sample {sample} is not UTF-8 text (byte {error.start} is not: a binary file?): "
                          f"give {expected}") from None
     except json.JSONDecodeError as error:
         raise SystemExit(f"error: the sample {sample} is not JSON Lines (line {error.lineno}: {error.msg}): give "
                          f"{expected}") from None
+    except csv.Error as error:
+        raise SystemExit(f"error: the sample {sample} is not a CSV ({_one_line(error)}): give {expected}") from None
+    except OSError as error:
+        raise SystemExit(f"error: the sample {sample} cannot be read ({error.strerror or error}): give "
+                         f"{expected}") from None
+    if any("\x00" in str(column) for column in columns):
+        problems.insert(0, "the header: a NUL byte (a binary file?)")
+    if problems:
+        more = f"; {len(problems) - MAX_ROWS_NAMED} more" if len(problems) > MAX_ROWS_NAMED else ""
+        kind, rule = (("record", "each a JSON object of the first record's keys, with numbers or categories")
+                      if jsonl else ("row", "one value per column of the header, a value that holds a comma quoted"))
+        raise SystemExit(f"error: the sample {sample} has {len(problems)} {kind}(s) it cannot use "
+                         f"({'; '.join(problems[:MAX_ROWS_NAMED])}{more}): fix or drop them ({rule}), then build the "
+                         "baseline again")
+    return columns, rows
+
+
+def check_output(output: Path, flag: str = "--output") -> None:
+    """A file a command is to write: one line, before any work, when it is a directory or its directory is missing."""
+    if output.is_dir() or not output.parent.is_dir():
+        raise SystemExit(f"error: {flag} {output}: "
+                         f"{'a directory' if output.is_dir() else 'its directory does not exist'}; give a file "
+                         f"path in an existing directory, e.g. {flag} baseline.json")
+
+
+def write_output(output: Path, body: str, flag: str = "--output") -> None:
+    """``body`` into ``output``, or one line when it cannot be written (no permission, a full disk)."""
+    try:
+        output.write_text(body, encoding="utf-8")
+    except OSError as error:
+        raise SystemExit(f"error: {flag} {output} cannot be written ({error.strerror or error}): give a file path "
+                         f"you can write, e.g. {flag} baseline.json") from None
+
+
+def baseline_from_sample(sample: Path, exclude: list[str], bins: int, max_categories: int) -> tuple[dict, list[str]]:
+    """A drift baseline of every column of ``sample`` but ``exclude`` (the app's and the library's command). A sample
+    that is not text, has no rows, rows that are not one value per column, or no column left, and an ``exclude``
+    that names no column (the label would become a feature, and every check "not judged"), are one line each."""
+    expected = "a CSV with a header, or JSON Lines, of training rows"
+    columns, rows = sample_rows(sample)
     unknown = [name for name in exclude if name not in columns]
     if unknown:
         raise SystemExit(f"error: --exclude {', '.join(unknown)}: no such column in {sample} (its columns: "
@@ -204,7 +277,16 @@ class Parser(argparse.ArgumentParser):
     """argparse whose errors are one line naming the command and where its usage is."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"error: {self.prog}: {message} (usage: {self.prog} --help)\n")
+        self.exit(EXIT_USAGE, f"error: {self.prog}: {message} (usage: {self.prog} --help)\n")
+
+
+def usage_error(prog: str, message: str) -> NoReturn:
+    """A bad argument found after parsing (two that go together, a value the price table lacks): the parser's one
+    line, exit 2."""
+    import sys
+
+    print(f"error: {prog}: {message} (usage: {prog} --help)", file=sys.stderr)
+    raise SystemExit(EXIT_USAGE)
 
 
 class Session:
@@ -241,7 +323,46 @@ def _default_region(factory: Optional[Callable[..., Any]]) -> Optional[str]:
         return None
 
 
+# The exit codes of every operator command, the library's and the platform app's (docs/COMMANDS.md, "Exit codes"): a
+# CI job tells a verdict from a failure by the code alone, and reads the detail from --json. The job side's rehearsal,
+# which imports nothing of this library, defines the same numbers (ml_platform_job.rehearse).
+EXIT_OK = 0  # done; for a command that decides, decided for: promote, no drift, OK, PASS
+EXIT_ERROR = 1  # an error: one line on stderr that says what to do
+EXIT_USAGE = 2  # a bad argument: argparse's one line (Parser.error)
+EXIT_DECIDED_AGAINST = 3  # decided against: refuse, drift, alarm, FAIL; the output says why
+EXIT_NOT_JUDGED = 4  # too little data to decide; the output says what it had and what it needs
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, what a shell reports for a command ended by Ctrl-C
+
+
+def verdict_exit(decided_for: Optional[bool]) -> int:
+    """The exit code of a verdict: for (0), against (3), or not judged (None: 4)."""
+    return EXIT_NOT_JUDGED if decided_for is None else EXIT_OK if decided_for else EXIT_DECIDED_AGAINST
+
+
+class DecidedAgainst(SystemExit):
+    """A verdict against, taken deep in a command (a promotion the gate refuses): exit 3 with its line, which the
+    command prints as its output (``verdicts``), not as an error. ``str()`` is the line."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__(EXIT_DECIDED_AGAINST)
+        self.line = line
+
+    def __str__(self) -> str:
+        return self.line
+
+
+def verdicts(main: Callable[..., int]) -> Callable[..., int]:
+    """An entry point that prints a ``DecidedAgainst``'s line on standard output and returns 3."""
+
+    @functools.wraps(main)
+    def run(*args: Any, **kwargs: Any) -> int:
+        try:
+            return main(*args, **kwargs)
+        except DecidedAgainst as verdict:
+            print(verdict.line)
+            return EXIT_DECIDED_AGAINST
+
+    return run
 
 
 def interrupted(main: Callable[..., int]) -> Callable[..., int]:
@@ -411,13 +532,31 @@ def parser() -> Parser:
     return main_parser
 
 
+def price_table_file(path: Path, flag: str = "--price-table") -> Any:
+    """A price table from a file given on the command line, or one line naming the file and what it should be."""
+    from ..advice.price_table import PriceTable
+    from ..errors import ValidationError
+
+    what = "a price table (JSON, as prices refresh writes it)"
+    if not path.is_file():
+        raise SystemExit(f"error: {flag} {path} {'is a directory' if path.is_dir() else 'does not exist'}: give "
+                         f"{what}")
+    try:
+        return PriceTable.from_file(path)
+    except UnicodeDecodeError as error:
+        raise SystemExit(f"error: {flag} {path} is not UTF-8 text (byte {error.start} is not: a binary file?): give "
+                         f"{what}") from None
+    except ValidationError as error:
+        raise SystemExit(f"error: {flag} {path}: {_one_line(str(error).split(' is invalid: ', 1)[-1])}") from None
+
+
 def refresh_prices(session_for: Callable[[str], Session], regions: list[str], *, output: Path,
                    table: Optional[Path] = None, spot_advisor: bool = True, advisor: Optional[dict] = None,
                    today: Optional[date] = None, now: Optional[datetime] = None) -> list[str]:
     """Refreshes ``regions`` of a price table (``table``, or the shipped one) from AWS and writes it to ``output``."""
     from ..advice.price_table import PriceTable, fetch_spot_advisor, refresh
 
-    current = (PriceTable.from_file(table) if table else PriceTable.shipped()).table
+    current = (price_table_file(table, "--table") if table else PriceTable.shipped()).table
     pricing = session_for("us-east-1").client("pricing", "us-east-1")  # the Price List API answers there
     if spot_advisor and advisor is None:
         advisor = fetch_spot_advisor()
@@ -436,25 +575,33 @@ def refresh_prices(session_for: Callable[[str], Session], regions: list[str], *,
 
 def budget_what_if(args: argparse.Namespace, region: Optional[str]) -> str:
     from ..advice.budget_what_if import format_what_if, what_if
-    from ..advice.price_table import PriceTable
 
     if not region:
         raise SystemExit(f"error: {PROG} budget what-if: name the guard's Region, whose prices apply: --region REGION")
-    table = PriceTable.from_file(args.price_table).table if args.price_table else None
+    table = price_table_file(args.price_table).table if args.price_table else None
     now = args.now or datetime.now(timezone.utc)
-    result = what_if(label="the guard", prices=budget_guard.load_prices(region, table),
-                     monthly_limit=args.monthly_limit, stop_at_percent=args.stop_at_percent, actual=args.actual,
-                     budget_age_hours=args.budget_age_hours, running=args.running, on_demand=args.on_demand,
-                     now=now if now.tzinfo else now.replace(tzinfo=timezone.utc))
+    try:
+        result = what_if(label="the guard", prices=budget_guard.load_prices(region, table),
+                         monthly_limit=args.monthly_limit, stop_at_percent=args.stop_at_percent, actual=args.actual,
+                         budget_age_hours=args.budget_age_hours, running=args.running, on_demand=args.on_demand,
+                         now=now if now.tzinfo else now.replace(tzinfo=timezone.utc))
+    except SystemExit as refused:  # what_if's refusals are of its arguments (a type the table does not price): exit 2
+        if isinstance(refused.code, str):
+            usage_error(f"{PROG} budget what-if", refused.code.removeprefix("error: "))
+        raise
     return json.dumps(result, indent=1) if args.json else format_what_if(result)
 
 
 def job_cost(args: argparse.Namespace, session: Callable[[], Session]) -> str:
     from ..advice import job_cost
-    from ..advice.price_table import PriceTable
 
-    override = job_cost.check_override(args.instance_type, args.lifecycle)
-    table = PriceTable.from_file(args.price_table).table if args.price_table else None
+    try:
+        override = job_cost.check_override(args.instance_type, args.lifecycle)
+    except SystemExit as refused:  # --instance-type and --lifecycle: a bad argument, exit 2 as every other
+        if isinstance(refused.code, str):
+            usage_error(f"{PROG} job cost", refused.code.removeprefix("error: "))
+        raise
+    table = price_table_file(args.price_table).table if args.price_table else None
     aws = session()
     cost = job_cost.gather(args.job_id, {name: aws.client(name) for name in ("batch", "ecs", "cloudwatch")},
                            datetime.now(timezone.utc), override, region=aws.region, table=table)
@@ -496,10 +643,12 @@ def main(argv: list[str], session_factory: Optional[Callable[..., Any]] = None) 
         return Session(region or (regions[-1] if regions else None), session_factory)
 
     if args.command == "drift-baseline":
+        if args.output:
+            check_output(args.output)
         baseline, features = baseline_from_sample(args.sample, args.exclude, args.bins, args.max_categories)
         body = json.dumps(baseline, indent=1)
         if args.output:
-            args.output.write_text(body)
+            write_output(args.output, body)
             where = str(args.output)
         else:
             key = baseline_key(args.endpoint)
