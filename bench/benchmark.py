@@ -9,7 +9,7 @@ alike; each reports the minimum of its runs, of wall time and of CPU time (user 
 the jsii kernel). On a shared machine CPU time is the steadier measure: other processes stretch wall time, not the
 work done. The load average before and after says how quiet the machine was.
 
-The suite's targets: the whole suite (`python -m pytest`, what ./platform test runs) under 180 s on this 2-core
+The suite's targets: the whole suite (`python -m pytest`: the pytest ./platform test runs) under 180 s on this 2-core
 machine as features are added, and each test file run alone (`python -m pytest FILE`: the developer's loop, interpreter
 start and collection included) under 15 s. Every file is run alone, one after another (minutes); the table lists the
 slowest and every file over the target.

@@ -48,7 +48,7 @@ from ml_platform_constructs.advice.advisor import (
 from ml_platform_job.benchmark import BENCHMARK_PREFIX
 from ml_platform_job.prices import price_source
 
-from ops.cli import Parser, read_text
+from ops.cli import Parser, read_text, usage_error
 
 RULES = [
     ("runs", "the accelerator runs the job's methods (QLoRA and LLM.int8() need bitsandbytes: no Neuron backend, "
@@ -107,91 +107,96 @@ def fail(message: str) -> None:
     raise SystemExit(f"error: {message}")
 
 
+def bad_argument(message: str) -> None:
+    """A bad argument, or two that do not go together: the parser's one line, exit status 2."""
+    usage_error("./platform advise", message)
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
 def validate(args: argparse.Namespace) -> None:
     if args.workload in NOT_MODELLED:
-        fail(f"{args.workload}: not modelled: {NOT_MODELLED[args.workload]}")
+        bad_argument(f"{args.workload}: not modelled: {NOT_MODELLED[args.workload]}")
     for name in POSITIVE:
         value = getattr(args, name, None)
         if value is not None and (not math.isfinite(value) or value <= 0):
-            fail(f"{_flag(name)}={value}: must be a finite number above 0")
+            bad_argument(f"{_flag(name)}={value}: must be a finite number above 0")
     for name in NON_NEGATIVE:
         value = getattr(args, name, None)
         if value is not None and (not math.isfinite(value) or value < 0):
-            fail(f"{_flag(name)}={value}: must be a finite number, 0 or more")
+            bad_argument(f"{_flag(name)}={value}: must be a finite number, 0 or more")
     for name in INTEGERS:
         value = getattr(args, name, None)
         if value is not None and value < 1:
-            fail(f"{_flag(name)}={value}: must be 1 or more")
+            bad_argument(f"{_flag(name)}={value}: must be 1 or more")
     for name, (most, meaning) in MAXIMA.items():
         value = getattr(args, name, None)
         if value is not None and value > most:
-            fail(f"{_flag(name)}={value:g}: out of range: at most {most:,.0f} ({meaning}); pass a figure up to that")
+            bad_argument(f"{_flag(name)}={value:g}: out of range: at most {most:,.0f} ({meaning}); pass a figure up to that")
     if getattr(args, "interruptions_per_hour", None) is not None and args.interruptions_per_hour >= 1:
-        fail(f"--interruptions-per-hour={args.interruptions_per_hour}: a rate per instance-hour below 1")
+        bad_argument(f"--interruptions-per-hour={args.interruptions_per_hour}: a rate per instance-hour below 1")
     if args.qlora and args.int8:
-        fail("--qlora, --int8: one base model: 4-bit (QLoRA) or 8-bit (LLM.int8()), not both")
+        bad_argument("--qlora, --int8: one base model: 4-bit (QLoRA) or 8-bit (LLM.int8()), not both")
     given = {name for name in (*CUSTOM_COMMON, *IMAGE_FLAGS, *TRANSFORMER_FLAGS) if getattr(args, name) is not None}
     if args.workload != "custom":
         if given:
-            fail(f"{', '.join(_flag(n) for n in sorted(given))}: {args.workload} is a preset with its own model; "
+            bad_argument(f"{', '.join(_flag(n) for n in sorted(given))}: {args.workload} is a preset with its own model; "
                  "describe your own with `custom`")
         preset = PRESETS[args.workload]
         for flag, method in (("qlora", "QLoRA"), ("int8", "LLM.int8() LoRA")):
             if getattr(args, flag) and not preset.lora:
-                fail(f"--{flag}: {args.workload} trains every parameter; {method} applies to LoRA presets "
+                bad_argument(f"--{flag}: {args.workload} trains every parameter; {method} applies to LoRA presets "
                      "(llm-7b-lora, llm-70b-lora)")
         if args.gpu_decode and not preset.cpu_samples_per_vcpu:
-            fail(f"--gpu-decode: {args.workload} has no CPU decoding step to move (images only)")
+            bad_argument(f"--gpu-decode: {args.workload} has no CPU decoding step to move (images only)")
         return
     if args.params is None:
-        fail("custom: --params (the model's parameters) is required")
+        bad_argument("custom: --params (the model's parameters) is required")
     if getattr(args, "samples", None) is not None:
-        fail("--samples: a custom workload counts its work with --tokens or --images")
+        bad_argument("--samples: a custom workload counts its work with --tokens or --images")
     image = args.images is not None
     wrong = [n for n in (TRANSFORMER_FLAGS if image else IMAGE_FLAGS) if getattr(args, n) is not None]
     if wrong:
         kind = "an image model (--images)" if image else "a transformer (--tokens)"
-        fail(f"{', '.join(_flag(n) for n in wrong)}: not read for {kind}")
+        bad_argument(f"{', '.join(_flag(n) for n in wrong)}: not read for {kind}")
     if args.lora_params is not None and args.lora_params > args.params:
-        fail(f"--lora-params={args.lora_params:g} is more than --params={args.params:g}: LoRA trains adapters "
+        bad_argument(f"--lora-params={args.lora_params:g} is more than --params={args.params:g}: LoRA trains adapters "
              "that are a small part of the model")
     if image:
         if args.forward_gflops is None:
-            fail("custom image model: --forward-gflops (GFLOPs of one forward pass per image) is required")
+            bad_argument("custom image model: --forward-gflops (GFLOPs of one forward pass per image) is required")
         if args.forward_gflops < MIN_FORWARD_GFLOPS:
-            fail(f"--forward-gflops={args.forward_gflops:g}: not modelled: under {MIN_FORWARD_GFLOPS:g} GFLOPs an image "
+            bad_argument(f"--forward-gflops={args.forward_gflops:g}: not modelled: under {MIN_FORWARD_GFLOPS:g} GFLOPs an image "
                  "is no network the advisor models (MobileNetV3-Small: 0.12); a tabular/GBDT or tiny model is "
                  "CPU-bound: use a CPU instance or benchmark")
         if args.forward_gflops > MAX_FORWARD_GFLOPS:
-            fail(f"--forward-gflops={args.forward_gflops:g}: not modelled: above {MAX_FORWARD_GFLOPS:g} GFLOPs an "
+            bad_argument(f"--forward-gflops={args.forward_gflops:g}: not modelled: above {MAX_FORWARD_GFLOPS:g} GFLOPs an "
                  "image (12x ResNet-50's 8.2, whose measured speeds the convnet ratios are) is a diffusion U-Net or a "
                  "large vision transformer, which no cited measurement here describes: benchmark first "
                  "(examples/gpu_benchmark.py, then --measured)")
         if args.activation_gib_per_image is None:
-            fail("custom image model: --activation-gib-per-image is required (no default: ResNet-50 at 224x224 "
+            bad_argument("custom image model: --activation-gib-per-image is required (no default: ResNet-50 at 224x224 "
                  "keeps about 0.04 GiB an image, a diffusion U-Net at 1024x1024 tens of GiB; measure one step "
                  "with torch.cuda.max_memory_allocated)")
         if args.frozen_params is not None and args.lora_params is not None:
-            fail("--frozen-params, --lora-params: LoRA freezes the whole base already; pass one of them")
+            bad_argument("--frozen-params, --lora-params: LoRA freezes the whole base already; pass one of them")
         if args.frozen_params is not None and args.frozen_params >= args.params:
-            fail(f"--frozen-params={args.frozen_params:g}: at least --params={args.params:g}; something must train")
+            bad_argument(f"--frozen-params={args.frozen_params:g}: at least --params={args.params:g}; something must train")
         if args.qlora or args.int8:
-            fail(f"--{'qlora' if args.qlora else 'int8'}: applies to a transformer with --lora-params")
+            bad_argument(f"--{'qlora' if args.qlora else 'int8'}: applies to a transformer with --lora-params")
         return
     missing = [flag for flag, value in (("--tokens", args.tokens), ("--seq-len", args.seq_len),
                                         ("--hidden", args.hidden), ("--layers", args.layers)) if value is None]
     if missing:
-        fail(f"custom transformer: {', '.join(missing)} required (or --images for an image model)")
+        bad_argument(f"custom transformer: {', '.join(missing)} required (or --images for an image model)")
     if args.qlora and args.lora_params is None:
-        fail("--qlora: needs --lora-params (QLoRA is LoRA over a 4-bit base model)")
+        bad_argument("--qlora: needs --lora-params (QLoRA is LoRA over a 4-bit base model)")
     if args.int8 and args.lora_params is None:
-        fail("--int8: needs --lora-params (LoRA over an 8-bit LLM.int8() base model)")
+        bad_argument("--int8: needs --lora-params (LoRA over an 8-bit LLM.int8() base model)")
     if args.gpu_decode:
-        fail("--gpu-decode: a transformer has no image decoding to move")
+        bad_argument("--gpu-decode: a transformer has no image decoding to move")
 
 
 def custom_workload(args: argparse.Namespace) -> Workload:
@@ -287,6 +292,8 @@ def read_measured_file(path: Path) -> list[MeasuredThroughput]:
             records = [json.loads(line) for line in text.splitlines() if line.strip()]
         except json.JSONDecodeError as error:
             fail(f"--measured {path}: not JSON ({error}); expected the JSON lines examples/gpu_benchmark.py prints")
+    if not records:
+        fail(f"--measured {path}: no benchmark record in it; expected the JSON lines examples/gpu_benchmark.py prints")
     measured = []
     for number, record in enumerate(records, 1):
         try:
@@ -299,6 +306,8 @@ def read_measured_file(path: Path) -> list[MeasuredThroughput]:
 
 def measured_from(source: str) -> list[MeasuredThroughput]:
     path = Path(source)
+    if path.is_dir():
+        fail(f"--measured {source} is a directory: give the JSON lines file examples/gpu_benchmark.py printed")
     if path.is_file():
         return read_measured_file(path)
     if "/" in source or source.endswith((".json", ".jsonl")):
@@ -686,13 +695,13 @@ def main(argv: list[str]) -> int:
         print(presets_table() if args.presets_table else throughput_table(), end="" if args.throughput_table else "\n")
         return 0
     if args.workload is None:
-        fail("a workload is required: one of " + ", ".join([*PRESETS, "custom"]) + " (./platform advise --help)")
+        bad_argument("a workload is required: one of " + ", ".join([*PRESETS, "custom"]) + " (./platform advise --help)")
     if args.arm64_dlami and args.block != "none":
-        fail("--arm64-dlami: only with --block none (config cannot set a fleet's AMI; a queue's image is x86_64)")
+        bad_argument("--arm64-dlami: only with --block none (config cannot set a fleet's AMI; a queue's image is x86_64)")
     workload = workload_from_args(args)
     environments = known_environments()
     if args.env not in environments:
-        fail(f"--env {args.env}: no such environment in config/environments.toml (known: {', '.join(environments)})")
+        bad_argument(f"--env {args.env}: no such environment in config/environments.toml (known: {', '.join(environments)})")
     env = environments[args.env]
     measured = measured_from(args.measured) if args.measured else []
     assumptions = CostAssumptions(startup_minutes=args.startup_minutes, dataset_source=args.dataset_source,

@@ -27,7 +27,10 @@ from ml_platform_constructs.operations.cli import (  # noqa: F401 - the app's co
     add_job_figures,
     add_size_gib,
     add_what_if_figures,
+    COLUMNS,
     bounded,
+    fit,
+    usage_error,
     verdict_exit,
     verdicts,
 )

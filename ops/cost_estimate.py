@@ -26,7 +26,7 @@ from ml_platform_job.prices import hourly_usd, price_source
 
 from ops import aws_access, terminal
 from ops.cdk_cli import synth
-from ops.cli import Parser, bounded
+from ops.cli import COLUMNS, Parser, bounded, fit
 
 HOURS_PER_MONTH = 730
 STORAGE_GB = (0, 10_000_000)  # 10 PB: a figure beyond is a typo, not a bucket
@@ -288,9 +288,11 @@ def format_estimate(estimate: EnvironmentEstimate) -> str:
     out = [f"\n== {estimate.name} ({estimate.region}): about {estimate.total():,.0f} USD per month"
            + (f", {estimate.total() / estimate.budget:.0%} of its {estimate.budget:,.0f} USD budget"
               if estimate.budget else "")]
-    width = max([70, *(len(item) for _, item, _ in estimate.lines)])  # amounts in one column
+    width = COLUMNS - 25  # amounts in one column at the right edge; a longer item folds, its amount on its last line
     for group, item, amount in estimate.lines:
-        out.append(f"  {group:<11} {item:<{width}} {amount:>10,.2f}")
+        parts = textwrap.wrap(item, width, subsequent_indent="  ", break_long_words=False) or [""]
+        out += [f"  {group if n == 0 else '':<11} {part}" for n, part in enumerate(parts[:-1])]
+        out.append(f"  {group if len(parts) == 1 else '':<11} {parts[-1]:<{width}} {amount:>10,.2f}")
     for fleet in estimate.fleets:
         out.append(f"  GPU-hour    {fleet.name}: {fleet.gpu_hour:.3f} USD per GPU-hour at max size "
                    f"({fleet.max_size} x {fleet.gpus_per_instance} GPU; On-Demand {fleet.hourly_on_demand / fleet.gpus_per_instance:.3f})")
@@ -312,8 +314,8 @@ def price_lines(found: list[EnvironmentEstimate]) -> list[str]:
 
 
 def format_report(assumptions: Assumptions, found: list[EnvironmentEstimate]) -> str:
-    return "\n".join(["Monthly cost estimate. Assumptions:", *(f"  - {line}" for line in assumptions.lines()),
-                      *price_lines(found), *(format_estimate(estimate) for estimate in found)])
+    return fit("\n".join(["Monthly cost estimate. Assumptions:", *(f"  - {line}" for line in assumptions.lines()),
+                          *price_lines(found), *(format_estimate(estimate) for estimate in found)]))
 
 
 def parser() -> Parser:

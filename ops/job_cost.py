@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 
 from ml_platform_constructs.advice.job_cost import LIFECYCLES, check_override, format_cost, gather
 
-from ops.cli import Parser, aws_errors_in_one_line
+from ops.cli import Parser, aws_errors_in_one_line, usage_error
 
 
 @aws_errors_in_one_line
@@ -27,7 +27,12 @@ def main(argv: list[str], session_factory=None) -> int:
     parser.add_argument("--instance-type", help="for attempts whose container instance ECS no longer describes")
     parser.add_argument("--lifecycle", choices=LIFECYCLES)
     args = parser.parse_args(argv)
-    override = check_override(args.instance_type, args.lifecycle)
+    try:
+        override = check_override(args.instance_type, args.lifecycle)
+    except SystemExit as refused:  # --instance-type and --lifecycle: a bad argument, exit 2 as every other
+        if isinstance(refused.code, str):
+            usage_error("./platform job cost", refused.code.removeprefix("error: "))
+        raise
     from ops.aws_access import environment, session_for
 
     env = environment(args.env)

@@ -70,7 +70,7 @@ from ml_platform_constructs.runtime.quality import parse_baseline
 from ml_platform_job.tracking import PROMOTION_TAG_PREFIX
 
 from ops.aws_access import environment, require_known, session_for
-from ops.cli import DecidedAgainst, Parser, read_text, verdict_exit, verdicts
+from ops.cli import DecidedAgainst, Parser, fit, read_text, verdict_exit, verdicts
 from ops.dataset import stack_output
 from ops.runs import RunsError, environment_tracking_uri, run_record
 from stacks.config import EndpointConfig, EnvironmentConfig
@@ -750,7 +750,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.command == "judge":
         judgement = judge_files(args, judge_parser.error)
-        print(json.dumps(judgement.to_json(), indent=1) if args.json else describe(judgement))
+        print(json.dumps(judgement.to_json(), indent=1) if args.json else fit(describe(judgement)))
         return verdict_exit(verdict(judgement))
     env = environment(args.env)
     endpoint = versioned_endpoint(env, args.endpoint)
@@ -765,7 +765,8 @@ def main(argv: list[str]) -> int:
         return ledger(env, endpoint, s3=session.client("s3"), refresh=args.refresh,
                       bucket=stack_output(cloudformation, f"{env.name}-Data", "DatasetBucketName"))
     if args.command == "status":
-        print(status(env, endpoint, client=client, cloudformation=cloudformation, sagemaker=session.client("sagemaker")))
+        print(fit(status(env, endpoint, client=client, cloudformation=cloudformation,
+                         sagemaker=session.client("sagemaker"))))
         return 0
     if args.command == "evaluate":
         evaluate(env, endpoint, args.run_id, client=client, cloudformation=cloudformation,

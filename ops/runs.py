@@ -1,6 +1,6 @@
 """Recorded training runs: their passports, metrics, cost and cost per accuracy point.
 
-  ./platform runs list ENV|--local [--json]
+  ./platform runs list ENV|--local [--wide | --json]
   ./platform runs show ENV|--local RUN_ID [--json]
   ./platform runs show --record DIR|FILE [--json]   a run from its record (passport.json) alone: a rehearsal's, or
                                                      one copied from next to a job's checkpoints
@@ -35,7 +35,7 @@ from ml_platform_job.prices import load_prices
 from ml_platform_job.goodput import BUCKETS, Ledger, run_ledger
 from ml_platform_job.tracking import PROMOTION_TAG_PREFIX, RECORD_NAME, TAG_PREFIX, gain_over_live
 
-from ops.cli import Parser
+from ops.cli import Parser, fit
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_STORE = ROOT / ".ml-platform"
@@ -198,17 +198,27 @@ def _number(value: Optional[float], digits: int = 6) -> str:
     return "-" if value is None else f"{value:.{digits}g}"
 
 
-def format_list(runs: list[dict], where: str) -> str:
+def format_list(runs: list[dict], where: str, *, wide: bool = False) -> str:
+    """One line per run within 100 columns (``wide``: the experiment and the cost per accuracy point too)."""
     if not runs:
         return f"No runs in {where} yet."
-    lines = [f"Runs in {where}, newest first:",
-             f"  {'run id':<32}  {'name':<24} {'experiment':<12} {'status':<9} {'attempts':>8} {'holdout acc':>11} "
-             f"{'cost USD':>10} {'USD/point':>10}  started"]
+    if wide:
+        lines = [f"Runs in {where}, newest first:",
+                 f"  {'run id':<32}  {'name':<24} {'experiment':<12} {'status':<9} {'attempts':>8} {'holdout acc':>11} "
+                 f"{'cost USD':>10} {'USD/point':>10}  started"]
+        for r in runs:
+            lines.append(f"  {r['run_id']:<32}  {(r['run_name'] or '')[:24]:<24} {(r['experiment'] or '')[:12]:<12} "
+                         f"{r['status']:<9} {r['attempts'] or '-':>8} {_number(r['holdout_accuracy'], 4):>11} "
+                         f"{_number(r['cost_usd'], 4):>10} {_number(r['usd_per_accuracy_point'], 4):>10}  "
+                         f"{r['started_at'] or '-'}")
+        return "\n".join(lines)
+    lines = fit(f"Runs in {where}, newest first (--wide: experiment, USD per accuracy point):").split("\n")
+    lines.append(f"  {'run id':<32}  {'name':<15} {'status':<9} {'att':>3} {'acc':>6} {'USD':>9}  started (UTC)")
     for r in runs:
-        lines.append(f"  {r['run_id']:<32}  {(r['run_name'] or '')[:24]:<24} {(r['experiment'] or '')[:12]:<12} "
-                     f"{r['status']:<9} {r['attempts'] or '-':>8} {_number(r['holdout_accuracy'], 4):>11} "
-                     f"{_number(r['cost_usd'], 4):>10} {_number(r['usd_per_accuracy_point'], 4):>10}  "
-                     f"{r['started_at'] or '-'}")
+        started = (r["started_at"] or "-").replace("T", " ")[:16]
+        lines.append(f"  {r['run_id'][:32]:<32}  {(r['run_name'] or '')[:15]:<15} {(r['status'] or '')[:9]:<9} "
+                     f"{r['attempts'] or '-':>3} {_number(r['holdout_accuracy'], 4):>6} "
+                     f"{_number(r['cost_usd'], 2):>9}  {started}")
     return "\n".join(lines)
 
 
@@ -367,13 +377,14 @@ def main(argv: list[str]) -> int:
         shown.add_argument("--json", action="store_true")
         args = shown.parse_args(argv[1:])
         record = file_record(args.record)
-        print(json.dumps(record, indent=1) if args.json else format_record(record))
+        print(json.dumps(record, indent=1) if args.json else fit(format_record(record)))
         return 0
     parser = Parser("./platform runs", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     listing = commands.add_parser("list", help="the newest runs")
     listing.add_argument("target", metavar="ENV|--local")
     listing.add_argument("--json", action="store_true")
+    listing.add_argument("--wide", action="store_true", help="the experiment and USD per accuracy point too")
     show = commands.add_parser("show", help="one run: passport, metrics, cost, cost per accuracy point")
     show.add_argument("target", metavar="ENV|--local")
     show.add_argument("run_id")
@@ -384,12 +395,12 @@ def main(argv: list[str]) -> int:
     client, where = open_store(target)
     if args.command == "list":
         runs = list_runs(client)
-        print(json.dumps(runs, indent=1) if args.json else format_list(runs, where))
+        print(json.dumps(runs, indent=1) if args.json else format_list(runs, where, wide=args.wide))
     else:
         record = run_record(client, args.run_id, target)
         if target == "--local":
             record = with_local_copy(record, LOCAL_STORE)
-        print(json.dumps(record, indent=1) if args.json else format_record(record))
+        print(json.dumps(record, indent=1) if args.json else fit(format_record(record)))
     return 0
 
 

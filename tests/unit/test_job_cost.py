@@ -179,6 +179,8 @@ def test_gather_makes_the_documented_calls_and_prices_the_job():
     assert cost.usd_per_accuracy_point == pytest.approx(expected / 7.6)
 
 
-def test_main_rejects_half_an_override():
-    with pytest.raises(SystemExit, match="--instance-type and --lifecycle go together"):
+def test_main_rejects_half_an_override(capsys):
+    with pytest.raises(SystemExit) as done:
         app_job_cost.main(["dev", "job-1", "--instance-type", "g6e.xlarge"])
+    assert done.value.code == 2  # a bad argument
+    assert "--instance-type and --lifecycle go together" in capsys.readouterr().err

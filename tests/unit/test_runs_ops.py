@@ -62,9 +62,16 @@ def test_runs_list_and_show_from_the_local_store(tmp_path, mlflow_store, monkeyp
     assert [a["outcome"] for a in record["passport"]["attempts"]] == ["stopped", "finished"]
     assert runs_ops.main(["show", "--local", run_id]) == 0
     text = capsys.readouterr().out
+    assert max(map(len, text.splitlines())) <= 100  # long lines folded (fit), continued two spaces further in
+    unfolded = " ".join(line.strip() for line in text.splitlines())
     assert "USD per accuracy point over chance, the chance baseline: +40.00 points over the untrained model (0.5000), " \
-        "not over a live model" in text
-    assert "1 Spot interruption(s)" in text and "seed 7" in text
+        "not over a live model" in unfolded
+    assert "1 Spot interruption(s)" in unfolded and "seed 7" in unfolded
+    assert runs_ops.main(["list", "--local"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert max(map(len, listed)) <= 100 and any(line.startswith(f"  {run_id}  ") for line in listed)
+    assert runs_ops.main(["list", "--local", "--wide"]) == 0
+    assert "experiment" in capsys.readouterr().out
 
 
 def test_runs_say_what_to_do_when_there_is_nothing_to_read(tmp_path, mlflow_store, monkeypatch):

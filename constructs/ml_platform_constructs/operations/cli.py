@@ -339,6 +339,25 @@ def verdict_exit(decided_for: Optional[bool]) -> int:
     return EXIT_NOT_JUDGED if decided_for is None else EXIT_OK if decided_for else EXIT_DECIDED_AGAINST
 
 
+COLUMNS = 100  # every command's default output fits this width (--wide, where a command has it, for more)
+
+
+def fit(text: str, width: int = COLUMNS) -> str:
+    """``text`` with each line longer than ``width`` folded at spaces, its continuation indented two spaces more than
+    the line; a word longer than the width (a URL, a path) stays whole on a line of its own."""
+    import textwrap
+
+    folded = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            folded.append(line)
+            continue
+        indent = line[:len(line) - len(line.lstrip())]
+        folded += textwrap.wrap(line, width, subsequent_indent=indent + "  ", break_long_words=False,
+                                break_on_hyphens=False) or [line]
+    return "\n".join(folded)
+
+
 class DecidedAgainst(SystemExit):
     """A verdict against, taken deep in a command (a promotion the gate refuses): exit 3 with its line, which the
     command prints as its output (``verdicts``), not as an error. ``str()`` is the line."""
@@ -359,7 +378,7 @@ def verdicts(main: Callable[..., int]) -> Callable[..., int]:
         try:
             return main(*args, **kwargs)
         except DecidedAgainst as verdict:
-            print(verdict.line)
+            print(fit(verdict.line))
             return EXIT_DECIDED_AGAINST
 
     return run
@@ -589,7 +608,7 @@ def budget_what_if(args: argparse.Namespace, region: Optional[str]) -> str:
         if isinstance(refused.code, str):
             usage_error(f"{PROG} budget what-if", refused.code.removeprefix("error: "))
         raise
-    return json.dumps(result, indent=1) if args.json else format_what_if(result)
+    return json.dumps(result, indent=1) if args.json else fit(format_what_if(result))
 
 
 def job_cost(args: argparse.Namespace, session: Callable[[], Session]) -> str:

@@ -164,7 +164,7 @@ def check_submission(target: QueueTarget, image: str, command: Sequence[str], *,
     if not command:
         raise JobError("no command: put it after --, e.g. -- python train.py --epochs 90")
     if nodes == 1:
-        if not target.job_queue:
+        if not target.instance_types and target.multi_node_instance_types:
             raise JobError(f"--nodes 1: queue {target.name} is multi-node only (TrainingQueue without instance_types); "
                            f"submit with --nodes {MULTI_NODE_NODES[0]}-{MULTI_NODE_NODES[1]}, or use a queue with "
                            "single-node types")
