@@ -31,7 +31,7 @@ MOVED = {
     "gpu_catalog": "advice.gpu_catalog",
     "instance_bootstrap": "training.instance_bootstrap",
     "job_cost": "advice.job_cost",
-    "job_metrics": "runtime.job_metrics",
+    "job_metrics": "ml_platform_job.job_metrics",  # the job side's own distribution since 0.7.0
     "jobs": "operations.jobs",
     "mlflow_tracking": "data.mlflow_tracking",
     "monitored_endpoint": "serving.monitored_endpoint",
@@ -51,11 +51,12 @@ MOVED = {
 }
 
 
-# The job side (what runs inside a training container) left the runtime room for its own distribution, which installs
-# without aws-cdk-lib: the old paths import the new modules, with a warning, for one release.
-JOB_SIDE_MOVED_IN, JOB_SIDE_REMOVED_IN = "0.7.0", "0.9.0"  # kept one release longer in 0.8.0
+# The job side (what runs inside a training container) left the runtime room for its own distribution in 0.7.0, which
+# installs without aws-cdk-lib; its old paths imported the new modules, with a warning, until 0.9.0, which removed
+# them: importing one now fails naming the new path.
+JOB_SIDE_MOVED_IN, JOB_SIDE_REMOVED_IN = "0.7.0", "0.9.0"
 JOB_PACKAGE = "ml_platform_job"
-MOVED_TO_JOB_SIDE = {
+REMOVED_JOB_SIDE_PATHS = {
     "runtime.benchmark": "benchmark",
     "runtime.evaluation": "evaluation",
     "runtime.goodput": "goodput",
@@ -106,10 +107,14 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path=None, target=None):
         package, _, name = fullname.partition(".")
         if package == PACKAGE and name in MOVED:
-            return importlib.util.spec_from_loader(fullname, _MovedModule(f"{PACKAGE}.{MOVED[name]}"))
-        if package == PACKAGE and name in MOVED_TO_JOB_SIDE:
+            new = MOVED[name]
             return importlib.util.spec_from_loader(fullname, _MovedModule(
-                f"{JOB_PACKAGE}.{MOVED_TO_JOB_SIDE[name]}", JOB_SIDE_MOVED_IN, JOB_SIDE_REMOVED_IN))
+                new if new.startswith(f"{JOB_PACKAGE}.") else f"{PACKAGE}.{new}"))
+        if package == PACKAGE and name in REMOVED_JOB_SIDE_PATHS:
+            new = f"{JOB_PACKAGE}.{REMOVED_JOB_SIDE_PATHS[name]}"
+            raise ModuleNotFoundError(f"{fullname} moved to {new} in {JOB_SIDE_MOVED_IN} and its old path was removed "
+                                      f"in {JOB_SIDE_REMOVED_IN}: import {new} (pip install ml-platform-job)",
+                                      name=fullname)
         return None
 
 

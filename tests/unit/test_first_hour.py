@@ -616,3 +616,21 @@ def test_a_binary_file_given_as_text_is_one_line_that_names_it(command, tmp_path
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and f"{binary} is not UTF-8 text" in lines[0] and "binary file?" in lines[0]
+
+
+def test_a_setup_step_says_every_10_s_that_it_is_still_running_and_stops_saying_so_when_it_ends(tmp_path):
+    """The platform script's quietly: while a step runs, a heartbeat line (every SETUP_HEARTBEAT_SECONDS, 10 by
+    default); the step here ends only once a heartbeat has been written (an event, not a clock), and the heartbeat
+    ends with it."""
+    script = (Path(__file__).resolve().parents[2] / "platform").read_text()
+    functions = script[script.index('BEAT=""\nquietly() {'):script.index("# Ctrl-C (or SIGTERM) while the script")]
+    assert "SETUP_HEARTBEAT_SECONDS:-10" in functions
+    err = tmp_path / "err"
+    step = f"until grep -q 'a step: ' {err}; do sleep 0.05; done"
+    program = (f"LOGS={tmp_path}\n{functions}\nquietly 'a step' bash -c \"{step}\"\n"
+               "echo \"beat after: ${BEAT:-none}\"\n")
+    done = subprocess.run(["bash", "-c", program], stderr=err.open("w"), stdout=subprocess.PIPE, text=True,
+                          env={**os.environ, "SETUP_HEARTBEAT_SECONDS": "0.2"}, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "beat after: none"
+    lines = err.read_text().splitlines()
+    assert lines and all(re.fullmatch(r"      \.\.\. a step: \d+ s", line) for line in lines), lines

@@ -5,12 +5,11 @@ warning naming the new path."""
 import ast
 import importlib
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
 
-from ml_platform_constructs._package import MOVED_TO_JOB_SIDE
+from ml_platform_constructs._package import REMOVED_JOB_SIDE_PATHS
 from ml_platform_constructs.advice.gpu_catalog import GPU_CATALOG
 from ml_platform_job.instances import INSTANCE_SHAPES
 
@@ -50,14 +49,13 @@ def test_the_instance_shapes_are_the_gpu_catalogs():
         name: (s.gpus, s.vcpus, s.memory_gib, s.gpu) for name, s in INSTANCE_SHAPES.items()}
 
 
-@pytest.mark.parametrize("old", sorted(MOVED_TO_JOB_SIDE))
-def test_the_old_path_imports_the_new_module_with_a_warning(old):
+@pytest.mark.parametrize("old", sorted(REMOVED_JOB_SIDE_PATHS))
+def test_the_old_path_was_removed_in_0_9_and_its_error_names_the_new_one(old):
     name = f"ml_platform_constructs.{old}"
     sys.modules.pop(name, None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        module = importlib.import_module(name)
-    assert module is importlib.import_module(f"ml_platform_job.{MOVED_TO_JOB_SIDE[old]}")
-    [warning] = [w for w in caught if issubclass(w.category, DeprecationWarning)]
-    assert str(warning.message) == (f"{name} moved to ml_platform_job.{MOVED_TO_JOB_SIDE[old]} in 0.7.0; import it "
-                                    "from there (the old path is removed in 0.9.0)")
+    with pytest.raises(ModuleNotFoundError) as error:
+        importlib.import_module(name)
+    new = f"ml_platform_job.{REMOVED_JOB_SIDE_PATHS[old]}"
+    assert str(error.value) == (f"{name} moved to {new} in 0.7.0 and its old path was removed in 0.9.0: import {new} "
+                                "(pip install ml-platform-job)")
+    importlib.import_module(new)
