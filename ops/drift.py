@@ -2,6 +2,9 @@
 
   ./platform drift check ENV ENDPOINT --baseline FILE --capture DIR [--json]
 
+Try it on the samples: ./platform drift check dev classifier --baseline examples/decisions/baseline.json
+--capture examples/decisions/capture/shifted (or capture/steady: no drift).
+
 FILE is the endpoint's drift baseline (./platform drift-baseline ENV ENDPOINT SAMPLE.csv --output FILE, or a copy of
 s3://<dataset bucket>/drift/baselines/<endpoint name>/baseline.json); DIR holds captured records as SageMaker
 writes them (JSON Lines, *.jsonl at any depth, e.g. a copy of s3://<capture bucket>/capture/<endpoint name>/). The

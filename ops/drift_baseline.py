@@ -8,6 +8,9 @@ which must match the order of the values in the endpoint's CSV requests. Without
 baseline goes to the environment's dataset bucket (read from the Data stack's DatasetBucketName output) at
 drift/baselines/<endpoint name>/baseline.json, where the drift check reads it. --output FILE writes it to a
 local file instead (no AWS call, no credentials): to look at it, or to upload it yourself.
+
+Try it on the sample (no AWS): ./platform drift-baseline dev classifier examples/decisions/train_sample.csv
+--exclude label --output /tmp/baseline.json
 """
 
 from __future__ import annotations

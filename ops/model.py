@@ -8,6 +8,9 @@ itself back on the endpoint's alarms.
   ./platform model promote ENV ENDPOINT RUN_ID [--no-wait]
   ./platform model status ENV ENDPOINT
 
+Try judge on the samples: ./platform model judge examples/decisions/judge/candidate.jsonl
+examples/decisions/judge/live.jsonl
+
 `judge` (no AWS): CANDIDATE and LIVE are JSON Lines of per-example held-out outcomes, `{"id": ..., "correct": true}`
 (classifiers) or `{"id": ..., "error": 0.3}` (regressors), of the same ids. The answer says whether to promote, why,
 on how many paired examples, and the difference the examples can resolve (--json: promote, judged, reason, examples,

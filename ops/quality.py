@@ -3,6 +3,9 @@
   ./platform quality check ENV ENDPOINT --capture DIR --labels FILE [--baseline VALUE --baseline-n N]
                            [--labels-per-hour R] [--json]
 
+Try it on the samples: ./platform quality check dev classifier --capture examples/decisions/capture/steady
+--labels examples/decisions/labels.jsonl
+
 DIR holds captured records as SageMaker writes them (JSON Lines, *.jsonl at any depth, e.g. a copy of
 s3://<capture bucket>/capture/<endpoint name>/); FILE holds labels as ./platform labels upload takes them. The
 settings (problem type, prediction path, baseline and its examples, sample floor, drop, false-alarm budget) are the

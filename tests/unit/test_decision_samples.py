@@ -61,3 +61,13 @@ def test_model_judge_reads_the_samples(capsys):
 
     assert model.main(["judge", str(SAMPLES / "judge" / "candidate.jsonl"), str(SAMPLES / "judge" / "live.jsonl")]) == 0
     assert capsys.readouterr().out.startswith("PROMOTE: ")
+
+
+@pytest.mark.parametrize("module", ["drift_baseline", "drift", "quality", "model"])
+def test_each_commands_help_names_a_sample_that_exists(module):
+    import importlib
+    import re
+
+    doc = importlib.import_module(f"ops.{module}").__doc__
+    named = re.findall(r"examples/decisions/[\w/.]+", doc)
+    assert named and all((ROOT / path.rstrip(".")).exists() for path in named), named
