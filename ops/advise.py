@@ -107,9 +107,13 @@ def fail(message: str) -> None:
     raise SystemExit(f"error: {message}")
 
 
+class BadArgument(SystemExit):
+    """A bad argument, or two that do not go together (its code the one line, "error: ..."): ``main`` prints it as
+    the parser does and exits 2; a command that reuses advise's checks (tco) does the same under its own name."""
+
+
 def bad_argument(message: str) -> None:
-    """A bad argument, or two that do not go together: the parser's one line, exit status 2."""
-    usage_error("./platform advise", message)
+    raise BadArgument(f"error: {message}")
 
 
 def _flag(name: str) -> str:
@@ -118,7 +122,7 @@ def _flag(name: str) -> str:
 
 def validate(args: argparse.Namespace) -> None:
     if args.workload in NOT_MODELLED:
-        bad_argument(f"{args.workload}: not modelled: {NOT_MODELLED[args.workload]}")
+        fail(f"{args.workload}: not modelled: {NOT_MODELLED[args.workload]}")
     for name in POSITIVE:
         value = getattr(args, name, None)
         if value is not None and (not math.isfinite(value) or value <= 0):
@@ -168,11 +172,11 @@ def validate(args: argparse.Namespace) -> None:
         if args.forward_gflops is None:
             bad_argument("custom image model: --forward-gflops (GFLOPs of one forward pass per image) is required")
         if args.forward_gflops < MIN_FORWARD_GFLOPS:
-            bad_argument(f"--forward-gflops={args.forward_gflops:g}: not modelled: under {MIN_FORWARD_GFLOPS:g} GFLOPs an image "
+            fail(f"--forward-gflops={args.forward_gflops:g}: not modelled: under {MIN_FORWARD_GFLOPS:g} GFLOPs an image "
                  "is no network the advisor models (MobileNetV3-Small: 0.12); a tabular/GBDT or tiny model is "
                  "CPU-bound: use a CPU instance or benchmark")
         if args.forward_gflops > MAX_FORWARD_GFLOPS:
-            bad_argument(f"--forward-gflops={args.forward_gflops:g}: not modelled: above {MAX_FORWARD_GFLOPS:g} GFLOPs an "
+            fail(f"--forward-gflops={args.forward_gflops:g}: not modelled: above {MAX_FORWARD_GFLOPS:g} GFLOPs an "
                  "image (12x ResNet-50's 8.2, whose measured speeds the convnet ratios are) is a diffusion U-Net or a "
                  "large vision transformer, which no cited measurement here describes: benchmark first "
                  "(examples/gpu_benchmark.py, then --measured)")
@@ -654,6 +658,13 @@ def throughput_table() -> str:
 
 
 def main(argv: list[str]) -> int:
+    try:
+        return _main(argv)
+    except BadArgument as refused:
+        usage_error("./platform advise", str(refused.code).removeprefix("error: "))
+
+
+def _main(argv: list[str]) -> int:
     parser = Parser("./platform advise", description=__doc__)
     parser.add_argument("workload", nargs="?", choices=[*PRESETS, "custom", *NOT_MODELLED])
     parser.add_argument("--json", action="store_true", help="print {schema_version, region, workload, assumptions, "

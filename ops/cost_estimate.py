@@ -297,7 +297,7 @@ def format_estimate(estimate: EnvironmentEstimate) -> str:
         out.append(f"  GPU-hour    {fleet.name}: {fleet.gpu_hour:.3f} USD per GPU-hour at max size "
                    f"({fleet.max_size} x {fleet.gpus_per_instance} GPU; On-Demand {fleet.hourly_on_demand / fleet.gpus_per_instance:.3f})")
     out += [f"  FLAG        {flag}" for flag in estimate.flags]
-    return "\n".join(out)
+    return fit("\n".join(out))
 
 
 def estimates(assembly_dir: Path, assumptions: Assumptions, env: Optional[str] = None) -> list[EnvironmentEstimate]:

@@ -139,7 +139,9 @@ def describe(name: str, decision: dict, records: int, unusable: Optional[capture
 def main(argv: list[str]) -> int:
     parser = Parser("./platform drift", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    check = commands.add_parser("check", help="judge local capture files against a drift baseline")
+    check = commands.add_parser("check", help="judge local capture files against a drift baseline",
+                                epilog="Try it on the samples: ./platform drift check dev classifier --baseline "
+                                       "examples/decisions/baseline.json --capture examples/decisions/capture/shifted")
     check.add_argument("env")
     check.add_argument("endpoint")
     check.add_argument("--baseline", type=Path, required=True, metavar="FILE")

@@ -7,7 +7,7 @@ FILE is JSON Lines, one label a line: {"inferenceId": "<the InferenceId the call
 {"data": "1", "encoding": "CSV"}, "eventMetadata": {"eventId": "..."}, "eventVersion": "0"}. The file is checked
 first, as ./platform quality check checks its --labels: every line a label record, each id once, each label one the
 check can score (a number, or a class name for a classifier; 0 or 1 for a binary one; no NaN, null or empty text).
-It then goes to the endpoint's capture bucket (read from the endpoint's data capture configuration) under
+A sample file: examples/decisions/labels.jsonl. It then goes to the endpoint's capture bucket (read from the endpoint's data capture configuration) under
 ground-truth/<endpoint name>/yyyy/mm/dd/hh/, the hour of the upload, where the quality check reads labels until its
 window's lateness has passed.
 """

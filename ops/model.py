@@ -723,7 +723,10 @@ def ledger(env: EnvironmentConfig, endpoint: EndpointConfig, *, s3: Any, bucket:
 def main(argv: list[str]) -> int:
     parser = Parser("./platform model", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    judge_parser = commands.add_parser("judge", help="the gate on local outcome files (no AWS)")
+    judge_parser = commands.add_parser("judge", help="the gate on local outcome files (no AWS)",
+                                       epilog="Try it on the samples: ./platform model judge "
+                                              "examples/decisions/judge/candidate.jsonl "
+                                              "examples/decisions/judge/live.jsonl")
     judge_parser.add_argument("candidate", type=Path, metavar="CANDIDATE")
     judge_parser.add_argument("live", type=Path, nargs="?", metavar="LIVE")
     judge_parser.add_argument("--baseline", type=float, metavar="VALUE", help="without LIVE: an accuracy share or MAE")

@@ -199,7 +199,9 @@ def acknowledge(env: platform_config.EnvironmentConfig, endpoint: str, *, s3: An
 def main(argv: list[str]) -> int:
     parser = Parser("./platform quality", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    check = commands.add_parser("check", help="join local capture files with a label file and judge the quality")
+    check = commands.add_parser("check", help="join local capture files with a label file and judge the quality",
+                                epilog="Try it on the samples: ./platform quality check dev classifier --capture "
+                                       "examples/decisions/capture/steady --labels examples/decisions/labels.jsonl")
     check.add_argument("env")
     check.add_argument("endpoint")
     check.add_argument("--capture", type=Path, required=True, metavar="DIR")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import signal
 import sys
 from typing import Optional, Sequence
@@ -80,6 +81,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not command:
         print(f"error: no job command: put it after -- (usage: {USAGE})", file=sys.stderr)
         return 2
+    program = command[0]
+    if shutil.which(program) is None:  # a rehearsal that cannot run is an error (1), not a FAIL of the job (3)
+        print(f"error: rehearse: cannot start {program}: no such program, or not executable: give the command that "
+              "runs your job after --, e.g. -- python train.py", file=sys.stderr)
+        return 1
     out = sys.stderr if args.json else sys.stdout
     runners: list = []
 

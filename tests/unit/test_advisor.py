@@ -861,7 +861,7 @@ def test_eight_g5_48xlarge_scale_worse_than_eight_p5_48xlarge_for_the_7b_case():
     assert (NETWORK_GBPS["g5.48xlarge"], NETWORK_GBPS["p5.48xlarge"], NETWORK_EFFICIENCY) == (100, 3200, 0.6)
     assert {"g5.48xlarge", "p5.48xlarge"} <= EFA_INSTANCE_TYPES
     case = with_overrides(PRESETS["llm-7b-full"], global_batch_items=32)
-    result = advise(case, prices=PRICES, target="queue")
+    result = advise(case, prices=PRICES, target="none")  # each type at its rated network (an EFA per card)
     g5, p5 = option(result, "g5.48xlarge", 8), option(result, "p5.48xlarge", 8)
     assert g5.sharding == p5.sharding == "ZeRO-3/FSDP over 64 GPUs"
     # g5: 3 x 6.74e9 x 2 bytes x 7/8 = 35.4 GB each instance sends a step, at 100 Gbps x 0.6 = 7.5 GB/s: 4.72 s,
@@ -881,6 +881,16 @@ def test_eight_g5_48xlarge_scale_worse_than_eight_p5_48xlarge_for_the_7b_case():
     assert terms.communication_seconds == pytest.approx(0.147, abs=1e-3)
     assert terms.compute_seconds == pytest.approx(0.30, abs=0.01)
     assert terms.communication_seconds < terms.compute_seconds
+    # On a TrainingQueue a node has one network interface: p5's 32 cards of 100 Gbps give it one card's 100 Gbps,
+    # and the same 35.4 GB a step make it network-bound (the reference run's own network no longer applies)
+    queued = advise(case, prices=PRICES, target="queue")
+    p5_queue, g5_queue = option(queued, "p5.48xlarge", 8), option(queued, "g5.48xlarge", 8)
+    assert p5_queue.network_gbps == 100 and g5_queue.network_gbps == 100
+    assert p5_queue.step_communication_seconds == pytest.approx(talk)
+    assert p5_queue.scaling_efficiency == pytest.approx(p5_queue.step_compute_seconds / talk)
+    assert p5_queue.scaling_efficiency < 0.5
+    assert "one network card of the type's 3,200" in p5_queue.throughput_note
+    assert g5_queue.scaling_efficiency == pytest.approx(g5.scaling_efficiency)
     assert terms.scaling_efficiency == 1.0
     assert g5.scaling_efficiency < 0.5 < 1.0 == p5.scaling_efficiency
     # the assumption is in the option's note (the output's "how") and in its JSON

@@ -241,7 +241,7 @@ def test_bad_bucket_name_is_rejected_before_resources(scope):
         DatasetBucket(scope, "B", bucket_name="My_Bucket")
     assert "bucket_name='My_Bucket'" in str(error.value)
     assert "3-63 lowercase letters" in str(error.value)
-    assert not scope.node.find_child("B").node.children
+    assert scope.node.try_find_child("B") is None  # a refused construct leaves nothing in the tree
 
 
 def test_ip_address_bucket_name_is_rejected(scope):

@@ -71,3 +71,15 @@ def test_each_commands_help_names_a_sample_that_exists(module):
     doc = importlib.import_module(f"ops.{module}").__doc__
     named = re.findall(r"examples/decisions/[\w/.]+", doc)
     assert named and all((ROOT / path.rstrip(".")).exists() for path in named), named
+
+
+@pytest.mark.parametrize("module, argv", [("model", ["judge", "--help"]), ("drift", ["check", "--help"]),
+                                          ("quality", ["check", "--help"]), ("labels", ["--help"]),
+                                          ("drift_baseline", ["--help"])])
+def test_each_commands_own_help_names_a_sample(module, argv, capsys):
+    import importlib
+
+    with pytest.raises(SystemExit) as done:
+        importlib.import_module(f"ops.{module}").main(argv)
+    assert done.value.code == 0
+    assert "examples/decisions/" in capsys.readouterr().out

@@ -207,7 +207,7 @@ def test_a_queue_can_be_multi_node_only():
     scope = stack()
     queue = multi_only(scope)
     assert queue.multi_node_only and queue.job_queue is None and queue.job_definition is None
-    assert queue.spot_environment is None and queue.multi_node_job_queue is not None
+    assert queue.spot_environment is None and queue.launch_template is None and queue.multi_node_job_queue is not None
     template = Template.from_stack(scope)
     template.resource_count_is("AWS::Batch::JobQueue", 1)
     template.resource_count_is("AWS::Batch::ComputeEnvironment", 1)
@@ -243,3 +243,34 @@ def test_submitting_to_a_multi_node_only_queue_takes_nodes():
         check_submission(target, IMAGE, ["python", "train.py"], name="run-1")
     assert check_submission(target, IMAGE, ["python", "train.py"], name="run-1", nodes=2).multi_node
     assert target.job_queues() == [("big (multi-node)", "arn:mq")]
+
+
+def test_a_multi_node_only_queue_in_isolated_subnets_without_an_endpoint_fails_naming_it():
+    scope, vpc = without("TrainingQueue", "monitoring")
+    with pytest.raises(ValidationError, match=r"TrainingQueue: vpc='Team/Vpc' is invalid: .*missing: \['monitoring'\]"):
+        TrainingQueue(scope, "Queue", vpc=vpc, alerts=sns.Topic(scope, "T"), key=kms.Key(scope, "K"), image_uri=IMAGE,
+                      multi_node_instance_types=MULTI, multi_node_max_vcpus=384)
+
+
+def test_an_endpoint_defined_outside_the_vpc_counts_and_one_that_cannot_serve_does_not():
+    """An endpoint construct of its own (not vpc.add_*) counts; an interface endpoint without private DNS and a
+    gateway endpoint routed from other subnets do not."""
+    scope = stack()
+    vpc = isolated_vpc(scope)
+    for name in ("autoscaling", "ec2"):
+        ec2.InterfaceVpcEndpoint(scope, name, vpc=vpc, service=ec2.InterfaceVpcEndpointAwsService(name))
+    ec2.InterfaceVpcEndpoint(scope, "monitoring", vpc=vpc, service=ec2.InterfaceVpcEndpointAwsService("monitoring"),
+                             private_dns_enabled=False)
+    ec2.GatewayVpcEndpoint(scope, "S3", vpc=vpc, service=ec2.GatewayVpcEndpointAwsService.S3,
+                           subnets=[ec2.SubnetSelection(subnets=vpc.isolated_subnets[:1])])
+    with pytest.raises(ValidationError, match=r"missing: \['monitoring', 's3'\]"):
+        fleet(scope, vpc)
+
+
+def test_an_imported_vpcs_isolated_subnets_warn_on_the_construct_that_it_is_unchecked():
+    scope = stack()
+    vpc = ec2.Vpc.from_vpc_attributes(scope, "Vpc", vpc_id="vpc-0123456789abcdef0", availability_zones=["us-east-1a"],
+                                      isolated_subnet_ids=ISOLATED[:1])
+    fleet(scope, vpc, vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED))
+    [warning] = Annotations.from_stack(scope).find_warning("/Team/Fleet", Match.string_like_regexp("cannot see"))
+    assert "autoscaling, ec2, monitoring, s3" in warning.entry.data

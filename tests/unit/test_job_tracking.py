@@ -58,7 +58,7 @@ def test_runs_show_reads_a_record_file_with_its_resume_and_ledger(tmp_path, caps
     again.restored(40, "s3://b/checkpoints/step-000000000040/")
     again.finish(final_state_sha256="ab" * 32)
     assert runs.main(["show", "--record", str(tmp_path / "ckpt")]) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # long lines fold at 100 columns
     assert "2. g5.xlarge spot " in out and ": finished; resumed from the checkpoint of step 40" in out
     assert "goodput ledger:" in out
     assert runs.main(["show", "--record", str(tmp_path / "ckpt" / "passport.json"), "--json"]) == 0

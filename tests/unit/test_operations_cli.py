@@ -41,7 +41,8 @@ def test_help_runs_without_node():
     (["budget", "status"], "error: no AWS Region: pass --region REGION (before or after the command"),
     (["budget", "status", "--region", "eu-west-1"], "error: no AWS credentials for eu-west-1: sign in (aws sso login"),
     (["drift-baseline", "missing.csv", "--endpoint", "e", "--output", "b.json"],
-     "error: missing.csv: No such file or directory"),
+     "error: the sample missing.csv cannot be read (No such file or directory): give a CSV with a header, or JSON "
+     "Lines, of training rows"),
     (["drift-baseline", "--endpoint", "e"], "error: python -m ml_platform_constructs drift-baseline: the following "
                                             "arguments are required: sample"),
     (["prices", "refresh", "--output", "p.json"], "error: python -m ml_platform_constructs prices refresh: name each "

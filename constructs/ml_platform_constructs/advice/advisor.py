@@ -94,6 +94,12 @@ DDP_GRADIENT_BYTES = 4  # FP32 gradients (AMP), all-reduced by DDP
 # (https://github.com/NVIDIA/nccl/issues/527). A measured run across instances (--measured, a record of more GPUs
 # than one instance holds) already holds its communication and replaces the term.
 NETWORK_EFFICIENCY = 0.6
+# What a TrainingQueue's multi-node job gets of an instance's network: the queue gives each node one interface (one
+# EFA on network card 0 with multi_node_efa, else its primary ENA interface), and the types rated above 100 Gbps
+# spread that over several network cards of about 100 Gbps each (p4d 4, p5 32, trn1 8): their full rate needs one
+# EFA per card (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html). So for --block queue
+# the advisor assumes at most one card's 100 Gbps, whatever the type's rating.
+QUEUE_NETWORK_GBPS = 100.0
 SHARDED_GRADIENT_BYTES = 2  # BF16 reduce_dtype (FSDP MixedPrecision)
 ZERO3_VOLUME = 3  # weights gathered twice, gradients reduce-scattered once
 ALL_REDUCE_VOLUME = 2
@@ -645,7 +651,7 @@ class StepTerms:
     compute_seconds: float
     step_bytes: float  # each instance sends per step
     micro_batches: int  # ZeRO-3's collectives repeat on each
-    network_gbps: float  # the type's rated bandwidth
+    network_gbps: float  # the bandwidth the shape's collectives cross (the type's rating, or a queue's one card)
 
     @property
     def communication_seconds(self) -> float:
@@ -662,8 +668,14 @@ class StepTerms:
         return self.compute_seconds / self.step_seconds
 
 
+def network_gbps_for(instance: GpuInstanceType, target: str) -> float:
+    """The bandwidth a multi-instance job of this type gets on ``target``: the type's rating, or on a TrainingQueue
+    (one network interface a node) at most QUEUE_NETWORK_GBPS."""
+    return min(instance.network_gbps, QUEUE_NETWORK_GBPS) if target == "queue" else instance.network_gbps
+
+
 def step_terms(workload: Workload, instance: GpuInstanceType, instances: int,
-               compute_rate: float) -> Optional[StepTerms]:
+               compute_rate: float, network_gbps: Optional[float] = None) -> Optional[StepTerms]:
     """The step of a multi-instance shape at ``compute_rate`` samples per second (None for one instance): the bytes
     each instance sends per step (``Workload.step_bytes``, with the sharding ``memory_fit`` picks) over the type's
     network (EFA where it has it)."""
@@ -676,25 +688,27 @@ def step_terms(workload: Workload, instance: GpuInstanceType, instances: int,
     share = math.ceil(workload.global_batch_items / (instance.workers(workload.logical_nc) * instances))
     micro_batches = math.ceil(share / micro_batch) if sharded and micro_batch else 1
     return StepTerms(workload.samples_per_step() / compute_rate, workload.step_bytes(instances, sharded, micro_batches),
-                     micro_batches, instance.network_gbps)
+                     micro_batches, instance.network_gbps if network_gbps is None else network_gbps)
 
 
 def communication(workload: Workload, instance: GpuInstanceType, instances: int, compute_rate: float,
-                  reference_gpus: int) -> tuple[float, str, Optional[StepTerms]]:
+                  reference_gpus: int, network_gbps: Optional[float] = None) -> tuple[float, str, Optional[StepTerms]]:
     """(samples per second with the network's share, how, the step's terms) for a multi-instance shape: a step takes
     max(compute, bytes per step / (network bandwidth x NETWORK_EFFICIENCY)). A run of this GPU across more GPUs than
     one instance holds (``reference_gpus``; 0 for an estimate from another GPU, whose network says nothing of this
     one's) already measured its own communication: no second network term."""
     if instances < 2:
         return compute_rate, "", None
-    if reference_gpus > instance.gpu_count:
+    capped = network_gbps is not None and network_gbps < instance.network_gbps
+    if reference_gpus > instance.gpu_count and not capped:
         return compute_rate, f"; its {reference_gpus}-GPU reference run already holds inter-node communication", None
-    terms = step_terms(workload, instance, instances, compute_rate)
+    terms = step_terms(workload, instance, instances, compute_rate, network_gbps)
     compute, talk, step = terms.compute_seconds, terms.communication_seconds, terms.step_seconds
     repeated = f" ({terms.micro_batches} micro-batches)" if terms.micro_batches > 1 else ""
     efa = " EFA" if instance.efa else ""
+    card = (f" (a queue node's one network card of the type's {instance.network_gbps:,g})" if capped else "")
     how = (f"; per step {compute:,.2f} s compute, {terms.step_bytes / 1e9:,.1f} GB{repeated} per instance over "
-           f"{instance.network_gbps:,g} Gbps{efa} x {NETWORK_EFFICIENCY:g} assumed efficiency = {talk:,.2f} s; "
+           f"{terms.network_gbps:,g} Gbps{efa}{card} x {NETWORK_EFFICIENCY:g} assumed efficiency = {talk:,.2f} s; "
            f"overlapped (the best case), the step takes the longer: {step:,.2f} s"
            + (f" (network-bound: scaling {terms.scaling_efficiency:.0%})" if talk > compute else ""))
     return workload.samples_per_step() / step, how, terms
@@ -717,10 +731,11 @@ def shape_throughput(workload: Workload, instance: GpuInstanceType, instances: i
 
 
 def _shape_throughput(workload: Workload, instance: GpuInstanceType, instances: int,
-                      measured: Sequence[MeasuredThroughput]) -> tuple[float, str, str, Optional[StepTerms]]:
+                      measured: Sequence[MeasuredThroughput], network_gbps: Optional[float] = None
+                      ) -> tuple[float, str, str, Optional[StepTerms]]:
     rate, source, how, measured_gpus = _compute_throughput(workload, instance, instances, measured)
     rate, quantized = _quantized(workload, rate, source)
-    rate, network, terms = communication(workload, instance, instances, rate, measured_gpus)
+    rate, network, terms = communication(workload, instance, instances, rate, measured_gpus, network_gbps)
     return rate, source, how + quantized + network, terms
 
 
@@ -787,9 +802,11 @@ def interruption_rate(band: int) -> float:
 # --- one shape ---------------------------------------------------------------------------------------------------
 
 def _option(workload: Workload, instance: GpuInstanceType, instances: int, prices: dict,
-            assumptions: CostAssumptions, measured: Sequence[MeasuredThroughput], minimize: str) -> Option:
+            assumptions: CostAssumptions, measured: Sequence[MeasuredThroughput], minimize: str,
+            target: str = "fleet") -> Option:
     fits, sharding, per_gpu_gib, micro_batch = memory_fit(workload, instance, instances)
-    rate, source, note, terms = _shape_throughput(workload, instance, instances, measured)
+    network_gbps = network_gbps_for(instance, target)
+    rate, source, note, terms = _shape_throughput(workload, instance, instances, measured, network_gbps)
     accelerator_rate = rate
     if workload.cpu_samples_per_vcpu and not workload.gpu_decode:
         cpu_cap = instance.vcpus * instances * workload.cpu_samples_per_vcpu
@@ -861,7 +878,7 @@ def _option(workload: Workload, instance: GpuInstanceType, instances: int, price
         usd_spot=usd_spot, usd_on_demand=usd_on_demand, lifecycle=lifecycle, usd=usd,
         meets_deadline=deadline is None or expected <= deadline, on_demand_hourly=on_demand, spot_hourly=spot_hourly,
         spot_savings=spot_savings, advisor_savings=spot.advisor_savings if spot else None,
-        network_gbps=instance.network_gbps,
+        network_gbps=network_gbps,
         step_compute_seconds=terms.compute_seconds if terms else None,
         step_communication_seconds=terms.communication_seconds if terms else None,
         step_gb=terms.step_bytes / 1e9 if terms else None,
@@ -943,7 +960,7 @@ def advise(workload: Workload, *, prices: Optional[dict] = None, assumptions: Co
         from ..runtime.budget_guard import load_prices
         prices = load_prices(region)
     catalog = ACCELERATOR_CATALOG if catalog is None else catalog
-    options = [_option(workload, instance, count, prices, assumptions, measured, minimize)
+    options = [_option(workload, instance, count, prices, assumptions, measured, minimize, target)
                for instance, count in shapes(catalog, max_instances) if instance.name in prices["on_demand_hourly"]]
     single_ok = {o.instance_type for o in options if o.instances == 1 and o.fits and o.meets_deadline}
     for option in options:

@@ -153,7 +153,7 @@ class DatasetSnapshotBuilder(Construct):
                           uses="Run Command reaches the builder's SSM Agent and the builder copies the dataset from "
                                "S3 through them; without them the runbook waits for an instance that never reports",
                           fix="PlatformNetwork() (its DEFAULT_INTERFACE_ENDPOINTS and S3 gateway endpoint have them), "
-                              "or subnets with a NAT gateway")
+                              "or subnets with a NAT gateway", scope=self)
         stack = Stack.of(self)
         self.environment = environment
         subnets = vpc.select_subnets(**({"subnet_type": vpc_subnets.subnet_type, "subnets": vpc_subnets.subnets}

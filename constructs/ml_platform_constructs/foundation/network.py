@@ -128,30 +128,57 @@ def selected_subnets(vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection]) 
 
 def missing_interface_endpoints(vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection],
                                 needed: Sequence[str]) -> list[str]:
-    """The services of ``needed`` (endpoint short names such as ``ecr.dkr``) that have no interface endpoint in ``vpc``,
-    when every selected subnet is isolated (no NAT gateway: clients there reach AWS only through interface
-    endpoints); [] otherwise, and for an imported VPC, whose endpoints cannot be seen from here."""
+    """The services of ``needed`` (endpoint short names such as ``ecr.dkr``) that the selected isolated subnets of
+    ``vpc`` cannot reach (no NAT gateway: clients there reach AWS only through VPC endpoints); [] when no selected
+    subnet is isolated, and for an imported VPC, whose endpoints cannot be seen from here.
+
+    An endpoint counts wherever in the app it is defined (``vpc.add_interface_endpoint``, or a construct of its own
+    given the VPC): an interface endpoint only with private DNS (without it the SDKs call the public names and time
+    out), a gateway endpoint only when its route tables are those of every selected isolated subnet
+    (https://docs.aws.amazon.com/vpc/latest/privatelink/gateway-endpoints.html: traffic uses it only from subnets
+    whose route table has its route)."""
     if not isinstance(vpc, ec2.Vpc):
         return []
-    subnets = selected_subnets(vpc, vpc_subnets)
     isolated = {s.subnet_id for s in vpc.isolated_subnets}
-    if not subnets or any(s.subnet_id not in isolated for s in subnets):
+    subnets = [s for s in selected_subnets(vpc, vpc_subnets) if s.subnet_id in isolated]
+    if not subnets:
         return []
-    services = [json.dumps(Stack.of(vpc).resolve(c.service_name)) for c in vpc.node.find_all()
-                if isinstance(c, ec2.CfnVPCEndpoint)]
-    return [name for name in needed if not any(f'.{name}"' in service for service in services)]
+    stack = Stack.of(vpc)
+    tables = {s.route_table.route_table_id for s in subnets}
+    reachable = []
+    for endpoint in vpc.node.root.node.find_all():
+        if not isinstance(endpoint, ec2.CfnVPCEndpoint) or endpoint.vpc_id != vpc.vpc_id:
+            continue
+        service = json.dumps(stack.resolve(endpoint.service_name))
+        if endpoint.vpc_endpoint_type == "Gateway":
+            routes = endpoint.route_table_ids
+            if routes is not None and not Token.is_unresolved(routes) and not tables <= set(routes):
+                continue
+        elif stack.resolve(endpoint.private_dns_enabled) is not True:
+            continue
+        reachable.append(service)
+    return [name for name in needed if not any(f'.{name}"' in service for service in reachable)]
 
 
 def require_endpoints(construct: str, vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection], *, uses: str,
-                      fix: str) -> None:
+                      fix: str, scope: Optional[Construct] = None) -> None:
     """Fails synth when the selected subnets of a VPC of this app are isolated and lack one of the construct's
     ``ENDPOINTS_WITHOUT_EGRESS``: without it a call times out on the instance, with no error at deploy. ``uses`` says
-    what goes through them, ``fix`` how to add them."""
+    what goes through them, ``fix`` how to add them. An imported VPC's endpoints cannot be seen: with ``scope``, its
+    isolated subnets get a warning listing what the construct needs there."""
     needed = list(ENDPOINTS_WITHOUT_EGRESS[construct])
+    if scope is not None and not isinstance(vpc, ec2.Vpc):
+        isolated = {s.subnet_id for s in vpc.isolated_subnets}
+        if any(s.subnet_id in isolated for s in selected_subnets(vpc, vpc_subnets)):
+            Annotations.of(scope).add_warning_v2(UNCHECKED_ENDPOINTS_WARNING, (
+                f"{construct}: its subnets are isolated subnets of an imported VPC, whose endpoints the app cannot "
+                f"see: it needs VPC endpoints for {', '.join(needed)} there, or its jobs wait and its alarms get no "
+                "data, with no error at deploy."))
     missing = missing_interface_endpoints(vpc, vpc_subnets, needed)
     if missing:
         raise ValidationError(construct, "vpc", vpc.node.path,
-                              f"isolated subnets with VPC endpoints for {needed} (no NAT gateway: {uses}); "
+                              f"isolated subnets with VPC endpoints for {needed} (no NAT gateway: {uses}; an "
+                              "interface endpoint with private DNS, a gateway endpoint routed from these subnets); "
                               f"missing: {missing}", fix)
 
 

@@ -130,7 +130,8 @@ def check_default_security_group(scope: Construct, vpc: ec2.IVpc) -> None:
 QUEUE_ENDPOINTS_WITHOUT_EGRESS = ENDPOINTS_WITHOUT_EGRESS["TrainingQueue"]
 
 
-def require_endpoints_without_egress(vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection]) -> None:
+def require_endpoints_without_egress(vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection],
+                                     scope: Optional[Construct] = None) -> None:
     """In isolated subnets of a VPC of this app, the instances reach AWS only through VPC endpoints
     (``ENDPOINTS_WITHOUT_EGRESS["TrainingQueue"]``): without any of them jobs wait RUNNABLE or the GPU alarms stay
     silent (missing data is not breaching), with no error anywhere. (An imported VPC's endpoints cannot be seen.)"""
@@ -138,7 +139,7 @@ def require_endpoints_without_egress(vpc: ec2.IVpc, vpc_subnets: Optional[ec2.Su
                       uses="the ECS agent, image pulls, image layers from S3, job logs and GPU metrics go through them",
                       fix="PlatformNetwork(interface_endpoints=[*DEFAULT_INTERFACE_ENDPOINTS, "
                           "*QUEUE_INTERFACE_ENDPOINTS]) (it has the S3 gateway endpoint), or subnets with a NAT "
-                          "gateway")
+                          "gateway", scope=scope)
 
 
 # --- resources ----------------------------------------------------------------------------------------------------

@@ -150,7 +150,7 @@ class SpotGpuFleet(Construct):
                                "watcher's lifecycle-hook completion go through them; without monitoring the idle and "
                                "memory alarms get no data and never fire",
                           fix="PlatformNetwork() (its DEFAULT_INTERFACE_ENDPOINTS and S3 gateway endpoint have them), "
-                              "or subnets with a NAT gateway")
+                              "or subnets with a NAT gateway", scope=self)
         warn_without_session_manager(self, "SpotGpuFleet", vpc, vpc_subnets)
         if volume_key is not None and not volume_key_allows_autoscaling and not allow_autoscaling_volumes(volume_key):
             raise ValidationError(

@@ -226,7 +226,7 @@ class TrainingQueue(Construct):
             if multi_node_efa:
                 check_default_security_group(self, vpc)
         require_private_subnets(self, "TrainingQueue", vpc, vpc_subnets, allow_public_subnets)
-        require_endpoints_without_egress(vpc, vpc_subnets)
+        require_endpoints_without_egress(vpc, vpc_subnets, self)
         validate_alarm_props("TrainingQueue", idle_threshold_percent=idle_threshold_percent,
                              idle_evaluation_periods=idle_evaluation_periods, alarm_period=alarm_period,
                              memory_pressure_threshold=memory_pressure_threshold)
@@ -258,7 +258,8 @@ class TrainingQueue(Construct):
                          "ML_PLATFORM_QUEUE_NAME": self.queue_name},
             root_volume_size=root_volume_size, dataset_volumes=tuple(dataset_volumes),
             update_timeout_minutes=update_timeout_for(job_timeout))
-        self.launch_template = compute.launch_template(self, "LaunchTemplate")
+        # The Spot and On-Demand environments' template (a multi-node-only queue has none: its nodes have their own).
+        self.launch_template = None if self.multi_node_only else compute.launch_template(self, "LaunchTemplate")
 
         self.spot_environment = self.on_demand_environment = self.job_queue = self.job_queue_arn = None
         self.job_definition = self.evaluation_role = self.evaluation_job_definition = None
