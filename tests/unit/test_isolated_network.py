@@ -274,3 +274,24 @@ def test_an_imported_vpcs_isolated_subnets_warn_on_the_construct_that_it_is_unch
     fleet(scope, vpc, vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED))
     [warning] = Annotations.from_stack(scope).find_warning("/Team/Fleet", Match.string_like_regexp("cannot see"))
     assert "autoscaling, ec2, monitoring, s3" in warning.entry.data
+
+
+def test_a_fleet_or_queue_that_records_to_serverless_mlflow_cannot_sit_in_isolated_subnets():
+    """The serverless MLflow app is reached only with egress (no interface endpoint serves it): a fleet or a queue
+    recording to it from isolated subnets fails at synth, naming tracking; a tracking server's endpoints pass."""
+    from ml_platform_constructs import MLFLOW_INTERFACE_ENDPOINTS, DatasetBucket, MlflowTracking
+
+    for construct, build in (("SpotGpuFleet", lambda scope, vpc, tracking: fleet(scope, vpc, tracking=tracking)),
+                             ("TrainingQueue", lambda scope, vpc, tracking: TrainingQueue(
+                                 scope, "Queue", vpc=vpc, alerts=sns.Topic(scope, "T"), key=kms.Key(scope, "K"),
+                                 image_uri=IMAGE, instance_types=TYPES, tracking=tracking))):
+        scope, vpc = without(construct)
+        tracking = MlflowTracking(scope, "Tracking", datasets=DatasetBucket(scope, "Data"), name="team")
+        with pytest.raises(ValidationError, match=rf"{construct}: vpc='Team/Vpc' is invalid: subnets with egress .* it records runs to"):
+            build(scope, vpc, tracking)
+        scope, vpc = without(construct)
+        for service in MLFLOW_INTERFACE_ENDPOINTS:
+            vpc.add_interface_endpoint(service.short_name.replace(".", "-"), service=service)
+        server = MlflowTracking(scope, "Tracking", datasets=DatasetBucket(scope, "Data"), name="team",
+                                tracking_server_size="Small")
+        build(scope, vpc, server)

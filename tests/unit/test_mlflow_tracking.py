@@ -273,7 +273,6 @@ def _two_stack_app(tmp_path, **tracking):
     from aws_cdk import App
     from aws_cdk import aws_sns as sns
     from ml_platform_constructs import TrainingQueue
-    from tests.conftest import queue_vpc
 
     app = App(outdir=str(tmp_path))
     env = {"account": "123456789012", "region": "us-east-1"}
@@ -282,7 +281,10 @@ def _two_stack_app(tmp_path, **tracking):
     datasets = DatasetBucket(data, "Datasets", encryption_key=key)
     mlflow = MlflowTracking(data, "Tracking", datasets=datasets, **{"name": "team-a", **tracking})
     compute = Stack(app, "Compute", env=env)
-    TrainingQueue(compute, "Queue", vpc=queue_vpc(compute), instance_types=[ec2.InstanceType(t) for t in (
+    # Subnets with egress: the serverless app is reached only through a NAT gateway (TrainingQueue checks it)
+    vpc = ec2.Vpc(compute, "Vpc", availability_zones=["us-east-1a", "us-east-1b"], nat_gateways=1,
+                  restrict_default_security_group=False)
+    TrainingQueue(compute, "Queue", vpc=vpc, instance_types=[ec2.InstanceType(t) for t in (
                   "g5.xlarge", "g5.2xlarge", "g6.xlarge", "g6.2xlarge")],
                   datasets=datasets, key=key, alerts=sns.Topic(compute, "Alerts"), tracking=mlflow,
                   image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1", queue_name="training")

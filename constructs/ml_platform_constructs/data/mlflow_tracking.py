@@ -184,27 +184,40 @@ class MlflowTracking(Construct):
             fail("artifact_prefix", prefix, "an S3 prefix of its own ending in '/', not datasets/, checkpoints/, logs/ "
                  "or capture/", "use the default 'mlflow/'")
 
+    def check_clients(self, construct: str, vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection]) -> None:
+        """Fails synth when ``construct``'s instances, in these subnets, could not reach this tracking: isolated
+        subnets (of any VPC) for the serverless app, which no interface endpoint serves; isolated subnets of a VPC of
+        this app without ``MLFLOW_INTERFACE_ENDPOINTS`` for a tracking server. SpotGpuFleet and TrainingQueue call
+        it for their ``tracking``: without it every run's record would time out, with no error at deploy."""
+        if self.serverless:
+            self._refuse_isolated_subnets_for_the_app(vpc, vpc_subnets, construct)
+        else:
+            self._require_endpoints_without_egress(vpc, vpc_subnets, construct)
+
     @staticmethod
-    def _refuse_isolated_subnets_for_the_app(vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection]) -> None:
+    def _refuse_isolated_subnets_for_the_app(vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection],
+                                             construct: str = "MlflowTracking") -> None:
         isolated = {s.subnet_id for s in vpc.isolated_subnets}
         subnets = selected_subnets(vpc, vpc_subnets)
         if subnets and all(s.subnet_id in isolated for s in subnets):
             raise ValidationError(
-                "MlflowTracking", "vpc", vpc.node.path,
-                "subnets with egress (a NAT gateway) for the serverless MLflow app: its clients call "
+                construct, "vpc", vpc.node.path,
+                "subnets with egress (a NAT gateway) for the serverless MLflow app"
+                + ("" if construct == "MlflowTracking" else " it records runs to (its tracking)") + ": its clients call "
                 "https://mlflow.sagemaker.<region>.app.aws, and no documented interface endpoint serves it (the "
                 "sagemaker.experiments endpoint serves tracking servers)",
                 "give the clients' subnets a NAT gateway, or set tracking_server_size (a tracking server is reached "
                 "through MLFLOW_INTERFACE_ENDPOINTS)")
 
-    def _require_endpoints_without_egress(self, vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection]) -> None:
+    def _require_endpoints_without_egress(self, vpc: ec2.IVpc, vpc_subnets: Optional[ec2.SubnetSelection],
+                                          construct: str = "MlflowTracking") -> None:
         """Clients in isolated subnets of a VPC of this app reach MLflow only through its interface endpoints:
         without them every tracking call times out. (An imported VPC's endpoints cannot be seen from here.)"""
         needed = [e.short_name for e in MLFLOW_INTERFACE_ENDPOINTS]
         missing = missing_interface_endpoints(vpc, vpc_subnets, needed)
         if missing:
             raise ValidationError(
-                "MlflowTracking", "vpc", vpc.node.path,
+                construct, "vpc", vpc.node.path,
                 f"isolated subnets with interface endpoints for {needed} (no NAT gateway: jobs reach MLflow only "
                 f"through them); missing: {missing}",
                 "PlatformNetwork(interface_endpoints=[..., *MLFLOW_INTERFACE_ENDPOINTS]), or subnets with a NAT gateway")

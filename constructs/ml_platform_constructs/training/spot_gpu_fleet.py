@@ -152,6 +152,8 @@ class SpotGpuFleet(Construct):
                           fix="PlatformNetwork() (its DEFAULT_INTERFACE_ENDPOINTS and S3 gateway endpoint have them), "
                               "or subnets with a NAT gateway", scope=self)
         warn_without_session_manager(self, "SpotGpuFleet", vpc, vpc_subnets)
+        if tracking is not None:
+            tracking.check_clients("SpotGpuFleet", vpc, vpc_subnets)
         if volume_key is not None and not volume_key_allows_autoscaling and not allow_autoscaling_volumes(volume_key):
             raise ValidationError(
                 "SpotGpuFleet", "volume_key", volume_key.key_arn,

@@ -227,6 +227,8 @@ class TrainingQueue(Construct):
                 check_default_security_group(self, vpc)
         require_private_subnets(self, "TrainingQueue", vpc, vpc_subnets, allow_public_subnets)
         require_endpoints_without_egress(vpc, vpc_subnets, self)
+        if tracking is not None:
+            tracking.check_clients("TrainingQueue", vpc, vpc_subnets)
         validate_alarm_props("TrainingQueue", idle_threshold_percent=idle_threshold_percent,
                              idle_evaluation_periods=idle_evaluation_periods, alarm_period=alarm_period,
                              memory_pressure_threshold=memory_pressure_threshold)
