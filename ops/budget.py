@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import getpass
 import json
-import sys
 from datetime import datetime, timezone
 from typing import Any
 
@@ -30,7 +29,7 @@ from ml_platform_constructs.operations.cli import budget_status
 from ml_platform_constructs.runtime import budget_guard
 
 from ops.aws_access import environment, payer_session, session_for
-from ops.cli import Parser, add_what_if_figures, aws_errors_in_one_line, fit, usage_error
+from ops.cli import Parser, add_what_if_figures, aws_errors_in_one_line, fit, refusals_are_bad_arguments
 from stacks.config import EnvironmentConfig
 
 COST_TAGS = ("environment", "project", "cost-center", "component")
@@ -73,13 +72,9 @@ def main(argv: list[str]) -> int:
     if args.command == "what-if":
         now = args.now or datetime.now(timezone.utc)
         now = now if now.tzinfo else now.replace(tzinfo=timezone.utc)
-        try:
+        with refusals_are_bad_arguments("./platform budget what-if"):
             result = what_if(env, actual=args.actual, budget_age_hours=args.budget_age_hours, running=args.running,
                              on_demand=args.on_demand, now=now)
-        except SystemExit as refused:  # what_if's refusals are of its arguments (a type the table does not price)
-            if isinstance(refused.code, str):
-                usage_error("./platform budget what-if", refused.code.removeprefix("error: "))
-            raise
         print(json.dumps(result, indent=1) if args.json else fit(budget_what_if.format_what_if(result)))
         return 0
     if args.command == "activate-tags":  # the payer account's credentials, not the environment's

@@ -30,6 +30,7 @@ from ml_platform_constructs.operations.cli import (  # noqa: F401 - the app's co
     COLUMNS,
     bounded,
     fit,
+    refusals_are_bad_arguments,
     usage_error,
     verdict_exit,
     verdicts,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path

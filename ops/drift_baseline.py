@@ -16,7 +16,6 @@ Try it on the sample (no AWS): ./platform drift-baseline dev classifier examples
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from ml_platform_constructs.operations.cli import baseline_from_sample, baseline_key, check_output, write_output

@@ -10,12 +10,11 @@ metrics read back for its cost per accuracy point and per million tokens (the li
 from __future__ import annotations
 
 import json
-import sys
 from datetime import datetime, timezone
 
 from ml_platform_constructs.advice.job_cost import LIFECYCLES, check_override, format_cost, gather
 
-from ops.cli import Parser, aws_errors_in_one_line, usage_error
+from ops.cli import Parser, aws_errors_in_one_line, refusals_are_bad_arguments
 
 
 @aws_errors_in_one_line
@@ -27,12 +26,8 @@ def main(argv: list[str], session_factory=None) -> int:
     parser.add_argument("--instance-type", help="for attempts whose container instance ECS no longer describes")
     parser.add_argument("--lifecycle", choices=LIFECYCLES)
     args = parser.parse_args(argv)
-    try:
+    with refusals_are_bad_arguments("./platform job cost"):
         override = check_override(args.instance_type, args.lifecycle)
-    except SystemExit as refused:  # --instance-type and --lifecycle: a bad argument, exit 2 as every other
-        if isinstance(refused.code, str):
-            usage_error("./platform job cost", refused.code.removeprefix("error: "))
-        raise
     from ops.aws_access import environment, session_for
 
     env = environment(args.env)

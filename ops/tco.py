@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional

@@ -1,6 +1,5 @@
 """Budget operations: status and resume against moto, tag activation with a stubbed Cost Explorer."""
 
-import re
 
 import boto3
 import pytest

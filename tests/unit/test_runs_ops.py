@@ -370,7 +370,7 @@ def test_evaluate_submits_the_queues_evaluation_job_with_the_contract(gate):
         ["python", "/opt/ml/code/train.py", "--evaluate"]
     variables = {v["name"]: v["value"] for v in job["containerOverrides"]["environment"]}
     assert variables == {
-        "ML_PLATFORM_CANDIDATE_MODEL_URI": f"s3://runs/checkpoints/training/candidate/model.tar.gz",
+        "ML_PLATFORM_CANDIDATE_MODEL_URI": "s3://runs/checkpoints/training/candidate/model.tar.gz",
         "ML_PLATFORM_LIVE_MODEL_URI": f"s3://datasets/models/classifier/{gate['live']}/model.tar.gz",
         "ML_PLATFORM_EVALUATION_URI": where, "ML_PLATFORM_HOLDOUT_SALT": "", "ML_PLATFORM_HOLDOUT_FRACTION": "0.05"}
     assert lines[-1] == f"  evaluated: ./platform model promote dev classifier {candidate}"

@@ -29,6 +29,7 @@ for a bad argument.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import functools
 import getpass
@@ -278,6 +279,18 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"error: {self.prog}: {message} (usage: {self.prog} --help)\n")
+
+
+@contextlib.contextmanager
+def refusals_are_bad_arguments(prog: str) -> Iterator[None]:
+    """A one-line refusal (``SystemExit("error: ...")``) raised inside is of the command's arguments (two that go
+    together, a value the price table lacks): the parser's one line, exit 2 (``usage_error``)."""
+    try:
+        yield
+    except SystemExit as refused:
+        if isinstance(refused.code, str):
+            usage_error(prog, refused.code.removeprefix("error: "))
+        raise
 
 
 def usage_error(prog: str, message: str) -> NoReturn:
@@ -599,27 +612,19 @@ def budget_what_if(args: argparse.Namespace, region: Optional[str]) -> str:
         raise SystemExit(f"error: {PROG} budget what-if: name the guard's Region, whose prices apply: --region REGION")
     table = price_table_file(args.price_table).table if args.price_table else None
     now = args.now or datetime.now(timezone.utc)
-    try:
+    with refusals_are_bad_arguments(f"{PROG} budget what-if"):
         result = what_if(label="the guard", prices=budget_guard.load_prices(region, table),
                          monthly_limit=args.monthly_limit, stop_at_percent=args.stop_at_percent, actual=args.actual,
                          budget_age_hours=args.budget_age_hours, running=args.running, on_demand=args.on_demand,
                          now=now if now.tzinfo else now.replace(tzinfo=timezone.utc))
-    except SystemExit as refused:  # what_if's refusals are of its arguments (a type the table does not price): exit 2
-        if isinstance(refused.code, str):
-            usage_error(f"{PROG} budget what-if", refused.code.removeprefix("error: "))
-        raise
     return json.dumps(result, indent=1) if args.json else fit(format_what_if(result))
 
 
 def job_cost(args: argparse.Namespace, session: Callable[[], Session]) -> str:
     from ..advice import job_cost
 
-    try:
+    with refusals_are_bad_arguments(f"{PROG} job cost"):
         override = job_cost.check_override(args.instance_type, args.lifecycle)
-    except SystemExit as refused:  # --instance-type and --lifecycle: a bad argument, exit 2 as every other
-        if isinstance(refused.code, str):
-            usage_error(f"{PROG} job cost", refused.code.removeprefix("error: "))
-        raise
     table = price_table_file(args.price_table).table if args.price_table else None
     aws = session()
     cost = job_cost.gather(args.job_id, {name: aws.client(name) for name in ("batch", "ecs", "cloudwatch")},

@@ -26,7 +26,7 @@ from ..governance.scope import BUDGET_SCOPE_TAG
 from .gpu_alarms import validate_gpu_types
 from .instance_bootstrap import (AL2023_AGENT_INSTALL, GPU_NAMESPACE, InstanceBootstrap, dataset_block_devices,
                                  gpu_agent_config)
-from ..foundation.network import ENDPOINTS_WITHOUT_EGRESS, QUEUE_INTERFACE_ENDPOINTS, require_endpoints
+from ..foundation.network import ENDPOINTS_WITHOUT_EGRESS, require_endpoints
 from .queue_jobs import MULTI_NODE_NODES
 from ..runtime.budget_guard import QUEUE_TAG
 
