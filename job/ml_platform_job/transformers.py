@@ -128,6 +128,9 @@ class PlatformCallback(TrainerCallback):
                 # evaluation loader's seed). A checkpoint from before that draw would resume one draw behind the
                 # uninterrupted run: the stop is taken at the epoch's end, after the evaluation, instead.
                 self._at_epoch_end = True
+                # A save due on this step (save_steps) would come before the evaluation and hold the generator's
+                # state from before its draw: the stop's own save, after the evaluation, replaces it.
+                control.should_save = False
                 return
             self._take_stop(state, control)
 
