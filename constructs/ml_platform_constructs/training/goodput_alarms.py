@@ -66,25 +66,23 @@ def goodput_alarms(scope: Construct, *, queue_name: str, instance_types: Sequenc
     entry = gpu_catalog.lookup(instance_types[0]) if instance_types else None
     fix = input_bound_fix(entry) if entry else ("Fix: ml_platform_job.goodput.loader_settings_for(<instance type>) gives "
                                                 "the loader settings for an instance.")
-    input_bound = checkpoint_bound = None
-    if input_bound_percent is not None:
-        input_bound = cloudwatch.Alarm(
-            scope, "InputBoundAlarm", metric=goodput_metric(queue_name, "DataWaitShare"),
-            threshold=input_bound_percent, evaluation_periods=periods, datapoints_to_alarm=periods,
+    def alarm(id: str, metric_name: str, threshold: Optional[float], description: str) -> Optional[cloudwatch.Alarm]:
+        if threshold is None:  # that alarm is off
+            return None
+        return cloudwatch.Alarm(
+            scope, id, metric=goodput_metric(queue_name, metric_name), threshold=threshold,
+            evaluation_periods=periods, datapoints_to_alarm=periods,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            alarm_description=(f"Training queue {queue_name}: a job waited on its input pipeline over "
-                               f"{input_bound_percent:g}% of its step time for {bound_minutes} minutes. {fix}"))
-    if checkpoint_bound_percent is not None:
-        checkpoint_bound = cloudwatch.Alarm(
-            scope, "CheckpointBoundAlarm", metric=goodput_metric(queue_name, "CheckpointShare"),
-            threshold=checkpoint_bound_percent, evaluation_periods=periods, datapoints_to_alarm=periods,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            alarm_description=(f"Training queue {queue_name}: a job spent over {checkpoint_bound_percent:g}% of its "
-                               f"time saving checkpoints for {bound_minutes} minutes. Fix: save less often (the interval "
-                               "should keep saves under a tenth of the time between them), or save asynchronously "
-                               "(torch.distributed.checkpoint.async_save) so steps go on during the write."))
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING, alarm_description=description)
+
+    input_bound = alarm("InputBoundAlarm", "DataWaitShare", input_bound_percent, (
+        f"Training queue {queue_name}: a job waited on its input pipeline over {input_bound_percent:g}% of its step "
+        f"time for {bound_minutes} minutes. {fix}") if input_bound_percent is not None else "")
+    checkpoint_bound = alarm("CheckpointBoundAlarm", "CheckpointShare", checkpoint_bound_percent, (
+        f"Training queue {queue_name}: a job spent over {checkpoint_bound_percent:g}% of its time saving checkpoints "
+        f"for {bound_minutes} minutes. Fix: save less often (the interval should keep saves under a tenth of the time "
+        "between them), or save asynchronously (torch.distributed.checkpoint.async_save) so steps go on during the "
+        "write.") if checkpoint_bound_percent is not None else "")
     return input_bound, checkpoint_bound
 
 
