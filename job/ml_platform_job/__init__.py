@@ -42,7 +42,7 @@ _EXPORTS = {
     "DatasetRef": "passport",
     "split": "holdout",
     "describe": "holdout",
-    "PhaseClock": "goodput",
+    "PhaseClock": "phase_clock",
     "JobSampler": "data",
 }
 
