@@ -18,20 +18,25 @@ ids, from the latest promotion's evaluation), ``usd_per_million_tokens``, ``impr
 ``promotions`` (the gate's decisions), ``ledger`` (where its paid time and dollars went: ``paid_hours``,
 ``paid_usd``, ``goodput``, ``buckets`` with each one's ``hours``, ``usd`` and ``share``, and ``notes``; null for a
 run without attempts); with --local, ``kept_at`` (where ./platform up kept the run's model, passport,
-package list and dataset).
+package list and dataset); ``record_from`` (``mlflow``: the run's passport.json artifact; ``checkpoints``: the copy
+next to its checkpoints, read where MLflow has none, or a newer one while the run is RUNNING: a crashed job logs no
+artifact) and ``record_note`` (why that copy could not be read, else null).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import json
 import shlex
 import tempfile
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from ml_platform_job.prices import load_prices
+from ml_platform_job.prices import load_prices, load_table
 from ml_platform_job.goodput import BUCKETS, Ledger, run_ledger
 from ml_platform_job.tracking import PROMOTION_TAG_PREFIX, RECORD_NAME, TAG_PREFIX, gain_over_live
 
@@ -40,6 +45,12 @@ from ops.cli import Parser, fit
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_STORE = ROOT / ".ml-platform"
 LIST_LIMIT = 50
+CHECKPOINT_TAG = f"{TAG_PREFIX}checkpoint_uri"  # where the job keeps its record (passport.json) with its checkpoints
+ENDED_STATUSES = ("FINISHED", "FAILED", "KILLED")  # MLflow's run statuses of a run that is not running
+# A run MLflow still shows RUNNING whose record has not been written for this long (the job writes it at every
+# checkpoint) is taken as ended without a word (a hard kill, a lost instance): a job checkpointing less often than
+# this has its steps since the checkpoint counted lost until its next record.
+STALE_AFTER_HOURS = 6.0
 SUMMARY_KEYS = ("cost_usd", "cost_lower_bound", "spot_interruptions", "usd_per_accuracy_point", "usd_per_million_tokens",
                 "improves_on", "accuracy_points", "over_chance", "cost_note", "model_uri", "checkpoint_uri", "identity",
                 "created_at", "finished_at")
@@ -77,6 +88,13 @@ def store_problem(database: Path) -> Optional[str]:
 
 def open_store(target: str, *, local_store: Optional[Path] = None) -> tuple[Any, str]:
     """(MlflowClient, where) for ``--local`` or an environment name; every check before the first MLflow call."""
+    client, where, _ = open_store_session(target, local_store=local_store)
+    return client, where
+
+
+def open_store_session(target: str, *, local_store: Optional[Path] = None) -> tuple[Any, str, Any]:
+    """``open_store``'s (MlflowClient, where) and the boto3 Session of ENV it checked (None for ``--local``): what
+    reads the records next to a run's checkpoints (S3) and the Spot price history (EC2)."""
     local_store = local_store or LOCAL_STORE
     if target == "--local":  # checked before MLflow loads (a second)
         if not (local_store / "mlflow.db").exists():
@@ -92,18 +110,24 @@ def open_store(target: str, *, local_store: Optional[Path] = None) -> tuple[Any,
         raise RunsError("mlflow is not installed in this environment: run ./platform setup") from None
     if target == "--local":
         uri = local_tracking_uri(local_store)
-        return MlflowClient(uri), f"the local store ({uri})"
+        return MlflowClient(uri), f"the local store ({uri})", None
     from ops.aws_access import environment, session_for
 
     env = environment(target)
     session = session_for(env)
     uri = environment_tracking_uri(env, session)
-    return MlflowClient(uri), f"{env.name}'s SageMaker MLflow ({uri})"
+    return MlflowClient(uri), f"{env.name}'s SageMaker MLflow ({uri})", session
 
 
-def run_record(client: Any, run_id: str, target: str = "ENV|--local") -> dict:
+def run_record(client: Any, run_id: str, target: str = "ENV|--local", *, s3: Any = None,
+               local_copies: Optional[Path] = None) -> dict:
     """The run record of ``runs show --json``: the passport artifact, with MLflow's latest metrics and status, the
-    promotion decisions recorded in its tags and the gain over the live model the latest evaluation shows."""
+    promotion decisions recorded in its tags and the gain over the live model the latest evaluation shows. Where
+    MLflow has no passport artifact (a job that crashed logs none: it logs the record at a stop or the finish only),
+    or the run is RUNNING (its artifact, if any, is the last stop's), the record next to its checkpoints (the tag
+    ``ml_platform.checkpoint_uri``) when that one is newer: a directory, or ``s3://`` read with ``s3`` (ENV's
+    client; without one an ``s3://`` copy is not read, and ``record_note`` says so); ``local_copies``: where
+    ./platform up keeps its runs' files (``RUN_ID/passport.json``), for a local run whose emulated S3 is gone."""
     from mlflow.exceptions import MlflowException
 
     try:
@@ -111,43 +135,151 @@ def run_record(client: Any, run_id: str, target: str = "ENV|--local") -> dict:
     except MlflowException:
         raise RunsError(f"no run {run_id} in this store (./platform runs list {target} shows the runs)") from None
     record: dict = {}
+    record_from: Optional[str] = None
     with tempfile.TemporaryDirectory() as directory:
         try:
             record = json.loads(Path(client.download_artifacts(run_id, RECORD_NAME, directory)).read_text())
+            record_from = "mlflow"
         except (MlflowException, OSError, ValueError):
-            pass  # a run logged without the job-contract helper: MLflow's own data only
-    experiment = client.get_experiment(run.info.experiment_id)
+            pass  # a run logged without the job-contract helper, or one that crashed: MLflow's own data only
+    if not isinstance(record, dict):
+        record, record_from = {}, None
     tags = run.data.tags
+    record_note = None
+    uri = tags.get(CHECKPOINT_TAG) or record.get("checkpoint_uri")
+    if not record or (run.info.status == "RUNNING" and (s3 is not None or not str(uri).startswith("s3://"))):
+        kept, record_note = checkpoint_record(uri, run_id, s3)
+        if kept is None and local_copies is not None:
+            kept, _ = checkpoint_record(str(local_copies / run_id), run_id)
+        if kept is not None and newer(kept, record):
+            record, record_from = kept, "checkpoints"
+    experiment = client.get_experiment(run.info.experiment_id)
     promotions = sorted((json.loads(v) for k, v in tags.items() if k.startswith(PROMOTION_TAG_PREFIX)),
                         key=lambda d: d.get("at", ""))
     judged = [d for d in promotions if d.get("metric") == "holdout_accuracy" and d.get("evidence_manifest")]
     against_live = ({**gain_over_live(record, judged[-1]["evidence_manifest"]), "evidence": judged[-1].get("evidence"),
                      "live_run": judged[-1].get("live_run")} if judged else None)
+    passport = record.get("passport", {})
+    ended, settle_notes = settled(passport, run.info.status)
+    ledger = ledger_json(ended)
     return {
         "run_id": run.info.run_id,
         "run_name": run.info.run_name,
         "experiment": experiment.name if experiment else None,
         "status": run.info.status,
         "started_at": _time(run.info.start_time),
-        "passport": record.get("passport", {}),
+        "passport": passport,
         "metrics": {**record.get("metrics", {}), **run.data.metrics},
         **{key: record.get(key) for key in SUMMARY_KEYS},
         "tags": {k: v for k, v in tags.items() if k.startswith(TAG_PREFIX) and not k.startswith(PROMOTION_TAG_PREFIX)},
         "promotions": promotions,
         "against_live": against_live,
-        "ledger": ledger_json(record.get("passport", {})),
+        "ledger": ledger if ledger is None else {**ledger, "notes": settle_notes + ledger["notes"]},
+        "record_from": record_from,
+        "record_note": record_note,
     }
 
 
-def record_ledger(passport: dict) -> tuple[Optional[Ledger], list[str]]:
-    """The run's goodput ledger and its notes, priced as its cost is (the Region's price table), or (None, [])
-    for a record without attempts."""
+def checkpoint_record(uri: Optional[str], run_id: str, s3: Any = None) -> tuple[Optional[dict], Optional[str]]:
+    """(the run record next to a run's checkpoints, why it is not there): ``passport.json`` under ``uri`` (a
+    directory, or ``s3://bucket/prefix/`` read with ``s3``), None with the reason when there is none, it cannot be
+    read, or it is another run's."""
+    if not uri:
+        return None, None
+    if str(uri).startswith("s3://") and s3 is None:
+        return None, f"its record next to the checkpoints ({uri}) is read for ENV only (S3)"
+    from botocore.exceptions import BotoCoreError, ClientError
+    from ml_platform_job.storage import Location
+
+    try:
+        text = Location(str(uri), s3).read(RECORD_NAME)
+    except ClientError as error:
+        code = error.response.get("Error", {}).get("Code", "error")
+        hint = " (the credentials lack s3:GetObject on it)" if code in ("AccessDenied", "403") else ""
+        return None, f"its record next to the checkpoints ({uri}) unreadable: {code}{hint}"
+    except (BotoCoreError, OSError, UnicodeDecodeError, ValueError) as error:
+        return None, f"its record next to the checkpoints ({uri}) unreadable: {type(error).__name__}"
+    if text is None:
+        return None, None
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return None, f"its record next to the checkpoints ({uri}{RECORD_NAME}) is not JSON"
+    if not isinstance(found, dict) or found.get("run_id") not in (None, run_id):
+        return None, f"the record next to the checkpoints ({uri}{RECORD_NAME}) is another run's"
+    return found, None
+
+
+def newer(candidate: dict, record: dict) -> bool:
+    """Whether ``candidate`` (the record next to the checkpoints) is newer than ``record`` (MLflow's artifact, or
+    {}): more attempts, or the same number with a later last record of the last one."""
+    def mark(found: dict) -> tuple[int, str]:
+        attempts = (found.get("passport") or {}).get("attempts") or [] if isinstance(found, dict) else []
+        last = attempts[-1] if attempts and isinstance(attempts[-1], dict) else {}
+        return len(attempts), str(last.get("ended_at") or last.get("last_seen_at") or last.get("started_at") or "")
+
+    if not record:
+        return True
+    try:
+        return mark(candidate) > mark(record)
+    except (AttributeError, TypeError):
+        return False
+
+
+def _epoch_of(text: Any) -> Optional[float]:
+    try:
+        return datetime.fromisoformat(str(text)).timestamp()
+    except ValueError:
+        return None
+
+
+def settled(passport: dict, status: Optional[str], now: Optional[float] = None) -> tuple[dict, list[str]]:
+    """(the passport with its last attempt ended where it ended without a word, notes): an attempt still
+    ``running`` in the record while MLflow's run has ended (FAILED or KILLED: a crash the job could not record, a
+    hard kill), or one not recorded for ``STALE_AFTER_HOURS`` while MLflow still says RUNNING, is ``lost`` at its
+    last record, as the job's next attempt records it when AWS Batch's end is unreadable (a lower bound: AWS Batch's
+    stoppedAt is later). The passport given is not changed; ``status`` None (unknown) settles nothing."""
+    attempts = passport.get("attempts") if isinstance(passport, dict) else None
+    if not attempts or not isinstance(attempts, list) or not isinstance(attempts[-1], dict) or status is None:
+        return passport, []
+    last = attempts[-1]
+    if last.get("outcome") != "running":
+        return passport, []
+    seen = last.get("last_seen_at") or last.get("started_at")
+    if status in ENDED_STATUSES:
+        why = f"MLflow's run is {status} but its last attempt never recorded an end (a hard kill, a lost instance)"
+    else:
+        seen_at = _epoch_of(seen)
+        now = time.time() if now is None else now
+        if status != "RUNNING" or seen_at is None or now - seen_at < STALE_AFTER_HOURS * 3600:
+            return passport, []
+        why = (f"its last attempt has not recorded for {(now - seen_at) / 3600:.0f} h while MLflow's run is still "
+               "RUNNING")
+    ended = copy.deepcopy(passport)
+    ended["attempts"][-1].update(outcome="lost", ended_at=seen, end_known=False,
+                                 reason=f"ended without stopping cleanly: {why}")
+    return ended, [f"attempt {last.get('number', len(attempts))}: {why}: billed to its last record ({seen}), a lower "
+                   "bound; its steps since its last checkpoint counted lost"]
+
+
+def record_ledger(passport: dict, window: Optional[tuple[float, float]] = None) -> tuple[Optional[Ledger], list[str]]:
+    """The run's goodput ledger and its notes, priced as its cost is (the Region's price table; an attempt's own
+    ``rate`` where it has one), or (None, []) for a record without attempts. ``window``: (start, end) in epoch
+    seconds, the attempts' time inside it only (a month's share of an attempt that crosses its bounds)."""
     attempts = passport.get("attempts") or []
     if not attempts:
         return None, []
     environment = passport.get("environment") or {}
     region = environment.get("AWS_REGION") or environment.get("AWS_DEFAULT_REGION") or "us-east-1"
-    return run_ledger(attempts, load_prices(region))
+    if window is None:
+        return run_ledger(attempts, load_prices(region, _price_table()))
+    return run_ledger(attempts, load_prices(region, _price_table()), window=window)
+
+
+@functools.lru_cache(maxsize=1)
+def _price_table() -> dict:
+    """The price table, read once per process (a report prices thousands of runs' attempts with it)."""
+    return load_table()
 
 
 def ledger_json(passport: dict) -> Optional[dict]:
@@ -160,8 +292,8 @@ def ledger_lines(found: Ledger, notes: list[str], indent: str = "    ") -> list[
     lines = []
     for bucket in sorted(BUCKETS, key=lambda b: -found.seconds[b]):
         if found.seconds[bucket] > 0:
-            lines.append(f"{indent}{bucket:<16} {found.seconds[bucket] / 3600:>10.6f} h {found.usd[bucket]:>11.6f} USD "
-                         f"{found.share(bucket):>6.1%}")
+            lines.append(f"{indent}{bucket:<16} {found.seconds[bucket] / 3600:>10.6f} GPU-h "
+                         f"{found.usd[bucket]:>11.6f} USD {found.share(bucket):>6.1%}")
     return lines + [f"{indent}({note})" for note in notes]
 
 
@@ -303,10 +435,14 @@ def format_record(record: dict) -> str:
             lines.append(f"  rerun: the code at {commit.get('commit') or '(unknown commit)'}, the packages of "
                          f"{p['packages']['artifact']}, the dataset above; ML_PLATFORM_CHECKPOINT_URI a new prefix (a new "
                          f"run); then {rerun_command(p)}")
-    found, notes = record_ledger(p) if p else (None, [])
+    # A run read from MLflow (run_record: record_from) is settled by MLflow's status, as its "ledger" is; a record
+    # file alone is shown as it is.
+    ended, settle_notes = settled(p, record.get("status")) if "record_from" in record else (p, [])
+    found, notes = record_ledger(ended) if p else (None, [])
+    notes = settle_notes + notes
     if found is not None:
         goodput = "-" if found.goodput is None else f"{found.goodput:.1%}"
-        lines.append(f"  goodput ledger: {found.paid_seconds / 3600:.4f} paid instance-hours, {found.paid_usd:.6f} "
+        lines.append(f"  goodput ledger: {found.paid_seconds / 3600:.4f} paid GPU-hours, {found.paid_usd:.6f} "
                      f"USD over {found.attempts} attempt(s); goodput {goodput} (productive of paid):")
         lines += ledger_lines(found, notes)
     lines.append("  metrics: " + (", ".join(f"{k} {_number(v)}" for k, v in sorted(record["metrics"].items())) or "-"))
@@ -392,12 +528,13 @@ def main(argv: list[str]) -> int:
     # "--local" reads as an option to argparse: accept it where ENV goes.
     args = parser.parse_args([a if a != "--local" else "@local" for a in argv])
     target = "--local" if args.target == "@local" else args.target
-    client, where = open_store(target)
+    client, where, session = open_store_session(target)
     if args.command == "list":
         runs = list_runs(client)
         print(json.dumps(runs, indent=1) if args.json else format_list(runs, where, wide=args.wide))
     else:
-        record = run_record(client, args.run_id, target)
+        record = run_record(client, args.run_id, target, s3=session.client("s3") if session else None,
+                            local_copies=LOCAL_STORE / "runs" if target == "--local" else None)
         if target == "--local":
             record = with_local_copy(record, LOCAL_STORE)
         print(json.dumps(record, indent=1) if args.json else fit(format_record(record)))

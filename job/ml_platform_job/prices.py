@@ -13,6 +13,10 @@ One price: ``hourly_usd`` is the one function every command and construct takes 
   low end, measured across AZs (see each entry's ``spot_discount_note``), so estimates and the guard err high; 0 for a
   family the entry lacks (Spot priced as On-Demand). Never above On-Demand (Spot's default maximum price) nor below
   0. Not the price actually paid in that hour.
+- Spot as paid: ``spot_usd`` prices one instance over a span from a Spot price history (EC2
+  ``DescribeSpotPriceHistory``: the price in effect at a moment is the latest change at or before it), and
+  ``paid_rate`` gives an attempt's effective USD per hour and where it comes from (that history, else the list
+  price above); the operator side records it in the attempt (``rate``), which the goodput ledger then uses.
 - The Spot Instance Advisor's per-type data (``spot_by_type``) is no price: the advisor reads each type's
   interruption band from it, and may show its 30-day average saving, labelled as such.
 """
@@ -20,8 +24,10 @@ One price: ``hourly_usd`` is the one function every command and construct takes 
 from __future__ import annotations
 
 import json
+import math
 import os
-from typing import Mapping, Optional
+from datetime import datetime, timezone
+from typing import Any, Iterable, Mapping, Optional
 
 try:
     from .instances import INSTANCE_SHAPES
@@ -112,3 +118,111 @@ def gpu_share(instance_type: str, gpus_used: Optional[int]) -> float:
     """The share of the instance's GPUs a job used (1.0 when unknown or the type is not a known GPU type)."""
     shape = INSTANCE_SHAPES.get(instance_type)
     return min(1.0, gpus_used / shape.gpus) if gpus_used and shape else 1.0
+
+
+# --- Spot as paid: a Spot price history ---------------------------------------------------------------------------
+
+# DescribeSpotPriceHistory "returns the prices of the instance types within that time range. It also returns the last
+# price change before the start time, which is the effective price as of the start time": a price holds from its
+# Timestamp until the next change. The EC2 API's own text, as the AWS SDK for .NET's reference carries it:
+# docs.aws.amazon.com/sdkfornet/v3/apidocs/items/EC2/MEC2DescribeSpotPriceHistoryDescribeSpotPriceHistoryRequest.html
+# (EC2 API Reference: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeSpotPriceHistory.html).
+SPOT_HISTORY_SOURCE = "the Spot price history (EC2 DescribeSpotPriceHistory)"
+
+
+def _moment(value: Any, where: str) -> float:
+    """Epoch seconds of a history entry's Timestamp: a number, a datetime (boto3's) or an ISO 8601 string."""
+    if isinstance(value, datetime):
+        moment = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        return moment.timestamp()
+    if isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"{where}={value!r}: not an ISO 8601 time") from None
+        return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    raise ValueError(f"{where}={value!r}: epoch seconds, a datetime or an ISO 8601 time")
+
+
+def spot_history(history: Iterable[Any]) -> list[tuple[float, float]]:
+    """A Spot price history as (epoch seconds, USD per hour) pairs, oldest first. Entries may be pairs or
+    ``DescribeSpotPriceHistory``'s items (``{"Timestamp": ..., "SpotPrice": "0.9"}``), in any order. The history must
+    be one instance type's, one Availability Zone's and one product description's: two prices at one moment raise
+    ValueError (a history of several zones mixed), as does a price that is not a finite number of 0 or more."""
+    points: dict[float, float] = {}
+    for index, entry in enumerate(history):
+        if isinstance(entry, Mapping):
+            when, price = entry.get("Timestamp"), entry.get("SpotPrice")
+        else:
+            try:
+                when, price = entry
+            except (TypeError, ValueError):
+                raise ValueError(f"history[{index}]={entry!r}: (epoch seconds, USD per hour) or "
+                                 "DescribeSpotPriceHistory's {'Timestamp': ..., 'SpotPrice': ...}") from None
+        moment = _moment(when, f"history[{index}] time")
+        try:
+            usd = float(price)
+        except (TypeError, ValueError):
+            usd = math.nan
+        if not (math.isfinite(usd) and usd >= 0):
+            raise ValueError(f"history[{index}] price={price!r}: a finite number of 0 or more (USD per hour)")
+        if moment in points and points[moment] != usd:
+            raise ValueError(f"history[{index}]: two prices at {_iso(moment)} ({points[moment]:g} and {usd:g} USD/h): "
+                             "give the history of one Availability Zone and product description")
+        points[moment] = usd
+    return sorted(points.items())
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="seconds")
+
+
+def spot_usd(history: Iterable[Any], start: float, end: float) -> float:
+    """USD for one Spot instance over [``start``, ``end``) (epoch seconds) from a price history (``spot_history``
+    reads it): each moment at the price in effect then, the latest entry at or before it (as
+    ``DescribeSpotPriceHistory`` defines it). ValueError when ``end`` is before ``start``, or when no entry is at or
+    before ``start`` (the price in effect then is unknown: ask the history from a StartTime at or before it)."""
+    for name, value in (("start", start), ("end", end)):
+        if not (isinstance(value, (int, float)) and math.isfinite(value)):
+            raise ValueError(f"{name}={value!r}: epoch seconds")
+    if end < start:
+        raise ValueError(f"end={end:g} ({_iso(end)}): before start={start:g} ({_iso(start)})")
+    points = spot_history(history)
+    before = [price for moment, price in points if moment <= start]
+    if not before:
+        first = f"its first entry is at {_iso(points[0][0])}" if points else "it is empty"
+        raise ValueError(f"no Spot price at or before start={start:g} ({_iso(start)}) in the history ({first}): "
+                         "ask DescribeSpotPriceHistory with a StartTime at or before the span's start (it returns the "
+                         "price in effect then)")
+    price, since, total = before[-1], float(start), 0.0
+    for moment, next_price in points:
+        if start < moment < end:
+            total += price * (moment - since) / 3600
+            price, since = next_price, moment
+    return total + price * (end - since) / 3600
+
+
+def paid_rate(prices: Mapping, instance_type: str, lifecycle: str, *, history: Optional[Iterable[Any]] = None,
+              start: Optional[float] = None, end: Optional[float] = None) -> tuple[float, str]:
+    """(USD per hour of one instance, where it comes from) for an attempt. Spot with a price ``history`` (the
+    attempt's instance type, Availability Zone and product description) and the attempt's paid span [``start``,
+    ``end``) (epoch seconds): ``spot_usd`` over the span / its hours (the price in effect at ``start`` for an empty
+    span), the price paid. Otherwise the list price (``hourly_usd``: On-Demand from the table, Spot at the table's
+    rule, which is not the price paid). ValueError for a history without ``start`` and ``end``."""
+    if lifecycle == "spot" and history is not None:
+        if start is None or end is None:
+            raise ValueError("paid_rate: a Spot history prices a span: give start and end (epoch seconds)")
+        points = spot_history(history)
+        if end > start:
+            usd = spot_usd(points, start, end) / ((end - start) / 3600)
+        else:  # an empty span (or end before start, which spot_usd refuses): the price in effect at its start
+            spot_usd(points, start, end)
+            usd = [price for moment, price in points if moment <= start][-1]
+        return usd, SPOT_HISTORY_SOURCE
+    usd = hourly_usd(prices, instance_type, lifecycle)
+    region = f"{prices.get('region', '?')} ({prices.get('retrieved', 'no date in the table')})"
+    if lifecycle == "on-demand":
+        return usd, f"the On-Demand list price, {region}"
+    return usd, f"Spot at the table's rule ({SPOT_RULE_SHORT}), {region}: not the price paid"

@@ -59,20 +59,24 @@ ids). The points over the run's own first held-out evaluation (the untrained mod
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import random
 import sys
 import tempfile
+import threading
 import time
 import uuid
+import weakref
 from datetime import datetime, timezone
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
+from . import host as hosts
 from . import passport as passports
-from .goodput import LoaderSettings, PhaseClock, loader_settings, loader_settings_for
+from .goodput import LoaderSettings, PhaseClock, loader_settings, loader_settings_for, paid_span
 from .prices import gpu_share, hourly_usd, load_prices
 from .storage import Location
 
@@ -82,7 +86,11 @@ RECORD_FORMAT = 2  # 2: identity, per-attempt environments, nodes, over_chance
 TAG_PREFIX = "ml_platform."
 PROMOTION_TAG_PREFIX = f"{TAG_PREFIX}promotion."
 HOLDOUT_PREFIX = "holdout_"
-RUNNING, STOPPED, FINISHED = "RUNNING", "STOPPED", "FINISHED"
+RUNNING, STOPPED, FINISHED, FAILED = "RUNNING", "STOPPED", "FINISHED", "FAILED"
+# Runs of this process whose attempt is still open: at the interpreter's exit, one that neither stopped nor finished
+# is recorded as failed (a crash is paid time too, and a failed run is pure waste).
+_OPEN_RUNS: "weakref.WeakSet[TrackedRun]" = weakref.WeakSet()
+_PROCESS_START_USED = False  # the process's start is the first attempt's start; a later run in it starts when called
 
 
 def main_node(env: Mapping[str, str]) -> bool:
@@ -177,8 +185,10 @@ def mlflow_sink(tracking_uri: Optional[str], experiment: str) -> Optional[Mlflow
 
 
 def attempts_cost(attempts: list[dict], prices: Mapping) -> tuple[Optional[float], Optional[str]]:
-    """(USD, None) for every attempt's hours x its instance's price x its GPU share x its nodes, as ``./platform job
-    cost`` counts; (None, why) when an attempt's instance type or lifecycle is unknown or unpriced."""
+    """(USD, None) for every attempt's paid hours (``goodput.paid_span``: the instance's boot or the image pull to the
+    job's end, where the record has them) x its rate (``rate`` where the operator side recorded the price paid, else
+    the price table's) x its GPU share x its nodes, as the goodput ledger counts; (None, why) when an attempt's
+    instance type or lifecycle is unknown or unpriced."""
     total = 0.0
     for attempt in attempts:
         instance_type, lifecycle = attempt.get("instance_type"), attempt.get("lifecycle")
@@ -187,10 +197,13 @@ def attempts_cost(attempts: list[dict], prices: Mapping) -> tuple[Optional[float
                           "and ML_PLATFORM_LIFECYCLE where the platform's boot files are absent)")
         if instance_type not in prices["on_demand_hourly"]:
             return None, f"attempt {attempt['number']}: no price for {instance_type} in the price table"
-        ended = attempt.get("ended_at") or attempt.get("last_seen_at") or attempt["started_at"]
-        hours = max(0.0, (_epoch(ended) - _epoch(attempt["started_at"])) / 3600)
-        total += (hours * hourly_usd(prices, instance_type, lifecycle) * attempt.get("gpu_share", 1.0)
-                  * attempt.get("nodes", 1))
+        # The ledger's paid span (goodput.paid_span): from the instance's boot (the first job on it), the previous
+        # job's end or the image pull, to the job's end and the instance's scale-in where the record has them.
+        start, end = paid_span(attempt)
+        hours = max(0.0, (end - start) / 3600)
+        rate = (attempt.get("rate") or {}).get("usd_per_hour")
+        rate = hourly_usd(prices, instance_type, lifecycle) if rate is None else float(rate)
+        total += hours * rate * attempt.get("gpu_share", 1.0) * attempt.get("nodes", 1)
     return total, None
 
 
@@ -259,6 +272,8 @@ class TrackedRun:
         self._prices = prices
         self._batch = batch
         self._sink_failed = False
+        self._host_job: Optional[str] = None  # this attempt's name in the instance's job lines (host.py)
+        self._crash: Optional[str] = None  # the exception that ended the process, when one did
 
     # --- start or continue --------------------------------------------------------------------------------------
     @classmethod
@@ -275,6 +290,8 @@ class TrackedRun:
         multi-node job only the main node (``AWS_BATCH_JOB_NODE_INDEX`` equal to ``AWS_BATCH_JOB_MAIN_NODE_INDEX``)
         writes the record and logs to MLflow: the others read it and time their own phases. ``flags``: parameters
         that do not make the run (a logging interval, output paths): recorded, never compared."""
+        entered = clock()  # the attempt's paid time inside the job starts here at the latest (before the
+        # fingerprint, the passport and MLflow's start): at the process's own start where that is known
         env = dict(os.environ) if env is None else dict(env)
         if "ML_PLATFORM_CHECKPOINT_URI" not in env:
             raise SystemExit("ML_PLATFORM_CHECKPOINT_URI is not set: the run record lives next to the checkpoints "
@@ -305,7 +322,7 @@ class TrackedRun:
                       writes=writes)
             if run.finished:
                 return run
-            run._continue(env, packages)
+            run._continue(env, packages, run._attempt_start(entered, record))
             return run
         now = clock()
         name = run_name or env.get("ML_PLATFORM_JOB_NAME") or f"run-{datetime.fromtimestamp(now, timezone.utc):%Y%m%d-%H%M%S}"
@@ -331,8 +348,24 @@ class TrackedRun:
                 run._safely(lambda: sink.artifact(run.run_id, artifact, text))
             if fingerprint:
                 run._safely(lambda: sink.dataset(run.run_id, fingerprint))
-        run._begin_attempt(env, packages)
+        run._begin_attempt(env, packages, run._attempt_start(entered, record))
         return run
+
+    def _attempt_start(self, entered: float, record: Mapping[str, Any]) -> float:
+        """The attempt's start: the process's own start (its imports and setup are paid time too) for the first run
+        this process starts on the real clock, when that start is after the run's previous attempt ended; else
+        ``entered``, when ``start`` was called (a notebook's second run, a test's fake clock)."""
+        global _PROCESS_START_USED
+        if self._clock is not time.time or _PROCESS_START_USED:
+            return entered
+        _PROCESS_START_USED = True
+        process = hosts.process_started_at()
+        attempts = (record.get("passport") or {}).get("attempts") or []
+        previous = max((_epoch(a.get("ended_at") or a.get("last_seen_at") or a["started_at"]) for a in attempts
+                        if a.get("started_at")), default=None)
+        if process is None or process > entered or (previous is not None and process < previous):
+            return entered
+        return process
 
     @staticmethod
     def _same_configuration(record: Mapping[str, Any], identity: Mapping[str, Any], compared: tuple[str, ...]) -> None:
@@ -355,7 +388,7 @@ class TrackedRun:
                          f"job name (e.g. --name {name}-2; on a fleet, a new ML_PLATFORM_CHECKPOINT_URI), or restore "
                          f"the configuration to continue run {record['run_id']}")
 
-    def _continue(self, env: Mapping[str, str], packages: list[str]) -> None:
+    def _continue(self, env: Mapping[str, str], packages: list[str], started: float) -> None:
         attempts = self.record["passport"]["attempts"]
         if attempts and attempts[-1]["outcome"] == "running":
             # Ended without a word (a hard kill, a lost instance): billed to Batch's end of it where readable, else
@@ -372,7 +405,7 @@ class TrackedRun:
         self.record["status"] = RUNNING
         if self.sink:
             self._safely(lambda: self.sink.resume(self.run_id))
-        self._begin_attempt(env, packages)
+        self._begin_attempt(env, packages, started)
 
     def _batch_stopped_at(self, attempt: Mapping[str, Any], env: Mapping[str, str]) -> Optional[float]:
         """AWS Batch's ``stoppedAt`` (epoch seconds) of a lost attempt, None where the job cannot read it.
@@ -396,15 +429,18 @@ class TrackedRun:
             return None
         return stopped / 1000 if stopped else None
 
-    def _begin_attempt(self, env: Mapping[str, str], packages: list[str]) -> None:
+    def _begin_attempt(self, env: Mapping[str, str], packages: list[str], started: float) -> None:
         instance_type, lifecycle = passports.instance(env)
         environment = passports.attempt_environment(env, packages)
-        now = _iso(self._clock())
+        now = _iso(started)
+        self.clock.close()
         self.clock = PhaseClock(now=self._monotonic, wall=self._clock)
+        self.clock.started_before(self._clock() - started)  # the clock's startup runs from the attempt's start
         self._timing = True
         if env.get("AWS_BATCH_JQ_NAME"):  # on AWS Batch (its job queues' names are generated): the dimension is
             # the platform's queue name, as the queue's goodput alarms read it (the job definition sets it)
-            self.clock.emit_windows(env.get("ML_PLATFORM_QUEUE_NAME") or env["AWS_BATCH_JQ_NAME"])
+            self.clock.emit_windows(env.get("ML_PLATFORM_QUEUE_NAME") or env["AWS_BATCH_JQ_NAME"],
+                                    instance_type=instance_type, env=env)
         passport = self.record["passport"]
         attempts = passport["attempts"]
         number = len(attempts) + 1
@@ -427,6 +463,14 @@ class TrackedRun:
             "nodes": int(env.get("AWS_BATCH_JOB_NUM_NODES") or 1),  # a multi-node job pays for every node
             "environment": environment, "environment_changes": changes,
             "started_at": now, "last_seen_at": now, "ended_at": None, "outcome": "running", "reason": None})
+        if self._writes:  # the instance's records: boot, image pull, the jobs before this one (host.py)
+            self._host_job = f"{self.run_id}#{number}"
+            found = hosts.host_record(env, job=self._host_job, started=started, imds=passports._imds)
+            if found is not None:
+                attempts[-1]["host"] = found
+                attempts[-1]["availability_zone"] = found["availability_zone"]
+            _OPEN_RUNS.add(self)
+            _install_exit_hooks()
         if changes:
             passport.setdefault("environment_changes", []).append({"attempt": number, "changes": changes})
             print(f"tracking: attempt {number} runs on another environment than attempt {number - 1}: "
@@ -579,6 +623,7 @@ class TrackedRun:
         """The attempt ends early; exit 143 next so the queue retries it. ``step``: the step it stopped at; ``saved``:
         whether a checkpoint of that step is written (the rehearsal checks it; False: the steps since the last
         checkpoint are lost)."""
+        self._end_attempt()
         now = _iso(self._clock())
         self.attempt.update(outcome="stopped", ended_at=now, last_seen_at=now, reason=reason)
         if step is not None:
@@ -597,6 +642,7 @@ class TrackedRun:
         """Training is done: the attempt ends, cost and its per-point figures are computed; exit 0 next.
         ``final_state_sha256``: the trained weights' digest (``torch_state.state_digest``), which a rehearsal compares
         with an uninterrupted run's."""
+        self._end_attempt()
         now = self._clock()
         if final_state_sha256 is not None:
             self.record["final_state_sha256"] = final_state_sha256
@@ -607,6 +653,35 @@ class TrackedRun:
         if self.sink:
             self._safely(lambda: self.sink.end(self.run_id, "FINISHED"))
         return self.record
+
+    def fail(self, reason: str) -> dict:
+        """The attempt ended in an error (an exception, an exit without ``finish`` or ``stop``): recorded as
+        ``failed`` with ``reason``, its cost counted, the MLflow run ended FAILED. Called at the interpreter's exit
+        for an attempt left open; a hard kill (SIGKILL, out of memory) leaves it ``running``, billed to its last
+        record."""
+        self._end_attempt()
+        now = _iso(self._clock())
+        self.attempt.update(outcome="failed", ended_at=now, last_seen_at=now, reason=reason)
+        self.record["status"] = FAILED
+        self._summarize()
+        self._save(artifacts=True)
+        if self.sink:
+            self._safely(lambda: self.sink.end(self.run_id, "FAILED"))
+        return self.record
+
+    def _end_attempt(self) -> None:
+        """The attempt's clock stops publishing; the instance's job lines get its end."""
+        _OPEN_RUNS.discard(self)
+        self.clock.close()
+        if self._host_job is not None:
+            hosts.note_job(hosts.RUN_DIR, self._host_job, "end", self._clock())
+            self._host_job = None
+
+    def _at_exit(self) -> None:
+        if not self._timing or self.record["status"] != RUNNING or self.attempt.get("outcome") != "running":
+            return
+        self.fail(f"the process ended in {self._crash}" if self._crash else
+                  "the process exited without finish() or stop()")
 
     # --- cost, interruptions, per-point figures -----------------------------------------------------------------
     def _summarize(self, *, improves_on: Union[None, float, Mapping[str, Any]] = None,
@@ -671,22 +746,62 @@ class TrackedRun:
         return {f"{TAG_PREFIX}{k}": str(v) for k, v in tags.items() if v is not None}
 
     def _save(self, artifacts: bool = False) -> None:
-        if self._timing:
-            self.attempt["phases"] = self.clock.summary()
         if not self._writes:
+            if self._timing:
+                self.attempt["phases"] = self.clock.summary()
             return
-        text = json.dumps(self.record, indent=1, sort_keys=True)
-        self.location.write(RECORD_NAME, text)
-        if artifacts and self.sink:
-            self._safely(lambda: self.sink.artifact(self.run_id, RECORD_NAME, text))
+        with self._tracking():
+            if self._timing:
+                self.attempt["phases"] = self.clock.summary()
+            text = json.dumps(self.record, indent=1, sort_keys=True)
+            self.location.write(RECORD_NAME, text)
+            if artifacts and self.sink:
+                self._safely(lambda: self.sink.artifact(self.run_id, RECORD_NAME, text))
+
+    def _tracking(self):
+        """The run record's own writes and MLflow calls, timed as the clock's ``tracking`` phase (nested in another
+        phase or step, they are that phase's time)."""
+        return self.clock.phase("tracking")
 
     def _safely(self, call: Callable[[], Any], default: Any = None) -> Any:
         """A tracking call that fails is reported once; the record next to the checkpoints carries on."""
         try:
-            return call()
+            with self._tracking():
+                return call()
         except Exception as error:  # the tracking service must never stop training
             if not self._sink_failed:
                 print(f"tracking: MLflow call failed ({type(error).__name__}: {error}); the run is still recorded at "
                       f"{self.location.uri}{RECORD_NAME}", file=sys.stderr)
                 self._sink_failed = True
             return default
+
+
+_HOOKS_INSTALLED = threading.Lock()
+_hooked = False
+
+
+def _install_exit_hooks() -> None:
+    """Once per process: the exception that ends the process is noted on its open runs, and at the interpreter's exit
+    each run whose attempt neither stopped nor finished is recorded as failed (``TrackedRun.fail``)."""
+    global _hooked
+    with _HOOKS_INSTALLED:
+        if _hooked:
+            return
+        _hooked = True
+    previous = sys.excepthook
+
+    def note_exception(kind, value, traceback) -> None:
+        for run in list(_OPEN_RUNS):
+            run._crash = f"{kind.__name__}: {value}"[:500]
+        previous(kind, value, traceback)
+
+    sys.excepthook = note_exception
+    atexit.register(_record_open_runs)
+
+
+def _record_open_runs() -> None:
+    for run in list(_OPEN_RUNS):
+        try:
+            run._at_exit()
+        except Exception as error:  # the exit must not end in a second traceback; the record says "running"
+            print(f"tracking: could not record the attempt's end ({type(error).__name__}: {error})", file=sys.stderr)

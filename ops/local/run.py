@@ -172,7 +172,8 @@ def simulate(port: int, store: Path, work: Path, *, job_name: Optional[str] = No
 
 
 SHORT_BUCKETS = {"productive": "productive", "data_wait": "data", "startup": "start", "restore": "restore",
-                 "checkpoint_save": "saves", "evaluation": "eval", "lost": "lost", "idle": "idle"}
+                 "checkpoint_save": "saves", "evaluation": "eval", "tracking": "track", "lost": "lost", "other": "other",
+                 "idle": "idle"}
 
 
 def ledger_line(record: dict) -> str:

@@ -1,36 +1,61 @@
-"""The goodput ledger (runtime.goodput): buckets that add up to the paid time, the job's phase clock, the loader
-settings it advises, and the bench that replays the story's month through the same code."""
+"""The goodput ledger (runtime.goodput): buckets that add up to the paid time in GPU-seconds, the job's phase clock,
+the loader settings it advises, Spot as paid from a price history, and the bench that replays the story's month
+through the same code."""
 
 import importlib.util
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from ml_platform_job.goodput import (BUCKETS, Attempt, PhaseClock, attempt_ledger, ledger,
-                                                     loader_settings, loader_settings_for)
+                                     loader_settings, loader_settings_for)
+from ml_platform_job.prices import hourly_usd, load_prices, paid_rate, spot_usd
 
 ROOT = Path(__file__).resolve().parents[2]
+PRICES = load_prices("us-east-1")
 
 
-def test_the_buckets_add_up_to_the_paid_time_and_its_cost_by_nodes_and_gpu_share():
-    attempt = Attempt(paid_seconds=3600, startup_seconds=300, restore_seconds=60, step_seconds=3000,
-                      data_wait_seconds=600, checkpoint_save_seconds=100, evaluation_seconds=40, usd_per_hour=10.0,
-                      nodes=2, gpu_share=0.5)
+def test_the_buckets_add_up_to_the_paid_time_in_gpu_seconds_and_its_cost_by_nodes_and_gpu_share():
+    # Paid 3600 s a node: 100 s before the job (boot, pull), the job 3450 s (3400 s of phases, 50 s untimed: other),
+    # 50 s after it (idle). Two nodes of four GPUs used each: 8 GPU-seconds a second.
+    attempt = Attempt(paid_seconds=3600, before_job_seconds=100, startup_seconds=200, restore_seconds=60,
+                      step_seconds=3000, data_wait_seconds=600, checkpoint_save_seconds=100, evaluation_seconds=20,
+                      tracking_seconds=20, job_seconds=3450, usd_per_hour=10.0, nodes=2, gpu_share=0.5, gpus=4)
     result = attempt_ledger(attempt)
-    assert result.seconds == {"productive": 4800, "data_wait": 1200, "startup": 600, "restore": 120,
-                              "checkpoint_save": 200, "evaluation": 80, "lost": 0, "idle": 200}
-    assert result.paid_seconds == pytest.approx(2 * 3600)
+    assert result.seconds == {"productive": 8 * 2400, "data_wait": 8 * 600, "startup": 8 * 300, "restore": 8 * 60,
+                              "checkpoint_save": 8 * 100, "evaluation": 8 * 20, "tracking": 8 * 20, "lost": 0,
+                              "other": 8 * 50, "idle": 8 * 50}
+    assert result.paid_seconds == pytest.approx(8 * 3600)
     assert result.paid_usd == pytest.approx(2 * 10.0 * 0.5)  # an hour of two nodes, half their GPUs
-    assert result.goodput == pytest.approx(4800 / 7200)
+    assert result.goodput == pytest.approx(2400 / 3600)
+
+
+def test_time_inside_the_job_that_no_phase_timed_is_other_never_idle():
+    # The job ran 100 s and timed 50 of them: 50 s other, 0 idle; 30 s of scale-in after it are idle.
+    inside = Attempt.from_clock({"startup": 10.0, "step": 40.0}, paid_seconds=100, job_seconds=100,
+                                interrupted=False, usd_per_hour=1.0)
+    assert attempt_ledger(inside).seconds["other"] == 50 and attempt_ledger(inside).seconds["idle"] == 0
+    after = Attempt.from_clock({"startup": 10.0, "step": 40.0}, paid_seconds=130, job_seconds=100,
+                               interrupted=False, usd_per_hour=1.0)
+    assert (attempt_ledger(after).seconds["other"], attempt_ledger(after).seconds["idle"]) == (50, 30)
+    # The record's own writes are the tracking bucket, whether or not PhaseClock's PHASES names it yet.
+    tracked = Attempt.from_clock({"step": 40.0, "tracking": 5.0}, paid_seconds=50, job_seconds=50,
+                                 interrupted=False, usd_per_hour=1.0)
+    assert attempt_ledger(tracked).seconds["tracking"] == 5 and attempt_ledger(tracked).seconds["other"] == 5
+    # Without job_seconds (a simulated attempt) the job is its phases and the rest of the paid time is idle.
+    simulated = Attempt(paid_seconds=100, step_seconds=80)
+    assert (attempt_ledger(simulated).seconds["other"], attempt_ledger(simulated).seconds["idle"]) == (0, 20)
 
 
 def test_a_reclaim_loses_the_steps_since_the_checkpoint_from_productive_and_data_wait_alike():
     interrupted = Attempt.from_clock({"startup": 100, "step": 1000, "data_wait": 200, "since_checkpoint": 250},
-                                     paid_seconds=1150, before_job_seconds=50, interrupted=True, usd_per_hour=3.6)
+                                     paid_seconds=1150, before_job_seconds=50, job_seconds=1100, interrupted=True,
+                                     usd_per_hour=3.6)
     result = attempt_ledger(interrupted)
     assert (result.seconds["lost"], result.seconds["productive"], result.seconds["data_wait"]) == (250, 600, 150)
-    assert result.seconds["startup"] == 150 and result.seconds["idle"] == 0
+    assert result.seconds["startup"] == 150 and result.seconds["idle"] == 0 and result.seconds["other"] == 0
     assert sum(result.seconds.values()) == pytest.approx(1150)
     finished = Attempt.from_clock({"step": 1000, "since_checkpoint": 250}, paid_seconds=1000, interrupted=False,
                                   usd_per_hour=3.6)
@@ -43,25 +68,59 @@ def test_a_run_or_a_month_is_the_sum_of_its_attempts():
     total = ledger(attempts)
     assert total.attempts == 2 and total.paid_seconds == 150
     assert total.paid_usd == pytest.approx(1.0 + 1.0)
-    assert total.to_dict()["buckets"]["idle"] == {"hours": round(20 / 3600, 4), "usd": 0.2, "share": round(20 / 150, 4)}
+    hours = round(20 / 3600, 4)
+    assert total.to_dict()["buckets"]["idle"] == {"gpu_hours": hours, "hours": hours, "usd": 0.2,
+                                                  "share": round(20 / 150, 4)}
+    assert total.to_dict()["gpu_hours"] == total.to_dict()["paid_hours"] == round(150 / 3600, 4)  # a deprecated alias
     assert set(total.to_dict()["buckets"]) == set(BUCKETS)
 
 
+def test_gpu_seconds_weigh_an_8_gpu_job_eight_times_a_1_gpu_job():
+    """An hour of a 1-GPU job on a p4d.24xlarge (its eighth) and an hour of an 8-GPU job: shares 1:8 of the GPU-hours;
+    dollars by GPU share (an eighth of the instance's rate, and all of it)."""
+    rate = PRICES["on_demand_hourly"]["p4d.24xlarge"]
+    one = Attempt(paid_seconds=3600, step_seconds=3600, usd_per_hour=rate, gpu_share=1 / 8, gpus=1)
+    eight = Attempt(paid_seconds=3600, step_seconds=3600, usd_per_hour=rate, gpu_share=1.0, gpus=8)
+    both = ledger([one, eight])
+    assert both.paid_seconds == 9 * 3600 and both.gpu_hours == 9
+    assert attempt_ledger(one).paid_seconds / both.paid_seconds == pytest.approx(1 / 9)
+    assert attempt_ledger(eight).paid_seconds / both.paid_seconds == pytest.approx(8 / 9)
+    assert (attempt_ledger(one).paid_usd, attempt_ledger(eight).paid_usd) == pytest.approx((rate / 8, rate))
+    # The 1-GPU job idle for its hour: goodput 8/9 of the GPU-hours, not the half that instance-hours would say.
+    idle_one = Attempt(paid_seconds=3600, usd_per_hour=rate, gpu_share=1 / 8, gpus=1)
+    assert ledger([idle_one, eight]).goodput == pytest.approx(8 / 9)
+
+
 @pytest.mark.parametrize("kwargs, message", [
-    ({"paid_seconds": 100, "step_seconds": 200}, "paid_seconds=100: less than the job's own phases (200 s)"),
+    ({"paid_seconds": 100, "step_seconds": 200},
+     "paid_seconds=100: less than the time before the job and the job's own (200 s)"),
+    ({"paid_seconds": 100, "before_job_seconds": 50, "job_seconds": 80},
+     "paid_seconds=100: less than the time before the job and the job's own (130 s)"),
+    ({"paid_seconds": 100, "step_seconds": 60, "job_seconds": 50}, "job_seconds=50: less than the job's own phases"),
     ({"paid_seconds": 100, "step_seconds": 10, "data_wait_seconds": 20}, "each at most step_seconds=10"),
     ({"paid_seconds": -1}, "paid_seconds=-1: a finite number of 0 or more"),
+    ({"paid_seconds": 1, "tracking_seconds": float("nan")}, "tracking_seconds=nan: a finite number of 0 or more"),
     ({"paid_seconds": 1, "nodes": 0}, "nodes=0: a whole number of 1 or more"),
     ({"paid_seconds": 1, "gpu_share": 0}, "gpu_share=0: more than 0 and at most 1"),
+    ({"paid_seconds": 1, "gpus": 0}, "gpus=0: more than 0"),
 ])
 def test_an_attempt_whose_times_cannot_be_refuses_with_the_field(kwargs, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         Attempt(**kwargs)
 
 
+def test_unknown_or_bad_phases_are_refused_with_their_name():
+    with pytest.raises(ValueError, match=r"phases: unknown \['stepping'\]"):
+        Attempt.from_clock({"stepping": 1.0}, paid_seconds=10, interrupted=False, usd_per_hour=1.0)
+    with pytest.raises(ValueError, match=r"phases.step='a': a finite number of 0 or more"):
+        Attempt.from_clock({"step": "a"}, paid_seconds=10, interrupted=False, usd_per_hour=1.0)
+
+
 def test_a_second_of_clock_difference_is_tolerated_and_never_makes_idle_negative():
     result = attempt_ledger(Attempt(paid_seconds=100, step_seconds=100.6))
     assert result.seconds["idle"] == 0
+    inside = attempt_ledger(Attempt(paid_seconds=100, step_seconds=100.6, job_seconds=100))
+    assert inside.seconds["idle"] == 0 and inside.seconds["other"] == 0
 
 
 class FakeClock:
@@ -139,3 +198,47 @@ def test_the_story_month_costs_the_story_bill():
     story = bench.story()
     result = bench.simulate(story, random.Random(1), 1)
     assert result.paid_usd == pytest.approx(2 * 2400, rel=0.01)  # two months of the story's 2,400 USD bill
+
+
+# --- Spot as paid: a hand-written price history ---------------------------------------------------------------------
+
+def at(hhmm: str) -> float:
+    return datetime.fromisoformat(f"2026-11-30T{hhmm}:00+00:00").timestamp()
+
+
+# One type's history in one Availability Zone: 0.90 USD/h from 09:58, 1.20 from 10:45, 0.80 from 12:10. In any order,
+# as pairs or as DescribeSpotPriceHistory's items (boto3 gives Timestamp as a datetime, SpotPrice as a string).
+HISTORY = [{"Timestamp": "2026-11-30T12:10:00Z", "SpotPrice": "0.800000"}, (at("09:58"), 0.90),
+           {"Timestamp": datetime.fromisoformat("2026-11-30T10:45:00+00:00"), "SpotPrice": "1.200000"}]
+
+
+def test_spot_usd_prices_each_moment_at_the_price_in_effect_then():
+    # 10:00-11:30: 0.90 until 10:45 (0.75 h = 0.675 USD), then 1.20 (0.75 h = 0.900 USD): 1.575 USD.
+    assert spot_usd(HISTORY, at("10:00"), at("11:30")) == pytest.approx(0.675 + 0.9)
+    # 12:00-13:00: 1.20 until 12:10 (1/6 h = 0.2 USD), then 0.80 (5/6 h = 0.6667 USD).
+    assert spot_usd(HISTORY, at("12:00"), at("13:00")) == pytest.approx(0.2 + 0.8 * 5 / 6)
+    assert spot_usd(HISTORY, at("10:45"), at("11:45")) == pytest.approx(1.2)  # an entry at the start is in effect
+    usd, source = paid_rate(PRICES, "g5.xlarge", "spot", history=HISTORY, start=at("10:00"), end=at("11:30"))
+    assert usd == pytest.approx(1.575 / 1.5) and source == "the Spot price history (EC2 DescribeSpotPriceHistory)"
+    assert paid_rate(PRICES, "g5.xlarge", "spot", history=HISTORY, start=at("10:50"), end=at("10:50"))[0] == 1.2
+    listed, why = paid_rate(PRICES, "g5.xlarge", "spot")
+    assert listed == hourly_usd(PRICES, "g5.xlarge", "spot") and "not the price paid" in why
+    assert paid_rate(PRICES, "g5.xlarge", "on-demand", history=HISTORY, start=0, end=1)[0] == \
+        hourly_usd(PRICES, "g5.xlarge", "on-demand")  # a Spot history never prices On-Demand
+
+
+def test_spot_usd_refuses_a_span_whose_price_it_cannot_know():
+    with pytest.raises(ValueError, match=r"no Spot price at or before start=\S+ \(2026-11-30T09:00:00\+00:00\) in the "
+                                         r"history \(its first entry is at 2026-11-30T09:58:00\+00:00\)"):
+        spot_usd(HISTORY, at("09:00"), at("10:00"))
+    with pytest.raises(ValueError, match="it is empty"):
+        spot_usd([], at("10:00"), at("11:00"))
+    with pytest.raises(ValueError, match=r"two prices at 2026-11-30T10:45:00\+00:00 \(1.2 and 1.5 USD/h\): give the "
+                                         "history of one Availability Zone"):
+        spot_usd(HISTORY + [(at("10:45"), 1.5)], at("10:00"), at("11:00"))
+    with pytest.raises(ValueError, match=r"end=\S+ \(2026-11-30T10:00:00\+00:00\): before start"):
+        spot_usd(HISTORY, at("11:00"), at("10:00"))
+    with pytest.raises(ValueError, match=r"history\[0\] price='free': a finite number of 0 or more"):
+        spot_usd([(at("10:00"), "free")], at("10:00"), at("11:00"))
+    with pytest.raises(ValueError, match="give start and end"):
+        paid_rate(PRICES, "g5.xlarge", "spot", history=HISTORY)

@@ -1,29 +1,36 @@
-"""A queue's goodput alarms: they fire on a job that waits on its input (or its checkpoints) and stay quiet on a
-compute-bound one. The job side is runtime.goodput.PhaseClock's embedded-metric lines; the alarm side is the
-template; between them, CloudWatch's rule (Maximum per period, N of N periods over the threshold)."""
+"""A queue's goodput alarms as synthesized: their shape (5-minute Maximum, N - 1 of N periods, missing data not
+breaching), the fix for each of the queue's instance types in a description under CloudWatch's 1024 characters, the
+props' validation, and the job definition's variables that give the jobs the same window and thresholds. Whether
+they fire when they must is tests/unit/test_goodput_alarm_replay.py's: it replays the jobs' own lines."""
 
-import io
 import json
 
 import pytest
-from aws_cdk.assertions import Match
 
 from ml_platform_constructs.errors import ValidationError
-from ml_platform_job.goodput import GOODPUT_NAMESPACE, METRIC_WINDOW_SECONDS, PhaseClock
-from ml_platform_constructs.training.goodput_alarms import goodput_alarms, goodput_widget
+from ml_platform_constructs.training.goodput_alarms import (DESCRIPTION_LIMIT, goodput_alarms, goodput_widget,
+                                                            input_bound_description)
+from ml_platform_constructs.training.queue_jobs import container_environment
+from ml_platform_job.goodput import GOODPUT_NAMESPACE
+from ml_platform_job.phase_clock import PhaseClock
+
+FIVE_TYPES = ["g5.xlarge", "g5.2xlarge", "g5.4xlarge", "g6e.48xlarge", "p4de.24xlarge"]
 
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory):
     from aws_cdk import App, Stack
+    from aws_cdk import aws_cloudwatch as cloudwatch
     from aws_cdk.assertions import Template
 
-    from aws_cdk import aws_cloudwatch as cloudwatch
-
-    stack = Stack(App(outdir=str(tmp_path_factory.mktemp("goodput"))), "Test")
-    goodput_alarms(stack, queue_name="training", instance_types=["g5.2xlarge", "g5.4xlarge"])
+    app = App(outdir=str(tmp_path_factory.mktemp("goodput")))
+    stack = Stack(app, "Test")
+    goodput_alarms(stack, queue_name="a-queue-name-of-forty-characters-at-most", instance_types=FIVE_TYPES)
     cloudwatch.Dashboard(stack, "Dashboard", widgets=[[goodput_widget("training")]])
-    return Template.from_stack(stack)
+    longer = Stack(app, "Longer")
+    goodput_alarms(longer, queue_name="training", instance_types=["g5.xlarge"], bound_minutes=30,
+                   checkpoint_bound_percent=None)
+    return Template.from_stack(stack), Template.from_stack(longer)
 
 
 def alarm(template, name):
@@ -31,81 +38,77 @@ def alarm(template, name):
                 if logical.startswith(name))
 
 
-def test_the_alarms_watch_the_largest_job_share_for_15_minutes(template):
-    template.has_resource_properties("AWS::CloudWatch::Alarm", {
-        "Namespace": GOODPUT_NAMESPACE, "MetricName": "DataWaitShare", "Statistic": "Maximum", "Period": 300,
-        "Dimensions": [{"Name": "Queue", "Value": "training"}], "Threshold": 30, "EvaluationPeriods": 3,
-        "DatapointsToAlarm": 3, "ComparisonOperator": "GreaterThanThreshold", "TreatMissingData": "notBreaching"})
-    template.has_resource_properties("AWS::CloudWatch::Alarm", {
-        "MetricName": "CheckpointShare", "Threshold": 10, "EvaluationPeriods": 3})
+def test_the_alarms_take_the_largest_jobs_share_in_2_of_3_five_minute_periods(template):
+    queue = "a-queue-name-of-forty-characters-at-most"
+    for name, metric, threshold in (("InputBoundAlarm", "DataWaitShare", 30), ("CheckpointBoundAlarm",
+                                                                                "CheckpointShare", 10)):
+        props = alarm(template[0], name)
+        assert {k: props[k] for k in ("Namespace", "MetricName", "Statistic", "Period", "Dimensions", "Threshold",
+                                      "EvaluationPeriods", "DatapointsToAlarm", "ComparisonOperator",
+                                      "TreatMissingData")} == {
+            "Namespace": GOODPUT_NAMESPACE, "MetricName": metric, "Statistic": "Maximum", "Period": 300,
+            "Dimensions": [{"Name": "Queue", "Value": queue}], "Threshold": threshold, "EvaluationPeriods": 3,
+            "DatapointsToAlarm": 2, "ComparisonOperator": "GreaterThanThreshold", "TreatMissingData": "notBreaching"}
 
 
-def test_the_input_bound_alarm_says_the_loader_settings_for_the_queues_instances(template):
-    description = alarm(template, "InputBoundAlarm")["AlarmDescription"]
+def test_bound_minutes_sets_the_periods_and_a_threshold_of_none_switches_an_alarm_off(template):
+    longer = template[1]
+    props = alarm(longer, "InputBoundAlarm")
+    assert (props["Period"], props["EvaluationPeriods"], props["DatapointsToAlarm"]) == (300, 6, 5)
+    assert "over its trailing 30 minutes, in 5 of 6 5-minute periods" in props["AlarmDescription"]
+    assert [p["Properties"]["MetricName"] for p in longer.find_resources("AWS::CloudWatch::Alarm").values()] == [
+        "DataWaitShare"]
+
+
+def test_the_input_bound_alarm_names_each_instance_types_loader_settings_under_1024_characters(template):
+    description = alarm(template[0], "InputBoundAlarm")["AlarmDescription"]
+    assert len(description) <= DESCRIPTION_LIMIT
     # g5.2xlarge: 8 vCPUs, one GPU, 32 GiB: 70% of 8 is 5 workers; pinned memory off at 32 GiB
-    assert "Fix for g5.2xlarge: DataLoader(num_workers=5, prefetch_factor=2, pin_memory=False" in description
-    assert "async_save" in alarm(template, "CheckpointBoundAlarm")["AlarmDescription"]
+    assert "Fix for g5.2xlarge: DataLoader(num_workers=5, prefetch_factor=2, pin_memory=False)" in description
+    assert "Fix for g5.xlarge: DataLoader(num_workers=2, prefetch_factor=2, pin_memory=False)" in description
+    assert "Fix for p4de.24xlarge: DataLoader(num_workers=8, prefetch_factor=2, pin_memory=True)" in description
+    assert all(f"Fix for {t}: DataLoader(" in description for t in FIVE_TYPES)
+    assert "persistent_workers=True" in description and "more types" not in description
+    checkpoint = alarm(template[0], "CheckpointBoundAlarm")["AlarmDescription"]
+    assert "async_save" in checkpoint and len(checkpoint) <= DESCRIPTION_LIMIT
 
 
-def breaches(template, name, documents):
-    """CloudWatch's decision on the emitted windows: ALARM when the last N periods' Maximum exceed the threshold."""
-    props = alarm(template, name)
-    values = [d[props["MetricName"]] for d in documents if props["MetricName"] in d]
-    periods, threshold = props["EvaluationPeriods"], props["Threshold"]
-    return any(all(v > threshold for v in values[i:i + periods]) for i in range(len(values) - periods + 1))
+def test_types_past_what_fits_are_named_with_the_call_that_gives_theirs():
+    many = FIVE_TYPES + ["g4dn.12xlarge", "g4dn.16xlarge", "g6e.12xlarge", "g6e.24xlarge", "p3dn.24xlarge",
+                         "p4d.24xlarge", "p5en.48xlarge", "g6e.16xlarge"]
+    text = input_bound_description("a-queue-name-of-forty-characters-at-most", many, 30, 15, 3)
+    assert len(text) <= DESCRIPTION_LIMIT
+    shown = [t for t in many if f"Fix for {t}: " in text]
+    assert shown == many[:len(shown)] and 5 <= len(shown) < len(many)
+    assert f"; {len(many) - len(shown)} more types: loader_settings_for(<type>)" in text
+    assert "Fix for x9.huge: loader_settings(vcpus, gpus, memory_gib)" in input_bound_description(
+        "q", ["x9.huge"], 30, 15, 3)
 
 
-def stand_in_job(*, wait_per_batch, compute_per_batch, windows=4, save_every=None, save_seconds=0.0):
-    """A job stepping for ``windows`` metric windows with a fake clock; returns the documents it printed."""
+def test_the_job_definition_gives_the_jobs_the_alarms_window_and_thresholds():
+    defaults = container_environment("training", None)
+    assert {k: defaults[k] for k in ("ML_PLATFORM_GOODPUT_WINDOW_SECONDS", "ML_PLATFORM_INPUT_BOUND_PERCENT",
+                                     "ML_PLATFORM_CHECKPOINT_BOUND_PERCENT")} == {
+        "ML_PLATFORM_GOODPUT_WINDOW_SECONDS": "900", "ML_PLATFORM_INPUT_BOUND_PERCENT": "30",
+        "ML_PLATFORM_CHECKPOINT_BOUND_PERCENT": "10"}
+    given = container_environment("training", None, 110, input_bound_percent=45.5, checkpoint_bound_percent=None,
+                                  bound_minutes=30)
+    assert given["ML_PLATFORM_STOP_TIMEOUT_SECONDS"] == "110"
+    # the job side reads them back: a 30-minute window (nothing printed before), input-bound past 45.5%, no
+    # checkpoint-bound line
     now = [0.0]
-    clock = PhaseClock(now=lambda: now[0], wall=lambda: 1_700_000_000 + now[0])
-    out = io.StringIO()
-
-    def loader():
-        while True:
-            now[0] += wait_per_batch
-            yield None
-
-    next_window, batches = METRIC_WINDOW_SECONDS, 0
-    for _ in clock.batches(loader()):
-        with clock.step():
-            now[0] += compute_per_batch
-        batches += 1
-        if save_every and batches % save_every == 0:
-            with clock.phase("checkpoint_save"):
-                now[0] += save_seconds
-            clock.checkpoint_saved()
-        if now[0] >= next_window:
-            clock.emit("training", stream=out)
-            next_window += METRIC_WINDOW_SECONDS
-            if next_window > windows * METRIC_WINDOW_SECONDS:
-                break
-    return [json.loads(line) for line in out.getvalue().splitlines()]
-
-
-def test_it_fires_on_an_input_bound_job_and_not_on_a_compute_bound_one(template):
-    input_bound = stand_in_job(wait_per_batch=0.6, compute_per_batch=0.4)  # 60% of step time waiting
-    compute_bound = stand_in_job(wait_per_batch=0.02, compute_per_batch=0.4)  # 5%
-    assert input_bound[0]["_aws"]["CloudWatchMetrics"][0]["Namespace"] == GOODPUT_NAMESPACE
-    assert input_bound[0]["DataWaitShare"] == pytest.approx(60, abs=1)
-    assert breaches(template, "InputBoundAlarm", input_bound)
-    assert not breaches(template, "InputBoundAlarm", compute_bound)
-    # Under the threshold for one window of three: no alarm (a slow epoch start is not an input-bound job).
-    assert not breaches(template, "InputBoundAlarm", [{"DataWaitShare": 60}, {"DataWaitShare": 10},
-                                                       {"DataWaitShare": 60}, {"DataWaitShare": 60}])
-
-
-def test_it_fires_on_a_checkpoint_bound_job_and_not_on_one_that_saves_now_and_then(template):
-    heavy = stand_in_job(wait_per_batch=0.01, compute_per_batch=0.5, save_every=100, save_seconds=15)  # 15 s of 65
-    light = stand_in_job(wait_per_batch=0.01, compute_per_batch=0.5, save_every=1000, save_seconds=5)
-    assert breaches(template, "CheckpointBoundAlarm", heavy)
-    assert not breaches(template, "CheckpointBoundAlarm", light)
+    clock = PhaseClock(now=lambda: now[0])
+    clock.emit_windows("training", env=given, interval=0)
+    assert (clock._window, clock._thresholds) == (1800.0, {"DataWaitShare": 45.5, "CheckpointShare": None})
+    now[0] = 1799
+    assert clock.publish() is None
 
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"input_bound_percent": 0}, "input_bound_percent=0 is invalid: a percentage from 1 to 99"),
     ({"checkpoint_bound_percent": 150}, "checkpoint_bound_percent=150 is invalid: a percentage from 1 to 99"),
     ({"bound_minutes": 7}, "bound_minutes=7 is invalid: a multiple of 5 minutes"),
+    ({"bound_minutes": 1445}, "bound_minutes=1445 is invalid: a multiple of 5 minutes .*up to 1440"),
 ])
 def test_thresholds_outside_their_range_fail_naming_the_prop(kwargs, message):
     from aws_cdk import App, Stack
@@ -115,6 +118,6 @@ def test_thresholds_outside_their_range_fail_naming_the_prop(kwargs, message):
 
 
 def test_the_dashboard_widget_charts_the_three_shares(template):
-    body = json.dumps(template.find_resources("AWS::CloudWatch::Dashboard"))
+    body = json.dumps(template[0].find_resources("AWS::CloudWatch::Dashboard"))
     assert "training: productive, data wait and checkpoint shares" in body
     assert all(name in body for name in ("ProductiveShare", "DataWaitShare", "CheckpointShare"))

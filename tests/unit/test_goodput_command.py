@@ -22,7 +22,7 @@ def attempt(start, end, **phases):
 
 
 RECORDS = {
-    # an hour: 30 min productive, 18 min waiting on data, 6 min startup, 6 min idle
+    # an hour: 30 min productive, 18 min waiting on data, 6 min startup, 6 min in the job no phase timed (other)
     "r1": {"run_id": "r1", "run_name": "input-bound", "experiment": "training", "started_at": "2026-11-03T10:00:00+00:00",
            "passport": {"queue": "training", "environment": {"AWS_REGION": "us-east-1"}, "attempts": [
                attempt("2026-11-03T10:00:00+00:00", "2026-11-03T11:00:00+00:00", startup=360.0, step=2880.0,
@@ -39,16 +39,18 @@ RECORDS = {
 
 
 class Client:
-    def search_experiments(self):
+    """MLflow's calls goodput makes, over RECORDS: one page of experiments and of runs."""
+
+    def search_experiments(self, max_results=1000, page_token=None):
         return [SimpleNamespace(experiment_id="1")]
 
-    def search_runs(self, experiments, max_results, order_by):
+    def search_runs(self, experiments, filter_string="", max_results=1000, order_by=None, page_token=None):
         return [SimpleNamespace(info=SimpleNamespace(run_id=k)) for k in RECORDS]
 
 
 @pytest.fixture(autouse=True)
 def records(monkeypatch):
-    monkeypatch.setattr(goodput, "run_record", lambda client, run_id: RECORDS[run_id])
+    monkeypatch.setattr(goodput, "run_record", lambda client, run_id, *args, **kwargs: RECORDS[run_id])
 
 
 def test_by_default_each_run_is_one_line_within_100_columns_with_its_bar(capsys):
@@ -57,9 +59,9 @@ def test_by_default_each_run_is_one_line_within_100_columns_with_its_bar(capsys)
     assert max(len(line) for line in out.splitlines()) <= 100, out
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("  ") and " USD  " in line}
     assert set(rows) == {"input-bound", "compute-bound", "total"}
-    assert rows["input-bound"][1:5] == ["1.000", "h", f"{SPOT:.2f}", "USD"]
-    assert rows["input-bound"][5] == "#" * 25 + "d" * 15 + "s" * 5 + "." * 5
-    assert "data_wait 0.300 h" in out and "(startup is a lower bound" in out.replace("\n   ", " ")
+    assert rows["input-bound"][1:5] == ["1.000", "GPU-h", f"{SPOT:.2f}", "USD"]
+    assert rows["input-bound"][5] == "#" * 25 + "d" * 15 + "s" * 5 + "o" * 5
+    assert "data_wait 0.300 GPU-h" in out and "(startup is a lower bound" in out.replace("\n   ", " ")
 
 
 def test_wide_shows_each_run_and_the_total_with_every_buckets_share(capsys):
@@ -69,9 +71,9 @@ def test_wide_shows_each_run_and_the_total_with_every_buckets_share(capsys):
     assert set(rows) == {"input-bound", "compute-bound", "total"}  # october and the run without attempts left out
     fields = rows["input-bound"].split()
     assert fields[1:3] == ["1.000", f"{SPOT:.4f}"]
-    assert fields[3:11] == ["50.0%", "30.0%", "10.0%", "0.0%", "0.0%", "0.0%", "0.0%", "10.0%"]
-    assert fields[11] == "#" * 25 + "d" * 15 + "s" * 5 + "." * 5
-    assert rows["total"].split()[1] == "1.500" and rows["compute-bound"].split()[11] == "#" * 50
+    assert fields[3:13] == ["50.0%", "30.0%", "10.0%", "0.0%", "0.0%", "0.0%", "0.0%", "0.0%", "10.0%", "0.0%"]
+    assert fields[13] == "#" * 25 + "d" * 15 + "s" * 5 + "o" * 5
+    assert rows["total"].split()[1] == "1.500" and rows["compute-bound"].split()[13] == "#" * 50
     assert "startup is a lower bound" in out and "bar: #=productive d=data_wait" in out
 
 
@@ -79,13 +81,15 @@ def test_queue_selects_and_json_and_csv_carry_the_same_numbers(capsys):
     goodput.main(["--local", "--queue", "training", "--json"], client=Client())
     found = json.loads(capsys.readouterr().out)
     assert [r["run_id"] for r in found["runs"]] == ["r1", "r3"]
-    assert found["runs"][0]["ledger"]["buckets"]["data_wait"] == {"hours": 0.3, "usd": round(0.3 * SPOT, 4),
-                                                                  "share": 0.3}
+    assert found["runs"][0]["ledger"]["buckets"]["data_wait"] == {"gpu_hours": 0.3, "hours": 0.3,
+                                                                  "usd": round(0.3 * SPOT, 4), "share": 0.3}
+    assert found["runs"][0]["ledger"]["gpu_hours"] == 1.0 and found["skipped"] == []
     assert found["total"]["paid_hours"] == 2.0
     goodput.main(["--local", "--month", "2026-11", "--queue", "training", "--csv"], client=Client())
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
-    assert len(rows) == 8 and {r["run_id"] for r in rows} == {"r1"}
-    assert next(r for r in rows if r["bucket"] == "idle")["hours"] == "0.1"
+    assert len(rows) == len(goodput.BUCKETS) and {r["run_id"] for r in rows} == {"r1"}
+    assert next(r for r in rows if r["bucket"] == "other")["gpu_hours"] == "0.1"
+    assert next(r for r in rows if r["bucket"] == "idle")["hours"] == "0.0"
 
 
 def test_bars_are_always_full_width():
@@ -103,7 +107,7 @@ def test_bars_are_always_full_width():
     (["--local", "--queue", " "], "--queue: a queue's name"),
 ])
 def test_bad_arguments_fail_in_one_line_before_the_store_is_opened(argv, message, capsys, monkeypatch):
-    monkeypatch.setattr(goodput, "open_store", lambda target: pytest.fail("the store was opened"))
+    monkeypatch.setattr(goodput, "open_store_session", lambda target: pytest.fail("the store was opened"))
     with pytest.raises(SystemExit) as exit:
         goodput.main(argv)
     err = capsys.readouterr().err

@@ -21,6 +21,7 @@ from constructs import Construct
 from ..data.dataset_snapshots import DatasetVolume, filesystem_label
 from ..errors import ValidationError
 from ml_platform_job.benchmark import INSTANCE_TYPE_FILE
+from ml_platform_job.host import AVAILABILITY_ZONE_FILE, INSTANCE_ID_FILE
 from ml_platform_job.passport import LIFECYCLE_FILE
 
 GPU_NAMESPACE = "MLPlatform/GPU"
@@ -144,6 +145,11 @@ class InstanceBootstrap:
             " && curl -sf -H \"X-aws-ec2-metadata-token: $token\" http://169.254.169.254/latest/meta-data/instance-type"
             f" > {INSTANCE_TYPE_FILE} && curl -sf -H \"X-aws-ec2-metadata-token: $token\""
             f" http://169.254.169.254/latest/meta-data/instance-life-cycle > {LIFECYCLE_FILE}"
+            # The instance's id and Availability Zone: the goodput ledger's boot and idle per instance, and the Spot
+            # price history of the AZ the attempt ran in (ml_platform_job.host).
+            f" && curl -sf -H \"X-aws-ec2-metadata-token: $token\" http://169.254.169.254/latest/meta-data/instance-id"
+            f" > {RUN_DIR}/{INSTANCE_ID_FILE} && curl -sf -H \"X-aws-ec2-metadata-token: $token\""
+            f" http://169.254.169.254/latest/meta-data/placement/availability-zone > {RUN_DIR}/{AVAILABILITY_ZONE_FILE}"
             " || echo 'instance type unknown' >&2",
         ]
         for volume in self.dataset_volumes:

@@ -23,6 +23,7 @@ from ..data.dataset_bucket import DATASETS_PREFIX, EVALUATIONS_PREFIX, DatasetBu
 from ..data.dataset_snapshots import DatasetVolume
 from ..errors import ValidationError
 from .instance_bootstrap import RUN_DIR
+from .goodput_alarms import BOUND_MINUTES, CHECKPOINT_BOUND_PERCENT, INPUT_BOUND_PERCENT, goodput_environment
 from ..data.mlflow_tracking import MlflowTracking
 from ..operations.jobs import MULTI_NODE_NODES, image_problem
 from ml_platform_job.benchmark import BENCHMARK_NAMESPACE, BENCHMARK_PREFIX
@@ -152,14 +153,23 @@ def evaluation_role(scope: Construct, queue_name: str, datasets: DatasetBucket, 
 
 
 def container_environment(queue_name: str, datasets: Optional[DatasetBucket],
-                          stop_timeout_seconds: Optional[int] = None) -> dict[str, str]:
+                          stop_timeout_seconds: Optional[int] = None, *,
+                          input_bound_percent: Optional[float] = INPUT_BOUND_PERCENT,
+                          checkpoint_bound_percent: Optional[float] = CHECKPOINT_BOUND_PERCENT,
+                          bound_minutes: int = BOUND_MINUTES) -> dict[str, str]:
     """The job contract's variables every job of the queue gets (constructs/docs/JobContract.md; MLFLOW_TRACKING_URI
     is added per job definition, ``JobSettings.container``). A submission adds the job's own,
     ML_PLATFORM_CHECKPOINT_URI and ML_PLATFORM_JOB_NAME (ml_platform_constructs.operations.jobs).
     ``stop_timeout_seconds``: the instances' SIGTERM-to-SIGKILL time (the ECS agent's ECS_CONTAINER_STOP_TIMEOUT), told
-    to the job as ML_PLATFORM_STOP_TIMEOUT_SECONDS: the job side saves on a stop only when the save fits in it."""
+    to the job as ML_PLATFORM_STOP_TIMEOUT_SECONDS: the job side saves on a stop only when the save fits in it.
+    ``input_bound_percent``, ``checkpoint_bound_percent``, ``bound_minutes``: the queue's goodput alarms' (the same
+    props), told to the job as its metrics' window and the thresholds past which it prints the fix
+    (ML_PLATFORM_GOODPUT_WINDOW_SECONDS, ML_PLATFORM_INPUT_BOUND_PERCENT, ML_PLATFORM_CHECKPOINT_BOUND_PERCENT)."""
     environment = {"ML_PLATFORM_QUEUE_NAME": queue_name, "ML_PLATFORM_STOP_FILE": f"{RUN_DIR}/stop-requested",
-                   "ML_PLATFORM_JOB_NAMESPACE": JOB_NAMESPACE}
+                   "ML_PLATFORM_JOB_NAMESPACE": JOB_NAMESPACE,
+                   **goodput_environment(input_bound_percent=input_bound_percent,
+                                         checkpoint_bound_percent=checkpoint_bound_percent,
+                                         bound_minutes=bound_minutes)}
     if stop_timeout_seconds is not None:
         environment["ML_PLATFORM_STOP_TIMEOUT_SECONDS"] = str(stop_timeout_seconds)
     if datasets is not None:

@@ -132,11 +132,13 @@ class TrainingQueue(Construct):
     :param input_bound_percent / checkpoint_bound_percent / bound_minutes: the goodput alarms
         (``alarms["input_bound"]``, ``alarms["checkpoint_bound"]``, to ``alerts``): a job's data wait over
         ``input_bound_percent`` of its step time, or its checkpoint saves over ``checkpoint_bound_percent`` of its
-        time, for ``bound_minutes`` (a multiple of the jobs' 5-minute metric window), from the shares the
-        job-contract helper prints (``ml_platform_job.goodput``); each alarm's text carries the fix for the queue's
-        instances. Default: 30, 10 and 15: an alarm after three windows in a row over the threshold; no job
-        stepping, no data, no alarm. A threshold of None switches that alarm off (it is then absent from
-        ``alarms``).
+        time, over the trailing ``bound_minutes`` (a multiple of the alarms' 5-minute period). The job-contract helper
+        prints those shares every minute, also while a job is blocked in its loader or a save
+        (``ml_platform_job.phase_clock``; the job definition tells it the window and thresholds); an alarm needs the
+        largest job's share over the threshold in all but one of the ``bound_minutes`` / 5 periods (2 of 3 by
+        default: one late or lost log line does not reset it). No job stepping, no data, no alarm. Each alarm's
+        text carries the fix for each of the queue's instance types. Default: 30, 10 and 15. A threshold of None
+        switches that alarm off (it is then absent from ``alarms``, and the job prints no hint for it).
     :param allow_low_diversity / allow_mixed_gpu_memory: as SpotGpuFleet's. Default: False.
     :param removal_policy: of the log group. Default: RETAIN.
     :param budget_scope: the ``BudgetGuard`` scope that may stop this queue (tag ``ml-platform:budget-scope`` on
@@ -267,7 +269,10 @@ class TrainingQueue(Construct):
         self.job_definition = self.evaluation_role = self.evaluation_job_definition = None
         self._jobs = JobSettings(
             queue_name=self.queue_name, job_role=self.job_role, log_group=self.log_group,
-            environment=container_environment(self.queue_name, datasets, stop_timeout_seconds),
+            environment=container_environment(self.queue_name, datasets, stop_timeout_seconds,
+                                              input_bound_percent=input_bound_percent,
+                                              checkpoint_bound_percent=checkpoint_bound_percent,
+                                              bound_minutes=bound_minutes),
             volumes=job_volumes(dataset_volumes), attempts=job_attempts, timeout=job_timeout, tracking=tracking)
         if not self.multi_node_only:
             self._single_node(compute, vpc, vpc_subnets, instance_types, max_vcpus, on_demand_max_vcpus, image_uri)
