@@ -38,16 +38,26 @@ Where things go:
   ``ml_platform.*`` tags and the record and package list as artifacts. A tracking failure is reported once and
   never stops training: the record next to the checkpoints stays complete.
 
-Goodput: ``run.clock`` (``goodput.PhaseClock``, restarted at each attempt's start) times the job's phases: wrap the
-loader in ``run.clock.batches(loader)`` (time blocked on it is data wait), each step in ``run.clock.step()``,
+Goodput: ``run.clock`` (``phase_clock.PhaseClock``, restarted at each attempt's start) times the job's phases: wrap
+the loader in ``run.clock.batches(loader)`` (time blocked on it is data wait), each step in ``run.clock.step()``,
 restores, saves and evaluations in ``run.clock.phase(...)``, and call ``run.clock.checkpoint_saved()`` after a
-save. Each attempt records them as ``phases`` at every save; on AWS Batch (``AWS_BATCH_JQ_NAME`` set) the clock
-prints its shares every ``goodput.METRIC_WINDOW_SECONDS`` as an embedded-metric-format line, the queue's goodput
-alarms' data. ``run.loader_settings()`` gives DataLoader settings for the attempt's instance.
+save. The record's own writes and MLflow calls are timed as ``tracking``. Each attempt records them as ``phases`` at
+every save; on AWS Batch (``AWS_BATCH_JQ_NAME`` set) a timer prints, every minute, the shares over the queue alarms'
+window (``ML_PLATFORM_GOODPUT_WINDOW_SECONDS``) as an embedded-metric-format line, also while the job is blocked in
+its loader or a save: the queue's goodput alarms' data. ``run.loader_settings()`` gives DataLoader settings for the
+attempt's instance.
 
-Cost: every attempt's hours x its instance's price x its GPU share x its nodes (``AWS_BATCH_JOB_NUM_NODES``). An
-attempt lost without a word is billed to AWS Batch's ``stoppedAt`` for it when the job may read it
-(``batch:DescribeJobs``), else to its last checkpoint, and the cost is then marked a lower bound.
+An attempt starts at its process's start (imports, the dataset's fingerprint and the passport are paid time too) and
+records its instance (``host``: the instance's id and Availability Zone, its boot, the image pull, the previous job's
+end on it; ``host.py``). An attempt whose process raises, or exits without ``finish`` or ``stop``, is recorded as
+``failed`` when the interpreter exits (its record and MLflow run written, the run FAILED); a hard kill (SIGKILL, out
+of memory) leaves it ``running``, billed to its last record.
+
+Cost: every attempt's paid hours (``goodput.paid_span``: from its instance's boot, or the previous job's end on it,
+or its image pull, to its end) x its rate (the price table's, or the price paid where the operator side recorded
+one) x its GPU share x its nodes (``AWS_BATCH_JOB_NUM_NODES``). An attempt lost without a word is billed to AWS
+Batch's ``stoppedAt`` for it when the job may read it (``batch:DescribeJobs``), else to its last checkpoint, and the
+cost is then marked a lower bound.
 
 Accuracy metrics are fractions (0-1); one accuracy point is one percentage point. ``usd_per_accuracy_point`` is
 the run's cost over the points its final ``holdout_accuracy`` gained on the model it would replace:
