@@ -285,6 +285,8 @@ def run_ledgers(client: Any, *, month: Optional[str], queue: Optional[str], targ
     skipped: list[dict] = []
     candidates = []
     read: list[tuple[Optional[str], dict]] = []
+    # AWS Batch's end of an attempt the record still says is running (ENV only; batch:DescribeJobs).
+    batch_end = None if local or session is None else runs_ops.BatchEnds(session.client("batch"))
     with terminal.progress(f"reading {len(runs)} run record(s)", total=len(runs)) as shown:
         for run in runs:
             run_id, name = run.info.run_id, getattr(run.info, "run_name", None)
@@ -292,7 +294,7 @@ def run_ledgers(client: Any, *, month: Optional[str], queue: Optional[str], targ
             try:
                 record = run_record(client, run_id, target, s3=s3, local_copies=local_copies)
                 name = record.get("run_name") or name
-                passport, notes = settled(record.get("passport") or {}, record.get("status"), now)
+                passport, notes = settled(record.get("passport") or {}, record.get("status"), now, batch_end)
                 read.append((queue_of(record), passport))  # every run read: a later job on an instance ends a claim
                 if queue and queue_of(record) != queue:
                     continue
@@ -308,7 +310,7 @@ def run_ledgers(client: Any, *, month: Optional[str], queue: Optional[str], targ
     # on the report's copies of the attempts before their Spot price is looked up over their whole paid span).
     scale_notes = ([] if local or session is None else instance_records.apply(session, read, now=now))
     passports, report_notes = priced_at_history([c[1] for c in candidates], session, window, local)
-    report_notes = scale_notes + report_notes
+    report_notes = scale_notes + (batch_end.notes if batch_end else []) + report_notes
     found = []
     for (record, _, settle_notes), passport in zip(candidates, passports):
         try:

@@ -34,7 +34,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from ml_platform_job.prices import load_prices, load_table
 from ml_platform_job.goodput import BUCKETS, Ledger, run_ledger
@@ -233,7 +233,38 @@ def _epoch_of(text: Any) -> Optional[float]:
         return None
 
 
-def settled(passport: dict, status: Optional[str], now: Optional[float] = None) -> tuple[dict, list[str]]:
+class BatchEnds:
+    """AWS Batch's end of a job's attempt (``DescribeJobs``: its ``stoppedAt`` and ``statusReason``), one call per job,
+    for an attempt the record still says is running. https://docs.aws.amazon.com/batch/latest/APIReference/
+    API_AttemptDetail.html. Batch keeps a finished job's description for a limited time only: an older attempt stays a
+    lower bound. A refused call (no ``batch:DescribeJobs``) is noted once and read as unknown."""
+
+    def __init__(self, batch: Any) -> None:
+        self.batch, self.cache, self.notes = batch, {}, []
+
+    def __call__(self, job_id: Optional[str], attempt: Optional[int]) -> Optional[tuple[float, str]]:
+        if not job_id or not isinstance(attempt, int) or attempt < 1:
+            return None
+        if job_id not in self.cache:
+            try:
+                jobs = self.batch.describe_jobs(jobs=[job_id]).get("jobs") or []
+            except Exception as error:  # no permission, throttled, no network: the lower bound stands
+                if not self.notes:
+                    self.notes.append(f"AWS Batch's job ends unread ({type(error).__name__}: grant batch:DescribeJobs): "
+                                      "runs still recorded running are billed to their last record")
+                jobs = []
+            self.cache[job_id] = jobs[0] if jobs else None
+        job = self.cache[job_id]
+        tried = (job or {}).get("attempts") or []
+        if len(tried) < attempt or not tried[attempt - 1].get("stoppedAt"):
+            return None
+        detail = tried[attempt - 1]
+        return detail["stoppedAt"] / 1000, str(detail.get("statusReason") or (job or {}).get("statusReason") or "")
+
+
+def settled(passport: dict, status: Optional[str], now: Optional[float] = None,
+            batch_end: Optional[Callable[[Optional[str], Optional[int]], Optional[tuple[float, str]]]] = None
+            ) -> tuple[dict, list[str]]:
     """(the passport with its last attempt ended where it ended without a word, notes): an attempt still
     ``running`` in the record while MLflow's run has ended (FAILED or KILLED: a crash the job could not record, a
     hard kill), or one not recorded for ``STALE_AFTER_HOURS`` while MLflow still says RUNNING, is ``lost`` at its
@@ -246,6 +277,15 @@ def settled(passport: dict, status: Optional[str], now: Optional[float] = None) 
     if last.get("outcome") != "running":
         return passport, []
     seen = last.get("last_seen_at") or last.get("started_at")
+    found = batch_end(last.get("job_id"), last.get("batch_attempt")) if batch_end else None
+    if found is not None:  # AWS Batch ended the attempt (a crash the job could not record, a hard kill, a timeout)
+        stopped, reason = found
+        ended = copy.deepcopy(passport)
+        at = datetime.fromtimestamp(stopped, timezone.utc).isoformat(timespec="milliseconds")
+        ended["attempts"][-1].update(outcome="lost", ended_at=at, end_known=True,
+                                     reason=f"ended without stopping cleanly; AWS Batch's stoppedAt ({reason or 'no reason'})")
+        return ended, [f"attempt {last.get('number', len(attempts))}: never recorded its end; AWS Batch stopped it at "
+                       f"{at} ({reason or 'no reason given'}): its steps since its last checkpoint counted lost"]
     if status in ENDED_STATUSES:
         why = f"MLflow's run is {status} but its last attempt never recorded an end (a hard kill, a lost instance)"
     else:

@@ -344,6 +344,14 @@ class _Spans:
     pull_known: bool
 
 
+# The phases that lie inside the job's span, one after another (data_wait is part of step; since_checkpoint too).
+JOB_PHASES = ("startup", "restore", "step", "checkpoint_save", "evaluation", "tracking")
+# The first job on an instance pays its boot only when it began within this long of the boot: later, the instance ran
+# something no record names (a job without the tracking helper, a fleet's long-lived host), and the boot is not this
+# job's. Boot, the ECS agent's registration and Batch's placement take minutes, not half an hour.
+BOOT_TO_FIRST_JOB_SECONDS = 30 * 60
+
+
 def _spans(record: Mapping) -> _Spans:
     outcome = record.get("outcome")
     if outcome not in OUTCOMES:
@@ -362,11 +370,14 @@ def _spans(record: Mapping) -> _Spans:
     container = _when(host.get("container_started_at"), "host.container_started_at")
     launch = pull if pull is not None else container
     launch = None if launch is None else min(launch, job_start)
+    first = job_start if launch is None else launch  # this job's first moment on the instance
     if previous is not None:  # a reused instance: idle since its previous job, startup from this job's image pull
-        paid_start = min(previous, job_start)
-        startup_start = job_start if launch is None else max(launch, paid_start)
+        # (busy until now with another job: the image pull is still this job's)
+        startup_start = first
+        paid_start = min(previous, first)
         boot_known = True  # the boot was the first job's
-    elif booted is not None and host.get("first_on_instance") is not False:  # the first job on it pays its boot
+    elif (booted is not None and host.get("first_on_instance") is not False
+          and first - booted <= BOOT_TO_FIRST_JOB_SECONDS):  # the first job on it pays its boot
         paid_start = startup_start = min(booted, job_start)
         boot_known = True
     else:  # the boot is unknown: from the image pull (or the container's start, or the job's)
@@ -457,6 +468,7 @@ def passport_attempts(attempts: Iterable[Mapping], prices: Mapping, *,
     window = _window(window)
     found: list[Attempt] = []
     unbooted, running, no_phases, no_gpus, cut, unpulled, list_spot = [], [], [], [], [], [], []
+    overlapped: list[str] = []
     rated: dict[str, list] = {}
     unpriced: list[str] = []
     for index, record in enumerate(attempts):
@@ -477,6 +489,9 @@ def passport_attempts(attempts: Iterable[Mapping], prices: Mapping, *,
                 bucket.append(number)
         if facts.get("rate_source"):
             rated.setdefault(facts["rate_source"], []).append(number)
+        if facts.get("overlapped"):
+            overlapped.append(f"attempt {number}: its phases add up to {facts['overlapped']:.0f} s more than its job's "
+                              "span (time counted in two phases): scaled to the span")
         if facts.get("unpriced"):
             unpriced.append(f"attempt {number}: {facts['unpriced']} unpriced: its dollars are 0")
     notes = [STARTUP_LOWER_BOUND] if unbooted else []
@@ -498,7 +513,7 @@ def passport_attempts(attempts: Iterable[Mapping], prices: Mapping, *,
                      "as 1 GPU per node")
     if cut:
         notes.append(f"attempt(s) {_ids(cut)}: {WINDOW_NOTE}")
-    return found, notes
+    return found, notes + overlapped
 
 
 def _recorded_attempt(record: Mapping, prices: Mapping, window: Optional[tuple[float, float]],
@@ -552,6 +567,14 @@ def _recorded_attempt(record: Mapping, prices: Mapping, window: Optional[tuple[f
         usd = 0.0
         facts["unpriced"] = f"{instance_type or 'instance type unknown'} {lifecycle or ''}".strip()
     scaled = {name: value * fraction if _finite(value) else value for name, value in phases.items()}
+    # Phases timed twice (a save nested in a step, a framework's hook that counted time another phase had) can add up
+    # to more than the job's span: the record is kept, its phases scaled to the span, and a note says by how much.
+    timed = sum(scaled.get(name, 0.0) for name in JOB_PHASES if _finite(scaled.get(name, 0.0)))
+    span = job * fraction
+    if timed > span + CLOCK_SLACK_SECONDS and timed > 0:
+        factor = span / timed
+        facts["overlapped"] = timed - span
+        scaled = {name: value * factor if _finite(value) else value for name, value in scaled.items()}
     built = Attempt.from_clock(scaled, paid_seconds=idle_before + startup_before + job * fraction + scale_in,
                                before_job_seconds=startup_before, job_seconds=job * fraction,
                                interrupted=record["outcome"] in INTERRUPTED, usd_per_hour=float(usd), nodes=nodes,

@@ -136,9 +136,17 @@ def note_job(run_dir: str, job: str, event: str, at: float) -> None:
     path = Path(run_dir) / JOBS_FILE
     if not Path(run_dir).is_dir():
         return
+    line = (json.dumps({"job": job, "event": event, "at": round(at, 3)}) + "\n").encode()
     try:
-        with path.open("a") as handle:
-            handle.write(json.dumps({"job": job, "event": event, "at": round(at, 3)}) + "\n")
+        # One write of a whole line in append mode (jobs on one instance may write at once); readable and writable by
+        # every job's user, whichever created it (the run directory is 1777).
+        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            if os.fstat(descriptor).st_uid == os.getuid():
+                os.fchmod(descriptor, 0o666)
+            os.write(descriptor, line)
+        finally:
+            os.close(descriptor)
     except OSError:
         pass
 

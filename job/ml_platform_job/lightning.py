@@ -25,6 +25,11 @@ How (Lightning's own checkpoint and hooks: https://lightning.ai/docs/pytorch/sta
   own would raise ``SIGTERMException`` after whatever batch it lands in, with no checkpoint of that step and exit code
   0 (a stopped job would look SUCCEEDED to AWS Batch and never be retried); where it still comes (a SIGTERM before
   training starts), ``on_exception`` sets its code to 143.
+- Goodput: the callback switches the clock's phase where Lightning's hooks fire (``PhaseClock.switch``): a step from
+  ``on_train_batch_start`` to ``on_train_batch_end``, data wait from there to the next batch's start (Lightning
+  fetches it in between), validation from ``on_validation_start`` to ``on_validation_end``, and the saves; each
+  counts while it lasts, so a loader or a step stuck between two hooks reads as such on the goodput timer. The time
+  from a batch's end to a validation or a save, and to the epoch's end, counts in no phase.
 """
 
 from __future__ import annotations
@@ -80,14 +85,13 @@ class PlatformCallback(Callback):
         self._resolved = False
         self._epoch_base = 0  # global samples of the current epoch trained before this attempt
         self._trained = 0  # this rank's samples of the current epoch trained in this attempt
-        self._mark: Optional[float] = None
-        self._step_started: Optional[float] = None
         self._last_save_at = self.clock.now()
         self._save_seconds: Optional[float] = None
         self._stopped_note: Optional[str] = None
         self._last_saved_step: Optional[int] = None
         self._batch_size = 1
         self._stop_at_epoch_end = False
+        self._after_validation: Optional[str] = None  # the clock's phase after the validation in progress
 
     @property
     def state_key(self) -> str:
@@ -146,8 +150,8 @@ class PlatformCallback(Callback):
         strategy = trainer.strategy
         if "DeepSpeed" in type(strategy).__name__ or getattr(strategy, "_state_dict_type", "full") == "sharded":
             raise SystemExit(f"error: {type(strategy).__name__} saves a sharded checkpoint (a folder per rank): the "
-                             "platform's callback keeps single-file checkpoints; use a strategy that gathers the state on "
-                             "rank 0 (DDP, or FSDPStrategy(state_dict_type=\"full\"))")
+                             "platform's callback keeps single-file checkpoints; use a strategy that gathers the state "
+                             "on rank 0 (DDP, or FSDPStrategy(state_dict_type=\"full\"))")
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         if self.sampler is None and _rank() == 0:
@@ -161,7 +165,7 @@ class PlatformCallback(Callback):
         if self._resume and self._resume.get("rng"):
             for line in set_rng_state(self._resume["rng"]):  # after the sanity check, as the saved run stood
                 print(f"ml_platform_job: {line}", file=sys.stderr, flush=True)
-        self._mark = self.clock.now()
+        self.clock.switch("data_wait")  # Lightning fetches the first batch next
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         position = (self._resume or {}).get("position")
@@ -170,16 +174,11 @@ class PlatformCallback(Callback):
         self._trained = 0
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        now = self.clock.now()
-        if self._mark is not None:
-            self.clock.add_step(now - self._mark, data_wait=now - self._mark)
-        self._step_started = now
+        self.clock.switch("step")  # the wait since the last batch (or validation, or save) ends: it was data wait
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.clock.switch("data_wait")  # until the next batch's start, less a validation or a save in between
         now = self.clock.now()
-        if self._step_started is not None:
-            self.clock.add_step(now - self._step_started)
-        self._mark = now
         if self.sampler is not None:
             left = len(range(self._epoch_base + self.sampler.rank + self._trained * self.sampler.num_replicas,
                              self.sampler.total_size, self.sampler.num_replicas))
@@ -211,14 +210,17 @@ class PlatformCallback(Callback):
             trainer._signal_connector.received_sigterm = False
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
-        self._validation_started = self.clock.now()
+        if trainer.sanity_checking:
+            return  # the sanity check before training: not timed
+        # After it: the next batch's data wait in training; nothing after a validation outside it (trainer.validate).
+        self._after_validation = "data_wait" if self.clock.switched is not None else None
+        self.clock.switch("evaluation", counted_as=None)  # the time since the batch's end was no data wait
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         if trainer.sanity_checking:
             return
-        now = self.clock.now()
-        self.clock.add("evaluation", now - getattr(self, "_validation_started", now))
-        self._mark = now
+        if self.clock.switched == "evaluation":
+            self.clock.switch(self._after_validation)
         self._log(trainer)
 
     def _log(self, trainer: Any) -> None:
@@ -233,7 +235,7 @@ class PlatformCallback(Callback):
             self.job.run.log_metrics(numbers, step=trainer.global_step)
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        self._mark = self.clock.now()
+        self.clock.switch("data_wait", counted_as=None)  # from the epoch's end: the next one's first batch
         self._log(trainer)
         if self._stop_at_epoch_end:
             self._stop(trainer)
@@ -245,10 +247,14 @@ class PlatformCallback(Callback):
         """A checkpoint of the current step (every rank calls it); a step saved already is not saved again."""
         if self._last_saved_step == trainer.global_step:
             return  # written already: a complete checkpoint is never rewritten
-        started = self.clock.now()
-        with self.clock.phase("checkpoint_save"):
-            self._write(trainer)
-        self._saved(trainer, started)
+        self.clock.switch(None, counted_as=None)  # the time since the batch's (or epoch's) end was no data wait
+        try:
+            started = self.clock.now()
+            with self.clock.phase("checkpoint_save"):
+                self._write(trainer)
+            self._saved(trainer, started)
+        finally:
+            self.clock.switch("data_wait")  # then the next batch
 
     def _write(self, trainer: Any) -> None:
         step = trainer.global_step
@@ -263,7 +269,6 @@ class PlatformCallback(Callback):
         self.clock.checkpoint_saved()
         now = self.clock.now()
         self._save_seconds, self._last_save_at = now - started, now
-        self._mark = now
         self._last_saved_step = trainer.global_step
         self.job.run.checkpointed(step=trainer.global_step)
 
@@ -276,6 +281,7 @@ class PlatformCallback(Callback):
                   f"({type(error).__name__}: {error}); training goes on", file=sys.stderr, flush=True)
 
     def _stop(self, trainer: Any) -> None:
+        self.clock.switch(None, counted_as=None)  # no data wait: the attempt ends here
         [skip] = all_ranks_max([not self.job.stop.save_fits(self._save_seconds)])  # every rank saves, or none
         saved = self._last_saved_step == trainer.global_step
         if saved:
@@ -307,11 +313,15 @@ class PlatformCallback(Callback):
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         """Lightning's own SIGTERM stop (``SIGTERMException``, exit code 0) becomes exit 143; so does ours."""
+        self.clock.switch(None, counted_as=None)  # the step or wait it broke off is not counted
         if isinstance(exception, SystemExit) and (self.job.stop.requested or exception.code == STOPPED_EXIT_CODE):
             saved = self._last_saved_step is not None and self._last_saved_step == getattr(trainer, "global_step", None)
             self._record_stop(trainer, "no new checkpoint (Lightning stopped outside a training batch); the retry "
                                        "resumes from the last one", saved)
             exception.code = STOPPED_EXIT_CODE
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self.clock.switch(None, counted_as=None)  # no next batch: the time since the last epoch's end is no data wait
 
     # --- the end ------------------------------------------------------------------------------------------------
     def finish(self, trainer: Any, *, save_model: bool = True, improves_on: Any = None,
@@ -319,4 +329,5 @@ class PlatformCallback(Callback):
         """Training is done: the model's digest (what a rehearsal compares) and, with ``save_model``, its
         ``state_dict`` as ``model.pt`` next to the checkpoints; then the run's cost (``TrainingJob.finish``). Exit 0
         after."""
+        self.clock.switch(None, counted_as=None)  # (on_train_end did, unless training broke off)
         return self.job.finish(trainer.lightning_module, save_model=save_model, improves_on=improves_on, tokens=tokens)

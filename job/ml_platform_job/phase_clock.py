@@ -14,18 +14,28 @@ import time
 import weakref
 from collections import deque
 from contextlib import contextmanager
-from typing import Iterable, Iterator, Mapping, Optional
+from typing import Any, Iterable, Iterator, Mapping, Optional
 
 # The job's phases as PhaseClock times them (step includes the data wait inside it; tracking is the run record's
 # own writes, outside any other phase).
 PHASES = ("startup", "restore", "step", "data_wait", "checkpoint_save", "evaluation", "since_checkpoint", "tracking")
 # The phases ``phase()`` and ``add()`` time (steps: ``step()``, ``batches()``, ``add_step()``).
 TIMED_PHASES = ("restore", "checkpoint_save", "evaluation", "tracking")
+# The phases a framework's hooks ``switch`` to, and the counters each counts into: a step (as ``step()``), the data
+# wait between two steps (as ``batches()`` counts a blocked ``next()``: data wait, and step time), and the timed
+# phases but ``tracking`` (the record's writes are blocks: ``phase("tracking")``).
+_SWITCHED = {"step": ("step", "since_checkpoint"), "data_wait": ("data_wait", "step", "since_checkpoint"),
+             "restore": ("restore",), "checkpoint_save": ("checkpoint_save",), "evaluation": ("evaluation",)}
+SWITCH_PHASES = tuple(_SWITCHED)
+_AS_BEGUN = object()  # switch()'s default: the phase that ends counts as what it began as
 # The live metrics a job prints (embedded metric format: CloudWatch Logs extracts them from the job's log stream,
 # so the job needs no cloudwatch:PutMetricData; the metric's timestamp is the document's own):
 # https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html
 GOODPUT_NAMESPACE = "MLPlatform/Goodput"
 WINDOW_METRICS = ("ProductiveShare", "DataWaitShare", "CheckpointShare")
+# DataWaitShare is printed only for windows whose steps (data wait included) fill at least this share: a window of a
+# restore, an evaluation or a save with a few steps' first fetches in it says nothing of the input pipeline.
+MIN_STEP_SHARE = 0.5
 # A line every EMIT_SECONDS, each with the shares of the trailing WINDOW_SECONDS (the queue's alarms' bound_minutes:
 # the job definition passes it as ML_PLATFORM_GOODPUT_WINDOW_SECONDS).
 EMIT_SECONDS = 60
@@ -142,9 +152,20 @@ class PhaseClock:
     loader blocked in ``next()``, a step, a save) counts up to now in every reading. ``emit_windows`` starts a
     timer thread that prints the rolling shares every ``EMIT_SECONDS`` (``publish``); ``close()`` stops it.
 
+    A framework's hooks see where its phases begin and end but hold no block around them: they ``switch`` from one
+    to the next (the Lightning and Hugging Face adapters do), and each counts while it lasts, as a block does::
+
+        on_step_begin:        clock.switch("step")
+        on_step_end:          clock.switch("data_wait")   # until the next step: the framework fetches its batch
+        on_evaluation_begin:  clock.switch("evaluation", counted_as=None)   # the time so far was no data wait
+        on_evaluation_end:    clock.switch("data_wait")
+        on_train_end:         clock.switch(None)
+
+    A loader stalled between two hooks reads as data wait while it is stuck, not once the next hook fires.
+
     Phases nest: a save inside a step is step time too. ``tracking`` (the run record's own writes) counts only
-    outside every other phase: nested in one, it is that phase's time. Phases a framework's hooks time after the
-    fact (``add_step``, ``add``) count when they are added: a wait the hooks have not reported yet is not seen.
+    outside every other phase: nested in one, it is that phase's time. Time a caller timed itself (``add_step``,
+    ``add``) counts when it is added: a wait not reported yet is not seen.
     """
 
     def __init__(self, now=time.monotonic, wall=time.time, *, window_seconds: float = WINDOW_SECONDS) -> None:
@@ -159,9 +180,10 @@ class PhaseClock:
         self._window = float(window_seconds)
         # (time, step, data_wait) at each reading: the trailing window starts at one of them.
         self._snapshots: deque = deque([(self._started, 0.0, 0.0)])
-        # The saves' [start, end] (end None: in progress) and the last two saves' starts: the checkpoint share's.
+        # The saves' [start, end] (end None: in progress) and the last saves' starts: the checkpoint share's (the last
+        # two; three kept, so a save a hook switched to that was none after all leaves the two before it).
         self._saves: deque = deque()
-        self._save_starts: deque = deque(maxlen=2)
+        self._save_starts: deque = deque(maxlen=3)
         self._queue: Optional[str] = None
         self._stream = None
         self._instance_type: Optional[str] = None
@@ -172,6 +194,8 @@ class PhaseClock:
         self._thread: Optional[threading.Thread] = None
         self._failed = False
         self._published_at: Optional[float] = None
+        # The phase the last switch() began and when (None: none).
+        self._switched: Optional[tuple[str, float]] = None
 
     # --- counting ------------------------------------------------------------------------------------------------
     def _accrue(self, now: float) -> None:
@@ -181,8 +205,11 @@ class PhaseClock:
             return
         self._accrued_at = now
         names = [name for name in self._active if name != "tracking"]
-        if not names and "tracking" in self._active:
-            names = ["tracking"]  # the record's writes outside every other phase; nested, they are that phase's
+        if "tracking" in self._active and (not names or "data_wait" in self._active):
+            # The record's writes outside every other phase, or in the wait between two steps (a hook's gap): known
+            # work, not a wait on data (slow MLflow calls must not read as an input-bound job). Nested in another
+            # phase (a step, a save), they are that phase's time.
+            names = ["tracking"]
         for name in names:
             self._seconds[name] += elapsed
 
@@ -190,23 +217,31 @@ class PhaseClock:
         with self._lock:
             now = self._now()
             self._accrue(now)
-            for name in names:
-                self._active[name] = self._active.get(name, 0) + 1
-            if self._active.get("checkpoint_save") == 1 and "checkpoint_save" in names:
-                self._save_began(now, None)
+            self._entered(names, now)
+
+    def _entered(self, names: tuple[str, ...], now: float) -> None:
+        """Marks ``names`` in progress from ``now`` (the caller holds the lock and has counted up to ``now``)."""
+        for name in names:
+            self._active[name] = self._active.get(name, 0) + 1
+        if self._active.get("checkpoint_save") == 1 and "checkpoint_save" in names:
+            self._save_began(now, None)
 
     def _exit(self, names: tuple[str, ...]) -> None:
         with self._lock:
             now = self._now()
             self._accrue(now)
-            for name in names:
-                depth = self._active.get(name, 0) - 1
-                if depth > 0:
-                    self._active[name] = depth
-                else:
-                    self._active.pop(name, None)
-                    if name == "checkpoint_save" and self._saves and self._saves[-1][1] is None:
-                        self._saves[-1][1] = now
+            self._exited(names, now)
+
+    def _exited(self, names: tuple[str, ...], now: float) -> None:
+        """Marks ``names`` ended at ``now`` (the caller holds the lock and has counted up to ``now``)."""
+        for name in names:
+            depth = self._active.get(name, 0) - 1
+            if depth > 0:
+                self._active[name] = depth
+            else:
+                self._active.pop(name, None)
+                if name == "checkpoint_save" and self._saves and self._saves[-1][1] is None:
+                    self._saves[-1][1] = now
 
     def _save_began(self, start: float, end: Optional[float]) -> None:
         """Notes a save (``end`` None: in progress) for the checkpoint share (the caller holds the lock)."""
@@ -281,17 +316,17 @@ class PhaseClock:
     def step(self) -> Iterator[None]:
         """Times a training step (the block)."""
         self._mark_first_step()
-        self._enter(("step", "since_checkpoint"))
+        self._enter(_SWITCHED["step"])
         try:
             yield
         finally:
-            self._exit(("step", "since_checkpoint"))
+            self._exit(_SWITCHED["step"])
 
     def batches(self, loader: Iterable) -> Iterator:
         """The loader's batches; the time blocked on each is data wait, counted as step time (the GPU waits), and
         counted while it lasts: a loader stuck in ``next()`` reads as all data wait."""
         iterator = iter(loader)
-        names = ("data_wait", "step", "since_checkpoint")
+        names = _SWITCHED["data_wait"]
         while True:
             self._mark_first_step()
             self._enter(names)
@@ -302,6 +337,75 @@ class PhaseClock:
             finally:
                 self._exit(names)
             yield batch
+
+    # --- a framework's hooks ---------------------------------------------------------------------------------------
+    def switch(self, name: Optional[str], *, counted_as: Any = _AS_BEGUN) -> float:
+        """Ends the phase the last ``switch`` began and begins ``name``, both now: for a framework's hooks, which see
+        where a phase begins and ends but hold no block around it. ``name``: one of ``SWITCH_PHASES`` (None: none
+        begins), counted while it lasts as its block is: ``"step"`` as ``step()`` (the first one ends startup),
+        ``"data_wait"`` as ``batches()`` counts a blocked ``next()`` (data wait, and step time), ``"restore"``,
+        ``"checkpoint_save"`` and ``"evaluation"`` as ``phase()``; it nests with blocks as they nest.
+
+        ``counted_as``: what the phase that ends was, where a hook learns it only at its end (an evaluation with no
+        hook at its start): its time from the last ``switch`` on counts as that phase instead (None: as no phase),
+        in the counters and in the trailing window's readings alike (lines already printed stay as they were).
+        Returns the seconds of the phase that ended (0 with none)."""
+        if name is not None and name not in _SWITCHED:
+            raise ValueError(f"switch({name!r}): one of {', '.join(SWITCH_PHASES)}, or None")
+        if counted_as is not _AS_BEGUN and counted_as is not None and counted_as not in _SWITCHED:
+            raise ValueError(f"counted_as={counted_as!r}: one of {', '.join(SWITCH_PHASES)}, or None")
+        if name == "step":
+            self._mark_first_step()
+        with self._lock:
+            now = self._now()
+            self._accrue(now)
+            seconds = 0.0
+            if self._switched is not None:
+                began_as, since = self._switched
+                seconds = max(0.0, now - since)
+                self._exited(_SWITCHED[began_as], now)
+                if counted_as is not _AS_BEGUN and counted_as != began_as:
+                    self._recount(began_as, counted_as, since, now)
+            self._switched = None if name is None else (name, now)
+            if name is not None:
+                self._entered(_SWITCHED[name], now)
+        return seconds
+
+    @property
+    def switched(self) -> Optional[str]:
+        """The phase the last ``switch`` began, while it lasts (None: none)."""
+        switched = self._switched
+        return None if switched is None else switched[0]
+
+    def _recount(self, began_as: str, counted_as: Optional[str], since: float, now: float) -> None:
+        """Moves the time from ``since`` to ``now``, counted as ``began_as``, to ``counted_as`` (None: to no phase),
+        and the window's readings taken meanwhile with it (the caller holds the lock)."""
+        seconds = now - since
+        before, after = _SWITCHED[began_as], (() if counted_as is None else _SWITCHED[counted_as])
+        for name in before:
+            if name not in after:  # since_checkpoint may have been reset meanwhile: never below 0
+                self._seconds[name] = max(0.0, self._seconds[name] - seconds)
+        for name in after:
+            if name not in before:
+                self._seconds[name] += seconds
+        steps = ("step" in after) - ("step" in before)
+        waits = ("data_wait" in after) - ("data_wait" in before)
+        if steps or waits:
+            for index in range(len(self._snapshots) - 1, -1, -1):
+                at, step, wait = self._snapshots[index]
+                if at <= since:
+                    break
+                moved = min(at, now) - since
+                self._snapshots[index] = (at, step + steps * moved, wait + waits * moved)
+        if began_as == "checkpoint_save":  # no save after all
+            for index in range(len(self._saves) - 1, -1, -1):
+                if self._saves[index][0] == since:
+                    del self._saves[index]
+                    break
+            if self._save_starts and self._save_starts[-1] == since:
+                self._save_starts.pop()
+        elif counted_as == "checkpoint_save" and seconds > 0:
+            self._save_began(since, now)
 
     def checkpoint_saved(self) -> None:
         """A checkpoint holds every step so far: an interruption from now loses only later steps."""
@@ -322,7 +426,9 @@ class PhaseClock:
         default: now), or None until the attempt has run one full window (``window_seconds``): a job prints nothing
         before.
 
-        - ``DataWaitShare``: data wait of the step time (absent with no step in the window), and ``ProductiveShare``:
+        - ``DataWaitShare``: data wait of the step time (absent when steps, their waits included, fill less than
+          ``MIN_STEP_SHARE`` of the window: after a restore, in an evaluation, the few steps' first fetches are no
+          input-bound job; a stalled loader is step time and fills it), and ``ProductiveShare``:
           steps less their data wait, of the wall time. The window starts at the latest earlier reading (a
           ``window``/``publish`` call, or the attempt's start) at least ``window_seconds`` back: a reading every
           EMIT_SECONDS makes it that long, give or take a reading's lateness.
@@ -344,8 +450,8 @@ class PhaseClock:
             if now > snapshots[-1][0]:
                 snapshots.append(current)
             span = self._window
-            if len(self._save_starts) == 2 and self._save_starts[1] > self._save_starts[0]:
-                interval = self._save_starts[1] - self._save_starts[0]
+            if len(self._save_starts) >= 2 and self._save_starts[-1] > self._save_starts[-2]:
+                interval = self._save_starts[-1] - self._save_starts[-2]
                 span = min(MAX_WINDOW_SECONDS, max(span, math.ceil(self._window / interval) * interval))
             since = max(now - span, self._started)
             saves = sum(max(0.0, min(now, now if end is None else end) - max(begin, since))
@@ -356,7 +462,7 @@ class PhaseClock:
         step, data_wait = current[1] - base[1], current[2] - base[2]
         shares = {"ProductiveShare": 100 * (step - data_wait) / elapsed,
                   "CheckpointShare": 100 * saves / (now - since)}
-        if step > 0:
+        if step >= MIN_STEP_SHARE * elapsed and step > 0:
             shares["DataWaitShare"] = 100 * data_wait / step
         return {name: round(min(100.0, max(0.0, value)), 2) for name, value in shares.items()}
 

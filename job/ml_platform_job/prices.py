@@ -179,6 +179,10 @@ def _iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="seconds")
 
 
+# EC2 bills a Spot Instance at "the Spot price that's in effect, billed to the nearest second" (AWS whitepaper
+# "How Spot Instances Work": https://docs.aws.amazon.com/whitepapers/latest/cost-optimization-leveraging-ec2-spot-
+# instances/how-spot-instances-work.html): each second at the price then in effect. (Third-party pages quote the
+# 2017 announcement's "in effect at the beginning of each instance-hour"; the per-second reading is AWS's own.)
 def spot_usd(history: Iterable[Any], start: float, end: float) -> float:
     """USD for one Spot instance over [``start``, ``end``) (epoch seconds) from a price history (``spot_history``
     reads it): each moment at the price in effect then, the latest entry at or before it (as

@@ -73,6 +73,7 @@ import atexit
 import json
 import os
 import random
+import signal
 import sys
 import tempfile
 import threading
@@ -690,8 +691,9 @@ class TrackedRun:
     def _at_exit(self) -> None:
         if not self._timing or self.record["status"] != RUNNING or self.attempt.get("outcome") != "running":
             return
-        self.fail(f"the process ended in {self._crash}" if self._crash else
-                  "the process exited without finish() or stop()")
+        self.fail(f"the process ended in {self._crash}" if self._crash and not self._crash.startswith("SIGTERM")
+                  else f"the process ended on a {self._crash}" if self._crash
+                  else "the process exited without finish() or stop()")
 
     # --- cost, interruptions, per-point figures -----------------------------------------------------------------
     def _summarize(self, *, improves_on: Union[None, float, Mapping[str, Any]] = None,
@@ -791,8 +793,11 @@ _hooked = False
 
 
 def _install_exit_hooks() -> None:
-    """Once per process: the exception that ends the process is noted on its open runs, and at the interpreter's exit
-    each run whose attempt neither stopped nor finished is recorded as failed (``TrackedRun.fail``)."""
+    """Once per process: an exception that ends the process records each open run's attempt as failed at once (while
+    MLflow's uploads still work: at the interpreter's exit its thread pools are gone), an exit without ``finish`` or
+    ``stop`` at the interpreter's exit, and a SIGTERM that nothing handles (Batch's terminate-job or timeout, torchrun
+    ending a rank whose peer crashed) before the signal ends the process as it would have. A hard kill (SIGKILL, out
+    of memory) leaves the attempt ``running``."""
     global _hooked
     with _HOOKS_INSTALLED:
         if _hooked:
@@ -803,10 +808,21 @@ def _install_exit_hooks() -> None:
     def note_exception(kind, value, traceback) -> None:
         for run in list(_OPEN_RUNS):
             run._crash = f"{kind.__name__}: {value}"[:500]
+        _record_open_runs()
         previous(kind, value, traceback)
 
     sys.excepthook = note_exception
     atexit.register(_record_open_runs)
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminated)  # only where nothing else handles it (StopRequest replaces it)
+
+
+def _terminated(signum, frame) -> None:
+    for run in list(_OPEN_RUNS):
+        run._crash = "SIGTERM with no handler (nothing saved since the last checkpoint)"
+    _record_open_runs()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)  # ends the process as the signal would have (exit 143 from a shell)
 
 
 def _record_open_runs() -> None:

@@ -22,7 +22,12 @@ How (the Trainer's own flags and hooks: https://huggingface.co/docs/transformers
 - Periodic saves are the Trainer's (``save_strategy``, ``save_steps``): with ``save_strategy="no"`` an instance lost
   without notice restarts from the beginning, and a warning says so.
 - Goodput: steps between ``on_step_begin`` and ``on_step_end``; the time from one step's end to the next one's begin,
-  less the evaluations and saves in it, is the data wait (the Trainer fetches the next batches there).
+  less the evaluations and saves in it, is the data wait (the Trainer fetches the next batches there). Each counts
+  while it lasts (``PhaseClock.switch``), so a loader or a step stuck between two hooks reads as such on the goodput
+  timer. The Trainer has no hook where an evaluation or a save begins: it evaluates and saves right after a step's
+  (or the epoch's) end when its control says so, so the callback switches there to what the control says comes
+  next; where the Trainer did otherwise, the hook at the end (``on_evaluate``, ``on_save``, ``on_step_begin``)
+  counts the time as what it was.
 
 Parameters: ``TrainingArguments.to_dict()`` (its tokens redacted); where output, logging and saving go
 (``HF_FLAGS``) is recorded but never makes another run.
@@ -68,8 +73,6 @@ class PlatformCallback(TrainerCallback):
                                             save_every_minutes=None, **start)
         self.store: CheckpointStore = self.job.store
         self.clock = self.job.clock
-        self._mark: Optional[float] = None  # when the last step, evaluation or save ended
-        self._step_started: Optional[float] = None
         self._stopping = False
         self._at_epoch_end = False
         self._saved_on_stop = False
@@ -107,20 +110,35 @@ class PlatformCallback(TrainerCallback):
 
     # --- the Trainer's hooks ------------------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._mark = self.clock.now()
+        self.clock.switch("evaluation" if getattr(args, "eval_on_start", False) else "data_wait")
         self.job.run.note_determinism()  # as the Trainer left it (full_determinism turns torch's on)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        now = self.clock.now()
-        if self._mark is not None:  # the batches of this step were fetched since the last step ended
-            self.clock.add_step(now - self._mark, data_wait=now - self._mark)
-        self._step_started = now
+        # Since the last step's end (or evaluation, or save) the Trainer fetched this step's batches.
+        self.clock.switch("step", counted_as="data_wait")
+
+    @staticmethod
+    def _next_phase(control: Any) -> str:
+        """What the Trainer does next, after a step's or the epoch's end or an evaluation, as its control says (the
+        flow callback's flags and ours): evaluate (then save), save, or fetch the next step's batches."""
+        if getattr(control, "should_evaluate", False):
+            return "evaluation"
+        return "checkpoint_save" if getattr(control, "should_save", False) else "data_wait"
+
+    def _expect(self, control: Any) -> None:
+        """The time since the last switch (a step's end, an evaluation, a save) was, and is, what comes next."""
+        upcoming = self._next_phase(control)
+        if self.clock.switched is not None and upcoming != self.clock.switched:
+            self.clock.switch(upcoming, counted_as=upcoming)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        now = self.clock.now()
-        if self._step_started is not None:
-            self.clock.add_step(now - self._step_started)
-        self._mark = now
+        self.clock.switch("data_wait")
+        try:
+            self._step_ended(state, control)
+        finally:
+            self._expect(control)  # the Trainer logs, evaluates and saves next, as the control now says
+
+    def _step_ended(self, state: Any, control: Any) -> None:
         if not self._stopping and self.job.stop.agreed():
             self._stopping = True
             if state.epoch and abs(state.epoch - round(state.epoch)) < 1e-9:
@@ -135,9 +153,12 @@ class PlatformCallback(TrainerCallback):
             self._take_stop(state, control)
 
     def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self._at_epoch_end:
-            self._at_epoch_end = False
-            self._take_stop(state, control)
+        try:
+            if self._at_epoch_end:
+                self._at_epoch_end = False
+                self._take_stop(state, control)
+        finally:
+            self._expect(control)  # the epoch's evaluation and save, as the control now says
 
     def _take_stop(self, state: Any, control: Any) -> None:
         """Asks the Trainer to save this step (when the save fits in the time left) and to leave its loop."""
@@ -154,10 +175,8 @@ class PlatformCallback(TrainerCallback):
                           "often, or raise the queue's stop_timeout)")
 
     def on_evaluate(self, args: Any, state: Any, control: Any, metrics: Optional[dict] = None, **kwargs: Any) -> None:
-        now = self.clock.now()
-        if self._mark is not None:
-            self.clock.add("evaluation", now - self._mark)
-        self._mark = now
+        if self.clock.switched is not None:  # in training: since the step's end (or the save's), the evaluation
+            self.clock.switch(self._next_phase(control), counted_as="evaluation")
         self.on_log(args, state, control, logs=metrics)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Optional[dict] = None, **kwargs: Any) -> None:
@@ -168,7 +187,7 @@ class PlatformCallback(TrainerCallback):
             self.job.run.log_metrics(numbers, step=state.global_step)
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        started = self._mark if self._mark is not None else self.clock.now()
+        started = self.clock.now()
         self.job.stop.disarm()  # the Trainer's files are written; the upload below is bounded by the queue's timeout
         dist = _distributed()
         if dist is not None:
@@ -177,16 +196,18 @@ class PlatformCallback(TrainerCallback):
             folder = Path(args.output_dir) / f"{PREFIX}-{state.global_step}"
             self.store.save_directory(state.global_step, folder, meta={"global_step": state.global_step,
                                                                        "epoch": state.epoch})
-        now = self.clock.now()
-        self.clock.add("checkpoint_save", now - started)
+        if self.clock.switched is not None:  # since the step's end (or the evaluation's): the Trainer's save, then ours
+            self._save_seconds = self.clock.switch("data_wait", counted_as="checkpoint_save")
+        else:
+            self._save_seconds = self.clock.now() - started
+            self.clock.add("checkpoint_save", self._save_seconds)
         self.clock.checkpoint_saved()
-        self._save_seconds = now - started
-        self._mark = now
         self.job.run.checkpointed(step=state.global_step)
         if self._stopping:
             self._saved_on_stop = True
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.clock.switch(None, counted_as=None)  # no next step: the time since the last one is no data wait
         finished = state.max_steps and state.global_step >= state.max_steps
         if not self._stopping or finished:
             return

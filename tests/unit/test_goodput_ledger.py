@@ -155,7 +155,7 @@ def test_runs_show_prints_the_runs_ledger_and_its_json_carries_it():
     assert found["buckets"]["idle"]["gpu_hours"] == 0
     lines = runs.ledger_lines(*runs.record_ledger(passport))
     usd = 2100 / 3600 * hourly_usd(PRICES, "g5.xlarge", "spot")
-    assert lines[0].split() == ["productive", "0.583333", "h", f"{usd:.6f}", "USD", "58.3%"]
+    assert lines[0].split() == ["productive", "0.583333", "GPU-h", f"{usd:.6f}", "USD", "58.3%"]
     assert [line.split()[0] for line in lines[:4]] == ["productive", "data_wait", "startup", "other"]
     assert runs.ledger_json({"attempts": []}) is None
 

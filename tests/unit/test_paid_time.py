@@ -79,6 +79,9 @@ SCRIPT = textwrap.dedent("""
         raise RuntimeError("CUDA out of memory")
     if how == "exit":
         sys.exit(3)
+    if how == "sigterm":
+        import os, signal
+        os.kill(os.getpid(), signal.SIGTERM)
     run.finish()
 """)
 
@@ -86,6 +89,7 @@ SCRIPT = textwrap.dedent("""
 @pytest.mark.parametrize("how, outcome, reason", [
     ("raise", "failed", "the process ended in RuntimeError: CUDA out of memory"),
     ("exit", "failed", "the process exited without finish() or stop()"),
+    ("sigterm", "failed", "the process ended on a SIGTERM with no handler (nothing saved since the last checkpoint)"),
     ("finish", "finished", None),
 ])
 def test_a_crashed_attempt_is_recorded_as_failed_with_its_cost(tmp_path, how, outcome, reason):
@@ -94,7 +98,7 @@ def test_a_crashed_attempt_is_recorded_as_failed_with_its_cost(tmp_path, how, ou
     env = {"PATH": "/usr/bin:/bin", "ML_PLATFORM_CHECKPOINT_URI": str(tmp_path / "checkpoints") + "/",
            "ML_PLATFORM_INSTANCE_TYPE": "g5.xlarge", "ML_PLATFORM_LIFECYCLE": "spot", "HOME": str(tmp_path)}
     done = subprocess.run([sys.executable, str(script), how], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == {"raise": 1, "exit": 3, "finish": 0}[how], done.stderr
+    assert done.returncode == {"raise": 1, "exit": 3, "finish": 0, "sigterm": -15}[how], done.stderr
     record = json.loads((tmp_path / "checkpoints" / "passport.json").read_text())
     attempt = record["passport"]["attempts"][-1]
     assert attempt["outcome"] == outcome and attempt["reason"] == reason
@@ -188,3 +192,94 @@ def test_the_metric_read_is_the_one_the_queues_instances_publish():
     assert "utilization_gpu" in {m["name"] if isinstance(m, dict) else m
                                  for m in config["metrics"]["metrics_collected"]["nvidia_gpu"]["measurement"]}
     assert instance_records.METRIC == "nvidia_smi_utilization_gpu"
+
+
+def test_a_boot_long_before_the_job_is_not_its_and_a_busy_instance_leaves_it_its_image_pull():
+    from ml_platform_job.goodput import BOOT_TO_FIRST_JOB_SECONDS, paid_span
+
+    def attempt_on(**host_fields):
+        return {"number": 1, "outcome": "finished", "started_at": iso(10_000), "ended_at": iso(20_000),
+                "host": {"instance_id": "i-1", "image_pull_started_at": iso(9_700), **host_fields}}
+
+    # Booted 5 minutes before the image pull: the first job pays the boot.
+    assert paid_span(attempt_on(booted_at=iso(9_400), first_on_instance=True)) == (9_400, 20_000)
+    # Booted two hours before: something no record names ran there (a job without the helper, a fleet's host).
+    late = 9_700 - BOOT_TO_FIRST_JOB_SECONDS - 1
+    assert paid_span(attempt_on(booted_at=iso(late), first_on_instance=True)) == (9_700, 20_000)
+    # Another job busy on the instance until this one started: its image pull is still its own.
+    assert paid_span(attempt_on(booted_at=iso(1_000), first_on_instance=False,
+                                previous_job_ended_at=iso(10_000))) == (9_700, 20_000)
+    # The previous job ended before the pull: the wait is this job's idle.
+    assert paid_span(attempt_on(first_on_instance=False, previous_job_ended_at=iso(9_000))) == (9_000, 20_000)
+
+
+def test_the_instances_job_lines_are_writable_by_every_jobs_user(tmp_path):
+    host.note_job(str(tmp_path), "a#1", "start", 1.0)
+    assert (tmp_path / host.JOBS_FILE).stat().st_mode & 0o777 == 0o666
+
+
+def test_an_attempt_that_never_recorded_its_end_ends_where_aws_batch_stopped_it():
+    from ops.runs import BatchEnds, settled
+
+    class Batch:
+        def __init__(self):
+            self.calls = 0
+
+        def describe_jobs(self, jobs):
+            self.calls += 1
+            return {"jobs": [{"jobId": jobs[0], "status": "FAILED", "statusReason": "Essential container exited",
+                              "attempts": [{"stoppedAt": 1_000_000}, {"stoppedAt": 2_000_000,
+                                                                       "statusReason": "OutOfMemoryError: Container killed"}]}]}
+
+    passport = {"attempts": [{"number": 1, "outcome": "stopped"},
+                             {"number": 2, "outcome": "running", "job_id": "job-1", "batch_attempt": 2,
+                              "started_at": iso(1500), "last_seen_at": iso(1800)}]}
+    batch = Batch()
+    ended, notes = settled(passport, "RUNNING", now=1900.0, batch_end=BatchEnds(batch))
+    last = ended["attempts"][-1]
+    assert last["outcome"] == "lost" and last["ended_at"] == iso(2000) and last["end_known"] is True
+    assert "OutOfMemoryError" in last["reason"] and "AWS Batch stopped it" in notes[0]
+    assert passport["attempts"][-1]["outcome"] == "running"  # the caller's record is not changed
+    settled(passport, "RUNNING", now=1900.0, batch_end=BatchEnds(batch))
+    assert batch.calls == 2  # one call per job and report
+
+    class Refused:
+        def describe_jobs(self, jobs):
+            raise PermissionError("AccessDenied")
+
+    refused = BatchEnds(Refused())
+    same, notes = settled(passport, "RUNNING", now=1900.0, batch_end=refused)
+    assert same is passport and notes == [] and "grant batch:DescribeJobs" in refused.notes[0]
+
+
+def test_phases_timed_twice_are_scaled_to_the_jobs_span_with_a_note_not_a_traceback():
+    from ml_platform_job.goodput import run_ledger
+    from ml_platform_job.prices import load_prices
+
+    record = {"number": 1, "outcome": "finished", "started_at": iso(0), "ended_at": iso(120),
+              "instance_type": "g5.xlarge", "lifecycle": "on-demand",
+              # 120 s of job, 140 s of phases: 20 s of logging counted as tracking and inside the steps' time
+              "phases": {"step": 120.0, "data_wait": 20.0, "tracking": 20.0}}
+    found, notes = run_ledger([record], load_prices("us-east-1"))
+    assert abs(found.paid_seconds - 120) < 1e-6 and abs(found.seconds["other"]) < 1e-6
+    assert abs(found.seconds["tracking"] - 20 * 120 / 140) < 1e-6
+    assert "attempt 1: its phases add up to 20 s more than its job's span" in notes[-1]
+
+
+def test_the_records_writes_between_two_steps_are_tracking_not_data_wait():
+    """A hook's gap between steps is data wait until known work comes in it: slow MLflow calls there are tracking, so
+    they never read as an input-bound job (DataWaitShare)."""
+    from ml_platform_job.phase_clock import PhaseClock
+
+    now = [0.0]
+    clock = PhaseClock(now=lambda: now[0], wall=lambda: now[0])
+    clock.switch("step")
+    now[0] += 10
+    clock.switch("data_wait")
+    now[0] += 1
+    with clock.phase("tracking"):  # log_metrics in on_step_end, after the switch
+        now[0] += 4
+    now[0] += 1
+    clock.switch("step")
+    phases = clock.summary()
+    assert phases["data_wait"] == 2.0 and phases["tracking"] == 4.0 and phases["step"] == 12.0
