@@ -301,6 +301,8 @@ def run_ledgers(client: Any, *, month: Optional[str], queue: Optional[str], targ
                 attempts = passport.get("attempts") or []
                 if not isinstance(attempts, list):
                     raise TypeError(f"passport.attempts is a {type(attempts).__name__}, not a list of attempts")
+                if not attempts and record.get("record_note"):  # a record that could not be read: say why
+                    raise RunsError(record["record_note"])
                 if not attempts or (window and not any(overlaps(a, window) for a in attempts)):
                     continue
                 candidates.append((record, passport, notes))
@@ -498,7 +500,9 @@ def reconcile(runs: list[dict], rows: list[dict], window: Optional[tuple[float, 
     """Each run's ledger dollars of its attempts the bill has rows for, against those rows' split + unused cost:
     rows of the attempt's ECS task (``host.task_arn``) where the record has one, else of its instance
     (``host.instance_id``) during its paid span (other tasks on the instance in those hours included); each row
-    counted once, only inside ``window``. ``scale``: billed / ledger over the matched attempts."""
+    counted once, only inside ``window``; a multi-node attempt by its main node's rows and its dollars per node.
+    ``scale``: billed / ledger over the matched attempts. Instance hours with no task on them at all (a scale-in
+    past the hour's tasks) are in the instance's own line item, not in split rows: not matched here."""
     inside = [r for r in rows if window is None or (r["start"] < window[1] and r["end"] > window[0])]
     by_task: dict[str, list[int]] = {}
     by_instance: dict[str, list[int]] = {}
@@ -532,7 +536,10 @@ def reconcile(runs: list[dict], rows: list[dict], window: Optional[tuple[float, 
                 continue
             used.update(numbers)
             own, _ = record_ledger({**passport, "attempts": [attempt]}, window=window)
-            ledger_usd += own.paid_usd if own is not None else 0.0
+            # Only the main node records its task and instance: a multi-node attempt's rows are that node's, so its
+            # ledger dollars are compared per node (each node runs the same span at the same rate).
+            nodes = attempt.get("nodes") if isinstance(attempt.get("nodes"), int) and attempt["nodes"] > 0 else 1
+            ledger_usd += own.paid_usd / nodes if own is not None else 0.0
             billed += sum(inside[n]["usd"] for n in numbers)
             matched += len(numbers)
             ways.add(way)

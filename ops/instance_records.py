@@ -88,7 +88,8 @@ def instance_ends(cloudwatch: Any, queue: str, after: Mapping[str, float], *,
             if not token:
                 break
         for n, (instance, job_end) in enumerate(chunk):
-            points = sorted(p for p in seen.get(f"i{n}", []) if p[0] + period > job_end)
+            points = sorted(p for p in seen.get(f"i{n}", [])
+                            if p[0] + period > job_end and p[0] < job_end + LOOK_AFTER_SECONDS)
             if not points:
                 ends[instance] = None
             elif any(value >= BUSY_PERCENT for stamp, value in points if stamp >= job_end):

@@ -191,7 +191,7 @@ class Ledger:
 
     def to_dict(self) -> dict:
         """``attempts``, ``gpu_hours``, ``paid_usd``, ``goodput`` and per bucket ``gpu_hours``, ``usd`` and ``share``.
-        ``paid_hours`` and each bucket's ``hours`` are the same GPU-hours under their old names, kept for one release
+        ``paid_hours`` and each bucket's ``hours`` are the same GPU-hours under their old names, kept until 0.12.0
         (deprecated: before, they were instance-hours x nodes, unweighted by GPUs)."""
         gpu_hours = round(self.paid_seconds / 3600, 4)
         buckets = {}
@@ -201,24 +201,31 @@ class Ledger:
                           "usd": round(self.usd[b], 4),
                           "share": None if self.share(b) is None else round(self.share(b), 4)}
         return {"attempts": self.attempts, "gpu_hours": gpu_hours,
-                "paid_hours": gpu_hours,  # deprecated alias of gpu_hours, for one release
+                "paid_hours": gpu_hours,  # deprecated alias of gpu_hours, until 0.12.0
                 "paid_usd": round(self.paid_usd, 4),
                 "goodput": None if self.goodput is None else round(self.goodput, 4), "buckets": buckets}
 
 
 def attempt_ledger(attempt: Attempt) -> Ledger:
-    """One attempt's buckets in GPU-seconds (its seconds x ``Attempt.weight``) and dollars (its seconds x its rate x
-    its GPU share x its nodes). The lost step time is taken from productive and data-wait time in their proportion
-    (the redone steps waited on data as the others did); other is the job's untimed time; idle what remains."""
+    """One attempt's buckets in GPU-seconds and dollars. Inside the job: its seconds x ``Attempt.weight`` (its nodes x
+    the GPUs it used) and x its rate x its GPU share x its nodes. Before the job (boot, image pull: in startup) and
+    idle (the wait for it on a reused instance, the scale-in after it): the whole instance is paid then with no other
+    job on it, so all its GPUs and its whole rate (a 1-GPU job first on a 4-GPU instance pays the boot of all four).
+    The lost step time is taken from productive and data-wait time in their proportion (the redone steps waited on
+    data as the others did); other is the job's untimed time."""
     step, lost = attempt.step_seconds, attempt.lost_seconds
     kept = 1 - lost / step if step else 0.0
-    seconds = {"productive": (step - attempt.data_wait_seconds) * kept, "data_wait": attempt.data_wait_seconds * kept,
-               "startup": attempt.before_job_seconds + attempt.startup_seconds, "restore": attempt.restore_seconds,
-               "checkpoint_save": attempt.checkpoint_save_seconds, "evaluation": attempt.evaluation_seconds,
-               "tracking": attempt.tracking_seconds, "lost": lost, "other": attempt.other_seconds,
-               "idle": attempt.idle_seconds}
-    rate = attempt.usd_per_hour * attempt.gpu_share * attempt.nodes / 3600
-    return Ledger({b: seconds[b] * attempt.weight for b in BUCKETS}, {b: seconds[b] * rate for b in BUCKETS}, 1)
+    inside = {"productive": (step - attempt.data_wait_seconds) * kept, "data_wait": attempt.data_wait_seconds * kept,
+              "startup": attempt.startup_seconds, "restore": attempt.restore_seconds,
+              "checkpoint_save": attempt.checkpoint_save_seconds, "evaluation": attempt.evaluation_seconds,
+              "tracking": attempt.tracking_seconds, "lost": lost, "other": attempt.other_seconds, "idle": 0.0}
+    instance = dict.fromkeys(BUCKETS, 0.0)
+    instance.update(startup=attempt.before_job_seconds, idle=attempt.idle_seconds)
+    job_rate = attempt.usd_per_hour * attempt.gpu_share * attempt.nodes / 3600
+    instance_rate = attempt.usd_per_hour * attempt.nodes / 3600
+    instance_weight = attempt.weight / attempt.gpu_share
+    return Ledger({b: inside[b] * attempt.weight + instance[b] * instance_weight for b in BUCKETS},
+                  {b: inside[b] * job_rate + instance[b] * instance_rate for b in BUCKETS}, 1)
 
 
 def ledger(attempts: Iterable[Attempt]) -> Ledger:

@@ -87,8 +87,8 @@ from typing import Any, Callable, Mapping, Optional, Union
 
 from . import host as hosts
 from . import passport as passports
-from .goodput import LoaderSettings, PhaseClock, loader_settings, loader_settings_for, paid_span
-from .prices import gpu_share, hourly_usd, load_prices
+from .goodput import LoaderSettings, PhaseClock, loader_settings, loader_settings_for, run_ledger
+from .prices import gpu_share, load_prices
 from .storage import Location
 
 RECORD_NAME = "passport.json"
@@ -196,10 +196,10 @@ def mlflow_sink(tracking_uri: Optional[str], experiment: str) -> Optional[Mlflow
 
 
 def attempts_cost(attempts: list[dict], prices: Mapping) -> tuple[Optional[float], Optional[str]]:
-    """(USD, None) for every attempt's paid hours (``goodput.paid_span``: the instance's boot or the image pull to the
-    job's end, where the record has them) x its rate (``rate`` where the operator side recorded the price paid, else
-    the price table's) x its GPU share x its nodes, as the goodput ledger counts; (None, why) when an attempt's
-    instance type or lifecycle is unknown or unpriced."""
+    """(USD, None): every attempt's dollars as the goodput ledger counts them (``goodput.run_ledger``: its paid span
+    at its rate, ``rate`` where the operator side recorded the price paid, else the price table's; the job's part x
+    its GPU share x its nodes, the instance's alone x its nodes); (None, why) when an attempt's instance type or
+    lifecycle is unknown or unpriced, or its record cannot be read."""
     total = 0.0
     for attempt in attempts:
         instance_type, lifecycle = attempt.get("instance_type"), attempt.get("lifecycle")
@@ -208,13 +208,14 @@ def attempts_cost(attempts: list[dict], prices: Mapping) -> tuple[Optional[float
                           "and ML_PLATFORM_LIFECYCLE where the platform's boot files are absent)")
         if instance_type not in prices["on_demand_hourly"]:
             return None, f"attempt {attempt['number']}: no price for {instance_type} in the price table"
-        # The ledger's paid span (goodput.paid_span): from the instance's boot (the first job on it), the previous
-        # job's end or the image pull, to the job's end and the instance's scale-in where the record has them.
-        start, end = paid_span(attempt)
-        hours = max(0.0, (end - start) / 3600)
-        rate = (attempt.get("rate") or {}).get("usd_per_hour")
-        rate = hourly_usd(prices, instance_type, lifecycle) if rate is None else float(rate)
-        total += hours * rate * attempt.get("gpu_share", 1.0) * attempt.get("nodes", 1)
+        # As the goodput ledger counts it: the paid span (goodput.paid_span: from the instance's boot, or the
+        # previous job's end on it, or the image pull, to the job's end and the scale-in where recorded), the job's
+        # part at its GPU share, the instance's alone (boot, waits, scale-in) at its whole rate.
+        try:
+            found, _ = run_ledger([attempt], prices)
+        except ValueError as error:
+            return None, f"attempt {attempt['number']}: {error}"
+        total += found.paid_usd
     return total, None
 
 
@@ -440,7 +441,8 @@ class TrackedRun:
             return None
         return stopped / 1000 if stopped else None
 
-    def _begin_attempt(self, env: Mapping[str, str], packages: list[str], started: float) -> None:
+    def _begin_attempt(self, env: Mapping[str, str], packages: list[str], started: Optional[float] = None) -> None:
+        started = self._clock() if started is None else started
         instance_type, lifecycle = passports.instance(env)
         environment = passports.attempt_environment(env, packages)
         now = _iso(started)
@@ -818,6 +820,8 @@ def _install_exit_hooks() -> None:
 
 
 def _terminated(signum, frame) -> None:
+    if signal.getsignal(signal.SIGTERM) is not _terminated:
+        return  # called by a handler installed since, which chains to it (StopRequest): that handler stops the job
     for run in list(_OPEN_RUNS):
         run._crash = "SIGTERM with no handler (nothing saved since the last checkpoint)"
     _record_open_runs()

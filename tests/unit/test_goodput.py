@@ -19,17 +19,19 @@ PRICES = load_prices("us-east-1")
 
 def test_the_buckets_add_up_to_the_paid_time_in_gpu_seconds_and_its_cost_by_nodes_and_gpu_share():
     # Paid 3600 s a node: 100 s before the job (boot, pull), the job 3450 s (3400 s of phases, 50 s untimed: other),
-    # 50 s after it (idle). Two nodes of four GPUs used each: 8 GPU-seconds a second.
+    # 50 s after it (idle). Two nodes of four GPUs used each: 8 GPU-seconds a second in the job; before and after it
+    # the whole instances are paid with no job on them: their eight GPUs each (16 a second) at their whole rate.
     attempt = Attempt(paid_seconds=3600, before_job_seconds=100, startup_seconds=200, restore_seconds=60,
                       step_seconds=3000, data_wait_seconds=600, checkpoint_save_seconds=100, evaluation_seconds=20,
                       tracking_seconds=20, job_seconds=3450, usd_per_hour=10.0, nodes=2, gpu_share=0.5, gpus=4)
     result = attempt_ledger(attempt)
-    assert result.seconds == {"productive": 8 * 2400, "data_wait": 8 * 600, "startup": 8 * 300, "restore": 8 * 60,
-                              "checkpoint_save": 8 * 100, "evaluation": 8 * 20, "tracking": 8 * 20, "lost": 0,
-                              "other": 8 * 50, "idle": 8 * 50}
-    assert result.paid_seconds == pytest.approx(8 * 3600)
-    assert result.paid_usd == pytest.approx(2 * 10.0 * 0.5)  # an hour of two nodes, half their GPUs
-    assert result.goodput == pytest.approx(2400 / 3600)
+    assert result.seconds == {"productive": 8 * 2400, "data_wait": 8 * 600, "startup": 8 * 200 + 16 * 100,
+                              "restore": 8 * 60, "checkpoint_save": 8 * 100, "evaluation": 8 * 20, "tracking": 8 * 20,
+                              "lost": 0, "other": 8 * 50, "idle": 16 * 50}
+    assert result.paid_seconds == pytest.approx(8 * 3450 + 16 * 150)
+    # The job's 3450 s of two nodes at half their GPUs, and the 150 s before and after it at their whole rate.
+    assert result.paid_usd == pytest.approx(3450 / 3600 * 2 * 10.0 * 0.5 + 150 / 3600 * 2 * 10.0)
+    assert result.goodput == pytest.approx(8 * 2400 / (8 * 3450 + 16 * 150))
 
 
 def test_time_inside_the_job_that_no_phase_timed_is_other_never_idle():
@@ -87,7 +89,7 @@ def test_gpu_seconds_weigh_an_8_gpu_job_eight_times_a_1_gpu_job():
     assert attempt_ledger(eight).paid_seconds / both.paid_seconds == pytest.approx(8 / 9)
     assert (attempt_ledger(one).paid_usd, attempt_ledger(eight).paid_usd) == pytest.approx((rate / 8, rate))
     # The 1-GPU job idle for its hour: goodput 8/9 of the GPU-hours, not the half that instance-hours would say.
-    idle_one = Attempt(paid_seconds=3600, usd_per_hour=rate, gpu_share=1 / 8, gpus=1)
+    idle_one = Attempt(paid_seconds=3600, job_seconds=3600, usd_per_hour=rate, gpu_share=1 / 8, gpus=1)
     assert ledger([idle_one, eight]).goodput == pytest.approx(8 / 9)
 
 

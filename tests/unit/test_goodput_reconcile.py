@@ -132,3 +132,17 @@ def test_a_missing_file_and_csv_output_are_one_line_exit_2(tmp_path, capsys):
             goodput.main(["--local", *argv])
         err = capsys.readouterr().err
         assert exit.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_multi_node_attempt_is_compared_per_node_as_only_its_main_node_is_matched(tmp_path, capsys, monkeypatch):
+    """Four nodes: the record names the main node's task; the bill's rows are that task's; the ledger's dollars (all
+    four nodes) are compared per node, so the scale is the bill's over one node's, not a quarter of it."""
+    four = {**RECORDS["by-task"], "nodes": 4}
+    monkeypatch.setitem(RECORDS, "by-task", four)
+    monkeypatch.delitem(RECORDS, "by-instance")
+    monkeypatch.delitem(RECORDS, "unbilled")
+    assert goodput.main(["--local", "--reconcile", bill(tmp_path), "--json"], client=Client()) == 0
+    found = json.loads(capsys.readouterr().out)["reconcile"]
+    [run] = found["runs"]
+    per_node = run["ledger_usd"] / 4
+    assert run["matched_ledger_usd"] == pytest.approx(per_node) and found["scale"] == pytest.approx(2.0 / per_node)

@@ -283,3 +283,41 @@ def test_the_records_writes_between_two_steps_are_tracking_not_data_wait():
     clock.switch("step")
     phases = clock.summary()
     assert phases["data_wait"] == 2.0 and phases["tracking"] == 4.0 and phases["step"] == 12.0
+
+
+def test_a_one_gpu_job_first_on_a_four_gpu_instance_pays_the_whole_boot_and_scale_in():
+    from ml_platform_job.goodput import Attempt, attempt_ledger
+
+    # 300 s of boot and pull, an hour of job on one GPU of four, 600 s of scale-in; 4 USD an hour for the instance.
+    attempt = Attempt(paid_seconds=300 + 3600 + 600, before_job_seconds=300, step_seconds=3600, job_seconds=3600,
+                      usd_per_hour=4.0, gpu_share=0.25, gpus=1)
+    found = attempt_ledger(attempt)
+    assert found.seconds["startup"] == 4 * 300 and found.seconds["idle"] == 4 * 600  # all four GPUs, no job on them
+    assert found.seconds["productive"] == 3600  # its one GPU
+    assert found.usd["startup"] + found.usd["idle"] == pytest.approx(900 / 3600 * 4.0)  # the whole rate
+    assert found.usd["productive"] == pytest.approx(1.0)  # a quarter of the rate for an hour
+
+
+
+def test_a_stop_handler_installed_after_the_run_keeps_the_sigterm_and_the_job_goes_on(tmp_path):
+    """StopRequest chains to the handler before it: the run's last-resort SIGTERM handler must then do nothing, or a
+    job's graceful stop (checkpoint, exit 143) would be cut short."""
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""
+        import os, signal, sys
+        from ml_platform_job.stop import StopRequest
+        from ml_platform_job.tracking import TrackedRun
+        run = TrackedRun.start(params={"lr": 0.1}, seed=1)
+        stop = StopRequest(dict(os.environ)).install()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.requested
+        run.stop("stop requested (SIGTERM)", saved=True)
+        sys.exit(143)
+    """))
+    env = {"PATH": "/usr/bin:/bin", "ML_PLATFORM_CHECKPOINT_URI": str(tmp_path / "checkpoints") + "/",
+           "ML_PLATFORM_STOP_FILE": str(tmp_path / "stop"), "ML_PLATFORM_JOB_PID_FILE": str(tmp_path / "job.pid"),
+           "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 143, done.stderr
+    attempt = json.loads((tmp_path / "checkpoints" / "passport.json").read_text())["passport"]["attempts"][-1]
+    assert attempt["outcome"] == "stopped"
