@@ -16,34 +16,14 @@ import sys
 import types
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Optional
 
 import pytest
 
 import ml_platform_job
 from ml_platform_job.phase_clock import EMIT_SECONDS, SWITCH_PHASES, WINDOW_SECONDS, PhaseClock
+from tests.unit.test_goodput_alarm_replay import FakeTime  # the job's clock, running the timer's ticks
 
 HOUR = 3600.0
-
-
-class FakeTime:
-    """The job's monotonic clock; advancing it runs the timer's ticks that fall inside, each at its own time (the
-    thread would run them while the job is blocked)."""
-
-    def __init__(self) -> None:
-        self.now, self.next_tick = 0.0, float(EMIT_SECONDS)
-        self.clock: Optional[PhaseClock] = None
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        end = self.now + seconds
-        while self.next_tick <= end:
-            self.now = self.next_tick
-            self.clock.publish()
-            self.next_tick += EMIT_SECONDS
-        self.now = end
 
 
 def timed_clock() -> tuple[FakeTime, PhaseClock, io.StringIO]:

@@ -321,3 +321,38 @@ def test_a_stop_handler_installed_after_the_run_keeps_the_sigterm_and_the_job_go
     assert done.returncode == 143, done.stderr
     attempt = json.loads((tmp_path / "checkpoints" / "passport.json").read_text())["passport"]["attempts"][-1]
     assert attempt["outcome"] == "stopped"
+
+
+def test_a_crashed_local_run_appears_in_goodput_local_as_lost(tmp_path, mlflow_store, capsys):
+    """The whole way: a job that raises after its checkpoint records its attempt failed, in its record and in MLflow
+    (the local store), and ./platform goodput --local lists the run with its steps since the checkpoint as lost."""
+    from mlflow.tracking import MlflowClient
+
+    from ops import goodput
+
+    store = mlflow_store  # a migrated store (the session's template): the job only connects
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""
+        import time
+        from ml_platform_job.tracking import TrackedRun
+        run = TrackedRun.start(params={"lr": 0.1}, seed=1, run_name="crashes")
+        with run.clock.step():
+            time.sleep(0.05)
+        run.clock.checkpoint_saved()
+        run.checkpointed(step=1)
+        with run.clock.step():
+            time.sleep(0.3)  # after the checkpoint: lost when the job crashes
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    """))
+    env = {"PATH": "/usr/bin:/bin", "ML_PLATFORM_CHECKPOINT_URI": str(tmp_path / "checkpoints") + "/",
+           "ML_PLATFORM_INSTANCE_TYPE": "g5.xlarge", "ML_PLATFORM_LIFECYCLE": "spot", "HOME": str(tmp_path),
+           "MLFLOW_TRACKING_URI": store, "MLFLOW_EXPERIMENT_NAME": "training"}
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 1 and "illegal memory access" in done.stderr
+    client = MlflowClient(store)
+    [run] = client.search_runs([client.get_experiment_by_name("training").experiment_id])
+    assert run.info.status == "FAILED"
+    assert goodput.main(["--local", "--json"], client=client) == 0
+    [shown] = json.loads(capsys.readouterr().out)["runs"]
+    assert shown["run_name"] == "crashes"
+    assert shown["ledger"]["buckets"]["lost"]["gpu_hours"] * 3600 >= 0.3
