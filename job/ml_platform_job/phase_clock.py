@@ -39,7 +39,7 @@ MIN_STEP_SHARE = 0.5
 # A line every EMIT_SECONDS, each with the shares of the trailing WINDOW_SECONDS (the queue's alarms' bound_minutes:
 # the job definition passes it as ML_PLATFORM_GOODPUT_WINDOW_SECONDS).
 EMIT_SECONDS = 60
-WINDOW_SECONDS = 900
+WINDOW_SECONDS = 1800
 METRIC_WINDOW_SECONDS = WINDOW_SECONDS  # the window a line's shares cover (the name older callers import)
 WINDOW_ENV = "ML_PLATFORM_GOODPUT_WINDOW_SECONDS"
 # The alarms' thresholds (percent), passed by the job definition too: the job says the fix itself, once per crossing.

@@ -20,8 +20,8 @@ from types import SimpleNamespace
 import pytest
 
 import ml_platform_job
-from ml_platform_job.phase_clock import EMIT_SECONDS, SWITCH_PHASES, WINDOW_SECONDS, PhaseClock
-from tests.unit.test_goodput_alarm_replay import FakeTime  # the job's clock, running the timer's ticks
+from ml_platform_job.phase_clock import EMIT_SECONDS, SWITCH_PHASES, PhaseClock
+from tests.unit.test_goodput_alarm_replay import WINDOW_SECONDS, FakeTime  # 15 minutes; the timer's ticks
 
 HOUR = 3600.0
 
@@ -32,7 +32,8 @@ def timed_clock() -> tuple[FakeTime, PhaseClock, io.StringIO]:
     clock = PhaseClock(now=fake, wall=lambda: fake.now)
     fake.clock = clock
     out = io.StringIO()
-    clock.emit_windows("training", out, instance_type="g5.2xlarge", env={}, interval=0)
+    clock.emit_windows("training", out, instance_type="g5.2xlarge",
+                       env={"ML_PLATFORM_GOODPUT_WINDOW_SECONDS": str(WINDOW_SECONDS)}, interval=0)
     return fake, clock, out
 
 

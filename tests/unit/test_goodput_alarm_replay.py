@@ -18,7 +18,12 @@ from typing import Callable, Mapping, Optional, Sequence
 import pytest
 
 from bench.cloudwatch_alarms import ALARM, INSUFFICIENT, OK, CloudWatchAlarm
-from ml_platform_job.phase_clock import EMIT_SECONDS, WINDOW_SECONDS, PhaseClock
+from ml_platform_job.phase_clock import EMIT_SECONDS, PhaseClock
+
+# The mechanics are replayed at a 15-minute window (bound_minutes=15: 2 of 3 periods), quick to see by hand; the
+# default (30 minutes, 5 of 6) is replayed by test_the_defaults_fire_on_bound_jobs, and its error rates are the
+# bench's (./platform bench goodput-alarms, tests/unit/test_goodput_alarm_rates.py).
+WINDOW_SECONDS = 900
 
 # --- a CloudWatch metric alarm's evaluation -------------------------------------------------------------------------
 # The evaluator and its rules (CloudWatch's user guide) live in bench/cloudwatch_alarms.py, shared with
@@ -73,7 +78,7 @@ def alarms(tmp_path_factory) -> dict[str, CloudWatchAlarm]:
     from ml_platform_constructs.training.goodput_alarms import goodput_alarms
 
     stack = Stack(App(outdir=str(tmp_path_factory.mktemp("replay"))), "Replay")
-    goodput_alarms(stack, queue_name="training", instance_types=["g5.2xlarge"])
+    goodput_alarms(stack, queue_name="training", instance_types=["g5.2xlarge"], bound_minutes=15)
     resources = Template.from_stack(stack).find_resources("AWS::CloudWatch::Alarm").values()
     return {r["Properties"]["MetricName"]: CloudWatchAlarm.from_template(r["Properties"]) for r in resources}
 
@@ -118,15 +123,16 @@ class Job:
 def run_job(minutes: float, *, wait: Callable[[float], float] = lambda t: 0.1, compute: Callable[[float], float] =
             lambda t: 1.9, save_every: Optional[float] = None, save_seconds: float = 0.0,
             stalls: Sequence[tuple[float, float]] = (), instance_type: Optional[str] = "g5.2xlarge",
-            env: Optional[Mapping[str, str]] = None) -> Job:
+            env: Optional[Mapping[str, str]] = None, window: int = WINDOW_SECONDS) -> Job:
     """A training loop for ``minutes``: each batch blocks ``wait(t)`` seconds in the loader and computes
     ``compute(t)``; a save of ``save_seconds`` after each ``save_every`` seconds of training; ``stalls``: (minute,
     seconds) the loader blocks once in ``next()``."""
     fake = FakeTime()
-    clock = PhaseClock(now=fake, wall=lambda: EPOCH + fake.now)
+    clock = PhaseClock(now=fake, wall=lambda: EPOCH + fake.now, window_seconds=window)
     fake.clock = clock
     out, err = io.StringIO(), io.StringIO()
-    clock.emit_windows("training", out, instance_type=instance_type, env=env or {}, interval=0)
+    clock.emit_windows("training", out, instance_type=instance_type,
+                       env={"ML_PLATFORM_GOODPUT_WINDOW_SECONDS": str(window), **(env or {})}, interval=0)
     pending = sorted(stalls)
 
     def loader():
@@ -298,7 +304,7 @@ def test_the_thresholds_and_the_window_come_from_the_job_definitions_variables()
 
 def test_phases_in_progress_count_up_to_each_reading():
     fake = FakeTime()
-    clock = PhaseClock(now=fake)
+    clock = PhaseClock(now=fake, window_seconds=WINDOW_SECONDS)
     fake.clock = clock  # no emit_windows: publish prints nothing, the readings are window()'s
     with clock.step():
         fake.now = 1000
@@ -313,7 +319,7 @@ def test_phases_in_progress_count_up_to_each_reading():
 
 def test_the_tracking_phase_is_wall_time_outside_other_phases_and_their_time_inside():
     fake = FakeTime()
-    clock = PhaseClock(now=fake)
+    clock = PhaseClock(now=fake, window_seconds=WINDOW_SECONDS)
     with clock.step():
         fake.now = 600
         with clock.phase("tracking"):  # a record write inside a step: step time
@@ -329,7 +335,7 @@ def test_the_tracking_phase_is_wall_time_outside_other_phases_and_their_time_ins
 
 def test_started_before_moves_the_attempts_start_back():
     fake = FakeTime()
-    clock = PhaseClock(now=fake)
+    clock = PhaseClock(now=fake, window_seconds=WINDOW_SECONDS)
     clock.started_before(100)
     fake.now = WINDOW_SECONDS - 100
     assert clock.window() is not None
@@ -340,10 +346,10 @@ def test_started_before_moves_the_attempts_start_back():
 
 def test_the_timer_thread_publishes_until_closed():
     now = [0.0]
-    clock = PhaseClock(now=lambda: now[0])
+    clock = PhaseClock(now=lambda: now[0], window_seconds=WINDOW_SECONDS)
     now[0] = float(WINDOW_SECONDS)
     out = io.StringIO()
-    clock.emit_windows("training", out, env={}, interval=0.01)
+    clock.emit_windows("training", out, env={"ML_PLATFORM_GOODPUT_WINDOW_SECONDS": str(WINDOW_SECONDS)}, interval=0.01)
     thread = clock._thread
     deadline = time.monotonic() + 5
     while not out.getvalue() and time.monotonic() < deadline:
@@ -357,3 +363,34 @@ def test_the_timer_thread_publishes_until_closed():
     time.sleep(0.05)
     assert len(out.getvalue().splitlines()) == 1
     assert math.isclose(json.loads(out.getvalue())["ProductiveShare"], 0.0)
+
+
+def test_the_defaults_fire_on_bound_jobs_and_not_on_compute_bound_ones(tmp_path):
+    """At the defaults (bound_minutes 30: 5 of 6 five-minute periods over a 30-minute window, the job told so by its
+    job definition), a job waiting 35% on its loader, a loader stalled an hour and 90-s saves every 10 minutes alarm;
+    a compute-bound job does not. Detection takes about twice the 15-minute replay's: the bench's figures."""
+    from aws_cdk import App, Stack
+    from aws_cdk.assertions import Template
+
+    from ml_platform_constructs.training.goodput_alarms import BOUND_MINUTES, goodput_alarms
+    from ml_platform_constructs.training.queue_jobs import container_environment
+
+    stack = Stack(App(outdir=str(tmp_path)), "Defaults")
+    goodput_alarms(stack, queue_name="training", instance_types=["g5.2xlarge"])
+    resources = Template.from_stack(stack).find_resources("AWS::CloudWatch::Alarm").values()
+    defaults = {r["Properties"]["MetricName"]: CloudWatchAlarm.from_template(r["Properties"]) for r in resources}
+    env = {k: v for k, v in container_environment("training", None).items() if k.startswith("ML_PLATFORM_")}
+    window = BOUND_MINUTES * 60
+    assert env["ML_PLATFORM_GOODPUT_WINDOW_SECONDS"] == str(window) == "1800"
+
+    def first(job, metric, minutes):
+        return next((m for m, state in states(defaults[metric], job, metric, minutes) if state == ALARM), None)
+
+    steady = run_job(120, wait=lambda t: 0.7, compute=lambda t: 1.3, env=env, window=window)
+    assert first(steady, "DataWaitShare", 120) <= 60
+    stalled = run_job(150, stalls=[(40, 3600)], env=env, window=window)
+    assert 40 < first(stalled, "DataWaitShare", 150) <= 40 + 40
+    saving = run_job(120, save_every=600, save_seconds=90, env=env, window=window)
+    assert first(saving, "CheckpointShare", 120) <= 75
+    healthy = run_job(180, env=env, window=window)
+    assert first(healthy, "DataWaitShare", 180) is None and first(healthy, "CheckpointShare", 180) is None

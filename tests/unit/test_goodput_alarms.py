@@ -38,7 +38,7 @@ def alarm(template, name):
                 if logical.startswith(name))
 
 
-def test_the_alarms_take_the_largest_jobs_share_in_2_of_3_five_minute_periods(template):
+def test_the_alarms_take_the_largest_jobs_share_in_5_of_6_five_minute_periods(template):
     queue = "a-queue-name-of-forty-characters-at-most"
     for name, metric, threshold in (("InputBoundAlarm", "DataWaitShare", 30), ("CheckpointBoundAlarm",
                                                                                 "CheckpointShare", 10)):
@@ -47,8 +47,8 @@ def test_the_alarms_take_the_largest_jobs_share_in_2_of_3_five_minute_periods(te
                                       "EvaluationPeriods", "DatapointsToAlarm", "ComparisonOperator",
                                       "TreatMissingData")} == {
             "Namespace": GOODPUT_NAMESPACE, "MetricName": metric, "Statistic": "Maximum", "Period": 300,
-            "Dimensions": [{"Name": "Queue", "Value": queue}], "Threshold": threshold, "EvaluationPeriods": 3,
-            "DatapointsToAlarm": 2, "ComparisonOperator": "GreaterThanThreshold", "TreatMissingData": "notBreaching"}
+            "Dimensions": [{"Name": "Queue", "Value": queue}], "Threshold": threshold, "EvaluationPeriods": 6,
+            "DatapointsToAlarm": 5, "ComparisonOperator": "GreaterThanThreshold", "TreatMissingData": "notBreaching"}
 
 
 def test_bound_minutes_sets_the_periods_and_a_threshold_of_none_switches_an_alarm_off(template):
@@ -89,7 +89,7 @@ def test_the_job_definition_gives_the_jobs_the_alarms_window_and_thresholds():
     defaults = container_environment("training", None)
     assert {k: defaults[k] for k in ("ML_PLATFORM_GOODPUT_WINDOW_SECONDS", "ML_PLATFORM_INPUT_BOUND_PERCENT",
                                      "ML_PLATFORM_CHECKPOINT_BOUND_PERCENT")} == {
-        "ML_PLATFORM_GOODPUT_WINDOW_SECONDS": "900", "ML_PLATFORM_INPUT_BOUND_PERCENT": "30",
+        "ML_PLATFORM_GOODPUT_WINDOW_SECONDS": "1800", "ML_PLATFORM_INPUT_BOUND_PERCENT": "30",
         "ML_PLATFORM_CHECKPOINT_BOUND_PERCENT": "10"}
     given = container_environment("training", None, 110, input_bound_percent=45.5, checkpoint_bound_percent=None,
                                   bound_minutes=30)

@@ -318,7 +318,7 @@ def test_the_goodput_alarms_go_to_the_alerts_with_the_fix_for_the_queues_instanc
     alarms = template.find_resources("AWS::CloudWatch::Alarm")
     by_metric = {a["Properties"].get("MetricName"): a["Properties"] for a in alarms.values()}
     input_bound, checkpoint_bound = by_metric["DataWaitShare"], by_metric["CheckpointShare"]
-    assert (input_bound["Threshold"], input_bound["EvaluationPeriods"], checkpoint_bound["Threshold"]) == (30, 3, 10)
+    assert (input_bound["Threshold"], input_bound["EvaluationPeriods"], checkpoint_bound["Threshold"]) == (30, 6, 10)
     assert input_bound["Dimensions"] == [{"Name": "Queue", "Value": "training"}]
     assert "Fix for g5.xlarge: DataLoader(num_workers=2" in input_bound["AlarmDescription"]
     assert "async_save" in checkpoint_bound["AlarmDescription"]

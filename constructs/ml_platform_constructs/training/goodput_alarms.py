@@ -30,10 +30,13 @@ from ..errors import ValidationError
 from ml_platform_job.goodput import GOODPUT_NAMESPACE, loader_settings_for
 from ml_platform_job.phase_clock import CHECKPOINT_BOUND_ENV, INPUT_BOUND_ENV, WINDOW_ENV
 
-# The defaults: data wait over 30% of step time, or checkpoint saves over 10% of wall time, over 15 minutes.
+# The defaults: data wait over 30% of step time, or checkpoint saves over 10% of wall time, over 30 minutes: at 15
+# minutes healthy jobs (restarts, long evaluations, varying saves) raised 0.086 false alarms per job-day, about 10
+# a month for a queue of 4 jobs; at 30, none in 500 simulated job-days, for twice the detection time
+# (./platform bench goodput-alarms; docs/BENCHMARKS.md).
 INPUT_BOUND_PERCENT = 30
 CHECKPOINT_BOUND_PERCENT = 10
-BOUND_MINUTES = 15
+BOUND_MINUTES = 30
 ALARM_PERIOD_MINUTES = 5
 # An alarm's description: at most 1024 characters (PutMetricAlarm's AlarmDescription length constraint):
 # https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_PutMetricAlarm.html
