@@ -636,50 +636,44 @@ class TrackedRun:
         """The attempt ends early; exit 143 next so the queue retries it. ``step``: the step it stopped at; ``saved``:
         whether a checkpoint of that step is written (the rehearsal checks it; False: the steps since the last
         checkpoint are lost)."""
-        self._end_attempt()
-        now = _iso(self._clock())
-        self.attempt.update(outcome="stopped", ended_at=now, last_seen_at=now, reason=reason)
+        fields: dict[str, Any] = {"reason": reason}
         if step is not None:
-            self.attempt["stopped_at_step"] = step
+            fields["stopped_at_step"] = step
         if saved is not None:
-            self.attempt["saved_at_stop"] = saved
-        self.record["status"] = STOPPED
-        self._summarize()
-        self._save(artifacts=True)
-        if self.sink:
-            self._safely(lambda: self.sink.end(self.run_id, "KILLED"))
-        return self.record
+            fields["saved_at_stop"] = saved
+        return self._close("stopped", STOPPED, "KILLED", fields)
 
     def finish(self, *, improves_on: Union[None, float, Mapping[str, Any]] = None,
                tokens: Optional[float] = None, final_state_sha256: Optional[str] = None) -> dict:
         """Training is done: the attempt ends, cost and its per-point figures are computed; exit 0 next.
         ``final_state_sha256``: the trained weights' digest (``torch_state.state_digest``), which a rehearsal compares
         with an uninterrupted run's."""
-        self._end_attempt()
-        now = self._clock()
         if final_state_sha256 is not None:
             self.record["final_state_sha256"] = final_state_sha256
-        self.attempt.update(outcome="finished", ended_at=_iso(now), last_seen_at=_iso(now))
-        self.record.update(status=FINISHED, finished_at=_iso(now))
-        self._summarize(improves_on=improves_on, tokens=tokens)
-        self._save(artifacts=True)
-        if self.sink:
-            self._safely(lambda: self.sink.end(self.run_id, "FINISHED"))
-        return self.record
+        return self._close("finished", FINISHED, "FINISHED", {}, improves_on=improves_on, tokens=tokens)
 
     def fail(self, reason: str) -> dict:
         """The attempt ended in an error (an exception, an exit without ``finish`` or ``stop``): recorded as
         ``failed`` with ``reason``, its cost counted, the MLflow run ended FAILED. Called at the interpreter's exit
         for an attempt left open; a hard kill (SIGKILL, out of memory) leaves it ``running``, billed to its last
         record."""
+        return self._close("failed", FAILED, "FAILED", {"reason": reason})
+
+    def _close(self, outcome: str, status: str, mlflow_status: str, fields: Mapping[str, Any],
+               **summary: Any) -> dict:
+        """Ends the attempt as ``outcome`` (with ``fields``) and the run as ``status``: its cost and per-point
+        figures (``summary``: ``_summarize``'s), the record and its artifact written, MLflow's run ended as
+        ``mlflow_status``. ``stop``, ``finish`` and ``fail`` end here."""
         self._end_attempt()
         now = _iso(self._clock())
-        self.attempt.update(outcome="failed", ended_at=now, last_seen_at=now, reason=reason)
-        self.record["status"] = FAILED
-        self._summarize()
+        self.attempt.update(outcome=outcome, ended_at=now, last_seen_at=now, **fields)
+        self.record["status"] = status
+        if status == FINISHED:
+            self.record["finished_at"] = now
+        self._summarize(**summary)
         self._save(artifacts=True)
         if self.sink:
-            self._safely(lambda: self.sink.end(self.run_id, "FAILED"))
+            self._safely(lambda: self.sink.end(self.run_id, mlflow_status))
         return self.record
 
     def _end_attempt(self) -> None:

@@ -507,13 +507,18 @@ def test_counted_as_gives_the_counters_and_later_readings_of_the_phase_it_was(be
         fake = FakeTime()
         clock = PhaseClock(now=fake)
         at = 0.0
-        for index in range(300):  # 20 minutes of 4-s steps, 1 s of it data wait, a 30-s save at 10 minutes
+
+        def step_and_wait() -> None:  # a 4-s step: 3 s of it a step, then 1 s of data wait
+            nonlocal at
             clock.switch("step")
             at += 3
             fake.now = at
             clock.switch("data_wait")
             at += 1
             fake.now = at
+
+        for index in range(300):  # 20 minutes of 4-s steps, 1 s of it data wait, a 30-s save at 10 minutes
+            step_and_wait()
             if index == 150:
                 clock.switch("checkpoint_save", counted_as=None)
                 at += 30
@@ -531,12 +536,7 @@ def test_counted_as_gives_the_counters_and_later_readings_of_the_phase_it_was(be
         after = "step" if counted_as != "step" else "data_wait"
         clock.switch(after) if known else clock.switch(after, counted_as=counted_as)
         for index in range(400):  # then 4-s steps again, a reading a minute
-            clock.switch("step")
-            at += 3
-            fake.now = at
-            clock.switch("data_wait")
-            at += 1
-            fake.now = at
+            step_and_wait()
             if index % 15 == 0:
                 seen.append(clock.window())
         clocks.append(clock)
