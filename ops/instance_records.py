@@ -5,8 +5,9 @@ A queue's instances publish ``nvidia_smi_utilization_gpu`` every minute with the
 ``InstanceId`` (the CloudWatch agent the platform installs: ``gpu_agent_config``), from their boot until they
 terminate. The last minute with a datapoint is the instance's end, to about one collection interval (the agent stops
 with the instance). CloudWatch keeps one-minute datapoints for 15 days, five-minute ones for 63 days and hourly ones
-for 455 days, so an older end is known to its period (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/
-cloudwatch_concepts.html#metrics-retention). No datapoint after a job: the end is unknown, and the ledger says so.
+for 455 days, so an older end is known to its period; a call returns at most 100,800 datapoints, the rest behind its
+NextToken (GetMetricData's API reference: https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/
+API_GetMetricData.html). No datapoint after a job: the end is unknown, and the ledger says so.
 
 ``scale_in`` sets ``scale_in_seconds`` on the last attempt of every instance (over every run of the report: a later
 job of another run on the same instance ends the first one's claim), the field the ledger counts as idle.
