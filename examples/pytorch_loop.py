@@ -61,29 +61,33 @@ class Net(nn.Module):
         return F.log_softmax(self.fc2(x), dim=1)
 
 
-def train(args: argparse.Namespace, model: Net, device: torch.device, train_loader, optimizer, epoch: int) -> None:
+def train(args: argparse.Namespace, model: Net, device: torch.device, train_loader, optimizer, epoch: int,
+          job: TrainingJob) -> None:
     model.train()
     for batch_idx, (data, target) in enumerate(train_loader):
         data, target = data.to(device), target.to(device)
         optimizer.zero_grad()
         loss = F.nll_loss(model(data), target)
         loss.backward()
+        job.observe(loss=loss)  # platform: the health rules (a diverging or NaN loss stops the job, exit 85)
         optimizer.step()
         if batch_idx % args.log_interval == 0:
             print(f"Train Epoch: {epoch} [{batch_idx * len(data)}/{len(train_loader.dataset)}]\tLoss: {loss.item():.6f}",
                   flush=True)
 
 
-def test(model: Net, device: torch.device, test_loader: DataLoader) -> float:
+def test(model: Net, device: torch.device, test_loader: DataLoader) -> tuple[float, float]:
     model.eval()
-    correct = 0
+    correct, loss = 0, 0.0
     with torch.no_grad():
         for data, target in test_loader:
             data, target = data.to(device), target.to(device)
-            correct += model(data).argmax(dim=1).eq(target).sum().item()
+            output = model(data)
+            loss += F.nll_loss(output, target, reduction="sum").item()
+            correct += output.argmax(dim=1).eq(target).sum().item()
     accuracy = correct / len(test_loader.dataset)
     print(f"Test set: Accuracy: {correct}/{len(test_loader.dataset)} ({100 * accuracy:.0f}%)", flush=True)
-    return accuracy
+    return accuracy, loss / len(test_loader.dataset)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -110,8 +114,10 @@ def main(argv: list[str] | None = None) -> None:
     scheduler = StepLR(optimizer, step_size=1, gamma=args.gamma)
     job.track(model=model, optimizer=optimizer, scheduler=scheduler)  # platform
     for epoch in job.epochs(1, args.epochs + 1):  # platform
-        train(args, model, device, train_loader, optimizer, epoch)
-        job.log_holdout(accuracy=test(model, device, test_loader))  # platform
+        train(args, model, device, train_loader, optimizer, epoch, job)
+        accuracy, val_loss = test(model, device, test_loader)
+        job.log_holdout(accuracy=accuracy)  # platform
+        job.observe(val_loss=val_loss)  # platform: the overfitting rule
         scheduler.step()
     job.finish(model=model)  # platform
 

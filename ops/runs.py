@@ -9,6 +9,11 @@ ENV reads the environment's SageMaker MLflow (the Data stack's MlflowTrackingUri
 account, checked first; the sagemaker-mlflow plugin signs the calls). --local reads the local store that
 ``./platform up``'s example run writes to (.ml-platform/mlflow.db, SQLite, git-ignored).
 
+A run a training-health rule stopped (exit 85, never retried: docs/HEALTH.md) shows as FAILED with a line under it
+in ``runs list`` (the rule and the step; ``--json``: ``health_stop``, from the run's MLflow tags
+``ml_platform.health_stop`` and ``ml_platform.health_stop_step``), and ``runs show`` prints the stop (the rule, the
+step, the message, the values, the fix, whether the checkpoint of that step was written) and each rule's verdict.
+
 ``show --json`` prints the run record: ``run_id``, ``run_name``, ``experiment``, ``status``, ``identity`` (the run's
 digest and what it covers), ``passport`` (seed, seeds, command, git_commit, image, python, packages, frameworks,
 gpu, instance_type, lifecycle, queue, job_id, attempts with each one's environment, environment_changes, dataset,
@@ -20,7 +25,10 @@ ids, from the latest promotion's evaluation), ``usd_per_million_tokens``, ``impr
 run without attempts); with --local, ``kept_at`` (where ./platform up kept the run's model, passport,
 package list and dataset); ``record_from`` (``mlflow``: the run's passport.json artifact; ``checkpoints``: the copy
 next to its checkpoints, read where MLflow has none, or a newer one while the run is RUNNING: a crashed job logs no
-artifact) and ``record_note`` (why that copy could not be read, else null).
+artifact) and ``record_note`` (why that copy could not be read, else null); ``health`` (the training-health rules
+as the job recorded them: ``mode``, ``check_every``, ``rules`` (each rule's verdict), ``warnings``, ``stop``,
+``longest_gap_seconds``, ``state``; null for a run without them), a health stop's fields in its attempt
+(``health_stop``, ``saved_at_stop``, ``stopped_at_step``).
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from ml_platform_job.prices import load_prices, load_table
 from ml_platform_job.goodput import BUCKETS, Ledger, run_ledger
+from ml_platform_job.health import RULES as HEALTH_RULES
 from ml_platform_job.tracking import PROMOTION_TAG_PREFIX, RECORD_NAME, TAG_PREFIX, gain_over_live
 
 from ops.cli import Parser, fit
@@ -53,7 +62,10 @@ ENDED_STATUSES = ("FINISHED", "FAILED", "KILLED")  # MLflow's run statuses of a 
 STALE_AFTER_HOURS = 6.0
 SUMMARY_KEYS = ("cost_usd", "cost_lower_bound", "spot_interruptions", "usd_per_accuracy_point", "usd_per_million_tokens",
                 "improves_on", "accuracy_points", "over_chance", "cost_note", "model_uri", "checkpoint_uri", "identity",
-                "created_at", "finished_at")
+                "created_at", "finished_at", "health")
+HEALTH_STOP_TAG = f"{TAG_PREFIX}health_stop"  # the rule that stopped the run (tracking.TrackedRun.health_stop)
+HEALTH_STOP_STEP_TAG = f"{TAG_PREFIX}health_stop_step"
+HEALTH_DOCS = "docs/HEALTH.md"
 
 
 class RunsError(SystemExit):
@@ -323,7 +335,10 @@ def _price_table() -> dict:
 
 
 def ledger_json(passport: dict) -> Optional[dict]:
-    found, notes = record_ledger(passport)
+    try:
+        found, notes = record_ledger(passport)
+    except ValueError:  # an attempt the ledger cannot read: runs show says so (format_record), --json has null
+        return None
     return None if found is None else {**found.to_dict(), "notes": notes}
 
 
@@ -358,7 +373,24 @@ def list_runs(client: Any, limit: int = LIST_LIMIT) -> list[dict]:
              "status": r.info.status, "started_at": _time(r.info.start_time),
              "holdout_accuracy": r.data.metrics.get("holdout_accuracy"), "cost_usd": r.data.metrics.get("cost_usd"),
              "usd_per_accuracy_point": r.data.metrics.get("usd_per_accuracy_point"),
-             "attempts": _count(r.data.tags.get(f"{TAG_PREFIX}attempts"))} for r in runs]
+             "attempts": _count(r.data.tags.get(f"{TAG_PREFIX}attempts")),
+             "health_stop": _health_tag(r.data.tags)} for r in runs]
+
+
+def _health_tag(tags: Mapping[str, str]) -> Optional[dict]:
+    """The health stop a run's tags record (``{"rule", "step"}``), or None."""
+    rule = tags.get(HEALTH_STOP_TAG)
+    return {"rule": rule, "step": _count(tags.get(HEALTH_STOP_STEP_TAG))} if rule else None
+
+
+def _health_line(run: Mapping[str, Any]) -> list[str]:
+    """The line under a run a health rule stopped: what tells it from another failure."""
+    stop = run.get("health_stop")
+    if not stop:
+        return []
+    at = f" at step {stop['step']}" if stop.get("step") is not None else ""
+    return [f"{' ' * 6}stopped by the health rule {str(stop['rule'])[:40]}{at} (exit 85, not retried; runs show: "
+            "the fix)"]
 
 
 def _count(tag: Optional[str]) -> Optional[int]:
@@ -383,6 +415,7 @@ def format_list(runs: list[dict], where: str, *, wide: bool = False) -> str:
                          f"{r['status']:<9} {r['attempts'] or '-':>8} {_number(r['holdout_accuracy'], 4):>11} "
                          f"{_number(r['cost_usd'], 4):>10} {_number(r['usd_per_accuracy_point'], 4):>10}  "
                          f"{r['started_at'] or '-'}")
+            lines += _health_line(r)
         return "\n".join(lines)
     lines = fit(f"Runs in {where}, newest first (--wide: experiment, USD per accuracy point):").split("\n")
     lines.append(f"  {'run id':<32}  {'name':<15} {'status':<9} {'att':>3} {'acc':>6} {'USD':>9}  started (UTC)")
@@ -391,6 +424,7 @@ def format_list(runs: list[dict], where: str, *, wide: bool = False) -> str:
         lines.append(f"  {r['run_id'][:32]:<32}  {(r['run_name'] or '')[:15]:<15} {(r['status'] or '')[:9]:<9} "
                      f"{r['attempts'] or '-':>3} {_number(r['holdout_accuracy'], 4):>6} "
                      f"{_number(r['cost_usd'], 2):>9}  {started}")
+        lines += _health_line(r)
     return "\n".join(lines)
 
 
@@ -475,10 +509,16 @@ def format_record(record: dict) -> str:
             lines.append(f"  rerun: the code at {commit.get('commit') or '(unknown commit)'}, the packages of "
                          f"{p['packages']['artifact']}, the dataset above; ML_PLATFORM_CHECKPOINT_URI a new prefix (a new "
                          f"run); then {rerun_command(p)}")
+    if p:
+        lines += health_lines(record.get("health"), p.get("attempts"), record.get("checkpoint_uri"))
     # A run read from MLflow (run_record: record_from) is settled by MLflow's status, as its "ledger" is; a record
     # file alone is shown as it is.
     ended, settle_notes = settled(p, record.get("status")) if "record_from" in record else (p, [])
-    found, notes = record_ledger(ended) if p else (None, [])
+    try:
+        found, notes = record_ledger(ended) if p else (None, [])
+    except ValueError as error:  # a record the ledger cannot read is shown all the same
+        found, notes = None, []
+        lines.append(f"  goodput ledger: unreadable ({error})")
     notes = settle_notes + notes
     if found is not None:
         goodput = "-" if found.goodput is None else f"{found.goodput:.1%}"
@@ -523,6 +563,71 @@ def format_record(record: dict) -> str:
         lines.append(f"  promotion to {decision.get('endpoint')} ({decision.get('environment')}) at {decision.get('at')}:"
                      f" {decision.get('outcome')}: {decision.get('reason')}")
     return "\n".join(lines)
+
+
+def _values(values: Any) -> str:
+    """A verdict's values as ``name value, ...`` (numbers to 4 significant digits)."""
+    if not isinstance(values, Mapping) or not values:
+        return "none recorded"
+    return ", ".join(f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}"
+                     for key, value in values.items())
+
+
+def health_lines(health: Any, attempts: Any, checkpoint_uri: Optional[str] = None) -> list[str]:
+    """``runs show``'s training-health section: each health stop (the attempt, the rule, the step, the message, the
+    values, the checkpoint, the fix), each rule's verdict, the warnings; one line for a record without the rules
+    (older than them, or a job without TrainingJob or a framework callback) or with a ``health`` that is no object."""
+    attempts = [a for a in attempts or [] if isinstance(a, Mapping)] if isinstance(attempts, list) else []
+    lines: list[str] = []
+    for index, attempt in enumerate(attempts):
+        stop = attempt.get("health_stop")
+        if attempt.get("outcome") != "health_stopped" and stop is None:
+            continue
+        number = attempt.get("number", index + 1)
+        if not isinstance(stop, Mapping):
+            lines.append(f"  health stop: attempt {number}'s verdict is unreadable in the record (a "
+                         f"{type(stop).__name__}, not an object)")
+            continue
+        step = stop.get("step", attempt.get("stopped_at_step"))
+        saved = attempt.get("saved_at_stop")
+        newest = attempt.get("checkpoint_step")
+        kept = (f"the checkpoint of step {step} was written" if saved is True else
+                f"no checkpoint of step {step} (a NaN state or a stuck loop is never saved); the newest is "
+                + (f"step {newest}" if newest is not None and newest != step else "the last one before it")
+                if saved is False else "unknown (the record does not say)")
+        lines += [f"  health stop: the rule {stop.get('rule')} stopped attempt {number} at step {step} (exit 85, "
+                  f"which the queue does not retry; {HEALTH_DOCS})",
+                  f"    {stop.get('message') or 'no message recorded'}",
+                  f"    values: {_values(stop.get('values'))}",
+                  f"    checkpoint: {kept}" + (f" under {checkpoint_uri}" if saved is True and checkpoint_uri else ""),
+                  f"    fix: {stop.get('fix') or 'read ' + HEALTH_DOCS}"]
+    if health is None:
+        if not lines:
+            lines.append("  health rules: not recorded (a run from before them, or a job without TrainingJob or a "
+                         f"framework callback: {HEALTH_DOCS})")
+        return lines
+    rules = health.get("rules") if isinstance(health, Mapping) else None
+    if not isinstance(health, Mapping):
+        return lines + [f"  health rules: unreadable in the record (a {type(health).__name__}, not an object)"]
+    if rules is None and health.get("error"):
+        return lines + [f"  health rules: not recorded: the job could not record them ({health['error']})"]
+    if not isinstance(rules, Mapping):
+        return lines + [f"  health rules: unreadable in the record (its rules are a {type(rules).__name__}, not an "
+                        "object)"]
+    how = ", ".join(part for part in (f"mode {health['mode']}" if health.get("mode") else "",
+                                       f"a check every {health['check_every']} steps" if health.get("check_every")
+                                       else "") if part)
+    lines.append(f"  health rules{f' ({how})' if how else ''}:")
+    ordered = [rule for rule in HEALTH_RULES if rule in rules] + [rule for rule in rules if rule not in HEALTH_RULES]
+    lines += [f"    {str(rule):<20} {rules[rule]}" for rule in ordered] or ["    none recorded"]
+    gap = health.get("longest_gap_seconds")
+    if isinstance(gap, (int, float)) and not isinstance(gap, bool):
+        lines.append(f"    longest time without progress: {gap:g} s")
+    for warning in health.get("warnings") or []:
+        if isinstance(warning, Mapping):
+            lines.append(f"    warned: {warning.get('rule')} at step {warning.get('step')}: {warning.get('message')}; "
+                         f"fix: {warning.get('fix')}")
+    return lines
 
 
 def file_record(path: str) -> dict:

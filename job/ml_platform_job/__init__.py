@@ -11,11 +11,16 @@ recorded run (passport, metrics, held-out scores, cost) and times where its GPU 
 
 ``python -m ml_platform_job rehearse -- COMMAND...`` proves, before the first real reclaim, that a job survives one.
 
+Training health (``health``): a job that produces NaN, diverges, stops learning or stalls stops itself (a checkpoint
+unless the state is NaN, the rule and its values in the run, exit 85, which the queue does not retry); the plain loop
+gives its loss with ``job.observe(loss=loss)``, the callbacks read their framework's. docs/HEALTH.md.
+
 The modules, by what they do:
 
 - ``job``: ``TrainingJob``, a plain loop's few lines; ``data``: the resumable sampler and loader;
   ``torch_state``: random generators and a state's digest; ``checkpoints``: complete-or-absent checkpoints;
   ``stop``: SIGTERM, the stop file and the PID file; ``rehearse``: the rehearsal;
+- ``health``: the training-health rules and their stop (exit 85);
 - ``tracking``, ``passport``, ``holdout``: the run record; ``goodput``: phase timing and the ledger;
   ``prices``, ``instances``: what an attempt cost; ``storage``: ``s3://`` or a directory;
 - ``evaluation``, ``outcomes``: the promotion gate's evaluation job; ``benchmark``, ``job_metrics``: throughput and
@@ -29,7 +34,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.10.0"
+__version__ = "0.11.0"
 
 # 128 + SIGTERM: the queue's retry strategy retries an attempt that ends with it (and no other code of the job's).
 STOPPED_EXIT_CODE = 143
@@ -44,6 +49,8 @@ _EXPORTS = {
     "describe": "holdout",
     "PhaseClock": "phase_clock",
     "JobSampler": "data",
+    "HealthRules": "health",
+    "HealthMonitor": "health",
 }
 
 

@@ -303,9 +303,10 @@ def loader_settings_for(instance_type: str, *, dataset_gb: Optional[float] = Non
 
 # --- a recorded run's ledger ---------------------------------------------------------------------------------------
 
-OUTCOMES = ("running", "stopped", "lost", "finished", "failed")
-# Outcomes whose steps since the last checkpoint are redone by the next attempt (or by nobody: a failed run's).
-INTERRUPTED = ("stopped", "lost", "failed")
+OUTCOMES = ("running", "stopped", "lost", "finished", "failed", "health_stopped")
+# Outcomes whose steps since the last checkpoint are redone by the next attempt (or by nobody: a failed run's, a run a
+# health rule stopped: its steps since the last checkpoint made a NaN or stalled state, or nothing that is kept).
+INTERRUPTED = ("stopped", "lost", "failed", "health_stopped")
 STARTUP_LOWER_BOUND = ("startup is a lower bound: an attempt without its host's boot (host.booted_at) or its previous "
                        "job's end on the host has the instance's time before the job (boot, image pull) in no "
                        "attempt's paid time")

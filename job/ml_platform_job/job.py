@@ -6,7 +6,8 @@
     job.track(model=model, optimizer=optimizer, scheduler=scheduler)   # resumes from the newest checkpoint, if any
     for epoch in job.epochs(1, args.epochs + 1):                       # from the epoch (and sample) it stopped at
         for data, target in train_loader:                             # a stop is taken between two steps
-            ...                                                        # the step, unchanged
+            ...                                                        # the step, unchanged, with after backward:
+            job.observe(loss=loss)                                     # the health rules' input (docs/HEALTH.md)
         job.log_holdout(accuracy=evaluate(model))                      # and validation, logging, scheduler.step()
         scheduler.step()
     job.finish(model=model)                                            # the model, the run's cost; exit 0 after it
@@ -25,6 +26,11 @@ What it does for the loop:
 - **Exactness**: the loader's order and every sample's random draws come from (seed, epoch, sample) (``data``), so the
   resumed run ends with the same weights as an uninterrupted one, bit for bit on CPU with deterministic algorithms,
   with ``num_workers > 0`` and persistent workers. ``finish`` records the weights' digest; the rehearsal compares it.
+- **Health** (``health``): ``job.observe(loss=loss)`` after each backward gives the rules the loss (summed on its
+  device, read every ``check_every`` optimizer steps); the gradients' norm is read from the tracked optimizers at those
+  checks; ``job.observe(val_loss=...)`` after a validation. A job that produces NaN, diverges, does not learn or
+  stalls stops itself: a checkpoint (unless the state is NaN), the rule and its values in the run, exit 85, which the
+  queue does not retry. ``TrainingJob.start(health="warn")`` only says so.
 - **The run** (``tracking.TrackedRun``): one record per job across attempts, its passport (the parameters that make
   the run, apart from ``flags`` that do not), held-out scores, cost; **goodput**: data wait, steps, saves, restores,
   and the rest of an epoch's body (validation, logging) as evaluation.
@@ -46,7 +52,10 @@ from typing import Any, Iterable, Iterator, Mapping, Optional
 
 from . import STOPPED_EXIT_CODE
 from .checkpoints import DEFAULT_KEEP, Checkpoint, CheckpointStore
-from .stop import SaveTimedOut, StopRequest, _distributed, all_ranks_max, collective_device, release_process_group
+from .health import (HEALTH_MARKER, HEALTH_STOPPED_EXIT_CODE, HEARTBEAT_METRIC, STOP_METRIC, WARNING_METRIC, HealthMonitor,
+                     RULES, HealthRules, Verdict, metric_line)
+from .stop import (LAUNCH_DIR, SaveTimedOut, StopRequest, _distributed, all_ranks_max, collective_device,
+                   release_process_group)
 from .stop import rank as _rank, world_size as _world_size
 from .storage import Location
 from .torch_state import rng_state, set_rng_state, state_digest
@@ -101,11 +110,42 @@ def _recorded_seed(location: Location) -> Optional[int]:
         return None
 
 
+def _sum_over_ranks(values: list) -> list:
+    """Each value summed over every rank (one all-reduce, float64; every rank checks at the same step)."""
+    import torch  # type: ignore[import-not-found]
+
+    dist = _distributed()
+    if dist is None:
+        return list(values)
+    tensor = torch.tensor(values, dtype=torch.float64, device=collective_device(dist))
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor.tolist()
+
+
+def _rule_flags(verdict: Optional[Verdict]) -> list[bool]:
+    """A stop's rule as one flag per rule (the ranks agree on it with one all-reduce)."""
+    return [verdict is not None and verdict.rule == rule for rule in RULES]
+
+
+def _health_rules(health: Any, env: Mapping[str, str]) -> HealthRules:
+    """``TrainingJob.start``'s ``health`` as rules: given rules, a mode, or settings over the environment's."""
+    if isinstance(health, HealthRules):
+        return health
+    if health is None:
+        return HealthRules.from_env(env)
+    if isinstance(health, str):
+        return HealthRules.from_env(env, mode=health)
+    if isinstance(health, Mapping):
+        return HealthRules.from_env(env, **dict(health))
+    raise TypeError(f"health={health!r}: HealthRules(...), a mapping of its settings, or 'stop', 'warn', 'off'")
+
+
 class TrainingJob:
     """A plain PyTorch loop's side of the job contract (see the module docstring). Make it with ``start``."""
 
     def __init__(self, run: TrackedRun, store: CheckpointStore, stop: StopRequest, *, seed: int,
-                 save_every_minutes: Optional[float] = DEFAULT_SAVE_EVERY_MINUTES, save_each_epoch: bool = True) -> None:
+                 save_every_minutes: Optional[float] = DEFAULT_SAVE_EVERY_MINUTES, save_each_epoch: bool = True,
+                 health: Optional[HealthMonitor] = None) -> None:
         self.run = run
         self.store = store
         self.stop = stop
@@ -125,6 +165,13 @@ class TrainingJob:
         self._last_save_at = run.clock.now()
         self._save_seconds: Optional[float] = None
         self._loader_ended_at: Optional[float] = None
+        # The training-health rules (health.py): fed by observe() and the optimizers' step hook, checked every
+        # check_every optimizer steps; the run records their verdicts.
+        self.health = health or HealthMonitor(HealthRules(mode="off"))
+        self.run.health = self.health
+        self._optimizer_steps = 0  # optimizer steps (accumulation boundaries) in this attempt: the checks' clock
+        self._grad_hooks: list[Any] = []
+        self._pending_verdict: Optional[Verdict] = None  # a validation's stop, agreed at the next check
 
     # --- starting -----------------------------------------------------------------------------------------------
     @classmethod
@@ -133,7 +180,7 @@ class TrainingJob:
               keep: int = DEFAULT_KEEP, save_every_minutes: Optional[float] = DEFAULT_SAVE_EVERY_MINUTES,
               save_each_epoch: bool = True, env: Optional[Mapping[str, str]] = None, s3: Any = None,
               tracking_uri: Optional[str] = None, experiment: Optional[str] = None, run_name: Optional[str] = None,
-              code_directory: Optional[str] = None) -> "TrainingJob":
+              code_directory: Optional[str] = None, health: Any = None) -> "TrainingJob":
         """Installs the stop handler and the PID file, starts or continues the run and seeds every generator.
 
         ``params``: the job's parameters (argparse's Namespace, a dataclass or a mapping); the ones named in ``flags``
@@ -145,7 +192,10 @@ class TrainingJob:
         ``dataset``/``holdout``: a ``passport.DatasetRef`` and ``holdout.describe(...)``, recorded and compared.
         ``keep``: complete checkpoints kept (default 2). ``save_every_minutes``: a save inside an epoch after this much
         training since the last (default 30; None: at epoch ends and stops only). An earlier attempt that finished
-        (only its exit was lost) ends this one with exit 0."""
+        (only its exit was lost) ends this one with exit 0.
+        ``health``: the training-health rules (``health.HealthRules``, a mapping of its settings, or "stop", "warn",
+        "off"); default: the rules' defaults as the job's environment sets them (``ML_PLATFORM_HEALTH``, ...; the
+        queue's job definitions pass its ``health_mode``). A rule that stops the job exits 85, never retried."""
         env = dict(os.environ) if env is None else dict(env)
         if not env.get(CHECKPOINT_URI):
             raise SystemExit(f"{CHECKPOINT_URI} is not set: checkpoints and the run record live there (./platform job "
@@ -179,8 +229,14 @@ class TrainingJob:
         run.seed_everything(seed, deterministic=deterministic)
         if _rank() == 0:
             print(f"run {run.run_id}, attempt {run.attempt['number']}", flush=True)
-        return cls(run, CheckpointStore(location, keep=keep), stop, seed=seed, save_every_minutes=save_every_minutes,
-                   save_each_epoch=save_each_epoch)
+        monitor = HealthMonitor(_health_rules(health, env))
+        earlier = (run.record.get("health") or {}).get("state")
+        if isinstance(earlier, Mapping):
+            monitor.load_state_dict(earlier)  # the run's first loss and gradient history, from its last attempt
+        job = cls(run, CheckpointStore(location, keep=keep), stop, seed=seed, save_every_minutes=save_every_minutes,
+                  save_each_epoch=save_each_epoch, health=monitor)
+        job._watch_health(env)
+        return job
 
     @property
     def clock(self) -> Any:
@@ -210,8 +266,34 @@ class TrainingJob:
         if self.objects:
             raise RuntimeError("track: called twice; name every object in one call (it restores them together)")
         self.objects = dict(objects)
+        self._hook_optimizers()
         self._restore()
         return self
+
+    def _hook_optimizers(self) -> None:
+        """The gradients' norm for the health rules, read just before a tracked optimizer's step at a check (the
+        gradients it applies: a GradScaler's skipped steps never reach it; a norm clipped by the script reads as
+        clipped: pass the unclipped one, clip_grad_norm_'s return, to ``observe``)."""
+        try:
+            from torch.optim import Optimizer  # type: ignore[import-not-found]
+        except ImportError:
+            return
+        for value in self.objects.values():
+            if isinstance(value, Optimizer) and hasattr(value, "register_step_pre_hook"):
+                self._grad_hooks.append(value.register_step_pre_hook(self._before_optimizer_step))
+
+    def _before_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        health = self.health
+        if health.rules.mode == "off" or not health.due(self._optimizer_steps + 1) or health.has_grad_norm:
+            return
+        scaler = kwargs.get("grad_scaler") if isinstance(kwargs, Mapping) else None
+        if scaler is not None:  # a fused optimizer under a GradScaler: its gradients are still scaled
+            found = kwargs.get("found_inf")
+            if found is not None and float(found) > 0:
+                return  # an overflow step the optimizer skips: not applied, not judged
+        health.gradients(parameters=(p for group in optimizer.param_groups for p in group["params"]))
+        if scaler is not None and health.has_grad_norm:
+            health.gradients(health._grad / float(scaler.get_scale()))
 
     def _restore(self) -> None:
         import torch  # type: ignore[import-not-found]
@@ -299,6 +381,7 @@ class TrainingJob:
         return checkpoint
 
     def _saved(self, started: float) -> None:
+        self.health.progress()  # a save is progress: the stall rule counts from its end
         self.clock.checkpoint_saved()
         self._save_seconds = self.clock.now() - started
         self._last_save_at, self._last_save_step = self.clock.now(), self.step
@@ -371,18 +454,136 @@ class TrainingJob:
 
     def _after_step(self, samples: int, boundary: bool = True) -> None:
         """A batch was trained: the data position moves on; at an optimizer step's end (``boundary``), a save falls
-        due and a stop is taken."""
+        due, the health rules are checked (every ``check_every`` optimizer steps) and a stop is taken."""
         self.step += 1
         self.samples_seen += samples
         self._position += samples
+        self.health.progress()
         if not boundary:
             return
+        self._optimizer_steps += 1
+        verdict = self.health.check(self.step) if self.health.due(self._optimizer_steps) else None
+        if verdict is None and self.health.due(self._optimizer_steps) and self._pending_verdict is not None:
+            verdict, self._pending_verdict = self._pending_verdict, None
         due = self.save_every_seconds is not None and self.clock.now() - self._last_save_at >= self.save_every_seconds
-        save, stopping = self.agree(due, self.stop.requested)
+        if self.health.due(self._optimizer_steps) and self.health.rules.mode != "off":
+            save, stopping, *fired = all_ranks_max([due, self.stop.requested, *_rule_flags(verdict)])
+            if stopping and not self.stop.requested:
+                self.stop.request("another rank was asked to stop")
+            if any(fired):
+                self._health_stop(verdict or self._other_rank(fired))
+        else:
+            save, stopping = self.agree(due, self.stop.requested)
         if stopping:
             self._stop()
         if save:
             self._save_on_the_way()
+
+    # --- training health --------------------------------------------------------------------------------------
+    def observe(self, loss: Any = None, *, grad_norm: Any = None, val_loss: Any = None) -> None:
+        """Gives the health rules what the loop knows (``health.py``): ``loss``, each batch's training loss (a tensor
+        stays on its device: the rules read the sum every ``check_every`` optimizer steps, one sync); ``grad_norm``,
+        the gradients' norm before clipping (``clip_grad_norm_``'s return; without it the norm is read from the tracked
+        optimizers, as they apply it); ``val_loss``, after a validation (the overfitting rule). A rule that stops the
+        job stops it here or at the step's end: a checkpoint (unless the state is NaN), the run's record, exit 85."""
+        if loss is not None:
+            self.health.loss(loss)
+        if grad_norm is not None and self.health.due(self._optimizer_steps + 1):
+            self.health.gradients(grad_norm)
+        if val_loss is not None:
+            # No collective here (a script may validate on rank 0 only): a stop is agreed at the next check
+            verdict = self.health.validation(val_loss, self.step)
+            if verdict is not None:
+                self._pending_verdict = verdict
+
+    def progress(self) -> None:
+        """The job is alive (call it inside a validation or a step longer than the stall rule's 30 minutes)."""
+        self.health.progress()
+
+    def _watch_health(self, env: Mapping[str, str]) -> None:
+        """The stall rule and the heartbeat on the health timer; on AWS Batch, the stops, warnings and heartbeat
+        as embedded-metric lines the queue's alarms and stall watcher read (global rank 0 prints them)."""
+        from .job_metrics import job_id_from_environment
+
+        queue = (env.get("ML_PLATFORM_QUEUE_NAME") or env.get("AWS_BATCH_JQ_NAME")) if env.get("AWS_BATCH_JQ_NAME") \
+            else None
+        self._health_queue = queue if _rank() == 0 else None
+        job_id = job_id_from_environment(env)
+        self.health.on_stall = self._stalled
+        if _distributed() is not None:
+            self.health.reduce = _sum_over_ranks
+        # membership tests only: the main thread changes the clock's dict while the timer reads it
+        self.health.busy = lambda: any(name in getattr(self.clock, "_active", {}) for name in ("checkpoint_save",
+                                                                                                "restore"))
+        self.health.on_verdict = self._publish_warning
+        emit = None
+        # No heartbeat when the stall rule is off: the queue's watcher then judges nothing ("not judged: no heartbeat")
+        if self._health_queue and job_id and self.health.rules.action("stalled") != "off":
+            def emit(count: int) -> None:
+                _print_line(metric_line(HEARTBEAT_METRIC, self._health_queue, job_id=job_id, value=count))
+        if self.health.rules.action("stalled") != "off":
+            self.health.watch(lambda: self.step, emit=emit)
+
+    def _publish_warning(self, verdict: Verdict) -> None:
+        if verdict.action == "warn" and getattr(self, "_health_queue", None):
+            _print_line(metric_line(WARNING_METRIC, self._health_queue, verdict.rule,
+                                    fields={"Step": verdict.step, "RunId": self.run_id}))
+
+    def _other_rank(self, fired: list[bool]) -> Verdict:
+        """The stop of a rule that fired on another rank only (its values are in that rank's log)."""
+        rule = RULES[fired.index(True)]
+        return Verdict(rule, "stop", self.step, {}, "the rule fired on another rank (its log line has the values)")
+
+    def _health_stop(self, verdict: Verdict) -> None:
+        """A rule stopped the job: a checkpoint of this step unless the state is NaN (the newest stays the last
+        good one), the record, the metric line, exit 85 (the queue does not retry it)."""
+        saved = self._last_save_step == self.step
+        if verdict.rule != "non_finite" and not saved:
+            try:
+                self.save()
+                saved = self._last_save_step == self.step
+            except Exception as error:  # the stop goes on: the newest checkpoint stays
+                print(f"ml_platform_job: the checkpoint of step {self.step} was not saved ({type(error).__name__}: "
+                      f"{error})", file=sys.stderr, flush=True)
+        self.health_stopped(verdict, saved=saved)
+        self.stop.uninstall()
+        release_process_group()
+        raise SystemExit(HEALTH_STOPPED_EXIT_CODE)
+
+    def health_stopped(self, verdict: Verdict, *, saved: bool) -> None:
+        """Records a health stop in the run (rank 0), prints the stop's metric line and its one-line summary; the
+        caller exits 85. The adapters' stops end here."""
+        if self.health.stop_verdict is None:
+            self.health.stop_verdict = verdict
+        self.health.close()
+        launch_dir = os.environ.get(LAUNCH_DIR)
+        if launch_dir:  # under the launcher (torchrun's exit 1 becomes 85 again)
+            try:
+                with open(os.path.join(launch_dir, HEALTH_MARKER), "w") as handle:
+                    handle.write(verdict.rule)
+            except OSError:
+                pass
+        if _rank() == 0:
+            self.run.health_stop(verdict.to_dict(), saved=saved)
+            if getattr(self, "_health_queue", None):
+                _print_line(metric_line(STOP_METRIC, self._health_queue, verdict.rule,
+                                        fields={"Step": verdict.step, "RunId": self.run_id,
+                                                "Values": dict(verdict.values)}))
+            kept = (f"the checkpoint of step {verdict.step} is written" if saved
+                    else f"the newest checkpoint is step {self._last_save_step}" if self._last_save_step is not None
+                    else "no checkpoint")
+            print(f"stopped by the health rule {verdict.rule} at step {verdict.step}: {verdict.message}; {kept}; "
+                  f"exit {HEALTH_STOPPED_EXIT_CODE} (the queue does not retry it). Fix: {verdict.fix}", flush=True)
+
+    def _stalled(self, verdict: Verdict) -> None:
+        """The timer's stall stop: the loop is stuck (a loader, a collective), so no checkpoint can be taken; the
+        record, the metric line, and the process ends with exit 85 from the timer thread."""
+        try:
+            self.health_stopped(verdict, saved=False)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(HEALTH_STOPPED_EXIT_CODE)
 
     def _stop(self) -> None:
         """Saves (when it fits in the time left, and within it), records the stop and exits 143."""
@@ -451,6 +652,15 @@ class TrainingJob:
                     else "cost unknown (its record's cost_note says why)")
             print(f"run {self.run_id} finished: {len(record['passport']['attempts'])} attempt(s), {cost}", flush=True)
         return record
+
+
+def _print_line(line: str) -> None:
+    """One metric line on stdout (the job's log stream, which CloudWatch Logs reads); a closed pipe loses it only."""
+    try:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
 
 
 class JobLoader:

@@ -30,12 +30,38 @@ How (Lightning's own checkpoint and hooks: https://lightning.ai/docs/pytorch/sta
   fetches it in between), validation from ``on_validation_start`` to ``on_validation_end``, and the saves; each
   counts while it lasts, so a loader or a step stuck between two hooks reads as such on the goodput timer. The time
   from a batch's end to a validation or a save, and to the epoch's end, counts in no phase.
+- Training health (``health.py``; ``TrainingJob.start``'s ``health=`` or ``ML_PLATFORM_HEALTH``...): checked every
+  ``check_every`` optimizer steps in ``on_train_batch_end`` (at an accumulation's last batch), one device sync per
+  check and none per batch. What each rule reads under Lightning:
+
+  - the loss (``non_finite``, ``loss_diverging``, ``loss_not_decreasing``, ``loss_plateau``): each training batch's
+    loss, ``outputs["loss"]`` of ``on_train_batch_end`` (what ``training_step`` returned, a tensor or a dict's
+    ``"loss"``), kept on its device; under gradient accumulation Lightning divides it by ``accumulate_grad_batches``,
+    which the callback multiplies back. A ``training_step`` that returns no loss (manual optimization returning
+    nothing) leaves the loss rules "not judged".
+  - the gradients' norm (``non_finite``, ``exploding_gradients``, ``vanishing_gradients``): the global norm of the
+    optimizer's gradients in ``on_before_optimizer_step`` at check steps (one sync). Lightning calls that hook after
+    the backward (and AMP's unscaling) and before its own clipping (``gradient_clip_val``), so the norm is the
+    unclipped one and every gradient rule is judged. With a 16-bit loss scaler an inf or NaN norm is a step the
+    scaler skips (an overflow), not counted.
+  - the validation loss (``overfit``): ``trainer.callback_metrics["val_loss"]`` (or ``"val/loss"``,
+    ``"validation_loss"``) after each validation (``on_validation_end``, not the sanity check): log it in
+    ``validation_step`` (``self.log("val_loss", loss)``); without it the rule is "not judged".
+  - progress (``stalled``): each training and validation batch and each save.
+
+  A stop is agreed by every rank (at a check, in the all-reduce that agrees the stop signal and the periodic save);
+  it saves the step (``trainer.save_checkpoint``, unless the rule is ``non_finite``: a NaN model is no checkpoint,
+  the newest stays the last good one), records the stop in the run (``health_stopped``: FAILED, the rule, the step,
+  the fix; on AWS Batch its metric line) and raises ``SystemExit(85)``, which Lightning passes on after its teardown
+  and ``on_exception`` leaves as it is; the queue never retries it. ``warn`` says the rule once and trains on.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -43,11 +69,14 @@ from lightning.pytorch.callbacks import Callback  # type: ignore[import-not-foun
 
 from . import STOPPED_EXIT_CODE
 from .checkpoints import CheckpointStore
-from .job import DEFAULT_SAVE_EVERY_MINUTES, TrainingJob
+from .health import HEALTH_STOPPED_EXIT_CODE, Verdict, grad_norm
+from .job import DEFAULT_SAVE_EVERY_MINUTES, TrainingJob, _rule_flags
 from .stop import all_ranks_max, rank as _rank
 from .torch_state import rng_state, set_rng_state
 
 STATE_FILE = "state.ckpt"
+# What the module logs its validation loss as (``self.log(...)`` in ``validation_step``): the overfitting rule's input.
+VALIDATION_LOSSES = ("val_loss", "val/loss", "validation_loss")
 
 
 def _positioned_loader_class() -> type:
@@ -92,6 +121,9 @@ class PlatformCallback(Callback):
         self._batch_size = 1
         self._stop_at_epoch_end = False
         self._after_validation: Optional[str] = None  # the clock's phase after the validation in progress
+        self._steps = 0  # optimizer steps in this attempt: the health checks' clock
+        self._grad_failed = False
+        self._health_stopping = False  # a health rule's stop is under way: its exit 85 stays 85
 
     @property
     def state_key(self) -> str:
@@ -162,6 +194,7 @@ class PlatformCallback(Callback):
         # in (mid-accumulation, during validation), with no checkpoint of that step. The stop is taken where a step
         # or the epoch ends (on several ranks, the others hear of it through the agreement after each step).
         self.job.stop.take_over()
+        self.job.step = trainer.global_step
         if self._resume and self._resume.get("rng"):
             for line in set_rng_state(self._resume["rng"]):  # after the sanity check, as the saved run stood
                 print(f"ml_platform_job: {line}", file=sys.stderr, flush=True)
@@ -178,6 +211,9 @@ class PlatformCallback(Callback):
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         self.clock.switch("data_wait")  # until the next batch's start, less a validation or a save in between
+        self.job.health.progress()
+        self.job.step = trainer.global_step
+        self._observe_loss(trainer, outputs)
         now = self.clock.now()
         if self.sampler is not None:
             left = len(range(self._epoch_base + self.sampler.rank + self._trained * self.sampler.num_replicas,
@@ -190,7 +226,9 @@ class PlatformCallback(Callback):
             self._put_off_lightnings_stop(trainer)
             return
         due = self.save_every_seconds is not None and now - self._last_save_at >= self.save_every_seconds
-        save, stopping = self.job.agree(due, self.job.stop.requested)
+        save, stopping, verdict = self._agree(trainer, due)
+        if verdict is not None:
+            self._health_stop(trainer, verdict)
         if stopping and last:
             # The epoch's last batch: validation comes next, and its loader draws from torch's generator. A
             # checkpoint from before that draw would resume one draw behind the uninterrupted run: the stop is taken
@@ -216,12 +254,17 @@ class PlatformCallback(Callback):
         self._after_validation = "data_wait" if self.clock.switched is not None else None
         self.clock.switch("evaluation", counted_as=None)  # the time since the batch's end was no data wait
 
+    def on_validation_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
+                                dataloader_idx: int = 0) -> None:
+        self.job.health.progress()  # a validation batch: a long validation is no stall
+
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         if trainer.sanity_checking:
             return
         if self.clock.switched == "evaluation":
             self.clock.switch(self._after_validation)
         self._log(trainer)
+        self._judge_validation(trainer)
 
     def _log(self, trainer: Any) -> None:
         """What the module logged (``self.log``: losses, validation metrics) into the run, at the global step."""
@@ -270,7 +313,9 @@ class PlatformCallback(Callback):
         now = self.clock.now()
         self._save_seconds, self._last_save_at = now - started, now
         self._last_saved_step = trainer.global_step
+        self.job._last_save_step = trainer.global_step  # the newest checkpoint, as a health stop's line names it
         self.job.run.checkpointed(step=trainer.global_step)
+        self.job.health.progress()
 
     def _save_on_the_way(self, trainer: Any) -> None:
         """A periodic or end-of-epoch save: one that fails is said in one line and training goes on."""
@@ -314,6 +359,8 @@ class PlatformCallback(Callback):
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         """Lightning's own SIGTERM stop (``SIGTERMException``, exit code 0) becomes exit 143; so does ours."""
         self.clock.switch(None, counted_as=None)  # the step or wait it broke off is not counted
+        if self._health_stopping:
+            return  # a health rule's stop: recorded already, and its exit 85 is never retried (nor made 143)
         if isinstance(exception, SystemExit) and (self.job.stop.requested or exception.code == STOPPED_EXIT_CODE):
             saved = self._last_saved_step is not None and self._last_saved_step == getattr(trainer, "global_step", None)
             self._record_stop(trainer, "no new checkpoint (Lightning stopped outside a training batch); the retry "
@@ -322,6 +369,83 @@ class PlatformCallback(Callback):
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self.clock.switch(None, counted_as=None)  # no next batch: the time since the last epoch's end is no data wait
+
+    # --- training health ------------------------------------------------------------------------------------------
+    def _observe_loss(self, trainer: Any, outputs: Any) -> None:
+        """The batch's loss to the rules, on its device (no sync): ``training_step``'s, as Lightning passes it."""
+        health = self.job.health
+        if health.rules.mode == "off":
+            return
+        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+        if loss is None or not hasattr(loss, "detach"):
+            return
+        accumulate = max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
+        if accumulate > 1 and getattr(trainer.lightning_module, "automatic_optimization", True):
+            loss = loss.detach() * accumulate  # Lightning divides each batch's loss by accumulate_grad_batches
+        health.loss(loss)
+
+    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+        """At a check step: the gradients' global norm, before Lightning clips them (after AMP unscales them)."""
+        health = self.job.health
+        if health.rules.mode == "off" or self._grad_failed or not health.due(self._steps + 1) or health.has_grad_norm:
+            return
+        try:
+            norm = grad_norm(p for group in optimizer.param_groups for p in group["params"])
+        except Exception as error:  # sharded gradients it cannot read: the gradient rules go unjudged
+            self._grad_failed = True
+            if _rank() == 0:
+                print(f"ml_platform_job health: the gradients' norm is not readable here ({type(error).__name__}: "
+                      f"{error}); the gradient rules are not judged", file=sys.stderr, flush=True)
+            return
+        if (norm is not None and not math.isfinite(norm)
+                and getattr(getattr(trainer, "precision_plugin", None), "scaler", None) is not None):
+            return  # the 16-bit loss scaler skips this step (an overflow, not the model's NaN: the loss rule sees that)
+        health.gradients(norm)
+
+    def _agree(self, trainer: Any, due: bool) -> tuple[bool, bool, Optional[Verdict]]:
+        """After an optimizer step: (save, stop) as every rank sees them and a health rule's agreed stop, from one
+        all-reduce (the health rules are read at check steps only)."""
+        self._steps += 1
+        health = self.job.health
+        if health.rules.mode == "off" or not health.due(self._steps):
+            save, stopping = self.job.agree(due, self.job.stop.requested)
+            return save, stopping, None
+        verdict = health.check(trainer.global_step)
+        save, stopping, *fired = all_ranks_max([due, self.job.stop.requested, *_rule_flags(verdict)])
+        if stopping and not self.job.stop.requested:
+            self.job.stop.request("another rank was asked to stop")
+        return save, stopping, (verdict or self.job._other_rank(fired)) if any(fired) else None
+
+    def _judge_validation(self, trainer: Any) -> None:
+        """The validation's loss (``VALIDATION_LOSSES``): the overfitting rule, agreed by every rank."""
+        health = self.job.health
+        if health.rules.mode == "off":
+            return
+        metrics = trainer.callback_metrics
+        name = next((name for name in VALIDATION_LOSSES if name in metrics), None)
+        if name is None:
+            return
+        verdict = health.validation(metrics[name], trainer.global_step)
+        fired = all_ranks_max(_rule_flags(verdict))  # every rank validates at the same point
+        if any(fired):
+            self._health_stop(trainer, verdict or self.job._other_rank(fired))
+
+    def _health_stop(self, trainer: Any, verdict: Verdict) -> None:
+        """A rule stopped the job: a checkpoint of this step unless the state is NaN (the newest stays the last good
+        one), the run's record, the metric line, exit 85 (the queue does not retry it)."""
+        self._health_stopping = True
+        saved = self._last_saved_step == trainer.global_step
+        if verdict.rule != "non_finite" and not saved:
+            try:
+                self._save(trainer)
+                saved = self._last_saved_step == trainer.global_step
+            except Exception as error:  # the stop goes on: the newest checkpoint stays
+                print(f"ml_platform_job: the checkpoint of step {trainer.global_step} was not saved "
+                      f"({type(error).__name__}: {error})", file=sys.stderr, flush=True)
+        self.clock.switch(None, counted_as=None)  # the attempt ends here
+        self.job.health_stopped(verdict, saved=saved)
+        self.job.stop.uninstall()
+        raise SystemExit(HEALTH_STOPPED_EXIT_CODE)
 
     # --- the end ------------------------------------------------------------------------------------------------
     def finish(self, trainer: Any, *, save_model: bool = True, improves_on: Any = None,

@@ -17,6 +17,11 @@ retries it as the queue's retry strategy would, and says whether it survived, be
    own) and with the same seed (``ML_PLATFORM_SEED``, which a job that names no seed takes), and the two runs' final
    weights are compared (the digest ``TrainingJob.finish`` records).
 
+4. The training-health rules (``health.py``, docs/HEALTH.md) as the run recorded them: each rule's verdict ("ok (N
+   checks)", "not judged: <why>", "off", "fired at step N"), a FAIL when a rule stopped the run (exit 85, which the
+   queue never retries: the rule, the step, the values and the fix), and a warning when the longest time without
+   progress came over half the stall rule's threshold (a real run's slower data or longer validation would stop).
+
 One line per check, then ``rehearsal: PASS`` (exit 0) or ``rehearsal: FAIL: <reason> (read ...)`` (exit 3, the
 operator commands' "decided against"); 2 for a command line it cannot run. Each attempt's output is kept in the work
 directory (``--workdir``; a temporary one by default, named in the output).
@@ -27,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import tempfile
@@ -37,10 +43,13 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from . import STOPPED_EXIT_CODE
 from .checkpoints import CheckpointStore
+from .health import FIXES, HEALTH_STOPPED_EXIT_CODE, RULES, STALL_ENV, STALL_SECONDS
 from .storage import Location
 from .tracking import RECORD_NAME
 
 DOCS = "docs/BRING_YOUR_SCRIPT.md"
+HEALTH_DOCS = "docs/HEALTH.md"
+HEALTH_CHECK = "no health rule stopped the run"
 # The exit codes of a verdict, the operator commands' (docs/COMMANDS.md, "Exit codes": 0 decided for, 1 an error, 2 a
 # bad argument, 3 decided against, 4 not judged), defined again here: the job side imports nothing of the constructs
 # library, which defines them for its commands and the platform's (ml_platform_constructs.operations.cli).
@@ -60,6 +69,7 @@ class Check:
     passed: Optional[bool]
     detail: str
     fix: str = ""
+    docs: str = ""  # the page a FAIL of this check sends to (default: DOCS)
 
     @property
     def label(self) -> str:
@@ -71,6 +81,10 @@ class Rehearsal:
     command: list[str]
     workdir: str
     checks: list[Check] = field(default_factory=list)
+    # The training-health rules as the run recorded them (``health_report``): each rule's verdict, the stop, the
+    # longest gap without progress; None before the rehearsal has read the record.
+    health: Optional[dict] = None
+    warnings: list[str] = field(default_factory=list)  # WARN lines: they fail nothing
 
     @property
     def passed(self) -> bool:
@@ -82,11 +96,12 @@ class Rehearsal:
         if self.passed:
             return "rehearsal: PASS"
         failed = next(check for check in self.checks if check.passed is False)
-        return f"rehearsal: FAIL: {failed.name} (read {DOCS})"
+        return f"rehearsal: FAIL: {failed.name} (read {failed.docs or DOCS})"
 
     def to_dict(self) -> dict:
         return {"command": self.command, "workdir": self.workdir, "passed": self.passed, "verdict": self.verdict,
-                "checks": [asdict(check) for check in self.checks]}
+                "checks": [asdict(check) for check in self.checks], "health": self.health,
+                "warnings": list(self.warnings)}
 
 
 @dataclass
@@ -208,6 +223,9 @@ def _exit_meaning(code: Optional[int]) -> str:
         return "exit 0: AWS Batch records it as SUCCEEDED and never runs it again, unfinished"
     if code == STOPPED_EXIT_CODE:
         return "exit 143"
+    if code == HEALTH_STOPPED_EXIT_CODE:
+        return (f"exit {code}: a training-health rule stopped it (the run's record names the rule; {HEALTH_DOCS}); "
+                "the queue never retries it, so the job would end FAILED here")
     return f"exit {code}: the queue retries exit 143 only, so the job would end FAILED here"
 
 
@@ -216,8 +234,20 @@ def rehearse(command: Sequence[str], *, workdir: Optional[str] = None, checkpoin
              signal_after: float = DEFAULT_SIGNAL_AFTER, attempt_timeout: float = DEFAULT_ATTEMPT_TIMEOUT,
              signal_delay: Optional[float] = None, exact: bool = False, env: Optional[Mapping[str, str]] = None,
              progress: Callable[[str], None] = lambda line: None, runners: Optional[list] = None) -> Rehearsal:
-    """Runs the rehearsal (see the module docstring) and returns its checks. ``runners``: where the runner in use is
-    put, so that a caller can stop it on Ctrl-C."""
+    """Runs the rehearsal (see the module docstring) and returns its checks, then the health rules' verdicts the run
+    recorded. ``runners``: where the runner in use is put, so that a caller can stop it on Ctrl-C."""
+    result = _rehearse(command, workdir=workdir, checkpoints=checkpoints, datasets=datasets, stop_timeout=stop_timeout,
+                       signal_after=signal_after, attempt_timeout=attempt_timeout, signal_delay=signal_delay,
+                       exact=exact, env=env, progress=progress, runners=runners)
+    interrupted_uri = checkpoints or str(Path(result.workdir) / "interrupted")
+    result.health, result.warnings = health_report(_record(interrupted_uri), os.environ if env is None else env)
+    return result
+
+
+def _rehearse(command: Sequence[str], *, workdir: Optional[str], checkpoints: Optional[str], datasets: Optional[str],
+              stop_timeout: float, signal_after: float, attempt_timeout: float, signal_delay: Optional[float],
+              exact: bool, env: Optional[Mapping[str, str]], progress: Callable[[str], None],
+              runners: Optional[list]) -> Rehearsal:
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="ml-platform-rehearsal-"))
     work.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
@@ -254,6 +284,8 @@ def rehearse(command: Sequence[str], *, workdir: Optional[str] = None, checkpoin
                                 f"({first.seconds:.1f} s, no complete checkpoint until then)" if store.latest() is None
                                 else f"it finished {first.seconds:.1f} s in, before the signal",
                                 "give it more work (epochs or steps), so that it runs past its first checkpoint"))
+        elif first.exit_code == HEALTH_STOPPED_EXIT_CODE:
+            checks.append(health_stop_check(_record(interrupted_uri), first))
         else:
             checks.append(Check("attempt 1 ran until the stop", False, f"it failed before the stop, {_exit_meaning(first.exit_code)}: "
                                 f"{first.tail()}", f"read its output: {first.log}"))
@@ -272,6 +304,8 @@ def rehearse(command: Sequence[str], *, workdir: Optional[str] = None, checkpoin
                             f"save faster or more often, or raise the queue's stop_timeout ({DOCS}#stopping-in-time)"))
     elif first.exit_code == STOPPED_EXIT_CODE:
         checks.append(Check(f"exited 143 {limit}", True, f"{first.exited_after_signal:.1f} s after SIGTERM"))
+    elif first.exit_code == HEALTH_STOPPED_EXIT_CODE:  # a rule fired at the step the stop came to
+        checks.append(health_stop_check(_record(interrupted_uri), first))
     else:
         checks.append(Check(f"exited 143 {limit}", False, _exit_meaning(first.exit_code),
                             f"stop with a checkpoint and exit 143 on SIGTERM: TrainingJob.start installs it ({DOCS})"))
@@ -297,6 +331,8 @@ def rehearse(command: Sequence[str], *, workdir: Optional[str] = None, checkpoin
         elif second.timed_out:
             checks.append(Check("finished with exit 0", False, f"attempt 2 still ran after {attempt_timeout:g} s",
                                 "raise --attempt-timeout, or give the rehearsal a shorter job"))
+        elif second.exit_code == HEALTH_STOPPED_EXIT_CODE:
+            checks.append(health_stop_check(record, second))
         else:
             checks.append(Check("finished with exit 0", False, f"attempt 2: {_exit_meaning(second.exit_code)}: "
                                 f"{second.tail()}", f"read its output: {second.log}"))
@@ -311,6 +347,10 @@ def rehearse(command: Sequence[str], *, workdir: Optional[str] = None, checkpoin
         outcomes = [a.get("outcome") for a in attempts]
         if record.get("status") == "FINISHED" and outcomes == ["stopped", "finished"]:
             checks.append(Check("one run recorded", True, f"run {record['run_id']}: 2 attempts, stopped then finished"))
+        elif record.get("status") == "FAILED" and outcomes and outcomes[-1] == "health_stopped" and \
+                set(outcomes[:-1]) <= {"stopped"}:  # the stop is the FAIL above; its record is right
+            checks.append(Check("one run recorded", True, f"run {record['run_id']}: {len(outcomes)} attempt(s), "
+                                f"{', '.join(outcomes)}: the health stop above, recorded"))
         else:
             checks.append(Check("one run recorded", False, f"run {record.get('run_id')}: status {record.get('status')}, "
                                 f"attempts {', '.join(map(str, outcomes)) or 'none'} (expected: stopped, finished)",
@@ -374,6 +414,9 @@ def _stop_checkpoint(store: CheckpointStore, record: Optional[Mapping[str, Any]]
 def _exactness(interrupted: Mapping[str, Any], clean: Optional[Mapping[str, Any]], run: Attempt,
                again: Optional[Callable[[], Optional[Mapping[str, Any]]]] = None) -> Check:
     name = "the final state equals an uninterrupted run's"
+    if run.exit_code == HEALTH_STOPPED_EXIT_CODE:
+        stopped = health_stop_check(clean, run)
+        return Check(name, False, f"the uninterrupted run did not finish: {stopped.detail}", stopped.fix, stopped.docs)
     if run.exit_code != 0 or clean is None:
         return Check(name, False, f"the uninterrupted run did not finish: {_exit_meaning(run.exit_code)}: {run.tail()}",
                      f"read its output: {run.log}")
@@ -400,13 +443,169 @@ def _exactness(interrupted: Mapping[str, Any], clean: Optional[Mapping[str, Any]
                  "is non-deterministic (TrainingJob.start(deterministic=True))")
 
 
+# --- the training-health rules (health.py) as the run recorded them ----------------------------------------------
+
+_RANKS = {"fired": 3, "ok": 2, "not judged": 1, "off": 0}
+_GAP = re.compile(r"longest gap ([0-9.]+) s of ([0-9.]+) s")
+
+
+def _kind(text: Any) -> str:
+    """A rule's verdict as one of fired, ok, off, not judged (anything else the record says counts as not judged)."""
+    text = str(text)
+    if text.startswith("fired"):
+        return "fired"
+    if text.startswith("ok"):
+        return "ok"
+    return "off" if text == "off" else "not judged"
+
+
+def _number(value: Any) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def format_values(values: Any) -> str:
+    """A verdict's values as ``name value, ...`` (numbers to 4 significant digits)."""
+    if not isinstance(values, Mapping) or not values:
+        return "none recorded"
+    shown = []
+    for key, value in values.items():
+        number = _number(value)
+        shown.append(f"{key} {value}" if number is None or isinstance(value, int) else f"{key} {number:.4g}")
+    return ", ".join(shown)
+
+
+def _stopped_attempt(record: Optional[Mapping[str, Any]], number: int) -> tuple[Optional[dict], Optional[dict]]:
+    """(the record's attempt ``number`` when a health rule stopped it, its verdict): the attempt's ``health_stop``,
+    else the last health-stopped attempt's, else the run's ``health.stop``; (None, None) when the record has none."""
+    if not isinstance(record, Mapping):
+        return None, None
+    attempts = [a for a in ((record.get("passport") or {}).get("attempts") or []) if isinstance(a, Mapping)]
+    stopped = [a for a in attempts if a.get("outcome") == "health_stopped" and isinstance(a.get("health_stop"), Mapping)]
+    chosen = next((a for a in stopped if a.get("number") == number), stopped[-1] if stopped else None)
+    if chosen is not None:
+        return dict(chosen), dict(chosen["health_stop"])
+    health = record.get("health")
+    stop = health.get("stop") if isinstance(health, Mapping) else None
+    return None, (dict(stop) if isinstance(stop, Mapping) else None)
+
+
+def health_stop_check(record: Optional[Mapping[str, Any]], attempt: Attempt) -> Check:
+    """The FAIL of an attempt that exited 85: the rule, the step, its message and values, the checkpoint, the fix."""
+    recorded, verdict = _stopped_attempt(record, attempt.number)
+    if verdict is None:
+        return Check(HEALTH_CHECK, False, f"attempt {attempt.number}: exit {HEALTH_STOPPED_EXIT_CODE}, the health "
+                     "rules' exit code, but the run records no health stop (does the script exit 85 itself?): "
+                     f"{attempt.tail()}", f"read its output: {attempt.log}", HEALTH_DOCS)
+    rule, step = verdict.get("rule"), verdict.get("step")
+    saved = (recorded or {}).get("saved_at_stop")
+    kept = ("; the checkpoint of that step is written" if saved is True
+            else "; no checkpoint of that step (a NaN state or a stuck loop is never saved: the newest complete one "
+                 "is the last good one)" if saved is False else "")
+    detail = (f"attempt {attempt.number}: the rule {rule} stopped it at step {step} (exit "
+              f"{HEALTH_STOPPED_EXIT_CODE}, which the queue never retries): {verdict.get('message') or 'no message'}; "
+              f"values: {format_values(verdict.get('values'))}{kept}")
+    fix = verdict.get("fix") or FIXES.get(str(rule), "")
+    return Check(HEALTH_CHECK, False, detail, f"{fix} ({HEALTH_DOCS})" if fix else f"read {HEALTH_DOCS}", HEALTH_DOCS)
+
+
+def health_report(record: Optional[Mapping[str, Any]], env: Optional[Mapping[str, str]] = None
+                  ) -> tuple[dict, list[str]]:
+    """(the health rules as the run recorded them, warnings). The first: ``recorded`` (False: ``note`` says why),
+    ``mode``, ``check_every``, ``rules`` (each rule's verdict: the last attempt's, with an earlier attempt's where
+    that one judged more: "ok (60 checks) (attempt 1); attempt 2: not judged: ..."), ``stop`` (the verdict of a rule
+    that stopped the run, or None), ``longest_gap_seconds`` and ``stall_seconds`` (the stall rule's threshold). The
+    warnings: a rule that fired with action warn (its fix), and a longest gap over half the stall threshold."""
+    env = {} if env is None else env
+    empty = {"recorded": False, "note": None, "mode": None, "check_every": None, "rules": {}, "stop": None,
+             "longest_gap_seconds": None, "stall_seconds": None}
+    if not isinstance(record, Mapping):
+        return {**empty, "note": "no run record: nothing to judge"}, []
+    health = record.get("health")
+    if health is None:
+        return {**empty, "note": "not recorded: the job ran without TrainingJob or a framework callback, which run "
+                                 f"the rules ({HEALTH_DOCS})"}, []
+    if not isinstance(health, Mapping) or not isinstance(health.get("rules", {}), Mapping):
+        what = type(health.get("rules") if isinstance(health, Mapping) else health).__name__
+        return {**empty, "note": f"unreadable: the record's health{'.rules' if isinstance(health, Mapping) else ''} "
+                                 f"is a {what}, not an object"}, []
+    if health.get("error") and not health.get("rules"):
+        return {**empty, "note": f"unreadable: the job could not record the rules' verdicts ({health['error']})"}, []
+    attempts = [a for a in ((record.get("passport") or {}).get("attempts") or []) if isinstance(a, Mapping)]
+    judged = [(a.get("number", i + 1), (a.get("health") or {}).get("rules")) for i, a in enumerate(attempts)
+              if isinstance(a.get("health"), Mapping)]
+    judged = [(number, rules) for number, rules in judged if isinstance(rules, Mapping)]
+    final = dict(health.get("rules") or {})
+    last = judged[-1][0] if judged else None
+    rules: dict[str, str] = {}
+    for rule in [*RULES, *(name for name in final if name not in RULES)]:
+        mine = final.get(rule)
+        earlier = [(number, said[rule]) for number, said in judged[:-1] if rule in said]
+        best = max(earlier, key=lambda item: _RANKS[_kind(item[1])], default=None)
+        if mine is None and best is None:
+            continue
+        if mine is None:
+            rules[rule] = f"{best[1]} (attempt {best[0]})"
+        elif best is not None and _RANKS[_kind(best[1])] > _RANKS[_kind(mine)]:
+            rules[rule] = f"{best[1]} (attempt {best[0]}); attempt {last}: {mine}"
+        else:
+            rules[rule] = str(mine)
+    gaps = [_number(health.get("longest_gap_seconds"))]
+    stall = _number(health.get("stall_seconds"))
+    for text in [str(final.get("stalled", ""))] + [str(said.get("stalled", "")) for _, said in judged]:
+        found = _GAP.search(text)
+        if found:
+            gaps.append(float(found.group(1)))
+            stall = stall or float(found.group(2))
+    if stall is None:
+        try:
+            stall = float(env.get(STALL_ENV) or STALL_SECONDS)
+        except ValueError:
+            stall = STALL_SECONDS
+    gap = max((g for g in gaps if g is not None), default=None)
+    stop = health.get("stop") if isinstance(health.get("stop"), Mapping) else _stopped_attempt(record, 0)[1]
+    report = {**empty, "recorded": True, "mode": health.get("mode"), "check_every": health.get("check_every"),
+              "rules": rules, "stop": stop, "longest_gap_seconds": gap, "stall_seconds": stall}
+    warnings = []
+    for rule, text in rules.items():
+        if _kind(text) == "fired" and "(warn)" in text:
+            warnings.append(f"health rule {rule} {text}; training went on (warn only). Fix: "
+                            f"{FIXES.get(rule, 'read ' + HEALTH_DOCS)}")
+    if gap is not None and gap > stall / 2 and (stop or {}).get("rule") != "stalled":
+        warnings.append(f"the longest time without progress was {gap:.0f} s, over half the stall rule's {stall:.0f} s: "
+                        "a real run's slower data or longer validation could be stopped (exit 85); call "
+                        f"job.progress() inside long validations, or raise {STALL_ENV} ({HEALTH_DOCS})")
+    return report, warnings
+
+
+def health_lines(health: Optional[Mapping[str, Any]], width: int = 100) -> list[str]:
+    """The section of the rules' verdicts: one line per rule, "not judged" as such."""
+    if not health:
+        return []
+    if not health.get("recorded"):
+        return _wrap(f"  ----  health rules: {health.get('note')}", width, " " * 10)
+    how = [f"mode {health['mode']}" if health.get("mode") else "",
+           f"a check every {health['check_every']} steps" if health.get("check_every") else ""]
+    how_text = "; ".join(part for part in how if part)
+    lines = _wrap(f"  health rules, as the run recorded them ({how_text + '; ' if how_text else ''}{HEALTH_DOCS}):",
+                  width, " " * 10)
+    for rule, text in (health.get("rules") or {}).items():
+        lines += _wrap(f"{' ' * 10}{rule:<20} {text}", width, " " * 31)
+    if not health.get("rules"):
+        lines.append(f"{' ' * 10}none recorded")
+    return lines
+
+
 def format_lines(result: Rehearsal, width: int = 100) -> list[str]:
-    """One line per check (its detail and fix wrapped to ``width``), then the verdict."""
+    """One line per check (its detail and fix wrapped to ``width``), the health rules' verdicts and the warnings,
+    then the verdict."""
     lines = []
     for check in result.checks:
         lines += _wrap(f"  {check.label}  {check.name}: {check.detail}", width, " " * 10)
         if check.passed is False and check.fix:
             lines += _wrap(f"{' ' * 10}fix: {check.fix}", width, " " * 15)
+    lines += health_lines(result.health, width)
+    for warning in result.warnings:
+        lines += _wrap(f"  WARN  {warning}", width, " " * 10)
     lines.append(result.verdict)
     return lines
 

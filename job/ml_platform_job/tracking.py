@@ -286,6 +286,9 @@ class TrackedRun:
         self._sink_failed = False
         self._host_job: Optional[str] = None  # this attempt's name in the instance's job lines (host.py)
         self._crash: Optional[str] = None  # the exception that ended the process, when one did
+        # The attempt's training-health rules (health.HealthMonitor), when the adapter attached them: their verdicts
+        # go into the record (``health``) at every checkpoint and at the attempt's end.
+        self.health: Any = None
 
     # --- start or continue --------------------------------------------------------------------------------------
     @classmethod
@@ -623,6 +626,7 @@ class TrackedRun:
         self.attempt["checkpoints"] = self.attempt.get("checkpoints", 0) + 1
         if step is not None:
             self.attempt["checkpoint_step"] = step
+        self._note_health()
         self._save()
 
     def restored(self, step: Optional[int], checkpoint: Optional[str] = None) -> None:
@@ -659,6 +663,29 @@ class TrackedRun:
         record."""
         return self._close("failed", FAILED, "FAILED", {"reason": reason})
 
+    def health_stop(self, verdict: Mapping[str, Any], *, saved: Optional[bool] = None) -> dict:
+        """A training-health rule stopped the job (``verdict``: ``health.Verdict.to_dict()``: rule, step, values,
+        message, fix): the attempt ends ``health_stopped`` and the run FAILED (the queue does not retry exit 85).
+        ``saved``: whether a checkpoint of the stop's step is written."""
+        fields: dict[str, Any] = {"reason": f"health rule {verdict.get('rule')} at step {verdict.get('step')}: "
+                                            f"{verdict.get('message')}",
+                                  "health_stop": dict(verdict), "stopped_at_step": verdict.get("step")}
+        if saved is not None:
+            fields["saved_at_stop"] = saved
+        return self._close("health_stopped", FAILED, "FAILED", fields)
+
+    def _note_health(self) -> None:
+        """The health rules' verdicts so far, and what the next attempt continues from, into the record."""
+        if self.health is None:
+            return
+        try:
+            summary = self.health.summary()
+            summary["state"] = self.health.state_dict()
+        except Exception as error:  # the record is written whatever the rules' state
+            summary = {"error": f"{type(error).__name__}: {error}"}
+        self.record["health"] = summary
+        self.attempt["health"] = {k: summary[k] for k in ("rules", "stop") if k in summary}
+
     def _close(self, outcome: str, status: str, mlflow_status: str, fields: Mapping[str, Any],
                **summary: Any) -> dict:
         """Ends the attempt as ``outcome`` (with ``fields``) and the run as ``status``: its cost and per-point
@@ -667,6 +694,7 @@ class TrackedRun:
         self._end_attempt()
         now = _iso(self._clock())
         self.attempt.update(outcome=outcome, ended_at=now, last_seen_at=now, **fields)
+        self._note_health()
         self.record["status"] = status
         if status == FINISHED:
             self.record["finished_at"] = now
@@ -680,6 +708,8 @@ class TrackedRun:
         """The attempt's clock stops publishing; the instance's job lines get its end."""
         _OPEN_RUNS.discard(self)
         self.clock.close()
+        if self.health is not None and hasattr(self.health, "close"):
+            self.health.close()
         if self._host_job is not None:
             hosts.note_job(hosts.RUN_DIR, self._host_job, "end", self._clock())
             self._host_job = None
@@ -751,6 +781,9 @@ class TrackedRun:
                 "git_dirty": (p.get("git_commit") or {}).get("dirty"),
                 "environment_changed": bool(p.get("environment_changes")) or None,
                 "cost_lower_bound": self.record.get("cost_lower_bound") or None}
+        stop = (p["attempts"][-1].get("health_stop") or {}) if p["attempts"] else {}
+        if isinstance(stop, Mapping) and stop.get("rule"):
+            tags.update(health_stop=stop["rule"], health_stop_step=stop.get("step"))
         return {f"{TAG_PREFIX}{k}": str(v) for k, v in tags.items() if v is not None}
 
     def _save(self, artifacts: bool = False) -> None:

@@ -29,13 +29,44 @@ How (the Trainer's own flags and hooks: https://huggingface.co/docs/transformers
   next; where the Trainer did otherwise, the hook at the end (``on_evaluate``, ``on_save``, ``on_step_begin``)
   counts the time as what it was.
 
+- Training health (``health.py``; ``TrainingJob.start``'s ``health=`` or ``ML_PLATFORM_HEALTH``...): checked every
+  ``check_every`` optimizer steps in ``on_step_end``, one device sync per check and none per step. What each rule
+  reads under the Trainer:
+
+  - the loss (``non_finite``, ``loss_diverging``, ``loss_not_decreasing``, ``loss_plateau``): each optimizer step's
+    training loss, read from the model's own output (a forward hook on the model, in training mode, that keeps
+    ``outputs["loss"]`` on its device: the micro-batches of a step summed where the Trainer passed
+    ``num_items_in_batch``, as the Trainer sums them, else averaged). Unlike the logged ``loss`` it is not filtered:
+    ``logging_nan_inf_filter`` (on by default) replaces a NaN step's loss by the interval's mean in the Trainer's log,
+    never here. A model whose output holds no ``loss`` (a tuple, a ``compute_loss_func``, label smoothing, a
+    ``compute_loss`` of its own) falls back to the logged ``loss`` (``on_log``: the mean over ``logging_steps``, NaN
+    filtered): the loss rules then judge once per log, and NaN is seen by the gradients' norm only.
+  - the gradients' norm (``non_finite``, ``exploding_gradients``, ``vanishing_gradients``): the global norm of the
+    model's gradients in ``on_pre_optimizer_step`` at check steps (one sync). The Trainer clips before that hook
+    (``max_grad_norm``, 1.0 by default), so the norm read is the clipped one: NaN and inf still read as NaN (clipping
+    does not mend them) and a norm under the threshold is the unclipped one (``vanishing_gradients`` is judged
+    exactly), but a jump past the threshold is not seen: with clipping on, ``exploding_gradients`` is "not judged"
+    (the clip bounds the step; a blow-up behind it shows in the loss rules). With ``max_grad_norm=0`` every rule reads
+    the unclipped norm. The logged ``grad_norm`` (unclipped) comes only every ``logging_steps``; it is not used.
+  - the validation loss (``overfit``): ``eval_loss`` from ``on_evaluate`` (every evaluation the Trainer runs).
+  - progress (``stalled``): each optimizer step and micro-batch, each evaluation batch (``on_prediction_step``) and
+    each save; the job's timer stops a run without any for ``stall_seconds``.
+
+  A stop is agreed by every rank at the check (with the stop signal's flag, in the same all-reduce), then the
+  Trainer is told to save that step (unless the rule is ``non_finite``: a NaN model is no checkpoint, and a save
+  due at that step is called off) and to leave its loop; ``on_train_end`` records the stop in the run
+  (``health_stopped``: FAILED, the rule, the step, the fix; on AWS Batch its metric line) and exits 85, which the
+  queue never retries. ``warn`` says the rule once and trains on.
+
 Parameters: ``TrainingArguments.to_dict()`` (its tokens redacted); where output, logging and saving go
 (``HF_FLAGS``) is recorded but never makes another run.
 """
 
 from __future__ import annotations
 
+import math
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -43,7 +74,8 @@ from transformers import TrainerCallback  # type: ignore[import-not-found]
 
 from . import STOPPED_EXIT_CODE
 from .checkpoints import CheckpointStore
-from .job import DEFAULT_FLAGS, TrainingJob
+from .health import HEALTH_STOPPED_EXIT_CODE, Verdict, grad_norm
+from .job import DEFAULT_FLAGS, TrainingJob, _rule_flags
 from .stop import _distributed, all_ranks_max, rank as _rank
 from .torch_state import state_digest
 
@@ -58,6 +90,18 @@ HF_FLAGS = frozenset(DEFAULT_FLAGS | {
     "include_tokens_per_second", "include_num_input_tokens_seen", "skip_memory_metrics", "dataloader_prefetch_factor",
     "dataloader_pin_memory",
 })
+
+
+def _not_judged(health: Any, rule: str, why: str) -> None:
+    """A rule this adapter cannot judge, and why: the run record's health summary says "not judged: <why>"."""
+    notes = getattr(health, "not_judged", None)
+    if not isinstance(notes, dict):
+        notes = {}
+        try:
+            health.not_judged = notes
+        except AttributeError:
+            return
+    notes[rule] = why
 
 
 class PlatformCallback(TrainerCallback):
@@ -80,6 +124,18 @@ class PlatformCallback(TrainerCallback):
         self._note = "no checkpoint written"
         self._resume_from: Optional[str] = None
         self._resolved = False
+        # Training health (health.py): the stop a rule asked for (taken in on_train_end), the step's loss so far (the
+        # model's own, kept on its device), and this attempt's optimizer steps (the checks' clock).
+        self._health_stop: Optional[Verdict] = None
+        self._health_saved = False
+        self._steps = 0
+        self._step_loss: Any = None
+        self._micro_batches = 0
+        self._loss_shared = False  # the model normalized its loss over the step's items (num_items_in_batch)
+        self._loss_seen = False  # the model's output had a loss: the logged one is not fed to the rules
+        self._loss_hook: Any = None
+        self._grad_failed = False
+        self._training = False
         if (getattr(args, "dataloader_persistent_workers", False) and getattr(args, "dataloader_num_workers", 0)
                 and _rank() == 0):
             print("ml_platform_job: the Trainer's data-loader workers are persistent: a resumed run is not the "
@@ -112,6 +168,9 @@ class PlatformCallback(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.clock.switch("evaluation" if getattr(args, "eval_on_start", False) else "data_wait")
         self.job.run.note_determinism()  # as the Trainer left it (full_determinism turns torch's on)
+        self._training = True
+        self.job.step = state.global_step
+        self._watch_model(kwargs.get("model"), args)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         # Since the last step's end (or evaluation, or save) the Trainer fetched this step's batches.
@@ -133,13 +192,21 @@ class PlatformCallback(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.clock.switch("data_wait")
+        self.job.step = state.global_step
+        self.job.health.progress()
         try:
             self._step_ended(state, control)
         finally:
             self._expect(control)  # the Trainer logs, evaluates and saves next, as the control now says
 
     def _step_ended(self, state: Any, control: Any) -> None:
-        if not self._stopping and self.job.stop.agreed():
+        stop, verdict = self._health_check(state)
+        if verdict is not None:
+            self._take_health_stop(verdict, state, control)
+            return
+        if self._health_stop is not None:
+            return  # stopping already (an evaluation's rule)
+        if stop:
             self._stopping = True
             if state.epoch and abs(state.epoch - round(state.epoch)) < 1e-9:
                 # The epoch's last step: the Trainer evaluates at the epoch's end, drawing from torch's generator (its
@@ -154,7 +221,9 @@ class PlatformCallback(TrainerCallback):
 
     def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         try:
-            if self._at_epoch_end:
+            if self._health_stop is not None:
+                self._hold_health_stop(state, control)
+            elif self._at_epoch_end:
                 self._at_epoch_end = False
                 self._take_stop(state, control)
         finally:
@@ -175,9 +244,28 @@ class PlatformCallback(TrainerCallback):
                           "often, or raise the queue's stop_timeout)")
 
     def on_evaluate(self, args: Any, state: Any, control: Any, metrics: Optional[dict] = None, **kwargs: Any) -> None:
-        if self.clock.switched is not None:  # in training: since the step's end (or the save's), the evaluation
-            self.clock.switch(self._next_phase(control), counted_as="evaluation")
+        self.job.health.progress()
+        try:
+            self._judge_validation(state, control, (metrics or {}).get("eval_loss"))
+        finally:
+            if self.clock.switched is not None:  # in training: since the step's end (or the save's), the evaluation
+                self.clock.switch(self._next_phase(control), counted_as="evaluation")
         self.on_log(args, state, control, logs=metrics)
+
+    def _judge_validation(self, state: Any, control: Any, loss: Any) -> None:
+        """The evaluation's loss (``eval_loss``: the evaluation dataset's, not one of several named ones): the
+        overfitting rule, agreed by every rank (each evaluates)."""
+        health = self.job.health
+        if health.rules.mode == "off" or loss is None or self._health_stop is not None:
+            return
+        verdict = health.validation(loss, state.global_step)
+        fired = all_ranks_max(_rule_flags(verdict))
+        if not any(fired):
+            return
+        verdict = verdict or self.job._other_rank(fired)
+        if not self._training:  # trainer.evaluate() outside train(): no loop to leave, no step to save
+            self._health_exit(verdict)
+        self._take_health_stop(verdict, state, control)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Optional[dict] = None, **kwargs: Any) -> None:
         """The Trainer's logged figures (loss, learning rate, evaluation metrics) into the run, at their step."""
@@ -185,6 +273,8 @@ class PlatformCallback(TrainerCallback):
                    if isinstance(v, (int, float)) and not isinstance(v, bool)}
         if numbers:
             self.job.run.log_metrics(numbers, step=state.global_step)
+        if "loss" in numbers and self._training and not self._loss_seen:
+            self.job.health.loss(numbers["loss"])  # the model's output has no loss: the logged mean (NaN filtered)
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         started = self.clock.now()
@@ -192,22 +282,40 @@ class PlatformCallback(TrainerCallback):
         dist = _distributed()
         if dist is not None:
             dist.barrier()  # every process's files of the folder (its rng_state_N.pth) are written before the upload
+        uploaded = True
         if state.is_world_process_zero:
             folder = Path(args.output_dir) / f"{PREFIX}-{state.global_step}"
-            self.store.save_directory(state.global_step, folder, meta={"global_step": state.global_step,
-                                                                       "epoch": state.epoch})
+            try:
+                self.store.save_directory(state.global_step, folder, meta={"global_step": state.global_step,
+                                                                           "epoch": state.epoch})
+            except Exception as error:
+                if self._health_stop is None:
+                    raise
+                uploaded = False  # a health stop goes on to its record and exit 85: the newest checkpoint stays
+                print(f"ml_platform_job: the checkpoint of step {state.global_step} was not saved "
+                      f"({type(error).__name__}: {error})", file=sys.stderr, flush=True)
         if self.clock.switched is not None:  # since the step's end (or the evaluation's): the Trainer's save, then ours
             self._save_seconds = self.clock.switch("data_wait", counted_as="checkpoint_save")
         else:
             self._save_seconds = self.clock.now() - started
             self.clock.add("checkpoint_save", self._save_seconds)
+        self.job.health.progress()
+        if not uploaded:
+            return
         self.clock.checkpoint_saved()
+        self.job._last_save_step = state.global_step  # the newest checkpoint, as a health stop's line names it
         self.job.run.checkpointed(step=state.global_step)
         if self._stopping:
             self._saved_on_stop = True
+        if self._health_stop is not None and state.global_step == self._health_stop.step:
+            self._health_saved = True
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.clock.switch(None, counted_as=None)  # no next step: the time since the last one is no data wait
+        self._training = False
+        self._unwatch_model()
+        if self._health_stop is not None:
+            self._health_exit(self._health_stop)
         finished = state.max_steps and state.global_step >= state.max_steps
         if not self._stopping or finished:
             return
@@ -222,6 +330,121 @@ class PlatformCallback(TrainerCallback):
             print(f"stopped ({self.job.stop.reason}) at step {step}: {note}; exit {STOPPED_EXIT_CODE} (the queue "
                   "retries it)", flush=True)
         self.job.stop.uninstall()
+
+    # --- training health ----------------------------------------------------------------------------------------------
+    def _watch_model(self, model: Any, args: Any) -> None:
+        """The loss of each training forward, from the model's output (no sync: it stays on its device)."""
+        health = self.job.health
+        if health.rules.mode == "off" or model is None or self._loss_hook is not None:
+            return
+        clip = getattr(args, "max_grad_norm", 0) or 0
+        if clip > 0 and health.rules.action("exploding_gradients") != "off":
+            _not_judged(health, "exploding_gradients", f"the Trainer clips the gradients at max_grad_norm={clip:g} "
+                        "before its callbacks see them (a jump past the clip is not seen; the loss rules see a "
+                        "blow-up)")
+        import torch  # type: ignore[import-not-found]
+
+        hook = self._forward_loss
+        disable = getattr(getattr(torch, "compiler", None), "disable", None)
+        if disable is not None:  # under torch.compile, a graph break at the model's end rather than the hook traced
+            hook = disable(hook)
+        self._loss_hook = model.register_forward_hook(hook, with_kwargs=True)
+
+    def _forward_loss(self, module: Any, args: Any, kwargs: Any, output: Any) -> None:
+        import torch  # type: ignore[import-not-found]
+
+        if not module.training or not torch.is_grad_enabled():
+            return  # an evaluation's forward (the Trainer evaluates in eval mode, under no_grad)
+        loss = output.get("loss") if isinstance(output, Mapping) else None
+        if loss is None or not hasattr(loss, "detach"):
+            return
+        loss = loss.detach().float()
+        if loss.numel() != 1:
+            loss = loss.mean()  # DataParallel's losses of each GPU
+        self._step_loss = loss if self._step_loss is None else self._step_loss + loss
+        self._micro_batches += 1
+        self._loss_shared = kwargs.get("num_items_in_batch") is not None
+        self._loss_seen = True
+
+    def _feed_step_loss(self) -> None:
+        """The optimizer step's loss to the rules, as the Trainer counts it: its micro-batches' losses summed where
+        the model divided each by the whole step's items (``num_items_in_batch``, over every rank when the Trainer
+        averages tokens across devices), else their mean."""
+        loss, micro = self._step_loss, self._micro_batches
+        self._step_loss, self._micro_batches = None, 0
+        if loss is None:
+            return
+        if self._loss_shared:
+            ranks = getattr(self.args, "world_size", 1) or 1
+            if getattr(self.args, "average_tokens_across_devices", False) and ranks > 1:
+                loss = loss * ranks
+        elif micro > 1:
+            loss = loss / micro
+        self.job.health.loss(loss)
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """At a check step: the gradients' global norm (after the Trainer's clipping: see the module docstring)."""
+        health, model = self.job.health, kwargs.get("model")
+        if (health.rules.mode == "off" or model is None or self._grad_failed or not health.due(self._steps + 1)
+                or health.has_grad_norm):
+            return
+        try:
+            norm = grad_norm(model.parameters())
+        except Exception as error:  # sharded gradients (DTensor) it cannot read: the gradient rules go unjudged
+            self._grad_failed = True
+            if _rank() == 0:
+                print(f"ml_platform_job health: the gradients' norm is not readable here ({type(error).__name__}: "
+                      f"{error}); the gradient rules are not judged", file=sys.stderr, flush=True)
+            return
+        if norm is not None and not math.isfinite(norm) and getattr(kwargs.get("optimizer"), "scaler", None):
+            return  # fp16's loss scaler skips this step (an overflow, not the model's NaN: the loss rule sees that)
+        health.gradients(norm)
+
+    def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.job.health.progress()  # a micro-batch of gradient accumulation
+
+    def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.job.health.progress()  # an evaluation batch: a long evaluation is no stall
+
+    def _health_check(self, state: Any) -> tuple[bool, Optional[Verdict]]:
+        """After an optimizer step: (the stop signal as every rank sees it, a health rule's agreed stop). At a check
+        step both come from one all-reduce; between checks, the stop signal's own."""
+        self._feed_step_loss()
+        self._steps += 1
+        health = self.job.health
+        if health.rules.mode == "off" or not health.due(self._steps):
+            return (not self._stopping and self.job.stop.agreed()), None
+        verdict = health.check(state.global_step)
+        requested, *fired = all_ranks_max([self.job.stop.requested, *_rule_flags(verdict)])
+        if requested and not self.job.stop.requested:
+            self.job.stop.request("another rank was asked to stop")
+        if any(fired):
+            return requested, verdict or self.job._other_rank(fired)
+        return requested and not self._stopping, None
+
+    def _take_health_stop(self, verdict: Verdict, state: Any, control: Any) -> None:
+        """A rule stops the run: the Trainer saves this step (unless the state is NaN: the newest checkpoint stays the
+        last good one) and leaves its loop; on_train_end records the stop and exits 85."""
+        self._health_stop = verdict
+        self._at_epoch_end = False  # a stop signal put off to the epoch's end gives way: the run ends here
+        self._hold_health_stop(state, control)
+
+    def _hold_health_stop(self, state: Any, control: Any) -> None:
+        """The control for a health stop (again at the epoch's end, where the Trainer's flow asks to evaluate and
+        save by its strategies): no evaluation, a save of the step unless it is NaN or written already, the end."""
+        control.should_training_stop = True
+        control.should_evaluate = False
+        control.should_save = self._health_stop.rule != "non_finite" and not self._health_saved
+
+    def _health_exit(self, verdict: Verdict) -> None:
+        self.job.health_stopped(verdict, saved=self._health_saved)
+        self.job.stop.uninstall()
+        raise SystemExit(HEALTH_STOPPED_EXIT_CODE)
+
+    def _unwatch_model(self) -> None:
+        hook, self._loss_hook = self._loss_hook, None
+        if hook is not None:
+            hook.remove()
 
     # --- the end ------------------------------------------------------------------------------------------------
     def finish(self, trainer: Any, *, save_model: bool = True, improves_on: Any = None,

@@ -48,6 +48,9 @@ EXPECTED_ACKNOWLEDGEMENTS = {
     **{f"Compute/trainingQueue/{kind}Environment/InstanceProfileRole": {ECS_INSTANCE, ANY_RESOURCE}
        for kind in ("Spot", "OnDemand", "MultiNode")},
     "Compute/trainingQueue/MultiNodeSecurityGroup": {"AwsSolutions-EC23"},
+    # the stall watcher: reads without resource-level permissions, TerminateJob and its own tag on the account's jobs
+    "Compute/trainingQueue/StallWatcher/ServiceRole": {
+        LAMBDA_BASIC, ANY_RESOURCE, "AwsSolutions-IAM5[Resource::arn:aws:batch:<region>:<account>:job/*]"},
     **{f"Core/Network/Resource/{service}Endpoint": {"AwsSolutions-EC23"} for service in (
         "Autoscaling", "Ec2", "Ec2Messages", "EcrApi", "EcrDkr", "Ecs-Agent", "Ecs-Telemetry", "Ecs", "Logs",
         "Monitoring", "Ssm", "Ssmmessages", "SagemakerApi")},

@@ -23,6 +23,12 @@ def test_the_loop_example_survives_a_reclaim_exactly_with_persistent_workers(tmp
     [stopped] = [line for line in log.splitlines() if line.startswith("stopped (SIGTERM) at ")]
     assert stopped.startswith(f"stopped (SIGTERM) at {step} (epoch ") and ": checkpoint written;" in stopped, log[-2000:]
     assert checks["the final state equals an uninterrupted run's"].passed
+    # The health rules judged the rehearsed run, and none fired (issue 39): each verdict is in the report.
+    rules = result.health["rules"]
+    assert result.health["recorded"] and result.health["stop"] is None and result.warnings == [], "\n".join(lines)
+    for rule in ("non_finite", "exploding_gradients", "vanishing_gradients", "loss_diverging"):
+        assert rules[rule].startswith("ok ("), (rule, rules[rule])
+    assert any(line.startswith("          loss_diverging       ok (") for line in lines)
 
 
 SABOTAGED = """

@@ -73,7 +73,8 @@ class FakeBatch:
         return arn
 
     def add_job(self, name: str, queue: str, status: str, *, definition: str, environment: tuple = (),
-                tags: Optional[dict] = None) -> str:
+                tags: Optional[dict] = None, started_at: Optional[int] = None) -> str:
+        """A job in ``status``; ``started_at``: its attempt's startedAt (epoch milliseconds, as Batch gives it)."""
         job_id = f"job-{next(self._ids)}"
         self.jobs[job_id] = {"jobId": job_id, "jobArn": f"{ARN}:job/{job_id}", "jobName": name, "jobQueue": queue,
                              "status": status, "jobDefinition": definition, "tags": dict(tags or {}),
@@ -83,6 +84,8 @@ class FakeBatch:
                                            "environment": [{"name": "AWS_BATCH_JOB_ATTEMPT", "value": "1"},
                                                            *[{"name": k, "value": v} for k, v in environment]],
                                            "resourceRequirements": [{"type": "GPU", "value": "1"}]}}
+        if started_at is not None:
+            self.jobs[job_id]["startedAt"] = started_at
         return job_id
 
     def finish(self, job_id: str, status: str = "SUCCEEDED") -> None:
@@ -126,7 +129,7 @@ class FakeBatch:
         else:
             jobs = [j for j in jobs if j["status"] == (jobStatus or "RUNNING")]
         return {"jobSummaryList": [{k: j[k] for k in ("jobId", "jobArn", "jobName", "status", "createdAt")}
-                                   | ({"statusReason": j["statusReason"]} if "statusReason" in j else {}) for j in jobs]}
+                                   | {k: j[k] for k in ("statusReason", "startedAt") if k in j} for j in jobs]}
 
     def describe_jobs(self, jobs: list) -> dict:
         return {"jobs": [dict(self.jobs[j], tags=dict(self.jobs[j]["tags"])) for j in jobs if j in self.jobs]}

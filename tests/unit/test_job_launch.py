@@ -98,3 +98,26 @@ sys.exit(1)
     process.send_signal(signal.SIGTERM)
     out, _ = process.communicate(timeout=60)
     assert (out.strip(), process.returncode) == ("1", 143)
+
+
+HEALTH_CHILD = """
+import os, sys
+with open(os.path.join(os.environ["ML_PLATFORM_LAUNCH_DIR"], "health-stopped"), "w") as handle:
+    handle.write("non_finite")  # what TrainingJob.health_stopped leaves: torchrun then exits 1 for its workers' 85
+sys.exit(1)
+"""
+
+
+def test_a_job_a_health_rule_stopped_exits_85_though_its_torchrun_exits_1(tmp_path):
+    from ml_platform_job.health import HEALTH_MARKER
+
+    assert HEALTH_MARKER in HEALTH_CHILD
+    child = tmp_path / "child.py"
+    child.write_text(HEALTH_CHILD)
+    env = {**os.environ, "ML_PLATFORM_JOB_PID_FILE": str(tmp_path / "job.pid"),
+           "ML_PLATFORM_STOP_FILE": str(tmp_path / "none")}
+    done = subprocess.run([sys.executable, "-m", "ml_platform_job", "launch", "--", sys.executable, str(child)],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 85
+    assert done.stderr.strip() == ("ml_platform_job launch: a health rule stopped the job; exit 85 (the queue does not "
+                                   "retry it; the child exited 1)")

@@ -24,6 +24,7 @@ from ..data.dataset_snapshots import DatasetVolume
 from ..errors import ValidationError
 from .instance_bootstrap import RUN_DIR
 from .goodput_alarms import BOUND_MINUTES, CHECKPOINT_BOUND_PERCENT, INPUT_BOUND_PERCENT, goodput_environment
+from .health_alarms import HEALTH_MODE, STALLED_MINUTES, health_environment
 from ..data.mlflow_tracking import MlflowTracking
 from ..operations.jobs import MULTI_NODE_NODES, image_problem
 from ml_platform_job.benchmark import BENCHMARK_NAMESPACE, BENCHMARK_PREFIX
@@ -103,7 +104,10 @@ def _retry_strategies() -> tuple[batch.RetryStrategy, ...]:
         batch.RetryStrategy.of(batch.Action.RETRY, batch.Reason.CANNOT_PULL_CONTAINER),
         batch.RetryStrategy.of(batch.Action.RETRY, batch.Reason.custom(on_reason="CannotStartContainerError*")),
         # Any other exit code of the job's own is final. An attempt that Batch ended without one (a reason no page
-        # names) matches nothing here and is retried.
+        # names) matches nothing here and is retried. A health stop (ml_platform_job.health: divergence, NaN, a
+        # stall) exits 85 (HEALTH_STOPPED_EXIT_CODE) and ends the job here: none of the entries above matches it, and
+        # Batch takes no more than these 5 entries, so it has no entry of its own (the order is tested with exit 85
+        # and 143 in tests/unit/test_health_alarms.py).
         batch.RetryStrategy.of(batch.Action.EXIT, batch.Reason.custom(on_exit_code="*")),
     )
 
@@ -156,7 +160,9 @@ def container_environment(queue_name: str, datasets: Optional[DatasetBucket],
                           stop_timeout_seconds: Optional[int] = None, *,
                           input_bound_percent: Optional[float] = INPUT_BOUND_PERCENT,
                           checkpoint_bound_percent: Optional[float] = CHECKPOINT_BOUND_PERCENT,
-                          bound_minutes: int = BOUND_MINUTES) -> dict[str, str]:
+                          bound_minutes: int = BOUND_MINUTES, health_mode: str = HEALTH_MODE,
+                          stalled_minutes: Optional[int] = STALLED_MINUTES,
+                          health_rules: Optional[Mapping[str, str]] = None) -> dict[str, str]:
     """The job contract's variables every job of the queue gets (constructs/docs/JobContract.md; MLFLOW_TRACKING_URI
     is added per job definition, ``JobSettings.container``). A submission adds the job's own,
     ML_PLATFORM_CHECKPOINT_URI and ML_PLATFORM_JOB_NAME (ml_platform_constructs.operations.jobs).
@@ -164,12 +170,16 @@ def container_environment(queue_name: str, datasets: Optional[DatasetBucket],
     to the job as ML_PLATFORM_STOP_TIMEOUT_SECONDS: the job side saves on a stop only when the save fits in it.
     ``input_bound_percent``, ``checkpoint_bound_percent``, ``bound_minutes``: the queue's goodput alarms' (the same
     props), told to the job as its metrics' window and the thresholds past which it prints the fix
-    (ML_PLATFORM_GOODPUT_WINDOW_SECONDS, ML_PLATFORM_INPUT_BOUND_PERCENT, ML_PLATFORM_CHECKPOINT_BOUND_PERCENT)."""
+    (ML_PLATFORM_GOODPUT_WINDOW_SECONDS, ML_PLATFORM_INPUT_BOUND_PERCENT, ML_PLATFORM_CHECKPOINT_BOUND_PERCENT).
+    ``health_mode``, ``stalled_minutes``, ``health_rules``: the queue's training-health settings (the same props),
+    told to the job as ML_PLATFORM_HEALTH, ML_PLATFORM_HEALTH_STALL_SECONDS and ML_PLATFORM_HEALTH_RULES
+    (``health_alarms.health_environment``)."""
     environment = {"ML_PLATFORM_QUEUE_NAME": queue_name, "ML_PLATFORM_STOP_FILE": f"{RUN_DIR}/stop-requested",
                    "ML_PLATFORM_JOB_NAMESPACE": JOB_NAMESPACE,
                    **goodput_environment(input_bound_percent=input_bound_percent,
                                          checkpoint_bound_percent=checkpoint_bound_percent,
-                                         bound_minutes=bound_minutes)}
+                                         bound_minutes=bound_minutes),
+                   **health_environment(mode=health_mode, stall_minutes=stalled_minutes, rules=health_rules)}
     if stop_timeout_seconds is not None:
         environment["ML_PLATFORM_STOP_TIMEOUT_SECONDS"] = str(stop_timeout_seconds)
     if datasets is not None:

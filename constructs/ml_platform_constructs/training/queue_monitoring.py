@@ -1,6 +1,7 @@
 """What a TrainingQueue tells its operators: Batch job events (failed jobs to the alert topic, Spot retries and
-every state change to the job log group), the metrics of those rules, and the queue's dashboard. The GPU alarms are
-gpu_alarms.py's, shared with SpotGpuFleet.
+every state change to the job log group), the metrics of those rules, the health alarms and the stall watcher, and the
+queue's dashboard. The GPU alarms are gpu_alarms.py's, shared with SpotGpuFleet; the health alarms' shape is
+health_alarms.py's.
 """
 
 from __future__ import annotations
@@ -9,17 +10,30 @@ from typing import Optional, Sequence
 
 import jsii
 
-from aws_cdk import ArnFormat, Duration, Stack
+from aws_cdk import Acknowledgment, ArnFormat, Duration, RemovalPolicy, Stack, Validations
 from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from ..foundation.nag_support import nag_arn, stack_arn, suppress_checkov
+from ..foundation.runtime_function import runtime_function
 from .goodput_alarms import goodput_widget
+from .health_alarms import HEALTH_NAMESPACE, health_alarms, health_widgets
 from .instance_bootstrap import GPU_NAMESPACE
+from ..runtime.stall_watcher import WATCHER_TAG
+
+# The account's Batch jobs: TerminateJob and TagResource take the job resource type and no narrower condition (a job
+# carries only its submitter's tags: queue tags do not propagate, https://docs.aws.amazon.com/batch/latest/userguide/
+# using-tags.html): https://docs.aws.amazon.com/service-authorization/latest/reference/list_awsbatch.html
+JOBS_ARN = "arn:{partition}:batch:{region}:{account}:job/*"
+WATCH_EVERY = Duration.minutes(5)
 
 
 @jsii.implements(events.IRuleTarget)
@@ -78,6 +92,66 @@ def job_event_rules(scope: Construct, *, queue_name: str, job_queue_arns: Sequen
     return failed, retries
 
 
+def queue_health_alarms(scope: Construct, *, queue_name: str, alerts: sns.ITopic,
+                        stalled_minutes: Optional[int]) -> dict[str, cloudwatch.Alarm]:
+    """The health alarms (one per rule, ``health_alarms.health_alarms``), each notifying ``alerts``."""
+    alarms = health_alarms(scope, queue_name=queue_name, stalled_minutes=stalled_minutes)
+    for alarm in alarms.values():
+        alarm.add_alarm_action(cw_actions.SnsAction(alerts))
+    return alarms
+
+
+def stall_watcher(scope: Construct, *, queue_name: str, job_queue_arns: Sequence[str], environment: dict[str, str],
+                  key: kms.IKey, removal_policy: RemovalPolicy) -> lambda_.Function:
+    """The stall watcher (runtime/stall_watcher.py) of the queue's job queues, every 5 minutes: stops a RUNNING job
+    whose progress heartbeat stopped for the stall rule's time + 15 minutes. ``environment``: the queue's health
+    variables (``health_environment``), a job's settings where its own environment has none. Its log (one year,
+    encrypted with ``key``) is the record of every job it stopped."""
+    stack = Stack.of(scope)
+    function = runtime_function(
+        scope, "StallWatcher", handler="stall_watcher.handler", files=["stall_watcher.py", "health.py"],
+        description=f"Training queue {queue_name}: stops a job whose progress heartbeat stopped (health rule stalled)",
+        # A run takes seconds (a 1-minute timeout, a 5-minute schedule). Lambda retries a failed run twice, 1 and 2
+        # minutes later (https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html): each
+        # retry lists and describes the jobs afresh, and acts only on a job still RUNNING without its tag.
+        timeout=Duration.minutes(1),
+        environment={"JOB_QUEUES": ",".join(job_queue_arns), "QUEUE_NAME": queue_name, **environment},
+        log_group=logs.LogGroup(scope, "StallWatcherLogs", retention=logs.RetentionDays.ONE_YEAR, encryption_key=key,
+                                removal_policy=removal_policy))
+    suppress_checkov(function, "CKV_AWS_116", "A scheduled check every 5 minutes: Lambda retries a failed run and the "
+                     "next run judges afresh; a dead-letter queue would hold only stale schedule events")
+    events.Rule(scope, "StallWatch", schedule=events.Schedule.rate(WATCH_EVERY),
+                description=f"Training queue {queue_name}: the stall watcher, every 5 minutes",
+                # an event EventBridge could not deliver is not kept: the next one comes 5 minutes later
+                targets=[targets.LambdaFunction(function, retry_attempts=0)])
+    # ListJobs and DescribeJobs have no resource-level permissions: "*" is the only resource they take
+    # (https://docs.aws.amazon.com/service-authorization/latest/reference/list_awsbatch.html); the function lists
+    # only its own job queues (JOB_QUEUES).
+    function.add_to_role_policy(iam.PolicyStatement(
+        sid="ListQueueJobs", actions=["batch:ListJobs", "batch:DescribeJobs"], resources=["*"]))
+    # Only jobs it listed in its own job queues and found stalled; the tag it may put is its own record only.
+    function.add_to_role_policy(iam.PolicyStatement(
+        sid="StopStalledJobs", actions=["batch:TerminateJob"], resources=[stack_arn(stack, JOBS_ARN)]))
+    function.add_to_role_policy(iam.PolicyStatement(
+        sid="MarkStalledJobs", actions=["batch:TagResource"], resources=[stack_arn(stack, JOBS_ARN)],
+        conditions={"ForAllValues:StringEquals": {"aws:TagKeys": [WATCHER_TAG]}}))
+    # GetMetricData has no resource-level permissions; PutMetricData none either, bound to the namespace by its
+    # condition key (https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazoncloudwatch.html).
+    function.add_to_role_policy(iam.PolicyStatement(
+        sid="ReadHeartbeats", actions=["cloudwatch:GetMetricData"], resources=["*"]))
+    function.add_to_role_policy(iam.PolicyStatement(
+        sid="PublishHealthStops", actions=["cloudwatch:PutMetricData"], resources=["*"],
+        conditions={"StringEquals": {"cloudwatch:namespace": HEALTH_NAMESPACE}}))
+    reason = ("ListJobs, DescribeJobs and GetMetricData have no resource-level permissions (reads); PutMetricData is "
+              "bound to the MLPlatform/Health namespace by condition. TerminateJob and TagResource take only the job "
+              "resource type, with no condition that names a queue; the function stops only RUNNING jobs it listed "
+              "in its own job queues, and may put only its own tag.")
+    Validations.of(function.role).acknowledge(
+        Acknowledgment(id="AwsSolutions-IAM5[Resource::*]", reason=reason),
+        Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{nag_arn(stack, JOBS_ARN)}]", reason=reason))
+    return function
+
+
 def triggered_rules(rule: events.IRule, period: Duration, **kwargs) -> cloudwatch.Metric:
     """``AWS/Events TriggeredRules`` of one rule (Sum)."""
     options = {"period": period, "statistic": "Sum", **kwargs}
@@ -88,8 +162,9 @@ def triggered_rules(rule: events.IRule, period: Duration, **kwargs) -> cloudwatc
 def queue_dashboard(scope: Construct, *, queue_name: str, log_group: logs.ILogGroup, period: Duration,
                     idle_threshold: float, spot_retries: cloudwatch.IMetric, failed_jobs: cloudwatch.IMetric,
                     gpu_utilization: cloudwatch.IMetric) -> cloudwatch.Dashboard:
-    """Jobs by state, Spot retries and failed jobs, the queue's GPU utilization and each instance's, and the jobs'
-    goodput shares (productive, data wait, checkpoint saves)."""
+    """Jobs by state, Spot retries and failed jobs, the queue's GPU utilization and each instance's, the jobs'
+    goodput shares (productive, data wait, checkpoint saves), and their health (stops and warnings by rule, each job's
+    progress heartbeat)."""
     return cloudwatch.Dashboard(scope, "Dashboard", widgets=[[
         cloudwatch.LogQueryWidget(
             title="Job state changes by state (Batch events logged by the queue)", width=12,
@@ -109,4 +184,4 @@ def queue_dashboard(scope: Construct, *, queue_name: str, log_group: logs.ILogGr
                            f"QueueName) WHERE QueueName = '{queue_name}' GROUP BY InstanceId")]),
     ], [
         goodput_widget(queue_name),  # the jobs' own shares: what no GPU counter says (why a GPU waits)
-    ]])
+    ], health_widgets(queue_name)])  # stops and warnings by rule, each job's progress

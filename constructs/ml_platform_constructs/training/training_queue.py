@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Optional, Sequence, Union
+from typing import Mapping, Optional, Sequence, Union
 
 from aws_cdk import ArnFormat, Duration, RemovalPolicy, Size, Stack, Tags, Token
 from aws_cdk import aws_batch as batch
@@ -37,6 +37,8 @@ from ..errors import ValidationError, refusal_leaves_no_node
 from ..governance.scope import ACCOUNT_SCOPE, govern, validate_budget_scope
 from .goodput_alarms import (BOUND_MINUTES, CHECKPOINT_BOUND_PERCENT, INPUT_BOUND_PERCENT, goodput_alarms,
                              validate_goodput_props)
+from .health_alarms import (HEALTH_MODE, STALLED_MINUTES, health_environment, validate_health_props,
+                            watcher_needed)
 from .gpu_alarms import (as_instance_types, gpu_alarms, gpu_memory_used_ratio, gpu_metric, validate_alarm_props,
                          validate_gpu_types)
 from .instance_bootstrap import validate_dataset_volumes
@@ -54,7 +56,8 @@ from .queue_jobs import (ATTEMPTS, EFA_DEVICE, JOB_NAMESPACE, MEMORY_HEADROOM, M
                          container_environment, evaluation_role, job_role, job_size, job_volumes,
                          smallest_fit, validate_job_props)
 from .queue_jobs import retry_strategies as _retry_strategies
-from .queue_monitoring import LogGroupTarget, job_event_rules, queue_dashboard, triggered_rules
+from .queue_monitoring import (LogGroupTarget, job_event_rules, queue_dashboard, queue_health_alarms, stall_watcher,
+                               triggered_rules)
 from ..runtime.budget_guard import BUDGET_SCOPE_TAG, QUEUE_TAG
 
 # The names this module has always offered, wherever they live now.
@@ -85,7 +88,11 @@ class TrainingQueue(Construct):
     - a deploy that changes the instances (an infrastructure update) lets running jobs go on for their own timeout
       (at most 5 days) and terminates none; new jobs get the new instances;
     - failed jobs reach ``alerts`` with their status reason and attempts; Spot retries are counted; GPU idle and
-      memory alarms per queue notify ``alerts``; a dashboard.
+      memory alarms per queue notify ``alerts``; a dashboard;
+    - training health (``ml_platform_job.health``): the job definitions tell every job the queue's health settings, so
+      a job that uses the platform's helper stops itself when it diverges, produces NaN or stalls (exit 85, which the
+      retry strategy does not retry: its EXIT entry on "*"); each stop notifies ``alerts`` through the rule's alarm,
+      with the fix; a stall watcher stops a job whose progress heartbeat stopped and which could not stop itself.
 
     :param vpc: where the instances run.
     :param instance_types: Spot GPU types from ``gpu_catalog.GPU_CATALOG``: x86_64, one GPU count, GPU memory
@@ -140,6 +147,25 @@ class TrainingQueue(Construct):
         text carries the fix for each of the queue's instance types. Default: 30, 10 and 30 (measured: no false alarm in 500 simulated healthy job-days; a 35% input-bound job
         alarms in about 52 minutes, a stalled loader 31 minutes into the stall). A threshold of None
         switches that alarm off (it is then absent from ``alarms``, and the job prints no hint for it).
+    :param health_mode: the training-health rules' default for every job of the queue (``ML_PLATFORM_HEALTH``;
+        a submission's own environment, or the script's ``TrainingJob.start(health=...)``, overrides it): "stop" (each
+        rule's own action, ``ml_platform_job.health.DEFAULT_ACTIONS``: NaN, divergence, exploding or vanishing
+        gradients, a loss that never falls and a stall stop the job with exit 85, which the queue never retries; a
+        plateau and overfitting warn), "warn" (every stop becomes a warning in the
+        job's log and on the dashboard, the job trains on, the stall watcher stops nothing: a team's first runs) or
+        "off" (no rule, no stall watcher). A stop notifies ``alerts`` through the rule's alarm
+        (``health_alarms[rule]``: ``MLPlatform/Health HealthStop`` {Queue, Rule} >= 1 in a 5-minute period), whose
+        text holds the rule's fix; warnings are charted only. Every rule has its alarm, whatever the mode: a job may
+        turn a rule to stop by itself. Default: "stop".
+    :param stalled_minutes: the stall rule's time without a step, evaluation batch or ``progress()`` (10-1440 whole
+        minutes; ``ML_PLATFORM_HEALTH_STALL_SECONDS``). The queue's stall watcher (a function every 5 minutes,
+        ``.stall_watcher``) stops a RUNNING job whose progress heartbeat was silent for ``stalled_minutes`` + 15
+        minutes after it sent one before (TerminateJob, not retried; ``HealthStop`` {Rule=stalled}): a job that hung
+        where its own rule could not act. A job that never sent a heartbeat (no platform helper) is never stopped.
+        None turns the stall rule and the watcher off. Default: 30 (Debugger's StalledTrainingRule).
+    :param health_rules: a rule's own action over its default (``{"overfit": "stop", "vanishing_gradients": "off"}``;
+        ``ML_PLATFORM_HEALTH_RULES``), rules of ``ml_platform_job.health.RULES``, actions stop, warn or off. Default:
+        none (each rule's default).
     :param allow_low_diversity / allow_mixed_gpu_memory: as SpotGpuFleet's. Default: False.
     :param removal_policy: of the log group. Default: RETAIN.
     :param budget_scope: the ``BudgetGuard`` scope that may stop this queue (tag ``ml-platform:budget-scope`` on
@@ -180,6 +206,9 @@ class TrainingQueue(Construct):
         input_bound_percent: Optional[float] = INPUT_BOUND_PERCENT,
         checkpoint_bound_percent: Optional[float] = CHECKPOINT_BOUND_PERCENT,
         bound_minutes: int = BOUND_MINUTES,
+        health_mode: str = HEALTH_MODE,
+        stalled_minutes: Optional[int] = STALLED_MINUTES,
+        health_rules: Optional[Mapping[str, str]] = None,
         allow_low_diversity: bool = False,
         allow_public_subnets: bool = False,
         allow_mixed_gpu_memory: bool = False,
@@ -238,6 +267,8 @@ class TrainingQueue(Construct):
         validate_dataset_volumes(self, "TrainingQueue", dataset_volumes)
         validate_goodput_props("TrainingQueue", input_bound_percent=input_bound_percent,
                                checkpoint_bound_percent=checkpoint_bound_percent, bound_minutes=bound_minutes)
+        health_rules = validate_health_props("TrainingQueue", health_mode=health_mode, stalled_minutes=stalled_minutes,
+                                             health_rules=health_rules)
         self.gpus_per_job = self.catalog_entries[0].gpu_count
         self.multi_node_job_size = smallest_fit(self.multi_node_entries) if self.multi_node_entries else None
         self.job_vcpus = self.job_memory_mib = None
@@ -273,7 +304,8 @@ class TrainingQueue(Construct):
             environment=container_environment(self.queue_name, datasets, stop_timeout_seconds,
                                               input_bound_percent=input_bound_percent,
                                               checkpoint_bound_percent=checkpoint_bound_percent,
-                                              bound_minutes=bound_minutes),
+                                              bound_minutes=bound_minutes, health_mode=health_mode,
+                                              stalled_minutes=stalled_minutes, health_rules=health_rules),
             volumes=job_volumes(dataset_volumes), attempts=job_attempts, timeout=job_timeout, tracking=tracking)
         if not self.multi_node_only:
             self._single_node(compute, vpc, vpc_subnets, instance_types, max_vcpus, on_demand_max_vcpus, image_uri)
@@ -313,6 +345,16 @@ class TrainingQueue(Construct):
                                                        ("checkpoint_bound", checkpoint_bound)) if alarm is not None}
         for alarm in filter(None, (input_bound, checkpoint_bound)):
             alarm.add_alarm_action(cw_actions.SnsAction(alerts))
+        # The health alarms by rule (every rule, whatever health_mode: a job may turn a rule to stop by itself), and
+        # the stall watcher where the queue's jobs stall-check by default (None otherwise).
+        self.health_alarms = queue_health_alarms(self, queue_name=self.queue_name, alerts=alerts,
+                                                 stalled_minutes=stalled_minutes)
+        self.stall_watcher = None
+        if watcher_needed(mode=health_mode, stall_minutes=stalled_minutes, rules=health_rules):
+            self.stall_watcher = stall_watcher(
+                self, queue_name=self.queue_name, job_queue_arns=self._job_queue_arns(), key=key,
+                removal_policy=removal_policy,
+                environment=health_environment(mode=health_mode, stall_minutes=stalled_minutes, rules=health_rules))
         self.dashboard = queue_dashboard(
             self, queue_name=self.queue_name, log_group=self.log_group, period=alarm_period,
             idle_threshold=idle_threshold_percent, spot_retries=self.metric_spot_retries(),
