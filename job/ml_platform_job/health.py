@@ -16,14 +16,12 @@ rule                        fires when (defaults)                               
                             ``max_grad_norm``, when set) on 3 checks in a row
 ``vanishing_gradients``     the gradients' norm is under 1e-7 (Debugger's VanishingGradient) on 5       stop
                             checks in a row
-``loss_diverging``          the loss (mean of a check) is over 1.5x the run's first window's (median   stop
-                            of its first 10 checks) on 5 checks in a row: the job undid its progress
-                            and more (Lightning's divergence)
+``loss_diverging``          the loss (mean of a check) is over 1.5x the median of the run's first 10    stop
+                            checks, on 5 checks in a row: the job undid its progress and more
+                            (Lightning's divergence)
 ``loss_not_decreasing``     the loss (median of a window of 10 checks) is not 5% under the first        warn
                             window's after 10 more windows (1,100 steps): the job has not learned,
-                            e.g. a network that blew up and died (Debugger's LossNotDecreasing). Warn
-                            by default: continued pretraining and fine-tunes from a good start fall
-                            less than that (``loss_not_decreasing=stop`` for training from scratch)
+                            e.g. a network that blew up and died (Debugger's LossNotDecreasing)
 ``loss_plateau``            after progress, the window's loss has not fallen 1% under its best for 20   warn
                             windows (2,000 steps): converged, or a learning rate decayed too far
 ``overfit``                 the validation loss is 10% over its best on 3 evaluations in a row          warn
@@ -37,7 +35,8 @@ rule                        fires when (defaults)                               
 A rule whose action is ``stop`` ends the job: it checkpoints (unless the state is NaN: the newest checkpoint stays the
 last good one), records the rule, the step and the values in its run, prints the fix, and exits
 ``HEALTH_STOPPED_EXIT_CODE`` (85), which the queue never retries. ``warn`` says the same once and trains on. The
-not-learning, plateau and overfitting rules warn by default: a slow start, a schedule's plateau or a validation bump
+not-learning, plateau and overfitting rules warn by default (``loss_not_decreasing=stop`` for training from
+scratch: continued pretraining and fine-tunes from a good start fall less than 5%): a slow start, a schedule's plateau or a validation bump
 is often healthy, and a stop would end a job that was on its way. Under several ranks the loss is summed over all of
 them at a check (``reduce``): every rank judges the job's loss, and a stop is one job's, not any rank's. Their rates, measured by ``./platform bench health``, are in
 docs/HEALTH.md and docs/BENCHMARKS.md.
@@ -110,8 +109,7 @@ FIXES = {
                       "fell, add a learning-rate warmup; then resubmit under a new job name",
     "loss_not_decreasing": "the model is not learning: a learning rate too high (the loss jumped, then the network "
                            "died: lower it a tenth) or too low, labels that do not match the inputs, frozen weights, "
-                           "or a loss that does not reach them; a job that resumes a converged model: "
-                           "loss_not_decreasing=warn",
+                           "or a loss that does not reach them",
     "loss_plateau": "the learning rate may be too low or decayed, or training has converged (fewer epochs, or early "
                     "stopping, saves the rest of the run's cost)",
     "overfit": "keep the checkpoint of the best validation loss and stop there; add regularization, augmentation "

@@ -111,6 +111,10 @@ class StubJob:
 
     def __init__(self, clock: PhaseClock, store: StubStore) -> None:
         self.clock, self.store, self.stop, self.run, self.seed = clock, store, StubStop(), StubRun(), 0
+        from ml_platform_job.health import HealthMonitor, HealthRules
+
+        self.health = HealthMonitor(HealthRules(mode="off"))  # the health rules are tests/unit/test_health_*'s
+        self.step = 0
 
     def agree(self, save: bool, stopping: bool) -> tuple[bool, bool]:
         return save, stopping

@@ -47,9 +47,11 @@ def test_storage_by_month_ages_each_cohort_through_the_rules():
 
 def test_scheduled_functions_from_the_templates(dev_templates):
     functions = sorted(tco.scheduled_functions(dev_templates))
-    # budget guard every 15 minutes at 256 MB, the classifier's drift and quality checks hourly at 1024 MB
+    # budget guard every 15 minutes at 256 MB, the classifier's drift and quality checks hourly at 1024 MB, the
+    # training queue's stall watcher every 5 minutes at 128 MB
     assert [(name.rstrip("0123456789ABCDEF"), runs, memory) for name, runs, memory in functions] == [
-        ("BudgetStopFunction", 730 * 4, 0.25), ("classifierDriftCheck", 730, 1.0), ("classifierQuality", 730, 1.0)]
+        ("BudgetStopFunction", 730 * 4, 0.25), ("classifierDriftCheck", 730, 1.0), ("classifierQuality", 730, 1.0),
+        ("trainingQueueStallWatcher", 730 * 12, 0.125)]
 
 
 def test_dev_tco_hand_checked(dev_templates):
@@ -61,8 +63,8 @@ def test_dev_tco_hand_checked(dev_templates):
     assert first.groups["inference"] == pytest.approx(0.115 * 730)  # one ml.m5.large, always on
     # 13 interface endpoints x 2 AZs, and one NAT gateway (the serverless MLflow app is reached through it)
     assert first.groups["network"] == pytest.approx(26 * 0.01 * 730 + 0.045 * 730)
-    runs = 2920 * 0.25 + 2 * 730 * 1.0  # GB per second of run time
-    functions = (2920 + 2 * 730) * 0.20 / 1e6 + runs * 30 * 0.0000166667
+    runs = 2920 * 0.25 + 2 * 730 * 1.0 + 8760 * 0.125  # GB per second of run time
+    functions = (2920 + 2 * 730 + 8760) * 0.20 / 1e6 + runs * 30 * 0.0000166667
     alarms = sum(1 for t in dev_templates for r in t["Resources"].values() if r["Type"] == "AWS::CloudWatch::Alarm")
     dashboards = sum(1 for t in dev_templates for r in t["Resources"].values()
                      if r["Type"] == "AWS::CloudWatch::Dashboard")
