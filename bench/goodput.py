@@ -46,7 +46,7 @@ from typing import Mapping, Optional
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "constructs"))
-from ops.cli import Parser, bounded  # noqa: E402
+from ops.cli import Parser, add_seed, bounded  # noqa: E402
 from ops.instance_records import LOOK_AFTER_SECONDS  # noqa: E402
 from ml_platform_constructs.advice.advisor import INTERRUPTION_BANDS, interruption_rate  # noqa: E402
 from ml_platform_constructs.runtime.budget_guard import load_prices  # noqa: E402
@@ -302,8 +302,7 @@ def unseen_table(results: list[tuple[Scenario, Month]]) -> str:
 
 def parser() -> Parser:
     bench = Parser("./platform bench goodput", description=__doc__.split("\n\n")[0])
-    bench.add_argument("--seed", type=bounded(0, 2**31, "the random seed", example="--seed 2026", integer=True),
-                       default=2026, help="the random seed (default 2026)")
+    add_seed(bench)
     bench.add_argument("--trials", type=bounded(1, 10_000, "simulated stretches of two months", example="--trials 200",
                                                 integer=True), default=200, help="simulated stretches (default 200)")
     return bench

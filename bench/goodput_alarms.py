@@ -56,7 +56,7 @@ from ml_platform_constructs.training.goodput_alarms import (  # noqa: E402
     ALARM_PERIOD_MINUTES, BOUND_MINUTES, CHECKPOINT_BOUND_PERCENT, INPUT_BOUND_PERCENT, datapoints_to_alarm,
     goodput_environment)
 from ml_platform_job import phase_clock  # noqa: E402
-from ops.cli import Parser, bounded  # noqa: E402
+from ops.cli import Parser, add_seed, bounded  # noqa: E402
 
 CONCURRENT_JOBS = 4
 BUDGET_PER_QUEUE_30_DAYS = 1.0
@@ -571,8 +571,7 @@ def detection_table(results: dict[str, list[Trial]], bound_minutes: int) -> tupl
 
 def parser() -> Parser:
     bench = Parser("./platform bench goodput-alarms", description=__doc__.split("\n\n")[0])
-    bench.add_argument("--seed", type=bounded(0, 2**31, "the random seed", example="--seed 2026", integer=True),
-                       default=2026, help="the random seed (default 2026)")
+    add_seed(bench)
     bench.add_argument("--trials", type=bounded(1, 10_000, "simulated job-days per healthy shape", example="--trials 60",
                                                 integer=True), default=40,
                        help="simulated job-days per healthy shape, and jobs of a few hours per bound shape (default "

@@ -50,6 +50,12 @@ def read_text(path: Path, what: str, expected: str) -> str:
         raise SystemExit(f"error: {what} {path} cannot be read ({error.strerror or error}): give {expected}") from None
 
 
+def add_seed(parser: argparse.ArgumentParser, default: int = 2026) -> None:
+    """A simulation's ``--seed`` (the benches'): a whole number from 0 to 2^31."""
+    parser.add_argument("--seed", type=bounded(0, 2**31, "the random seed", example=f"--seed {default}", integer=True),
+                        default=default, help=f"the random seed (default {default})")
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with the platform's conventions. ``prog`` is the command as typed (``./platform job``; a
     subcommand's usage reads ``./platform job submit``), and a bad argument is one line that names the command

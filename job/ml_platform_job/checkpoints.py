@@ -9,6 +9,11 @@ marker makes the store fall back to the one before. Older checkpoints are remove
 (never before, unlike Accelerate's rotation), keeping ``keep`` (2 by default: the newest and one to fall back on).
 torchtitan marks a step folder complete the same way (``_find_load_step``).
 
+A checkpoint a health rule's stop wrote (its meta names the rule under ``HEALTH_STOP``) holds a state the rule judged
+bad (a diverging loss, exploding gradients): it is kept for inspection beside the ``keep`` good ones (never evicting
+them) until a newer good checkpoint exists, and it is never resumed from: a job resubmitted with the fix resumes from
+the newest good checkpoint before it.
+
 Transformers' just-in-time save on SIGTERM leaves ``checkpoint-is-incomplete.txt`` in a torn folder and leaves
 skipping it to the caller: a folder with that file is never uploaded here (``INCOMPLETE_MARKERS``).
 """
@@ -31,6 +36,7 @@ MARKER = "COMPLETE.json"
 STEP_FOLDER = re.compile(r"^step-(\d{12})/")
 INCOMPLETE_MARKERS = ("checkpoint-is-incomplete.txt",)
 DEFAULT_KEEP = 2
+HEALTH_STOP = "health_stop"  # the meta key of a health stop's checkpoint: its rule
 FORMAT = 1
 T = TypeVar("T")
 
@@ -50,6 +56,12 @@ class Checkpoint:
     @property
     def folder(self) -> str:
         return f"{FOLDER}step-{self.step:012d}/"
+
+    @property
+    def health_stop(self) -> Optional[str]:
+        """The rule whose stop wrote this checkpoint (a state judged bad: never resumed from), or None."""
+        rule = self.meta.get(HEALTH_STOP)
+        return str(rule) if rule else None
 
 
 class CheckpointStore:
@@ -72,7 +84,11 @@ class CheckpointStore:
             raise ValueError(f"step={step!r}: a whole number of 0 or more (the global step the checkpoint holds)")
         folder = self.location.child(f"{FOLDER}step-{step:012d}")
         existing = self._read_marker(step)
-        if existing is not None and all(folder.read_bytes(name) is not None for name in existing.files):
+        if existing is not None and existing.health_stop is not None and not (meta or {}).get(HEALTH_STOP):
+            # A health stop's checkpoint of this step and now a good one (the job resumed with the fix): the marker
+            # goes first, so the folder counts as torn until the good checkpoint's marker is written.
+            self.location.delete([f"{FOLDER}step-{step:012d}/{MARKER}"])
+        elif existing is not None and all(folder.read_bytes(name) is not None for name in existing.files):
             return existing  # a complete checkpoint of this step is never rewritten in place
         written: dict[str, dict[str, Any]] = dict(listed or {})
         for name, data in files.items():
@@ -113,10 +129,12 @@ class CheckpointStore:
         return self.save(step, files, meta)
 
     def purge(self) -> None:
-        """Keeps the newest ``keep`` complete checkpoints; removes older ones and torn folders older than the newest
-        complete one (a torn folder newer than it may be a save in progress)."""
+        """Keeps the newest ``keep`` good complete checkpoints and a health stop's newer than all of them; removes
+        older ones and torn folders older than the newest complete one (a torn folder newer than it may be a save in
+        progress)."""
         steps, complete = self._folders()
-        kept = sorted(complete)[-self.keep:]
+        good = sorted(s for s, c in complete.items() if c.health_stop is None)[-self.keep:]
+        kept = sorted(good + [s for s, c in complete.items() if c.health_stop is not None and (not good or s > good[-1])])
         newest = kept[-1] if kept else None
         doomed = [s for s in steps if s not in kept and (s in complete or (newest is not None and s < newest))]
         names = [n for s in doomed for n in steps[s]]
@@ -162,14 +180,20 @@ class CheckpointStore:
         return [complete[s] for s in sorted(complete)]
 
     def latest(self) -> Optional[Checkpoint]:
-        """The newest complete checkpoint, or None."""
-        found = self.complete()
+        """The newest complete checkpoint to resume from (a health stop's is not), or None."""
+        found = [c for c in self.complete() if c.health_stop is None]
         return found[-1] if found else None
 
     def load_newest(self, load: Callable[[Checkpoint], T]) -> Optional[tuple[Checkpoint, T]]:
         """``load(checkpoint)`` of the newest complete checkpoint it succeeds on: a corrupt one (``CorruptCheckpoint``
-        from ``read`` or ``download``) is reported in one line and the one before it is tried; None when none loads."""
+        from ``read`` or ``download``) is reported in one line and the one before it is tried; None when none loads.
+        A health stop's checkpoint is passed over (named in one line): the resume starts from the good one before."""
         for checkpoint in reversed(self.complete()):
+            if checkpoint.health_stop is not None:
+                print(f"ml_platform_job: the checkpoint of step {checkpoint.step} was written by the health rule "
+                      f"{checkpoint.health_stop}'s stop (kept for inspection, not resumed from): resuming from the "
+                      "good one before it", file=sys.stderr, flush=True)
+                continue
             try:
                 return checkpoint, load(checkpoint)
             except CorruptCheckpoint as error:

@@ -378,15 +378,17 @@ class HealthMonitor:
         if self.rules.mode != "off":
             self._window.add(value)
 
-    def gradients(self, norm: Any = None, *, parameters: Optional[Iterable[Any]] = None) -> None:
+    def gradients(self, norm: Any = None, *, parameters: Optional[Iterable[Any]] = None,
+                  scale: float = 1.0) -> None:
         """The gradients' global norm at this check: given (``clip_grad_norm_``'s return, the Trainer's logged
-        ``grad_norm``), or computed from ``parameters`` (one sync)."""
+        ``grad_norm``), or computed from ``parameters`` (one sync); divided by ``scale`` (a GradScaler's scale, for
+        gradients that are still scaled)."""
         if self.rules.mode == "off":
             return
         if norm is None and parameters is not None:
             norm = grad_norm(parameters)
         if norm is not None:
-            self._grad = _as_float(norm)
+            self._grad = _as_float(norm) / scale
 
     @property
     def has_grad_norm(self) -> bool:

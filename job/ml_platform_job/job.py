@@ -44,6 +44,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import secrets
 import sys
@@ -51,7 +52,7 @@ from dataclasses import asdict, is_dataclass
 from typing import Any, Iterable, Iterator, Mapping, Optional
 
 from . import STOPPED_EXIT_CODE
-from .checkpoints import DEFAULT_KEEP, Checkpoint, CheckpointStore
+from .checkpoints import DEFAULT_KEEP, HEALTH_STOP, Checkpoint, CheckpointStore
 from .health import (HEALTH_MARKER, HEALTH_STOPPED_EXIT_CODE, HEARTBEAT_METRIC, STOP_METRIC, WARNING_METRIC, HealthMonitor,
                      RULES, HealthRules, Verdict, metric_line)
 from .stop import (LAUNCH_DIR, SaveTimedOut, StopRequest, _distributed, all_ranks_max, collective_device,
@@ -291,9 +292,8 @@ class TrainingJob:
             found = kwargs.get("found_inf")
             if found is not None and float(found) > 0:
                 return  # an overflow step the optimizer skips: not applied, not judged
-        health.gradients(parameters=(p for group in optimizer.param_groups for p in group["params"]))
-        if scaler is not None and health.has_grad_norm:
-            health.gradients(health._grad / float(scaler.get_scale()))
+        health.gradients(parameters=(p for group in optimizer.param_groups for p in group["params"]),
+                         scale=float(scaler.get_scale()) if scaler is not None else 1.0)
 
     def _restore(self) -> None:
         import torch  # type: ignore[import-not-found]
@@ -343,16 +343,20 @@ class TrainingJob:
         """Writes a checkpoint of the current step now (every rank calls it: it is a collective when there are
         several). Returns it (None on ranks other than 0, and when this step's checkpoint is written already: a
         complete checkpoint is never rewritten)."""
+        return self._save()
+
+    def _save(self, health_stop: Optional[str] = None) -> Optional[Checkpoint]:
         if self._last_save_step == self.step:
             return None
         started = self.clock.now()
         with self.clock.phase("checkpoint_save"):
-            checkpoint = self._write()
+            checkpoint = self._write(health_stop)
         self._saved(started)
         return checkpoint
 
-    def _write(self) -> Optional[Checkpoint]:
-        """The checkpoint's files and marker (a collective when there are several ranks)."""
+    def _write(self, health_stop: Optional[str] = None) -> Optional[Checkpoint]:
+        """The checkpoint's files and marker (a collective when there are several ranks); ``health_stop``: the rule
+        whose stop writes it (kept for inspection, never resumed from)."""
         import torch  # type: ignore[import-not-found]
 
         me, dist = _rank(), _distributed()
@@ -375,7 +379,8 @@ class TrainingJob:
             torch.save({"format": 1, "job": position, "rng": rng_state(),
                         "objects": {name: value.state_dict() for name, value in self.objects.items()}}, buffer)
             others = {k: v for entry in gathered if entry for k, v in entry.items()}
-            checkpoint = self.store.save(self.step, {STATE_FILE: buffer.getvalue()}, meta=position, listed=others)
+            meta = {**position, HEALTH_STOP: health_stop} if health_stop else position
+            checkpoint = self.store.save(self.step, {STATE_FILE: buffer.getvalue()}, meta=meta, listed=others)
         if dist is not None:
             dist.barrier()  # no rank goes on (or exits) before the checkpoint is complete
         return checkpoint
@@ -484,17 +489,29 @@ class TrainingJob:
         """Gives the health rules what the loop knows (``health.py``): ``loss``, each batch's training loss (a tensor
         stays on its device: the rules read the sum every ``check_every`` optimizer steps, one sync); ``grad_norm``,
         the gradients' norm before clipping (``clip_grad_norm_``'s return; without it the norm is read from the tracked
-        optimizers, as they apply it); ``val_loss``, after a validation (the overfitting rule). A rule that stops the
+        optimizers, as they apply it; an infinite one under a tracked GradScaler is an overflow step the scaler
+        skips, not judged); ``val_loss``, after a validation (the overfitting rule). A rule that stops the
         job stops it here or at the step's end: a checkpoint (unless the state is NaN), the run's record, exit 85."""
         if loss is not None:
             self.health.loss(loss)
-        if grad_norm is not None and self.health.due(self._optimizer_steps + 1):
+        if grad_norm is not None and self.health.due(self._optimizer_steps + 1) and not self._overflow(grad_norm):
             self.health.gradients(grad_norm)
         if val_loss is not None:
             # No collective here (a script may validate on rank 0 only): a stop is agreed at the next check
             verdict = self.health.validation(val_loss, self.step)
             if verdict is not None:
                 self._pending_verdict = verdict
+
+    def _overflow(self, grad_norm: Any) -> bool:
+        """A non-finite norm under an enabled GradScaler: an fp16 overflow whose step the scaler skips (its scale
+        halves), not a broken model (a NaN model's loss is NaN too, which the rules see): not judged."""
+        try:
+            if math.isfinite(float(grad_norm)):
+                return False
+        except (TypeError, ValueError):
+            return False
+        return any(type(value).__name__ == "GradScaler" and getattr(value, "is_enabled", lambda: False)()
+                   for value in self.objects.values())
 
     def progress(self) -> None:
         """The job is alive (call it inside a validation or a step longer than the stall rule's 30 minutes)."""
@@ -521,6 +538,8 @@ class TrainingJob:
         if self._health_queue and job_id and self.health.rules.action("stalled") != "off":
             def emit(count: int) -> None:
                 _print_line(metric_line(HEARTBEAT_METRIC, self._health_queue, job_id=job_id, value=count))
+
+            emit(0)  # the helper is here, nothing done yet: the watcher judges a job that hangs before its first step
         if self.health.rules.action("stalled") != "off":
             self.health.watch(lambda: self.step, emit=emit)
 
@@ -540,7 +559,7 @@ class TrainingJob:
         saved = self._last_save_step == self.step
         if verdict.rule != "non_finite" and not saved:
             try:
-                self.save()
+                self._save(health_stop=verdict.rule)
                 saved = self._last_save_step == self.step
             except Exception as error:  # the stop goes on: the newest checkpoint stays
                 print(f"ml_platform_job: the checkpoint of step {self.step} was not saved ({type(error).__name__}: "
@@ -569,7 +588,8 @@ class TrainingJob:
                 _print_line(metric_line(STOP_METRIC, self._health_queue, verdict.rule,
                                         fields={"Step": verdict.step, "RunId": self.run_id,
                                                 "Values": dict(verdict.values)}))
-            kept = (f"the checkpoint of step {verdict.step} is written" if saved
+            kept = (f"the checkpoint of step {verdict.step} is written (for inspection: a resume starts from the good "
+                    "one before it)" if saved
                     else f"the newest checkpoint is step {self._last_save_step}" if self._last_save_step is not None
                     else "no checkpoint")
             print(f"stopped by the health rule {verdict.rule} at step {verdict.step}: {verdict.message}; {kept}; "

@@ -51,7 +51,7 @@ How (Lightning's own checkpoint and hooks: https://lightning.ai/docs/pytorch/sta
 
   A stop is agreed by every rank (at a check, in the all-reduce that agrees the stop signal and the periodic save);
   it saves the step (``trainer.save_checkpoint``, unless the rule is ``non_finite``: a NaN model is no checkpoint,
-  the newest stays the last good one), records the stop in the run (``health_stopped``: FAILED, the rule, the step,
+  the newest stays the last good one; the stop's checkpoint is kept for inspection and never resumed from), records the stop in the run (``health_stopped``: FAILED, the rule, the step,
   the fix; on AWS Batch its metric line) and raises ``SystemExit(85)``, which Lightning passes on after its teardown
   and ``on_exception`` leaves as it is; the queue never retries it. ``warn`` says the rule once and trains on.
 """
@@ -68,7 +68,7 @@ from typing import Any, Iterable, Optional
 from lightning.pytorch.callbacks import Callback  # type: ignore[import-not-found]
 
 from . import STOPPED_EXIT_CODE
-from .checkpoints import CheckpointStore
+from .checkpoints import HEALTH_STOP, CheckpointStore
 from .health import HEALTH_STOPPED_EXIT_CODE, Verdict, grad_norm
 from .job import DEFAULT_SAVE_EVERY_MINUTES, TrainingJob, _rule_flags
 from .stop import all_ranks_max, rank as _rank
@@ -123,7 +123,7 @@ class PlatformCallback(Callback):
         self._after_validation: Optional[str] = None  # the clock's phase after the validation in progress
         self._steps = 0  # optimizer steps in this attempt: the health checks' clock
         self._grad_failed = False
-        self._health_stopping = False  # a health rule's stop is under way: its exit 85 stays 85
+        self._health_stopping: Optional[str] = None  # a health rule's stop is under way (its rule): exit 85 stays 85
 
     @property
     def state_key(self) -> str:
@@ -305,7 +305,10 @@ class PlatformCallback(Callback):
             path = Path(directory) / STATE_FILE
             trainer.save_checkpoint(str(path))  # every rank calls it; the strategy writes from rank 0
             if trainer.is_global_zero:
-                self.store.save(step, {STATE_FILE: path}, meta={"global_step": step, "epoch": trainer.current_epoch})
+                meta = {"global_step": step, "epoch": trainer.current_epoch}
+                if self._health_stopping:  # a state the rule judged bad: kept for inspection, never resumed from
+                    meta[HEALTH_STOP] = self._health_stopping
+                self.store.save(step, {STATE_FILE: path}, meta=meta)
         trainer.strategy.barrier("ml_platform_job.save")
 
     def _saved(self, trainer: Any, started: float) -> None:
@@ -423,9 +426,9 @@ class PlatformCallback(Callback):
             return
         metrics = trainer.callback_metrics
         name = next((name for name in VALIDATION_LOSSES if name in metrics), None)
-        if name is None:
-            return
-        verdict = health.validation(metrics[name], trainer.global_step)
+        # Every rank joins the agreement, with or without the loss: one logged with rank_zero_only=True is in rank 0's
+        # callback_metrics only, and a rank that left before the all-reduce would leave rank 0 waiting in it.
+        verdict = health.validation(metrics[name], trainer.global_step) if name is not None else None
         fired = all_ranks_max(_rule_flags(verdict))  # every rank validates at the same point
         if any(fired):
             self._health_stop(trainer, verdict or self.job._other_rank(fired))
@@ -433,7 +436,7 @@ class PlatformCallback(Callback):
     def _health_stop(self, trainer: Any, verdict: Verdict) -> None:
         """A rule stopped the job: a checkpoint of this step unless the state is NaN (the newest stays the last good
         one), the run's record, the metric line, exit 85 (the queue does not retry it)."""
-        self._health_stopping = True
+        self._health_stopping = verdict.rule
         saved = self._last_saved_step == trainer.global_step
         if verdict.rule != "non_finite" and not saved:
             try:

@@ -498,7 +498,8 @@ def health_stop_check(record: Optional[Mapping[str, Any]], attempt: Attempt) -> 
                      f"{attempt.tail()}", f"read its output: {attempt.log}", HEALTH_DOCS)
     rule, step = verdict.get("rule"), verdict.get("step")
     saved = (recorded or {}).get("saved_at_stop")
-    kept = ("; the checkpoint of that step is written" if saved is True
+    kept = ("; the checkpoint of that step is written (for inspection: a resume starts from the good one before it)"
+            if saved is True
             else "; no checkpoint of that step (a NaN state or a stuck loop is never saved: the newest complete one "
                  "is the last good one)" if saved is False else "")
     detail = (f"attempt {attempt.number}: the rule {rule} stopped it at step {step} (exit "

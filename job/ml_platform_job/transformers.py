@@ -73,7 +73,7 @@ from typing import Any, Iterable, Optional
 from transformers import TrainerCallback  # type: ignore[import-not-found]
 
 from . import STOPPED_EXIT_CODE
-from .checkpoints import CheckpointStore
+from .checkpoints import HEALTH_STOP, CheckpointStore
 from .health import HEALTH_STOPPED_EXIT_CODE, Verdict, grad_norm
 from .job import DEFAULT_FLAGS, TrainingJob, _rule_flags
 from .stop import _distributed, all_ranks_max, rank as _rank
@@ -286,8 +286,10 @@ class PlatformCallback(TrainerCallback):
         if state.is_world_process_zero:
             folder = Path(args.output_dir) / f"{PREFIX}-{state.global_step}"
             try:
-                self.store.save_directory(state.global_step, folder, meta={"global_step": state.global_step,
-                                                                           "epoch": state.epoch})
+                meta = {"global_step": state.global_step, "epoch": state.epoch}
+                if self._health_stop is not None and state.global_step == self._health_stop.step:
+                    meta[HEALTH_STOP] = self._health_stop.rule  # a state judged bad: for inspection, never resumed
+                self.store.save_directory(state.global_step, folder, meta=meta)
             except Exception as error:
                 if self._health_stop is None:
                     raise

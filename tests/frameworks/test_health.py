@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import EXAMPLES
+from ml_platform_job.checkpoints import CheckpointStore
 from ml_platform_job.health import HEALTH_NAMESPACE, HEALTH_STOPPED_EXIT_CODE, HealthRules, STOP_METRIC
 
 CHECK_EVERY = 5  # the test's checks: the stated bound below is (start_windows + 1) x loss_window x CHECK_EVERY steps
@@ -75,6 +76,10 @@ def test_the_example_with_its_learning_rate_x100_stops_itself_within_the_stated_
     assert stop["step"] <= NOT_LEARNING_WITHIN < 10 * 60, stop  # before the run's 600 steps would have ended
     assert stop["values"]["first_loss"] > 2.0 and "learning rate" in stop["fix"]
     assert attempt["saved_at_stop"] is True and record["health"]["stop"]["rule"] == "loss_not_decreasing"
+    # The stop's checkpoint (a state judged bad) is kept for inspection, marked, and never the one a resume loads.
+    store = CheckpointStore(str(tmp_path / "lr100"))
+    marked = [(c.step, c.health_stop) for c in store.complete() if c.health_stop]
+    assert marked == [(stop["step"], "loss_not_decreasing")] and store.latest().step < stop["step"]
     # The queue's alarm reads this line (namespace, metric, dimensions Queue and Rule): tests/unit/test_health_alarms
     [line] = _stop_lines(done.stdout)
     [directive] = line["_aws"]["CloudWatchMetrics"]
@@ -116,6 +121,9 @@ def test_a_stalled_loader_is_stopped_by_the_jobs_own_timer(tmp_path):
     assert attempt["health_stop"]["rule"] == "stalled" and attempt["saved_at_stop"] is False
     assert attempt["health_stop"]["values"]["seconds_without_progress"] >= 10
     assert [line["Rule"] for line in _stop_lines(done.stdout)] == ["stalled"]
+    # The helper's first heartbeat, a 0 at its start: the queue's watcher then judges a job hung before a step too
+    heartbeats = [json.loads(line) for line in done.stdout.splitlines() if '"Progress"' in line]
+    assert heartbeats and (heartbeats[0]["Progress"], heartbeats[0]["JobId"]) == (0, "job-stall")
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -128,4 +136,5 @@ def test_the_healthy_example_never_stops(tmp_path, seed):
         assert rules[rule].startswith("ok ("), (rule, rules[rule])  # judged, not skipped
     assert _stop_lines(done.stdout) == []
     heartbeats = [json.loads(line) for line in done.stdout.splitlines() if '"Progress"' in line]
-    assert all(h["JobId"] == f"job-seed{seed}" for h in heartbeats)  # the watcher's metric, when a minute passed
+    assert heartbeats[0]["Progress"] == 0  # the helper's start: the watcher's metric, then each minute it progressed
+    assert all(h["JobId"] == f"job-seed{seed}" for h in heartbeats)

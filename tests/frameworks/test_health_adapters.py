@@ -182,3 +182,20 @@ def test_warn_mode_says_the_nan_and_trains_to_the_end(runs, framework):
     assert warning["rule"] == "non_finite" and NAN_AT < warning["step"] <= STOP_BY, warning
     assert f"ml_platform_job health: non_finite at step {warning['step']}" in stderr and "warn only" in stderr
     assert _metric_lines(stdout, STOP_METRIC) == [] and len(_metric_lines(stdout, WARNING_METRIC)) == 1
+
+
+def test_a_lightning_rank_without_the_validation_loss_still_joins_the_ranks_agreement(monkeypatch):
+    """``self.log("val_loss", ..., rank_zero_only=True)`` puts the loss in rank 0's callback_metrics only: the other
+    ranks must still join the all-reduce that agrees a validation's stop, or rank 0 waits in it for ever."""
+    from types import SimpleNamespace
+
+    from ml_platform_job import lightning as adapter
+    from ml_platform_job.health import RULES as RULE_NAMES, HealthMonitor
+
+    joined: list[list[bool]] = []
+    monkeypatch.setattr(adapter, "all_ranks_max", lambda flags: joined.append(list(flags)) or list(flags))
+    job = SimpleNamespace(health=HealthMonitor(RULES), store=None, clock=SimpleNamespace(now=lambda: 0.0))
+    callback = adapter.PlatformCallback(job=job)
+    callback._judge_validation(SimpleNamespace(callback_metrics={}, global_step=40))  # another rank: no val_loss
+    callback._judge_validation(SimpleNamespace(callback_metrics={"val_loss": 0.5}, global_step=40))  # rank 0
+    assert joined == [[False] * len(RULE_NAMES)] * 2

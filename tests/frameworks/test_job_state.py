@@ -164,3 +164,22 @@ def test_a_samples_random_draws_are_the_same_in_any_worker_and_leave_the_steps_d
     assert torch.equal(torch.rand(1), step_draw)  # loading in the main process drew nothing of the step's generator
     assert torch.equal(in_process, epoch(2))
     assert len(set(in_process[:, 1].tolist())) == 12  # and each sample's draws are its own
+
+
+def test_an_fp16_overflows_infinite_norm_is_not_judged_under_a_gradscaler_and_is_without_one(started):
+    """A GradScaler skips an overflow step and halves its scale: the infinite norm a script passes on such a step is
+    no broken model (issue 39's non_finite rule would otherwise count it). Without a scaler it is judged."""
+    from ml_platform_job.health import HealthRules
+
+    job = started(health=HealthRules(check_every=1))
+    model, optimizer, scheduler, scaler = objects()
+    job.track(model=model, optimizer=optimizer, scaler=scaler)
+    job.observe(grad_norm=torch.tensor(float("inf")))
+    assert not job.health.has_grad_norm
+    job.observe(grad_norm=torch.tensor(3.0))
+    assert job.health.has_grad_norm
+
+    plain = started(health=HealthRules(check_every=1))
+    plain.track(model=model, optimizer=optimizer)
+    plain.observe(grad_norm=float("inf"))
+    assert plain.health.has_grad_norm

@@ -60,8 +60,8 @@ def test_the_pooled_false_stop_rate_at_the_defaults_is_under_1_in_100_at_95_perc
 def test_each_sick_shape_is_stopped_within_its_stated_steps(index):
     shape = bench.SHAPES[index]
     # A dead network is caught by loss_not_decreasing, a warning by default: judged here as stop, as from scratch
-    rules = HealthRules(actions={"loss_not_decreasing": "stop"}) if shape.name.startswith("dead") else HealthRules()
-    [row] = bench.sick_rows(outcomes([index], SICK_RUNS, SICK_STEPS, rules), price=1.0)
+    rules = HealthRules(actions={"loss_not_decreasing": "stop"}) if shape.expects else HealthRules()
+    [row] = bench.sick_rows(outcomes([index], SICK_RUNS, SICK_STEPS, rules), price=1.0, settings=rules)
     assert row["stopped_before_fault"] == 0, row
     assert row["share"] >= bench.POWER, (f"{shape.name}: {row['detected_in_time']} of {row['runs']} stopped within "
                                          f"{row['within']} {shape.unit}; rules {row['rules']}, max {row['max']}")
@@ -113,10 +113,22 @@ def test_a_missed_target_fails_the_bench(capsys):
     assert all(len(line) <= 100 for line in out.splitlines() if not line.startswith("|")), out
 
 
+def test_a_dead_network_is_a_warn_row_at_the_defaults_and_a_stop_row_with_its_rule_a_stop():
+    dead = bench.SHAPES[INDEX["dead from step 1"]]
+    assert dead.kind_under(HealthRules()) == "warn"
+    assert dead.kind_under(HealthRules(actions={"loss_not_decreasing": "stop"})) == "stop"
+
+
 def test_the_examples_verdicts():
     healthy = {"case": "healthy", "exit": 0, "rule": None}
     assert bench.example_met(healthy) and not bench.example_met({**healthy, "exit": 85, "rule": "non_finite"})
     assert bench.example_met({"case": "NaN input", "exit": 85, "rule": "non_finite"})
-    assert not bench.example_met({"case": "lr x100", "exit": 0, "rule": None})
+    # lr x100 at the defaults: the dead network warns and finishes; with loss_not_decreasing=stop, it stops
+    assert bench.example_met({"case": "lr x100, 20 epochs", "exit": 0, "rule": None,
+                              "warned": [("loss_not_decreasing", 1100)]})
+    assert not bench.example_met({"case": "lr x100, 20 epochs", "exit": 0, "rule": None, "warned": []})
+    stop_case = "lr x100, 20 epochs, not learning a stop"
+    assert bench.example_met({"case": stop_case, "exit": 85, "rule": "loss_not_decreasing"})
+    assert not bench.example_met({"case": stop_case, "exit": 0, "rule": None, "warned": [("loss_not_decreasing", 9)]})
     assert not bench.example_met({"case": "stalled loader", "exit": 85, "rule": "loss_diverging"})
     assert math.isfinite(bench.STEP_SECONDS)

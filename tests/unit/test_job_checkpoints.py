@@ -149,3 +149,27 @@ def test_a_refused_delete_is_one_warning_and_the_save_stands(tmp_path, capsys, m
     assert store.latest().step == 3
     err = capsys.readouterr().err
     assert err.count("old checkpoints not removed") == 1 and "AccessDenied" in err
+
+
+def test_a_health_stops_checkpoint_never_evicts_the_good_ones_and_is_never_resumed_from(location, capsys):
+    """A health rule's stop writes the state it judged bad (a diverging loss): kept for inspection beside the ``keep``
+    good ones, passed over on resume, rewritten by a good save of the same step, and removed once a newer good one
+    exists."""
+    store = CheckpointStore(location, keep=2)
+    store.save(10, {"state.pt": b"ten"})
+    store.save(20, {"state.pt": b"twenty"})
+    stopped = store.save(30, {"state.pt": b"diverged"}, meta={"health_stop": "loss_diverging"})
+    assert stopped.health_stop == "loss_diverging"
+    assert [c.step for c in store.complete()] == [10, 20, 30]  # both good ones stay
+    assert store.latest().step == 20
+    loaded = store.load_newest(lambda checkpoint: store.read(checkpoint, "state.pt"))
+    assert (loaded[0].step, loaded[1]) == (20, b"twenty")
+    assert "written by the health rule loss_diverging's stop" in capsys.readouterr().err
+    # The job resubmitted with the fix reaches step 30 again: its good save replaces the stop's.
+    again = store.save(30, {"state.pt": b"fixed"})
+    assert again.health_stop is None and store.read(store.latest(), "state.pt") == b"fixed"
+    assert [c.step for c in store.complete()] == [20, 30]
+    # A stop's checkpoint older than the newest good one goes at the next purge.
+    store.save(35, {"state.pt": b"bad"}, meta={"health_stop": "exploding_gradients"})
+    store.save(40, {"state.pt": b"forty"})
+    assert [c.step for c in store.complete()] == [30, 40]

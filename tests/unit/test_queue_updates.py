@@ -64,3 +64,22 @@ def test_a_job_ended_by_an_update_resumes_from_its_checkpoint(tmp_path, retry_st
     finished, code = example.train(second, TrackedRun.start(env={**env, "AWS_BATCH_JOB_ATTEMPT": "2"},
                                                            code_directory=str(tmp_path)), rows, PARAMS)
     assert (finished["epoch"], code) == (PARAMS["epochs"], 0)
+
+
+def test_a_second_deploy_with_the_stall_time_changed_touches_no_compute_environment_or_queue(synth_stack,
+                                                                                             default_queue):
+    """stalled_minutes 30 -> 60: the job definitions' variable, the watcher's and the stalled alarm's text change; the
+    compute environments and job queues, whose updates are what can end a running job, are the same (and no resource
+    is added or removed)."""
+    changed = queue_template(synth_stack, stalled_minutes=60)
+    before, after = default_queue.to_json()["Resources"], changed.to_json()["Resources"]
+    assert sorted(before) == sorted(after)
+    differ = {before[name]["Type"] for name in before if before[name] != after[name]}
+    assert differ and differ <= {"AWS::Batch::JobDefinition", "AWS::Lambda::Function", "AWS::CloudWatch::Alarm"}, differ
+    for name, resource in after.items():
+        if resource["Type"] == "AWS::Batch::JobDefinition" and resource != before[name]:
+            containers = [resource["Properties"].get("ContainerProperties")] + [
+                r["Container"] for r in resource["Properties"].get("NodeProperties", {}).get("NodeRangeProperties", [])]
+            values = {e["Value"] for c in containers if c for e in c["Environment"]
+                      if e["Name"] == "ML_PLATFORM_HEALTH_STALL_SECONDS"}
+            assert values == {"3600"}, values

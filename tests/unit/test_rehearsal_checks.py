@@ -9,6 +9,15 @@ import pytest
 
 from ml_platform_job.rehearse import format_lines, rehearse
 
+# A stand-in's resume from its newest checkpoint, with SIGTERM noted (shared with test_rehearse_health's stand-in).
+RESUMES = """store = CheckpointStore(os.environ["ML_PLATFORM_CHECKPOINT_URI"])
+latest = store.latest()
+stopping = []
+signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+step = latest.step if latest else 0
+if latest:
+    run.restored(step, latest.folder)
+"""
 # A stand-in job with the run record and the checkpoints of the job side, in one of three modes.
 STAND_IN = """
 import os, signal, sys, time
@@ -19,14 +28,7 @@ MODE = {mode!r}
 run = TrackedRun.start(params={{"mode": MODE}}, env=dict(os.environ), code_directory=os.path.dirname(__file__))
 if run.finished:
     sys.exit(0)
-store = CheckpointStore(os.environ["ML_PLATFORM_CHECKPOINT_URI"])
-latest = store.latest()
-stopping = []
-signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-step = latest.step if latest else 0
-if latest:
-    run.restored(step, latest.folder)
-else:
+""" + RESUMES + """else:
     store.save(0, {{"state": b"0"}})
 while step < 100:
     if stopping:

@@ -12,6 +12,7 @@ import pytest
 
 from ml_platform_job import rehearse as rehearsal
 from ml_platform_job.health import FIXES, RULES, HealthMonitor, HealthRules
+from tests.unit.test_rehearsal_checks import RESUMES
 from ml_platform_job.rehearse import (Attempt, Check, Rehearsal, _exit_meaning, format_lines, health_lines,
                                       health_report, health_stop_check, rehearse)
 
@@ -136,7 +137,8 @@ def test_a_health_stop_fails_with_the_rule_the_step_the_values_and_the_fix(tmp_p
     assert (check.name, check.passed, check.docs) == ("no health rule stopped the run", False, "docs/HEALTH.md")
     assert check.detail == ("attempt 2: the rule loss_diverging stopped it at step 300 (exit 85, which the queue never "
                             "retries): loss 9.877, 4.3x the run's first 2.3, 5 checks in a row; values: loss 9.877, "
-                            "first_loss 2.3, rise 4.29, checks_in_a_row 5; the checkpoint of that step is written")
+                            "first_loss 2.3, rise 4.29, checks_in_a_row 5; the checkpoint of that step is written (for "
+                            "inspection: a resume starts from the good one before it)")
     assert check.fix == f"{FIXES['loss_diverging']} (docs/HEALTH.md)"
     result = Rehearsal(["python", "train.py"], str(tmp_path), [Check("exited 143", True, "1 s after SIGTERM"), check])
     result.health, result.warnings = health_report(record({**OK_RULES, "loss_diverging": "fired at step 300 (stop): "
@@ -181,14 +183,7 @@ health = HealthMonitor(HealthRules.from_env(check_every=1, loss_patience=3, grad
 if isinstance((run.record.get("health") or {{}}).get("state"), dict):
     health.load_state_dict(run.record["health"]["state"])
 run.health = health
-store = CheckpointStore(os.environ["ML_PLATFORM_CHECKPOINT_URI"])
-latest = store.latest()
-stopping = []
-signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-step = latest.step if latest else 0
-if latest:
-    run.restored(step, latest.folder)
-while step < 60:
+""" + RESUMES + """while step < 60:
     if stopping:
         store.save(step, {{"state": str(step).encode()}})
         run.stop("SIGTERM", step=step, saved=True)

@@ -26,7 +26,7 @@ from ml_platform_job.health import (FIXES, HEALTH_NAMESPACE, HEARTBEAT_METRIC, M
 from tests.unit.batch_fake import FakeBatch
 
 NOW = 1_900_000_020.0  # a whole minute (epoch seconds)
-MINUTE, HOUR = 60.0, 3600.0
+MINUTE, HOUR, DAY = 60.0, 3600.0, 86400.0
 QUEUE = "training"
 _SESSION = botocore.session.get_session()
 
@@ -68,7 +68,7 @@ class FakeCloudWatch:
         results = []
         for query in request["MetricDataQueries"]:
             stat = query["MetricStat"]
-            assert stat["Stat"] == "Sum" and stat["Period"] % 60 == 0
+            assert stat["Stat"] in ("Sum", "SampleCount") and stat["Period"] % 60 == 0
             metric = stat["Metric"]
             dimensions = frozenset((d["Name"], d["Value"]) for d in metric["Dimensions"])
             buckets: dict[float, float] = {}
@@ -76,7 +76,7 @@ class FakeCloudWatch:
                 if (namespace, name, dims) == (metric["Namespace"], metric["MetricName"], dimensions) \
                         and start <= at < end and visible <= self.now():
                     bucket = start + (at - start) // stat["Period"] * stat["Period"]
-                    buckets[bucket] = buckets.get(bucket, 0.0) + value
+                    buckets[bucket] = buckets.get(bucket, 0.0) + (value if stat["Stat"] == "Sum" else 1.0)
             stamps = sorted(buckets, reverse=True)  # TimestampDescending, CloudWatch's default
             results.append({"Id": query["Id"], "Label": metric["MetricName"], "StatusCode": "Complete",
                             "Timestamps": [datetime.fromtimestamp(s, timezone.utc) for s in stamps],
@@ -140,12 +140,16 @@ class World:
         self.settings = Settings.from_env({"JOB_QUEUES": self.queue_arn, "QUEUE_NAME": QUEUE, **self.health})
 
     def job(self, name: str, *, started: float, beats: tuple = (), every: float = MINUTE, count: int = 20,
-            delay: float = 2 * MINUTE, environment: Optional[dict] = None) -> str:
+            delay: float = 2 * MINUTE, environment: Optional[dict] = None, alive: Optional[float] = None) -> str:
         """A RUNNING job started at ``started`` that sent a heartbeat every ``every`` seconds in each (from, to)
-        of ``beats``, each ``count`` steps, visible ``delay`` after it."""
+        of ``beats``, each ``count`` steps, visible ``delay`` after it; ``alive``: when its helper's line of 0 was
+        printed (None: no such line, a script without the helper)."""
         env = {**self.environment, **(environment or {})}
         job_id = self.batch.add_job(name, self.queue_arn, "RUNNING", definition=self.definition,
                                     environment=tuple(env.items()), started_at=int(started * 1000))
+        if alive is not None:
+            self.cloudwatch.ingest(metric_line(HEARTBEAT_METRIC, env["ML_PLATFORM_QUEUE_NAME"], job_id=job_id,
+                                               value=0, wall=alive), delay=delay)
         for begin, end in beats:
             at = begin
             while at < end:
@@ -169,13 +173,15 @@ def world() -> World:
 
 # --- the decision, a pure function --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("running, beats, recent, expected", [
-    (20 * MINUTE, 0, 0, YOUNG), (20 * MINUTE, 100, 0, YOUNG), (3 * HOUR, 0, 0, NO_HEARTBEAT),
-    (3 * HOUR, 500, 3, PROGRESSING), (3 * HOUR, 500, 0, STALLED), (45 * MINUTE, 10, 0, STALLED)])
+@pytest.mark.parametrize("running, sent, progressed, recent, expected", [
+    (20 * MINUTE, False, 0, 0, YOUNG), (20 * MINUTE, True, 100, 0, YOUNG), (3 * HOUR, False, 0, 0, NO_HEARTBEAT),
+    (3 * HOUR, True, 500, 3, PROGRESSING), (3 * HOUR, True, 500, 0, STALLED), (45 * MINUTE, True, 10, 0, STALLED),
+    # the helper started, nothing progressed yet: starting up until 75 minutes, then stalled (a hung restore)
+    (60 * MINUTE, True, 0, 0, YOUNG), (75 * MINUTE, True, 0, 0, STALLED)])
 def test_the_decision_waits_the_threshold_never_judges_a_job_without_heartbeat_and_stops_a_silent_one(
-        running, beats, recent, expected):
-    assert decide(running_seconds=running, threshold_seconds=45 * MINUTE, heartbeats=beats,
-                  recent_heartbeats=recent) == expected
+        running, sent, progressed, recent, expected):
+    assert decide(running_seconds=running, threshold_seconds=45 * MINUTE, startup_seconds=75 * MINUTE, sent=sent,
+                  progressed=progressed, recent_progress=recent) == expected
 
 
 # --- one queue, every kind of job ---------------------------------------------------------------------------------
@@ -234,13 +240,26 @@ def test_jobs_that_progress_never_sent_a_heartbeat_or_are_young_are_never_stoppe
 
 
 def test_a_retried_jobs_current_attempt_is_judged_on_its_own_heartbeats(world):
-    # Attempt 1 sent heartbeats and was reclaimed an hour ago; attempt 2 has restored for 50 minutes, no step yet.
-    job_id = world.job("retried", started=NOW - 5 * HOUR, beats=[(NOW - 5 * HOUR, NOW - 65 * MINUTE)])
+    # Attempt 1 sent heartbeats and was reclaimed 3 hours ago; attempt 2 has restored for 50 minutes, no step yet.
+    job_id = world.job("retried", started=NOW - 5 * HOUR, beats=[(NOW - 5 * HOUR, NOW - 3 * HOUR)])
     world.batch.jobs[job_id]["attempts"] = [{"startedAt": int((NOW - 5 * HOUR) * 1000),
                                              "stoppedAt": int((NOW - 50 * MINUTE) * 1000)}]
     assert attempt_start(world.batch.jobs[job_id]) == NOW - 50 * MINUTE
     report = world.run()
     assert report[NO_HEARTBEAT] == [job_id] and world.batch.terminated() == []
+
+
+def test_a_job_hung_before_its_first_step_is_stopped_after_the_startup_allowance_and_not_before(world):
+    # The helper printed its line of 0 at the start; then a restore (or NCCL's start) hung with the interpreter held.
+    hung = world.job("hung-restore", started=NOW - 80 * MINUTE, alive=NOW - 79 * MINUTE)
+    starting = world.job("slow-start", started=NOW - 60 * MINUTE, alive=NOW - 59 * MINUTE)
+    report = world.run()
+    assert report["stopped"] == [hung] and report[YOUNG] == [starting]
+    assert "no progress heartbeat for over 75 min (limit 45)" in world.batch.jobs[hung]["statusReason"]
+    # The same start, then progress: progressing, whatever its first minutes were.
+    stepping = world.job("stepping", started=NOW - 80 * MINUTE, alive=NOW - 79 * MINUTE,
+                         beats=[(NOW - 70 * MINUTE, NOW)])
+    assert world.run(after=MINUTE)[PROGRESSING] == [stepping]
 
 
 def test_a_jobs_own_settings_decide_its_threshold_and_whether_it_is_judged(world):
@@ -272,16 +291,20 @@ def test_a_bad_setting_in_a_jobs_environment_leaves_it_alone(world):
     assert world.run()["bad settings"] == [odd] and world.batch.terminated() == []
 
 
-def test_the_heartbeat_is_read_as_the_job_prints_it_every_minute_since_its_attempt_started(world):
-    job_id = world.job("reader", started=NOW - 3 * HOUR - 30, beats=[(NOW - 3 * HOUR, NOW)])
+def test_the_heartbeat_is_read_per_minute_over_the_startup_window_and_per_hour_since_the_attempt_started(world):
+    job_id = world.job("reader", started=NOW - 3 * DAY - 30, beats=[(NOW - 3 * DAY, NOW)], every=HOUR)
     world.run()
-    (request,) = world.cloudwatch.requests
-    (query,) = request["MetricDataQueries"]
-    assert query["MetricStat"]["Metric"] == {"Namespace": HEALTH_NAMESPACE, "MetricName": HEARTBEAT_METRIC,
-                                             "Dimensions": [{"Name": "Queue", "Value": QUEUE},
-                                                            {"Name": "JobId", "Value": job_id}]}
-    assert (query["MetricStat"]["Period"], query["MetricStat"]["Stat"]) == (60, "Sum")
-    assert request["StartTime"].timestamp() == (NOW - 3 * HOUR - 60) and request["EndTime"].timestamp() == NOW
+    recent, sent = world.cloudwatch.requests
+    for request, period, stat in ((recent, 60, "Sum"), (sent, 3600, "SampleCount")):
+        (query,) = request["MetricDataQueries"]
+        assert query["MetricStat"]["Metric"] == {"Namespace": HEALTH_NAMESPACE, "MetricName": HEARTBEAT_METRIC,
+                                                 "Dimensions": [{"Name": "Queue", "Value": QUEUE},
+                                                                {"Name": "JobId", "Value": job_id}]}
+        assert (query["MetricStat"]["Period"], query["MetricStat"]["Stat"]) == (period, stat)
+        assert request["EndTime"].timestamp() == NOW
+    # per minute only over the longest window a job needs (2 x 30 + 15 minutes and one), whatever the job's age
+    assert recent["StartTime"].timestamp() == NOW - 76 * MINUTE
+    assert sent["StartTime"].timestamp() == NOW - 3 * DAY - 60
 
 
 def test_many_jobs_are_read_500_queries_a_call_and_described_100_at_a_time(world):
@@ -289,7 +312,7 @@ def test_many_jobs_are_read_500_queries_a_call_and_described_100_at_a_time(world
         world.job(f"j{i}", started=NOW - 3 * HOUR, beats=[(NOW - 10 * MINUTE, NOW)], every=5 * MINUTE)
     report = world.run()
     assert len(report[PROGRESSING]) == 620
-    assert [len(r["MetricDataQueries"]) for r in world.cloudwatch.requests] == [500, 120]
+    assert [len(r["MetricDataQueries"]) for r in world.cloudwatch.requests] == [500, 120, 500, 120]
 
 
 def test_next_token_pages_are_followed():
@@ -303,7 +326,7 @@ def test_next_token_pages_are_followed():
             return page if "NextToken" in request else {**page, "NextToken": "more"}
 
     judged = stall_watcher.Judged("job-9", "n", "arn", QUEUE, NOW - 3 * HOUR, 2700.0, "stop")
-    series = stall_watcher.heartbeat_series(Paged(), [judged], NOW)
+    series = stall_watcher.read_series(Paged(), [judged], start=NOW - 3 * HOUR, end=NOW, period=60, stat="Sum")
     assert calls == [None, "more"] and sorted(series["job-9"]) == [(NOW - HOUR, 4.0), (NOW - 5 * MINUTE, 4.0)]
 
 

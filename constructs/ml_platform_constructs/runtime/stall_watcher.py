@@ -13,11 +13,15 @@ What it judges, for each RUNNING job of its queue's job queues (ListJobs, every 
   a job whose stall rule is off is never judged;
 - its threshold: the stall rule's seconds + ``WATCHER_GRACE_SECONDS`` (15 minutes);
 - a job whose current attempt has run shorter than the threshold is young: not judged yet;
-- its heartbeat, ``MLPlatform/Health Progress`` {Queue, JobId} (steps and evaluation batches, printed every minute
-  while it progresses: ``health.metric_line``), Sum per minute through GetMetricData, since the current attempt
-  started: a job that never sent one (a script without the platform's helper, or one that has not taken its first
-  step) is never stopped, only counted ("not judged: no heartbeat"); one with a heartbeat in the last threshold
-  window is progressing; one that sent heartbeats before but none in the window is stalled.
+- its heartbeat, ``MLPlatform/Health Progress`` {Queue, JobId}: the job prints a line of 0 when its helper starts
+  (it is there, nothing done yet) and then, every minute it progresses, its steps and evaluation batches
+  (``health.metric_line``). Two reads a run (GetMetricData): Sum per minute over the last ``STARTUP_FACTOR`` x stall +
+  15 minutes (the longest window any job needs, whatever its age), and SampleCount per hour since the oldest attempt
+  started (whether the job ever sent a line). A job with no line since its attempt started (a script without the
+  platform's helper, or a job side older than 0.11 that has not stepped yet) is never stopped, only counted ("not
+  judged: no heartbeat"); one with progress in the last threshold window is progressing; one that has not progressed
+  yet is starting up until ``STARTUP_FACTOR`` x stall + 15 minutes (the job's own allowance before its first step,
+  plus the grace); any other is stalled, including one that hung before its first step (a hung restore, NCCL's start).
 
 A stalled job is stopped with TerminateJob, whose reason names the rule and the fix; Batch does not retry a
 terminated job (https://docs.aws.amazon.com/batch/latest/userguide/job_retries.html), so the job ends FAILED and the
@@ -43,8 +47,9 @@ Its error, stated:
   ``observe``/``progress`` in a long phase) sends none: a job that never sent one is never stopped, but one that did
   and then enters such a phase for longer than the threshold is stopped, as its own stall rule would have stopped it
   15 minutes earlier. A job whose stall rule is off (in code or through its environment) sends no heartbeat at all
-  (``TrainingJob`` starts no timer), so it is never judged here either. A job that hangs before its first heartbeat
-  (NCCL's start, a hung restore) is not stopped by the watcher: it runs to its own time limit (a known gap).
+  (``TrainingJob`` starts no timer), so it is never judged here either. A job that hangs before the helper starts
+  (an ``init_process_group`` before ``TrainingJob.start`` that never returns) has sent nothing: it runs to its own
+  time limit (the queue's ``timeout``).
 - Why the job's own stop comes first: the watcher waits the stall rule's time plus 15 minutes, and runs every 5
   minutes after that; the job's rule fires at the stall time (its timer checks every minute at most) and exits 85,
   recording the rule in its run. The watcher's stop (SIGTERM, then SIGKILL after the queue's
@@ -65,12 +70,12 @@ from typing import Any, Iterable, Mapping, Optional
 
 try:
     from ml_platform_job.health import (FIXES, HEALTH_NAMESPACE, HEARTBEAT_METRIC, JOB_DIMENSION, QUEUE_DIMENSION,
-                                        RULE_DIMENSION, STOP_METRIC, WARNING_METRIC, WATCHER_GRACE_SECONDS,
-                                        HealthConfigError, HealthRules)
+                                        RULE_DIMENSION, STARTUP_FACTOR, STOP_METRIC, WARNING_METRIC,
+                                        WATCHER_GRACE_SECONDS, HealthConfigError, HealthRules)
 except ImportError:  # in Lambda the job side's health.py sits at the top of the package
     from health import (FIXES, HEALTH_NAMESPACE, HEARTBEAT_METRIC, JOB_DIMENSION,  # type: ignore[no-redef]
-                        QUEUE_DIMENSION, RULE_DIMENSION, STOP_METRIC, WARNING_METRIC, WATCHER_GRACE_SECONDS,
-                        HealthConfigError, HealthRules)
+                        QUEUE_DIMENSION, RULE_DIMENSION, STARTUP_FACTOR, STOP_METRIC, WARNING_METRIC,
+                        WATCHER_GRACE_SECONDS, HealthConfigError, HealthRules)
 
 RULE = "stalled"
 WATCHER_TAG = "ml-platform:health-watcher"  # on a job the watcher stopped or warned of: "<action> stalled <time>"
@@ -84,6 +89,7 @@ DESCRIBE_BATCH = 100
 # https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_GetMetricData.html
 QUERIES_PER_CALL = 500
 PERIOD_SECONDS = 60
+PRESENCE_PERIOD_SECONDS = 3600  # whether a job ever sent a line: hourly counts (336 points a job in 14 days at most)
 OLDEST_SECONDS = 14 * 86400
 # The short fix TerminateJob's reason carries (the alarm's description carries health.FIXES["stalled"] whole).
 SHORT_FIX = ("a hung DataLoader worker or storage, a rank stuck in a collective (set NCCL's timeout), a deadlock; "
@@ -92,15 +98,21 @@ SHORT_FIX = ("a hung DataLoader worker or storage, a rank stuck in a collective 
 YOUNG, NO_HEARTBEAT, PROGRESSING, STALLED = "young", "no heartbeat", "progressing", "stalled"
 
 
-def decide(*, running_seconds: float, threshold_seconds: float, heartbeats: float, recent_heartbeats: float) -> str:
+def decide(*, running_seconds: float, threshold_seconds: float, startup_seconds: float, sent: bool,
+           progressed: float, recent_progress: float) -> str:
     """The watcher's decision for one job (a pure function): ``young`` while its attempt has run shorter than the
-    threshold, ``no heartbeat`` when it never sent one (never stopped), ``progressing`` with a heartbeat in the last
-    threshold window, else ``stalled``."""
+    threshold, or shorter than ``startup_seconds`` without progress yet (starting up); ``no heartbeat`` when it sent
+    no line at all this attempt (never stopped); ``progressing`` with progress in the last threshold window; else
+    ``stalled``."""
     if running_seconds < threshold_seconds:
         return YOUNG
-    if heartbeats <= 0:
+    if not sent:
         return NO_HEARTBEAT
-    return PROGRESSING if recent_heartbeats > 0 else STALLED
+    if recent_progress > 0:
+        return PROGRESSING
+    if progressed <= 0 and running_seconds < startup_seconds:
+        return YOUNG
+    return STALLED
 
 
 @dataclass(frozen=True)
@@ -129,6 +141,7 @@ class Judged:
     attempt_start: float
     threshold: float
     action: str
+    startup: float = 0.0  # the allowance before the first progress: STARTUP_FACTOR x stall + the grace
     decision: str = ""
     last_heartbeat: Optional[float] = None
 
@@ -166,14 +179,25 @@ def describe(batch: Any, ids: list[str]) -> list[dict]:
     return jobs
 
 
-def heartbeat_series(cloudwatch: Any, jobs: list[Judged], now: float) -> dict[str, list[tuple[float, float]]]:
-    """Each job's heartbeat (timestamp, Sum per minute) from the earliest attempt start (at most 14 days back) to
-    now."""
+def heartbeat_series(cloudwatch: Any, jobs: list[Judged], now: float
+                     ) -> tuple[dict[str, list[tuple[float, float]]], dict[str, list[tuple[float, float]]]]:
+    """Each job's heartbeat: (Sum per minute over the longest window any of them needs, SampleCount per hour since
+    the oldest attempt started, at most 14 days back), as (timestamp, value) lists by job id."""
     if not jobs:
-        return {}
+        return {}, {}
+    window = max(max(j.threshold, j.startup) for j in jobs) + PERIOD_SECONDS
+    recent = read_series(cloudwatch, jobs, start=now - window, end=now, period=PERIOD_SECONDS, stat="Sum")
     oldest = max(min(j.attempt_start for j in jobs), now - OLDEST_SECONDS)
-    start = datetime.fromtimestamp(oldest // PERIOD_SECONDS * PERIOD_SECONDS, timezone.utc)
-    end = datetime.fromtimestamp(now, timezone.utc)
+    sent = read_series(cloudwatch, jobs, start=oldest, end=now, period=PRESENCE_PERIOD_SECONDS, stat="SampleCount")
+    return recent, sent
+
+
+def read_series(cloudwatch: Any, jobs: list[Judged], *, start: float, end: float, period: int,
+                stat: str) -> dict[str, list[tuple[float, float]]]:
+    """One statistic of each job's heartbeat, per ``period``, from ``start`` (down to the minute) to ``end``: 500
+    queries a call, every NextToken page."""
+    begin = datetime.fromtimestamp(start // PERIOD_SECONDS * PERIOD_SECONDS, timezone.utc)
+    finish = datetime.fromtimestamp(end, timezone.utc)
     series: dict[str, list[tuple[float, float]]] = {j.job_id: [] for j in jobs}
     for first in range(0, len(jobs), QUERIES_PER_CALL):
         chunk = jobs[first:first + QUERIES_PER_CALL]
@@ -181,8 +205,8 @@ def heartbeat_series(cloudwatch: Any, jobs: list[Judged], now: float) -> dict[st
         queries = [{"Id": query_id, "ReturnData": True, "MetricStat": {
             "Metric": {"Namespace": HEALTH_NAMESPACE, "MetricName": HEARTBEAT_METRIC, "Dimensions": [
                 {"Name": QUEUE_DIMENSION, "Value": job.queue}, {"Name": JOB_DIMENSION, "Value": job.job_id}]},
-            "Period": PERIOD_SECONDS, "Stat": "Sum"}} for query_id, job in zip(ids, chunk)]
-        request: dict[str, Any] = {"MetricDataQueries": queries, "StartTime": start, "EndTime": end}
+            "Period": period, "Stat": stat}} for query_id, job in zip(ids, chunk)]
+        request: dict[str, Any] = {"MetricDataQueries": queries, "StartTime": begin, "EndTime": finish}
         while True:
             page = cloudwatch.get_metric_data(**request)
             for result in page["MetricDataResults"]:
@@ -202,8 +226,9 @@ def _rules(job: Mapping[str, Any], settings: Settings) -> HealthRules:
 
 def reason_for(judged: Judged, now: float) -> str:
     """TerminateJob's reason: the rule, how long without a heartbeat, the fix (at most 255 characters)."""
-    silent = (now - judged.last_heartbeat) / 60 if judged.last_heartbeat else judged.threshold / 60
-    text = (f"{REASON_PREFIX} stalled, no progress heartbeat for {silent:.0f} min (limit {judged.threshold / 60:.0f}); "
+    silent = (f"{(now - judged.last_heartbeat) / 60:.0f} min" if judged.last_heartbeat else
+              f"over {judged.startup / 60:.0f} min")
+    text = (f"{REASON_PREFIX} stalled, no progress heartbeat for {silent} (limit {judged.threshold / 60:.0f}); "
             f"not retried. Fix: {SHORT_FIX}")
     return text[:REASON_LIMIT]
 
@@ -236,21 +261,25 @@ def watch(batch: Any, cloudwatch: Any, settings: Settings, *, now: Optional[floa
         environment = job_environment(job)
         judged = Judged(job_id=job["jobId"], job_name=job.get("jobName", ""), job_arn=job.get("jobArn", ""),
                         queue=environment.get("ML_PLATFORM_QUEUE_NAME") or settings.queue_name,
-                        attempt_start=now if start is None else start, threshold=threshold, action=action)
+                        attempt_start=now if start is None else start, threshold=threshold, action=action,
+                        startup=STARTUP_FACTOR * rules.stall_seconds + WATCHER_GRACE_SECONDS)
         if now - judged.attempt_start < threshold:
             report[YOUNG].append(judged.job_id)
             continue
         candidates.append(judged)
-    series = heartbeat_series(cloudwatch, candidates, now)
+    recent, sent = heartbeat_series(cloudwatch, candidates, now)
     for judged in candidates:
-        points = [(at, value) for at, value in series[judged.job_id] if at >= judged.attempt_start - PERIOD_SECONDS]
-        beats = [(at, value) for at, value in points if value > 0]
+        beats = [(at, value) for at, value in recent[judged.job_id]
+                 if at >= judged.attempt_start - PERIOD_SECONDS and value > 0]
         judged.last_heartbeat = max((at for at, _ in beats), default=None)
-        judged.decision = decide(running_seconds=now - judged.attempt_start, threshold_seconds=judged.threshold,
-                                 heartbeats=sum(v for _, v in beats),
-                                 # a minute that overlaps the window counts in it: a doubt keeps the job running
-                                 recent_heartbeats=sum(v for at, v in beats
-                                                       if at > now - judged.threshold - PERIOD_SECONDS))
+        judged.decision = decide(
+            running_seconds=now - judged.attempt_start, threshold_seconds=judged.threshold, startup_seconds=judged.startup,
+            # an hour that holds the attempt's start counts: a doubt keeps the job running
+            sent=any(count > 0 for at, count in sent[judged.job_id]
+                     if at >= judged.attempt_start - PRESENCE_PERIOD_SECONDS) or bool(beats),
+            progressed=sum(v for _, v in beats),
+            # a minute that overlaps the window counts in it: a doubt keeps the job running
+            recent_progress=sum(v for at, v in beats if at > now - judged.threshold - PERIOD_SECONDS))
         if judged.decision == STALLED:
             report[_act(batch, cloudwatch, settings, judged, now) or "already handled"].append(judged.job_id)
         else:
