@@ -117,6 +117,18 @@ class CheckpointStore:
         self.purge()
         return Checkpoint(step, marker["files"], marker["meta"], saved_at)
 
+    def mark_health_stop(self, step: int, rule: str) -> Optional[Checkpoint]:
+        """Marks the complete checkpoint of ``step`` as a health stop's (a state ``rule`` judged bad: kept for
+        inspection, never resumed from); one saved at that step before the rule fired holds the same state. None when
+        there is no such checkpoint; a marked one is left as it is."""
+        existing = self._read_marker(step)
+        if existing is None or existing.health_stop is not None:
+            return existing
+        marker = {"format": FORMAT, "step": step, "files": dict(existing.files),
+                  "meta": {**existing.meta, HEALTH_STOP: rule}, "saved_at": existing.saved_at}
+        self.location.write(f"{FOLDER}step-{step:012d}/{MARKER}", json.dumps(marker, indent=1, sort_keys=True))
+        return Checkpoint(step, marker["files"], marker["meta"], existing.saved_at)
+
     def save_directory(self, step: int, directory: Union[str, Path], meta: Optional[Mapping[str, Any]] = None) -> Checkpoint:
         """Every file under a local folder (a framework's checkpoint folder) as the checkpoint of ``step``."""
         root = Path(directory)

@@ -361,8 +361,9 @@ class HealthMonitor:
         self._stop_event: Optional[threading.Event] = None
         self.on_stall: Optional[Callable[[Verdict], None]] = None
         self.on_verdict: Optional[Callable[[Verdict], None]] = None  # e.g. the EMF line of a stop or a warning
-        # True while the job saves or restores a checkpoint (its own I/O, however long): alive, not stalled.
+        # True while the job saves or restores a checkpoint: alive, not stalled, for up to STARTUP_FACTOR x stall.
         self.busy: Optional[Callable[[], bool]] = None
+        self._busy_since: Optional[float] = None
         # Sums (total, non-finite steps, steps) over the ranks at a check (TrainingJob sets it when a process group is
         # up): every rank then judges the same, global loss, and the false-stop rate is one job's, not N ranks' OR.
         self.reduce: Optional[Callable[[list], list]] = None
@@ -397,6 +398,10 @@ class HealthMonitor:
 
     def progress(self, count: int = 1) -> None:
         """A step, an evaluation batch, or the script's own ``progress()`` in a long validation: the job is alive."""
+        self._busy_since = None  # the next save or restore has its own bound
+        self._alive(count)
+
+    def _alive(self, count: int = 1) -> None:
         now = self._now()
         with self._lock:
             self.longest_gap = max(self.longest_gap, now - self.last_progress)
@@ -571,10 +576,17 @@ class HealthMonitor:
         """The stall rule at ``now``: a verdict (said once) when nothing progressed for ``stall_seconds``."""
         if self.rules.action("stalled") == "off" or "stalled" in self.fired:
             return None
-        if self.busy is not None and self.busy():
-            self.progress()
-            return None
         now = self._now() if now is None else now
+        # A save or restore in progress is alive for up to STARTUP_FACTOR x stall_seconds (a big checkpoint over a
+        # slow link); past that it counts as hung, for this rule and for the heartbeat the queue's watcher reads.
+        if self.busy is not None and self.busy():
+            if self._busy_since is None:
+                self._busy_since = now
+            if now - self._busy_since < STARTUP_FACTOR * self.rules.stall_seconds:
+                self._alive()
+                return None
+        else:
+            self._busy_since = None
         with self._lock:
             gap = now - self.last_progress
             started = self._progressed

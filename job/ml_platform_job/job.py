@@ -287,13 +287,18 @@ class TrainingJob:
         health = self.health
         if health.rules.mode == "off" or not health.due(self._optimizer_steps + 1) or health.has_grad_norm:
             return
+        # A fused optimizer under a GradScaler (torch.amp.GradScaler.step): the scaler sets the optimizer's grad_scale
+        # (None once unscale_ ran) and found_inf attributes before its step (older releases passed a grad_scaler
+        # keyword): its gradients are still scaled, and an overflow step is skipped inside the fused kernel.
         scaler = kwargs.get("grad_scaler") if isinstance(kwargs, Mapping) else None
-        if scaler is not None:  # a fused optimizer under a GradScaler: its gradients are still scaled
-            found = kwargs.get("found_inf")
-            if found is not None and float(found) > 0:
-                return  # an overflow step the optimizer skips: not applied, not judged
+        scale = getattr(optimizer, "grad_scale", None)
+        found = getattr(optimizer, "found_inf", None)
+        if scaler is not None:
+            scale, found = scaler.get_scale(), kwargs.get("found_inf", found)
+        if found is not None and float(found) > 0:
+            return  # an overflow step the optimizer skips: not applied, not judged
         health.gradients(parameters=(p for group in optimizer.param_groups for p in group["params"]),
-                         scale=float(scaler.get_scale()) if scaler is not None else 1.0)
+                         scale=float(scale) if scale is not None else 1.0)
 
     def _restore(self) -> None:
         import torch  # type: ignore[import-not-found]
@@ -510,8 +515,9 @@ class TrainingJob:
                 return False
         except (TypeError, ValueError):
             return False
-        return any(type(value).__name__ == "GradScaler" and getattr(value, "is_enabled", lambda: False)()
-                   for value in self.objects.values())
+        # torch.amp.GradScaler, FSDP's ShardedGradScaler, any scaler of that interface (tracked with job.track)
+        return any(callable(getattr(value, "unscale_", None)) and callable(getattr(value, "get_scale", None))
+                   and getattr(value, "is_enabled", lambda: True)() for value in self.objects.values())
 
     def progress(self) -> None:
         """The job is alive (call it inside a validation or a step longer than the stall rule's 30 minutes)."""
@@ -583,6 +589,13 @@ class TrainingJob:
             except OSError:
                 pass
         if _rank() == 0:
+            if saved and verdict.step == self._last_save_step:
+                try:  # a save of this step before the rule fired holds the state it judged: never resumed from
+                    self.store.mark_health_stop(verdict.step, verdict.rule)
+                except Exception as error:
+                    print(f"ml_platform_job: the checkpoint of step {verdict.step} was not marked as the health "
+                          f"stop's ({type(error).__name__}: {error}); a resume would load it", file=sys.stderr,
+                          flush=True)
             self.run.health_stop(verdict.to_dict(), saved=saved)
             if getattr(self, "_health_queue", None):
                 _print_line(metric_line(STOP_METRIC, self._health_queue, verdict.rule,

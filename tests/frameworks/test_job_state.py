@@ -183,3 +183,44 @@ def test_an_fp16_overflows_infinite_norm_is_not_judged_under_a_gradscaler_and_is
     plain.track(model=model, optimizer=optimizer)
     plain.observe(grad_norm=float("inf"))
     assert plain.health.has_grad_norm
+
+
+def test_a_health_stop_at_a_step_just_saved_marks_that_checkpoint_and_a_resume_passes_it_over(started):
+    from ml_platform_job.health import Verdict
+
+    job = started()
+    model, optimizer, scheduler, scaler = objects()
+    job.track(model=model, optimizer=optimizer)
+    job.step = 5
+    job.save()
+    job.step = 9
+    job.save()  # the periodic save of step 9; the rule fires at step 9 right after it
+    verdict = Verdict("overfit", "stop", 9, {"val_loss": 2.0}, "validation loss over its best")
+    job.health_stopped(verdict, saved=True)
+    assert [(c.step, c.health_stop) for c in job.store.complete()] == [(5, None), (9, "overfit")]
+    again = started()
+    again.track(model=objects()[0], optimizer=objects()[1])
+    assert again.resumed and again.step == 5
+
+
+def test_a_fused_optimizers_gradients_under_a_gradscaler_are_judged_unscaled_and_its_overflows_not_at_all(started):
+    """torch.amp.GradScaler.step hands a fused optimizer its scale and found_inf as attributes: the health check's
+    norm is the gradients' true norm (not 1,024 times it), and an overflow step is not judged."""
+    from ml_platform_job.health import HealthRules
+
+    job = started(health=HealthRules(check_every=1))
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1, fused=True)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    job.track(model=model, optimizer=optimizer, scaler=scaler)
+    x = torch.randn(4, 3)
+    scaler.scale(model(x).sum()).backward()
+    true_norm = torch.nn.utils.get_total_norm([p.grad / 1024.0 for p in model.parameters()]).item()
+    scaler.step(optimizer)
+    scaler.update()
+    assert job.health._grad == pytest.approx(true_norm, rel=1e-5)
+    job.health._grad = None
+    optimizer.zero_grad()
+    (scaler.scale(model(x).sum()) * float("inf")).backward()  # an overflow: skipped inside the fused step
+    scaler.step(optimizer)
+    assert job.health._grad is None

@@ -332,6 +332,34 @@ def test_the_stall_rule_fires_at_stall_seconds_without_progress_once():
     assert m.summary()["rules"]["stalled"].startswith("fired at step 5 (stop)")
 
 
+def test_a_save_or_restore_is_alive_for_twice_the_stall_time_and_a_hung_one_is_stopped_after():
+    clock = Clock()
+    m = HealthMonitor(HealthRules(), now=clock, stream=io.StringIO())
+    busy = [True]
+    m.busy = lambda: busy[0]
+    m.heartbeat()
+    for minute in range(0, 60, 5):  # a long restore (a big checkpoint over a slow link): alive, and its heartbeat
+        clock.now = minute * 60.0
+        assert m.stalled(0) is None
+    assert m.heartbeat() == 12
+    clock.now = 3600.0  # past 2 x 1,800 s it no longer counts: no heartbeat, and the rule runs from its last sign
+    assert m.stalled(0) is None and m.heartbeat() == 0
+    clock.now = 55 * 60.0 + 1800.0
+    verdict = m.stalled(0)
+    assert verdict is not None and verdict.rule == "stalled"
+    # A save that ends in time resets the bound for the next one.
+    m2 = HealthMonitor(HealthRules(), now=clock, stream=io.StringIO())
+    m2.busy = lambda: busy[0]
+    clock.now = 0.0
+    m2.stalled(0)
+    busy[0] = False
+    clock.now = 3000.0
+    m2.progress()
+    busy[0] = True
+    clock.now = 3000.0 + 3500.0
+    assert m2.stalled(0) is None
+
+
 def test_the_watch_thread_stops_a_stalled_job_and_sends_the_heartbeat():
     clock = Clock()
     m = HealthMonitor(HealthRules(stall_seconds=60), now=clock, stream=io.StringIO())

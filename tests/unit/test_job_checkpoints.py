@@ -173,3 +173,14 @@ def test_a_health_stops_checkpoint_never_evicts_the_good_ones_and_is_never_resum
     store.save(35, {"state.pt": b"bad"}, meta={"health_stop": "exploding_gradients"})
     store.save(40, {"state.pt": b"forty"})
     assert [c.step for c in store.complete()] == [30, 40]
+
+
+def test_a_checkpoint_saved_at_the_stops_step_before_the_rule_fired_is_marked_as_the_stops(location):
+    store = CheckpointStore(location, keep=2)
+    store.save(10, {"state.pt": b"ten"})
+    store.save(20, {"state.pt": b"twenty"}, meta={"epoch": 2})  # the periodic save, then the rule fires at step 20
+    marked = store.mark_health_stop(20, "overfit")
+    assert (marked.health_stop, marked.meta["epoch"]) == ("overfit", 2)
+    assert store.latest().step == 10 and store.read(store.complete()[-1], "state.pt") == b"twenty"
+    assert store.mark_health_stop(20, "loss_diverging").health_stop == "overfit"  # marked once
+    assert store.mark_health_stop(30, "overfit") is None

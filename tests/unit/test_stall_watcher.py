@@ -181,7 +181,10 @@ def world() -> World:
 def test_the_decision_waits_the_threshold_never_judges_a_job_without_heartbeat_and_stops_a_silent_one(
         running, sent, progressed, recent, expected):
     assert decide(running_seconds=running, threshold_seconds=45 * MINUTE, startup_seconds=75 * MINUTE, sent=sent,
-                  progressed=progressed, recent_progress=recent) == expected
+                  progressed=progressed, recent_progress=recent, since_first_line=running) == expected
+    # a read that did not complete (InternalError, Forbidden) is no silence: never stopped on it
+    assert decide(running_seconds=running, threshold_seconds=45 * MINUTE, startup_seconds=75 * MINUTE, sent=sent,
+                  progressed=progressed, recent_progress=recent, complete=False) in (YOUNG, NO_HEARTBEAT)
 
 
 # --- one queue, every kind of job ---------------------------------------------------------------------------------
@@ -249,6 +252,40 @@ def test_a_retried_jobs_current_attempt_is_judged_on_its_own_heartbeats(world):
     assert report[NO_HEARTBEAT] == [job_id] and world.batch.terminated() == []
 
 
+def test_the_startup_allowance_runs_from_the_helpers_first_line_not_the_containers_start(world):
+    # 20 minutes of data preparation before TrainingJob.start, then 56 minutes to the first step: within the job's
+    # own allowance (2 x 30 minutes from the helper's start), so the watcher waits too.
+    preparing = world.job("prepares", started=NOW - 76 * MINUTE, alive=NOW - 56 * MINUTE)
+    report = world.run()
+    assert report[YOUNG] == [preparing] and world.batch.terminated() == []
+
+
+def test_the_attempt_before_a_retry_neither_starts_nor_shortens_the_retrys_allowance(world):
+    # Attempt 1 progressed until 30 s before attempt 2 started; attempt 2 restores, its helper's line at its start.
+    job_id = world.job("retried", started=NOW - 5 * HOUR, beats=[(NOW - 5 * HOUR, NOW - 50 * MINUTE - 30)])
+    world.batch.jobs[job_id]["attempts"] = [{"startedAt": int((NOW - 5 * HOUR) * 1000),
+                                             "stoppedAt": int((NOW - 50 * MINUTE) * 1000)}]
+    world.cloudwatch.ingest(metric_line(HEARTBEAT_METRIC, QUEUE, job_id=job_id, value=0, wall=NOW - 49 * MINUTE))
+    assert world.run()[YOUNG] == [job_id] and world.batch.terminated() == []
+
+
+def test_a_metric_read_that_failed_is_no_silence(world):
+    stalled = world.job("stalled", started=NOW - 3 * HOUR, beats=[(NOW - 3 * HOUR, NOW - HOUR)])
+    original = world.cloudwatch.get_metric_data
+
+    def failing(**request):
+        page = original(**request)
+        if request["MetricDataQueries"][0]["MetricStat"]["Period"] == 60:
+            for result in page["MetricDataResults"]:
+                result.update(StatusCode="InternalError", Timestamps=[], Values=[])
+        return page
+    world.cloudwatch.get_metric_data = failing
+    report = world.run()
+    assert report[NO_HEARTBEAT] == [stalled] and world.batch.terminated() == []
+    world.cloudwatch.get_metric_data = original
+    assert world.run(after=5 * MINUTE)["stopped"] == [stalled]
+
+
 def test_a_job_hung_before_its_first_step_is_stopped_after_the_startup_allowance_and_not_before(world):
     # The helper printed its line of 0 at the start; then a restore (or NCCL's start) hung with the interpreter held.
     hung = world.job("hung-restore", started=NOW - 80 * MINUTE, alive=NOW - 79 * MINUTE)
@@ -302,8 +339,9 @@ def test_the_heartbeat_is_read_per_minute_over_the_startup_window_and_per_hour_s
                                                                 {"Name": "JobId", "Value": job_id}]}
         assert (query["MetricStat"]["Period"], query["MetricStat"]["Stat"]) == (period, stat)
         assert request["EndTime"].timestamp() == NOW
-    # per minute only over the longest window a job needs (2 x 30 + 15 minutes and one), whatever the job's age
-    assert recent["StartTime"].timestamp() == NOW - 76 * MINUTE
+    # per minute only over the longest window a job needs (2 x 30 + 15 minutes and one) and an hour, whatever the
+    # job's age
+    assert recent["StartTime"].timestamp() == NOW - 136 * MINUTE
     assert sent["StartTime"].timestamp() == NOW - 3 * DAY - 60
 
 

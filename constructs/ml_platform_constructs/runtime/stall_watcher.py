@@ -16,12 +16,15 @@ What it judges, for each RUNNING job of its queue's job queues (ListJobs, every 
 - its heartbeat, ``MLPlatform/Health Progress`` {Queue, JobId}: the job prints a line of 0 when its helper starts
   (it is there, nothing done yet) and then, every minute it progresses, its steps and evaluation batches
   (``health.metric_line``). Two reads a run (GetMetricData): Sum per minute over the last ``STARTUP_FACTOR`` x stall +
-  15 minutes (the longest window any job needs, whatever its age), and SampleCount per hour since the oldest attempt
-  started (whether the job ever sent a line). A job with no line since its attempt started (a script without the
-  platform's helper, or a job side older than 0.11 that has not stepped yet) is never stopped, only counted ("not
-  judged: no heartbeat"); one with progress in the last threshold window is progressing; one that has not progressed
-  yet is starting up until ``STARTUP_FACTOR`` x stall + 15 minutes (the job's own allowance before its first step,
-  plus the grace); any other is stalled, including one that hung before its first step (a hung restore, NCCL's start).
+  15 minutes and an hour (the longest window any job needs, whatever its age), and SampleCount per hour since the
+  oldest attempt started (whether the job ever sent a line). Only buckets that start at or after the current
+  attempt's start are its own (a retried job keeps its id). A job with no line of its own this attempt (a script
+  without the platform's helper, or a job side older than 0.11 that has not stepped yet), or whose read did not
+  complete, is never stopped, only counted ("not judged: no heartbeat"); one with progress in the last threshold
+  window is progressing; one that has not progressed yet is starting up until its first line (the helper's start)
+  is ``STARTUP_FACTOR`` x stall + 15 minutes old (the job's own allowance before its first step, plus the grace); any
+  other is stalled, including one that hung before its first step (NCCL's start, a first compile) or in a save or
+  restore longer than ``STARTUP_FACTOR`` x stall (the job side counts them alive that long).
 
 A stalled job is stopped with TerminateJob, whose reason names the rule and the fix; Batch does not retry a
 terminated job (https://docs.aws.amazon.com/batch/latest/userguide/job_retries.html), so the job ends FAILED and the
@@ -62,6 +65,7 @@ Standard library and boto3; ``health.py`` (the job side's) sits beside it in the
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -99,18 +103,19 @@ YOUNG, NO_HEARTBEAT, PROGRESSING, STALLED = "young", "no heartbeat", "progressin
 
 
 def decide(*, running_seconds: float, threshold_seconds: float, startup_seconds: float, sent: bool,
-           progressed: float, recent_progress: float) -> str:
+           progressed: float, recent_progress: float, since_first_line: float = math.inf,
+           complete: bool = True) -> str:
     """The watcher's decision for one job (a pure function): ``young`` while its attempt has run shorter than the
-    threshold, or shorter than ``startup_seconds`` without progress yet (starting up); ``no heartbeat`` when it sent
-    no line at all this attempt (never stopped); ``progressing`` with progress in the last threshold window; else
-    ``stalled``."""
+    threshold, or, without progress yet, while its first line (the helper's start) is younger than
+    ``startup_seconds``; ``no heartbeat`` when it sent no line this attempt, or its reads were not complete (never
+    stopped); ``progressing`` with progress in the last threshold window; else ``stalled``."""
     if running_seconds < threshold_seconds:
         return YOUNG
-    if not sent:
+    if not sent or not complete:
         return NO_HEARTBEAT
     if recent_progress > 0:
         return PROGRESSING
-    if progressed <= 0 and running_seconds < startup_seconds:
+    if progressed <= 0 and since_first_line < startup_seconds:
         return YOUNG
     return STALLED
 
@@ -185,7 +190,9 @@ def heartbeat_series(cloudwatch: Any, jobs: list[Judged], now: float
     the oldest attempt started, at most 14 days back), as (timestamp, value) lists by job id."""
     if not jobs:
         return {}, {}
-    window = max(max(j.threshold, j.startup) for j in jobs) + PERIOD_SECONDS
+    # Per minute over the longest allowance and the hour before it: an attempt that started in that hour has its start
+    # in this read (an hourly bucket that straddles an attempt's start is never taken as this attempt's).
+    window = max(max(j.threshold, j.startup) for j in jobs) + PERIOD_SECONDS + PRESENCE_PERIOD_SECONDS
     recent = read_series(cloudwatch, jobs, start=now - window, end=now, period=PERIOD_SECONDS, stat="Sum")
     oldest = max(min(j.attempt_start for j in jobs), now - OLDEST_SECONDS)
     sent = read_series(cloudwatch, jobs, start=oldest, end=now, period=PRESENCE_PERIOD_SECONDS, stat="SampleCount")
@@ -199,6 +206,7 @@ def read_series(cloudwatch: Any, jobs: list[Judged], *, start: float, end: float
     begin = datetime.fromtimestamp(start // PERIOD_SECONDS * PERIOD_SECONDS, timezone.utc)
     finish = datetime.fromtimestamp(end, timezone.utc)
     series: dict[str, list[tuple[float, float]]] = {j.job_id: [] for j in jobs}
+    incomplete: set[str] = set()
     for first in range(0, len(jobs), QUERIES_PER_CALL):
         chunk = jobs[first:first + QUERIES_PER_CALL]
         ids = {f"job{i}": job.job_id for i, job in enumerate(chunk)}
@@ -212,10 +220,19 @@ def read_series(cloudwatch: Any, jobs: list[Judged], *, start: float, end: float
             for result in page["MetricDataResults"]:
                 series[ids[result["Id"]]].extend(
                     (stamp.timestamp(), value) for stamp, value in zip(result["Timestamps"], result["Values"]))
+                # InternalError, Forbidden: nothing is known; PartialData is completed by the next page
+                if result.get("StatusCode", "Complete") not in ("Complete", "PartialData"):
+                    incomplete.add(ids[result["Id"]])
             if not page.get("NextToken"):
                 break
             request["NextToken"] = page["NextToken"]
+    for job_id in incomplete:  # a read that failed is no silence: the job is not judged this run
+        series[job_id] = UNKNOWN
     return series
+
+
+# A job's series whose read did not complete (read_series): judged "no heartbeat" this run, never stalled.
+UNKNOWN: list[tuple[float, float]] = [(math.nan, math.nan)]
 
 
 def _rules(job: Mapping[str, Any], settings: Settings) -> HealthRules:
@@ -269,17 +286,24 @@ def watch(batch: Any, cloudwatch: Any, settings: Settings, *, now: Optional[floa
         candidates.append(judged)
     recent, sent = heartbeat_series(cloudwatch, candidates, now)
     for judged in candidates:
-        beats = [(at, value) for at, value in recent[judged.job_id]
-                 if at >= judged.attempt_start - PERIOD_SECONDS and value > 0]
+        minutes, hours = recent[judged.job_id], sent[judged.job_id]
+        complete = minutes is not UNKNOWN and hours is not UNKNOWN
+        # Only this attempt's: a retried job keeps its id, so a bucket that starts before the attempt may hold the
+        # attempt before (its progress would cut this one's startup allowance short; its lines are not this one's).
+        lines = [(at, value) for at, value in minutes if at >= judged.attempt_start] if complete else []
+        beats = [(at, value) for at, value in lines if value > 0]
         judged.last_heartbeat = max((at for at, _ in beats), default=None)
+        first_line = min((at for at, _ in lines), default=None)
         judged.decision = decide(
             running_seconds=now - judged.attempt_start, threshold_seconds=judged.threshold, startup_seconds=judged.startup,
-            # an hour that holds the attempt's start counts: a doubt keeps the job running
-            sent=any(count > 0 for at, count in sent[judged.job_id]
-                     if at >= judged.attempt_start - PRESENCE_PERIOD_SECONDS) or bool(beats),
-            progressed=sum(v for _, v in beats),
-            # a minute that overlaps the window counts in it: a doubt keeps the job running
-            recent_progress=sum(v for at, v in beats if at > now - judged.threshold - PERIOD_SECONDS))
+            sent=bool(lines) or any(count > 0 for at, count in hours if at >= judged.attempt_start),
+            progressed=sum(v for _, v in beats), complete=complete,
+            since_first_line=math.inf if first_line is None else now - first_line,
+            # a minute that overlaps the window counts in it, even one that began before the attempt (the retry's
+            # first minute): a doubt keeps the job running
+            recent_progress=sum(v for at, v in (minutes if complete else []) if v > 0
+                                and at >= judged.attempt_start - PERIOD_SECONDS
+                                and at > now - judged.threshold - PERIOD_SECONDS))
         if judged.decision == STALLED:
             report[_act(batch, cloudwatch, settings, judged, now) or "already handled"].append(judged.job_id)
         else:
