@@ -364,6 +364,7 @@ class HealthMonitor:
         # True while the job saves or restores a checkpoint: alive, not stalled, for up to STARTUP_FACTOR x stall.
         self.busy: Optional[Callable[[], bool]] = None
         self._busy_since: Optional[float] = None
+        self._busy_alive = False  # a save or restore was seen in progress since the last heartbeat
         # Sums (total, non-finite steps, steps) over the ranks at a check (TrainingJob sets it when a process group is
         # up): every rank then judges the same, global loss, and the false-stop rate is one job's, not N ranks' OR.
         self.reduce: Optional[Callable[[list], list]] = None
@@ -399,9 +400,6 @@ class HealthMonitor:
     def progress(self, count: int = 1) -> None:
         """A step, an evaluation batch, or the script's own ``progress()`` in a long validation: the job is alive."""
         self._busy_since = None  # the next save or restore has its own bound
-        self._alive(count)
-
-    def _alive(self, count: int = 1) -> None:
         now = self._now()
         with self._lock:
             self.longest_gap = max(self.longest_gap, now - self.last_progress)
@@ -579,14 +577,19 @@ class HealthMonitor:
         now = self._now() if now is None else now
         # A save or restore in progress is alive for up to STARTUP_FACTOR x stall_seconds (a big checkpoint over a
         # slow link); past that it counts as hung, for this rule and for the heartbeat the queue's watcher reads.
+        # It is no progress (the startup allowance and the heartbeat's count stay as they were): the heartbeat says 0,
+        # alive. Its end restarts the clock (a restore before the first step, then a compile, gets the allowance anew).
+        since = self._busy_since
         if self.busy is not None and self.busy():
-            if self._busy_since is None:
-                self._busy_since = now
-            if now - self._busy_since < STARTUP_FACTOR * self.rules.stall_seconds:
-                self._alive()
+            if since is None:
+                since = self._busy_since = now
+            if now - since < STARTUP_FACTOR * self.rules.stall_seconds:
+                self._busy_alive = True
                 return None
-        else:
+        elif since is not None:
             self._busy_since = None
+            with self._lock:
+                self.last_progress = max(self.last_progress, now)
         with self._lock:
             gap = now - self.last_progress
             started = self._progressed
@@ -601,11 +604,13 @@ class HealthMonitor:
                                 f"{allowed:.0f} s{'' if started else ', before the first step'})")
         return self._act([verdict])
 
-    def heartbeat(self) -> int:
-        """The progress counted since the last heartbeat (and resets it)."""
+    def heartbeat(self) -> Optional[int]:
+        """The progress counted since the last heartbeat (and resets it): 0 when only a save or restore was in
+        progress (alive, no progress), None when there was neither (nothing to send)."""
         with self._lock:
             count, self._progress_count = self._progress_count, 0
-        return count
+        alive, self._busy_alive = self._busy_alive, False
+        return count if count or alive else None
 
     def watch(self, step: Callable[[], int], *, interval: float = HEARTBEAT_SECONDS,
               emit: Optional[Callable[[int], None]] = None) -> None:
@@ -625,7 +630,7 @@ class HealthMonitor:
                     if self._now() - emitted_at >= interval:
                         emitted_at = self._now()
                         count = self.heartbeat()
-                        if count and emit is not None:
+                        if count is not None and emit is not None:
                             emit(count)
                     verdict = self.stalled(step())
                     if verdict is not None and verdict.action == "stop" and self.on_stall is not None:

@@ -589,13 +589,15 @@ class TrainingJob:
             except OSError:
                 pass
         if _rank() == 0:
-            if saved and verdict.step == self._last_save_step:
-                try:  # a save of this step before the rule fired holds the state it judged: never resumed from
-                    self.store.mark_health_stop(verdict.step, verdict.rule)
-                except Exception as error:
-                    print(f"ml_platform_job: the checkpoint of step {verdict.step} was not marked as the health "
-                          f"stop's ({type(error).__name__}: {error}); a resume would load it", file=sys.stderr,
-                          flush=True)
+            try:  # saves from the rule's step on (a periodic save before a validation's stop was agreed) hold the
+                # state it judged: never resumed from
+                for checkpoint in self.store.complete():
+                    if checkpoint.step >= verdict.step and checkpoint.health_stop is None:
+                        self.store.mark_health_stop(checkpoint.step, verdict.rule)
+            except Exception as error:
+                print(f"ml_platform_job: the checkpoints from step {verdict.step} on were not marked as the health "
+                      f"stop's ({type(error).__name__}: {error}); a resume would load them", file=sys.stderr,
+                      flush=True)
             self.run.health_stop(verdict.to_dict(), saved=saved)
             if getattr(self, "_health_queue", None):
                 _print_line(metric_line(STOP_METRIC, self._health_queue, verdict.rule,

@@ -323,7 +323,7 @@ def test_the_functions_files_import_without_the_job_side_package(tmp_path):
         (tmp_path / name).write_bytes(runtime_source(name).read_bytes())
     code = ("import sys; import stall_watcher; assert 'ml_platform_job' not in sys.modules; "
             "print(stall_watcher.HEALTH_NAMESPACE, stall_watcher.decide(running_seconds=3000, threshold_seconds=2700, "
-            "startup_seconds=4500, sent=True, progressed=5, recent_progress=0), stall_watcher.STARTUP_FACTOR)")
+            "startup_seconds=4500, sent=True, progressed=5, since_last_line=2800), stall_watcher.STARTUP_FACTOR)")
     result = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, capture_output=True, text=True,
                             env={"PYTHONPATH": str(tmp_path)})
     assert result.returncode == 0, result.stderr

@@ -8,6 +8,7 @@ whose own settings allow a longer stall are never stopped."""
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime, timezone
 from typing import Callable, Optional
 
@@ -16,7 +17,8 @@ import pytest
 from botocore.validate import validate_parameters
 
 from ml_platform_constructs.runtime import stall_watcher
-from ml_platform_constructs.runtime.stall_watcher import (NO_HEARTBEAT, PROGRESSING, REASON_PREFIX, STALLED,
+from ml_platform_constructs.runtime.stall_watcher import (NO_HEARTBEAT, PROGRESSING, READ_FAILED, REASON_PREFIX,
+                                                          STALLED,
                                                           WATCHER_TAG, YOUNG, Settings, attempt_start, decide,
                                                           job_environment, watch)
 from ml_platform_constructs.training.health_alarms import health_environment
@@ -173,18 +175,20 @@ def world() -> World:
 
 # --- the decision, a pure function --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("running, sent, progressed, recent, expected", [
-    (20 * MINUTE, False, 0, 0, YOUNG), (20 * MINUTE, True, 100, 0, YOUNG), (3 * HOUR, False, 0, 0, NO_HEARTBEAT),
-    (3 * HOUR, True, 500, 3, PROGRESSING), (3 * HOUR, True, 500, 0, STALLED), (45 * MINUTE, True, 10, 0, STALLED),
-    # the helper started, nothing progressed yet: starting up until 75 minutes, then stalled (a hung restore)
-    (60 * MINUTE, True, 0, 0, YOUNG), (75 * MINUTE, True, 0, 0, STALLED)])
+@pytest.mark.parametrize("running, sent, progressed, last_line, expected", [
+    (20 * MINUTE, False, 0, None, YOUNG), (20 * MINUTE, True, 100, 30 * MINUTE, YOUNG),
+    (3 * HOUR, False, 0, None, NO_HEARTBEAT), (3 * HOUR, True, 500, MINUTE, PROGRESSING),
+    (3 * HOUR, True, 500, 50 * MINUTE, STALLED), (45 * MINUTE, True, 10, 45 * MINUTE, STALLED),
+    # the helper started (its line of 0, or a save's or restore's), nothing progressed yet: 75 minutes, then stalled
+    (80 * MINUTE, True, 0, 60 * MINUTE, YOUNG), (80 * MINUTE, True, 0, 75 * MINUTE, STALLED)])
 def test_the_decision_waits_the_threshold_never_judges_a_job_without_heartbeat_and_stops_a_silent_one(
-        running, sent, progressed, recent, expected):
+        running, sent, progressed, last_line, expected):
+    since = math.inf if last_line is None else last_line
     assert decide(running_seconds=running, threshold_seconds=45 * MINUTE, startup_seconds=75 * MINUTE, sent=sent,
-                  progressed=progressed, recent_progress=recent, since_first_line=running) == expected
+                  progressed=progressed, since_last_line=since) == expected
     # a read that did not complete (InternalError, Forbidden) is no silence: never stopped on it
     assert decide(running_seconds=running, threshold_seconds=45 * MINUTE, startup_seconds=75 * MINUTE, sent=sent,
-                  progressed=progressed, recent_progress=recent, complete=False) in (YOUNG, NO_HEARTBEAT)
+                  progressed=progressed, since_last_line=since, complete=False) in (YOUNG, READ_FAILED)
 
 
 # --- one queue, every kind of job ---------------------------------------------------------------------------------
@@ -269,6 +273,20 @@ def test_the_attempt_before_a_retry_neither_starts_nor_shortens_the_retrys_allow
     assert world.run()[YOUNG] == [job_id] and world.batch.terminated() == []
 
 
+def test_a_helper_line_in_the_minute_the_container_started_counts_and_a_hung_start_is_stopped(world):
+    # The container started 5 s into a minute and the helper printed its line 20 s later: same minute bucket.
+    hung = world.job("quick-start", started=NOW - 80 * MINUTE + 5, alive=NOW - 80 * MINUTE + 25)
+    assert world.run()["stopped"] == [hung]
+
+
+def test_a_save_in_progress_says_alive_and_is_not_stopped(world):
+    # Progressed for two hours, then a 50-minute save: its timer prints 0 ("alive") each minute.
+    saving = world.job("saving", started=NOW - 3 * HOUR, beats=[(NOW - 3 * HOUR, NOW - 50 * MINUTE)])
+    for at in range(int(NOW - 50 * MINUTE), int(NOW), 60):
+        world.cloudwatch.ingest(metric_line(HEARTBEAT_METRIC, QUEUE, job_id=saving, value=0, wall=at))
+    assert world.run()[PROGRESSING] == [saving] and world.batch.terminated() == []
+
+
 def test_a_metric_read_that_failed_is_no_silence(world):
     stalled = world.job("stalled", started=NOW - 3 * HOUR, beats=[(NOW - 3 * HOUR, NOW - HOUR)])
     original = world.cloudwatch.get_metric_data
@@ -281,7 +299,7 @@ def test_a_metric_read_that_failed_is_no_silence(world):
         return page
     world.cloudwatch.get_metric_data = failing
     report = world.run()
-    assert report[NO_HEARTBEAT] == [stalled] and world.batch.terminated() == []
+    assert report[READ_FAILED] == [stalled] and world.batch.terminated() == []
     world.cloudwatch.get_metric_data = original
     assert world.run(after=5 * MINUTE)["stopped"] == [stalled]
 

@@ -20,11 +20,12 @@ What it judges, for each RUNNING job of its queue's job queues (ListJobs, every 
   oldest attempt started (whether the job ever sent a line). Only buckets that start at or after the current
   attempt's start are its own (a retried job keeps its id). A job with no line of its own this attempt (a script
   without the platform's helper, or a job side older than 0.11 that has not stepped yet), or whose read did not
-  complete, is never stopped, only counted ("not judged: no heartbeat"); one with progress in the last threshold
-  window is progressing; one that has not progressed yet is starting up until its first line (the helper's start)
-  is ``STARTUP_FACTOR`` x stall + 15 minutes old (the job's own allowance before its first step, plus the grace); any
-  other is stalled, including one that hung before its first step (NCCL's start, a first compile) or in a save or
-  restore longer than ``STARTUP_FACTOR`` x stall (the job side counts them alive that long).
+  complete, is never stopped, only counted ("not judged"); one with a line (progress, or a save's or restore's 0,
+  "alive") in the last threshold window is progressing; one that has not progressed yet is starting up until its
+  last line (the helper's start, a restore's end) is ``STARTUP_FACTOR`` x stall + 15 minutes old (the job's own
+  allowance before its first step, plus the grace); any other is stalled, including one that hung before its first
+  step (NCCL's start, a first compile) or in a save or restore longer than ``STARTUP_FACTOR`` x stall (the job side
+  says alive that long).
 
 A stalled job is stopped with TerminateJob, whose reason names the rule and the fix; Batch does not retry a
 terminated job (https://docs.aws.amazon.com/batch/latest/userguide/job_retries.html), so the job ends FAILED and the
@@ -100,23 +101,25 @@ SHORT_FIX = ("a hung DataLoader worker or storage, a rank stuck in a collective 
              "long validations need progress()")
 
 YOUNG, NO_HEARTBEAT, PROGRESSING, STALLED = "young", "no heartbeat", "progressing", "stalled"
+READ_FAILED = "read failed"
 
 
 def decide(*, running_seconds: float, threshold_seconds: float, startup_seconds: float, sent: bool,
-           progressed: float, recent_progress: float, since_first_line: float = math.inf,
-           complete: bool = True) -> str:
+           progressed: float, since_last_line: float = math.inf, complete: bool = True) -> str:
     """The watcher's decision for one job (a pure function): ``young`` while its attempt has run shorter than the
-    threshold, or, without progress yet, while its first line (the helper's start) is younger than
-    ``startup_seconds``; ``no heartbeat`` when it sent no line this attempt, or its reads were not complete (never
-    stopped); ``progressing`` with progress in the last threshold window; else ``stalled``."""
+    threshold; ``read failed`` when its reads did not complete; ``no heartbeat`` when it sent no line this attempt
+    (never stopped); else, with a line (progress, or a save or restore's "alive" 0, or the helper's start) younger than
+    the threshold (``startup_seconds`` before any progress), ``progressing`` (``young`` before any progress), and
+    ``stalled`` without one."""
     if running_seconds < threshold_seconds:
         return YOUNG
-    if not sent or not complete:
+    if not complete:
+        return READ_FAILED
+    if not sent:
         return NO_HEARTBEAT
-    if recent_progress > 0:
-        return PROGRESSING
-    if progressed <= 0 and since_first_line < startup_seconds:
-        return YOUNG
+    allowed = threshold_seconds if progressed > 0 else startup_seconds
+    if since_last_line < allowed:
+        return PROGRESSING if progressed > 0 else YOUNG
     return STALLED
 
 
@@ -147,6 +150,12 @@ class Judged:
     threshold: float
     action: str
     startup: float = 0.0  # the allowance before the first progress: STARTUP_FACTOR x stall + the grace
+    previous_end: Optional[float] = None  # when the attempt before this one ended (a retried job keeps its id)
+
+    def owns(self, at: float, period: float) -> bool:
+        """Whether the bucket [at, at + period) holds this attempt's lines only: it ends after the attempt started,
+        and the attempt before (same job id) had ended before it began."""
+        return at + period > self.attempt_start and (self.previous_end is None or self.previous_end < at)
     decision: str = ""
     last_heartbeat: Optional[float] = None
 
@@ -165,6 +174,13 @@ def attempt_start(job: Mapping[str, Any]) -> Optional[float]:
     later (a retried job)."""
     started = [job.get("startedAt")] + [a.get("stoppedAt") for a in job.get("attempts") or []]
     known = [s for s in started if isinstance(s, (int, float)) and s > 0]
+    return max(known) / 1000 if known else None
+
+
+def previous_end(job: Mapping[str, Any]) -> Optional[float]:
+    """When the job's last ended attempt ended (epoch seconds), or None for a first attempt."""
+    ended = [a.get("stoppedAt") for a in job.get("attempts") or []]
+    known = [s for s in ended if isinstance(s, (int, float)) and s > 0]
     return max(known) / 1000 if known else None
 
 
@@ -255,6 +271,7 @@ def watch(batch: Any, cloudwatch: Any, settings: Settings, *, now: Optional[floa
     decision (job ids)."""
     now = time.time() if now is None else now
     report: dict[str, list[str]] = {"stopped": [], "warned": [], PROGRESSING: [], YOUNG: [], NO_HEARTBEAT: [],
+                                    READ_FAILED: [],
                                     "already handled": [], "stall rule off": [], "bad settings": []}
     candidates: list[Judged] = []
     for job in running_jobs(batch, settings.job_queues):
@@ -279,7 +296,8 @@ def watch(batch: Any, cloudwatch: Any, settings: Settings, *, now: Optional[floa
         judged = Judged(job_id=job["jobId"], job_name=job.get("jobName", ""), job_arn=job.get("jobArn", ""),
                         queue=environment.get("ML_PLATFORM_QUEUE_NAME") or settings.queue_name,
                         attempt_start=now if start is None else start, threshold=threshold, action=action,
-                        startup=STARTUP_FACTOR * rules.stall_seconds + WATCHER_GRACE_SECONDS)
+                        startup=STARTUP_FACTOR * rules.stall_seconds + WATCHER_GRACE_SECONDS,
+                        previous_end=previous_end(job))
         if now - judged.attempt_start < threshold:
             report[YOUNG].append(judged.job_id)
             continue
@@ -288,22 +306,16 @@ def watch(batch: Any, cloudwatch: Any, settings: Settings, *, now: Optional[floa
     for judged in candidates:
         minutes, hours = recent[judged.job_id], sent[judged.job_id]
         complete = minutes is not UNKNOWN and hours is not UNKNOWN
-        # Only this attempt's: a retried job keeps its id, so a bucket that starts before the attempt may hold the
-        # attempt before (its progress would cut this one's startup allowance short; its lines are not this one's).
-        lines = [(at, value) for at, value in minutes if at >= judged.attempt_start] if complete else []
+        lines = [(at, value) for at, value in minutes if judged.owns(at, PERIOD_SECONDS)] if complete else []
         beats = [(at, value) for at, value in lines if value > 0]
         judged.last_heartbeat = max((at for at, _ in beats), default=None)
-        first_line = min((at for at, _ in lines), default=None)
+        last_line = max((at for at, _ in lines), default=None)
         judged.decision = decide(
             running_seconds=now - judged.attempt_start, threshold_seconds=judged.threshold, startup_seconds=judged.startup,
-            sent=bool(lines) or any(count > 0 for at, count in hours if at >= judged.attempt_start),
+            sent=bool(lines) or any(count > 0 for at, count in hours if judged.owns(at, PRESENCE_PERIOD_SECONDS)),
             progressed=sum(v for _, v in beats), complete=complete,
-            since_first_line=math.inf if first_line is None else now - first_line,
-            # a minute that overlaps the window counts in it, even one that began before the attempt (the retry's
-            # first minute): a doubt keeps the job running
-            recent_progress=sum(v for at, v in (minutes if complete else []) if v > 0
-                                and at >= judged.attempt_start - PERIOD_SECONDS
-                                and at > now - judged.threshold - PERIOD_SECONDS))
+            # the age counts from the end of the line's minute: a doubt keeps the job running
+            since_last_line=math.inf if last_line is None else now - last_line - PERIOD_SECONDS)
         if judged.decision == STALLED:
             report[_act(batch, cloudwatch, settings, judged, now) or "already handled"].append(judged.job_id)
         else:
