@@ -1,4 +1,5 @@
-"""Elastic jobs (issue 40, in progress): the resize policy, stated and tested, in plain Python (no CDK, no torch).
+"""Elastic jobs: the resize policy, stated and tested, and the job's side of a resize, in plain Python (no CDK, no
+torch).
 
 A running AWS Batch job cannot change its node count (there is no UpdateJob); ``SubmitJob.nodeOverrides.numNodes``
 can, at submission, for a job definition with an open node range
@@ -38,9 +39,16 @@ False``); the payback rule still stops it where the remaining work is short.
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, field
-from typing import Optional, Sequence
+import os
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 # 85 is the health rules' stop (health.HEALTH_STOPPED_EXIT_CODE); 86, next to it, is a resize the job asks for. Neither
 # is a signal's (128 + n, e.g. 143 for SIGTERM, which the queue retries), a shell's (126, 127), Python's (1, 2) or
@@ -48,6 +56,19 @@ from typing import Optional, Sequence
 RESIZE_EXIT_CODE = 86
 DEFAULT_SIZES = (1, 2, 4, 8)
 DEFAULT_RESTART_SECONDS = 600.0  # until measured: a queue wait, an instance start, the image pull, a restore
+# The job contract's names: ``job submit --nodes MIN:MAX`` sets the first two in the job's environment.
+ELASTIC_VARIABLE = "ML_PLATFORM_ELASTIC"  # "MIN:MAX"
+SIZES_VARIABLE = "ML_PLATFORM_ELASTIC_SIZES"  # "1,2,4,8": the allowed sizes (the queue's controller's)
+SNOOZE_VARIABLE = "ML_PLATFORM_ELASTIC_SNOOZE_SECONDS"
+PLATEAU_VARIABLE = "ML_PLATFORM_ELASTIC_PLATEAU"  # "off": never scale out on a plateau
+# What a resizing job leaves next to its checkpoints for the controller (the size it asks for, why, the figures).
+REQUEST_FILE = "resize-request.json"
+# What the controller leaves there for each resize it took or refused (one file per ended job: a redelivered event
+# writes the same file again).
+DECISION_PREFIX = "resizes/"
+RESIZE_MARKER = "resize-requested"  # under the launcher: torchrun's exit 1 becomes 86 again
+PERIOD_SECONDS = 300.0  # a utilization period: the GPU alarms' (5 minutes)
+SAMPLE_SECONDS = 10.0  # how often the job reads its GPUs' utilization (nvidia-smi)
 
 
 class ElasticConfigError(ValueError):
@@ -100,6 +121,46 @@ class ElasticPolicy:
     def allowed(self) -> tuple[int, ...]:
         """The sizes the job may run at."""
         return tuple(s for s in self.sizes if self.min_nodes <= s <= self.max_nodes)
+
+    @classmethod
+    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> Optional["ElasticPolicy"]:
+        """The policy a submission with ``--nodes MIN:MAX`` gives the job (``ML_PLATFORM_ELASTIC``, and the queue's
+        sizes, snooze and plateau switch), or None for a job of a fixed size."""
+        env = os.environ if env is None else env
+        text = (env.get(ELASTIC_VARIABLE) or "").strip()
+        if not text:
+            return None
+        low, high = parse_nodes(text, name=ELASTIC_VARIABLE)
+        settings: dict[str, Any] = {"min_nodes": low, "max_nodes": high}
+        if (env.get(SIZES_VARIABLE) or "").strip():
+            try:
+                settings["sizes"] = tuple(int(part) for part in env[SIZES_VARIABLE].split(","))
+            except ValueError:
+                raise ElasticConfigError(f"{SIZES_VARIABLE}={env[SIZES_VARIABLE]!r}: whole numbers separated by "
+                                         "commas, e.g. 1,2,4,8") from None
+        if (env.get(SNOOZE_VARIABLE) or "").strip():
+            try:
+                settings["snooze_seconds"] = float(env[SNOOZE_VARIABLE])
+            except ValueError:
+                raise ElasticConfigError(f"{SNOOZE_VARIABLE}={env[SNOOZE_VARIABLE]!r}: seconds, e.g. 1800") from None
+        if (env.get(PLATEAU_VARIABLE) or "").strip().lower() in ("off", "0", "false", "no"):
+            settings["scale_out_on_plateau"] = False
+        return cls(**settings)
+
+
+def parse_nodes(text: str, *, name: str = "--nodes") -> tuple[int, int]:
+    """``"4"`` -> (4, 4); ``"1:8"`` -> (1, 8): a job's node count, or its elastic range."""
+    parts = str(text).strip().split(":")
+    try:
+        if len(parts) > 2 or not all(p.strip().isdigit() for p in parts):
+            raise ValueError
+        low, high = int(parts[0]), int(parts[-1])
+    except ValueError:
+        raise ElasticConfigError(f"{name} {text!r}: a node count (e.g. 2) or an elastic range MIN:MAX (e.g. 1:8)") \
+            from None
+    if not 1 <= low <= high:
+        raise ElasticConfigError(f"{name} {text!r}: MIN:MAX with 1 <= MIN <= MAX, e.g. 1:8")
+    return low, high
 
 
 @dataclass(frozen=True)
@@ -204,3 +265,218 @@ def decide(policy: ElasticPolicy, seen: Observation) -> Decision:
                             f"{policy.plateau_evaluations} evaluations on GPUs at {policy.busy_utilization:g}% or more",
                         restart, restart * to * price, saved, cost_now - cost_then, figures)
     return Decision(seen.nodes, "hold: neither idle nor a plateau on busy GPUs")
+
+
+# --- the job's side of a resize (no torch here: job.py feeds it) --------------------------------------------------
+@dataclass(frozen=True)
+class World:
+    """Where this process stands in the job: its nodes (``AWS_BATCH_JOB_NUM_NODES``), its node's index, the ranks
+    (``WORLD_SIZE``) and this one's (``RANK``)."""
+    nodes: int = 1
+    node_rank: int = 0
+    world_size: int = 1
+    rank: int = 0
+
+    def accumulation(self, global_batch: int, per_device_batch: int) -> int:
+        """Gradient accumulation steps that keep ``global_batch`` at this world size (see ``accumulation_steps``)."""
+        return accumulation_steps(global_batch, per_device_batch, self.world_size)
+
+
+def world(env: Optional[Mapping[str, str]] = None) -> World:
+    """This process's ``World``, from AWS Batch's and torchrun's variables (1 node, 1 rank when they are absent)."""
+    env = os.environ if env is None else env
+
+    def number(name: str, default: int) -> int:
+        value = (env.get(name) or "").strip()
+        return int(value) if value.isdigit() else default
+
+    return World(nodes=max(1, number("AWS_BATCH_JOB_NUM_NODES", 1)), node_rank=number("AWS_BATCH_JOB_NODE_INDEX", 0),
+                 world_size=max(1, number("WORLD_SIZE", 1)), rank=number("RANK", 0))
+
+
+def accumulation_steps(global_batch: int, per_device_batch: int, world_size: int) -> int:
+    """Batches each rank accumulates per optimizer step so that the global batch stays ``global_batch`` whatever the
+    world size: a resized job trains the same optimization problem (``global_batch / (per_device_batch x world_size)``,
+    which must be whole: choose a global batch that every allowed size divides)."""
+    for name, value in (("global_batch", global_batch), ("per_device_batch", per_device_batch),
+                        ("world_size", world_size)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ElasticConfigError(f"{name}={value!r}: a whole number of 1 or more")
+    per_step = per_device_batch * world_size
+    if global_batch % per_step:
+        fits = [n for n in (1, 2, 4, 8, 16, 32) if global_batch % (per_device_batch * n) == 0]
+        raise ElasticConfigError(
+            f"global_batch={global_batch}: not a multiple of per_device_batch {per_device_batch} x world size "
+            f"{world_size} = {per_step}; world sizes that keep it: {', '.join(map(str, fits)) or 'none'} (choose a "
+            "global batch every allowed size divides, e.g. per_device_batch x 8 x GPUs per node)")
+    return global_batch // per_step
+
+
+def nvidia_smi_utilization(run: Callable[..., Any] = subprocess.run) -> Optional[float]:
+    """The mean utilization (percent) of the GPUs this container sees, from ``nvidia-smi``; None without one."""
+    if shutil.which("nvidia-smi") is None and run is subprocess.run:
+        return None
+    try:
+        out = run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+                  capture_output=True, text=True, timeout=10, check=True).stdout
+        values = [float(line) for line in out.split() if line.strip()]
+    except Exception:  # no driver, a timeout, "[N/A]": nothing measured
+        return None
+    return sum(values) / len(values) if values else None
+
+
+class UtilizationPeriods:
+    """GPU utilization samples averaged into periods of ``period_seconds`` (the idle alarm's 5 minutes): only
+    complete periods count, and a period without samples is missing (not zero: a job that could not read its GPUs is
+    not idle)."""
+
+    def __init__(self, *, period_seconds: float = PERIOD_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+        self.period_seconds, self.clock = period_seconds, clock
+        self.started = clock()
+        self._sums: dict[int, tuple[float, int]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, value: Optional[float], now: Optional[float] = None) -> None:
+        if value is None or not math.isfinite(value):
+            return
+        index = int(((self.clock() if now is None else now) - self.started) // self.period_seconds)
+        with self._lock:
+            total, count = self._sums.get(index, (0.0, 0))
+            self._sums[index] = (total + float(value), count + 1)
+
+    def periods(self, now: Optional[float] = None) -> list[float]:
+        """The complete periods' means, oldest first (a missing period ends the run of periods before it)."""
+        current = int(((self.clock() if now is None else now) - self.started) // self.period_seconds)
+        with self._lock:
+            sums = dict(self._sums)
+        means: list[float] = []
+        for index in range(current - 1, -1, -1):
+            if index not in sums:
+                break
+            total, count = sums[index]
+            means.append(total / count)
+        return means[::-1]
+
+
+class ElasticMonitor:
+    """The job's side of the policy: its validation losses, its GPUs' utilization periods, its throughput, and
+    ``consider`` (``decide`` on them). ``sample``: reads the GPUs' utilization (default ``nvidia_smi_utilization``,
+    every ``SAMPLE_SECONDS`` on a daemon thread started by ``watch``)."""
+
+    def __init__(self, policy: ElasticPolicy, *, nodes: int, node_price_per_hour: float = 0.0,
+                 restart_seconds: Optional[float] = None, clock: Callable[[], float] = time.monotonic,
+                 sample: Optional[Callable[[], Optional[float]]] = None,
+                 period_seconds: float = PERIOD_SECONDS) -> None:
+        self.policy, self.nodes = policy, nodes
+        self.node_price_per_hour, self.restart_seconds = node_price_per_hour, restart_seconds
+        self.clock = clock
+        self.sample = sample if sample is not None else nvidia_smi_utilization
+        self.utilization = UtilizationPeriods(period_seconds=period_seconds, clock=clock)
+        self.val_losses: list[float] = []
+        self.started = clock()  # the snooze runs from this attempt's start (a resize is a new attempt)
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self.last: Optional[Decision] = None
+
+    def watch(self) -> None:
+        """Samples the GPUs' utilization every ``SAMPLE_SECONDS`` on a daemon thread until ``close``."""
+        if self._thread is not None:
+            return
+
+        def loop() -> None:
+            while not self._stop.wait(SAMPLE_SECONDS):
+                self.utilization.add(self.sample())
+
+        self._thread = threading.Thread(target=loop, name="ml-platform-elastic", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def validation(self, val_loss: Any) -> None:
+        try:
+            value = float(val_loss)
+        except (TypeError, ValueError):
+            return
+        if math.isfinite(value):
+            self.val_losses.append(value)
+
+    def consider(self, *, remaining_samples: Optional[float], samples_per_second: float,
+                 now: Optional[float] = None) -> Decision:
+        now = self.clock() if now is None else now
+        if remaining_samples is None:
+            self.last = Decision(self.nodes, "not judged: the work left is unknown (train with job.epochs(start, "
+                                             "stop) so that the job knows it)")
+            return self.last
+        self.last = decide(self.policy, Observation(
+            nodes=self.nodes, val_losses=tuple(self.val_losses), utilization=tuple(self.utilization.periods(now)),
+            remaining_samples=remaining_samples, samples_per_second=samples_per_second,
+            node_price_per_hour=self.node_price_per_hour, seconds_since_resize=now - self.started,
+            restart_seconds=self.restart_seconds))
+        return self.last
+
+    def state_dict(self) -> dict:
+        return {"val_losses": list(self.val_losses)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        losses = state.get("val_losses") if isinstance(state, Mapping) else None
+        if isinstance(losses, list):
+            self.val_losses = [float(x) for x in losses if isinstance(x, (int, float)) and math.isfinite(x)]
+
+
+def _seconds_between(start: Any, end: Any) -> Optional[float]:
+    try:
+        return (datetime.fromisoformat(str(end).replace("Z", "+00:00"))
+                - datetime.fromisoformat(str(start).replace("Z", "+00:00"))).total_seconds()
+    except (TypeError, ValueError):
+        return None
+
+
+def resize_history(record: Mapping[str, Any], prices: Optional[Mapping[str, Any]] = None) -> list[dict]:
+    """Every resize of a run, from its record: the attempt that asked, from and to (the size the next attempt ran at),
+    the reason, the restart (from the asking attempt's end to the next one's start) and what it cost (the restart's
+    seconds x the new size's nodes x one node's price, where ``prices`` prices the next attempt's instance)."""
+    from .prices import hourly_usd
+
+    attempts = list((record.get("passport") or {}).get("attempts") or [])
+    found = []
+    for index, attempt in enumerate(attempts):
+        asked = attempt.get("resize")
+        if attempt.get("outcome") != "resized" or not isinstance(asked, Mapping):
+            continue
+        after = attempts[index + 1] if index + 1 < len(attempts) else None
+        entry = {"attempt": attempt.get("number"), "step": asked.get("step"), "from": attempt.get("nodes", 1),
+                 "asked": asked.get("to"), "to": after.get("nodes") if after else None,
+                 "reason": asked.get("reason"), "restart_seconds": None, "restart_usd": None,
+                 "estimate": {k: asked.get(k) for k in ("restart_seconds", "restart_usd", "saved_seconds",
+                                                         "saved_usd") if k in asked}}
+        if after is not None:
+            restart = _seconds_between(attempt.get("ended_at"), after.get("started_at"))
+            entry["restart_seconds"] = restart
+            if restart is not None and prices and after.get("instance_type") and after.get("lifecycle"):
+                try:
+                    rate = hourly_usd(prices, after["instance_type"], after["lifecycle"])
+                    entry["restart_usd"] = round(max(restart, 0.0) / 3600 * rate * int(after.get("nodes") or 1), 4)
+                except (KeyError, ValueError):
+                    pass
+        found.append(entry)
+    return found
+
+
+def measured_restart_seconds(record: Mapping[str, Any]) -> Optional[float]:
+    """The mean restart of the run's resizes so far (None before its first), the policy's ``restart_seconds``."""
+    measured = [r["restart_seconds"] for r in resize_history(record) if isinstance(r.get("restart_seconds"), float)
+                and r["restart_seconds"] >= 0]
+    return sum(measured) / len(measured) if measured else None
+
+
+def request_text(decision: Decision, *, step: int, samples_seen: int, job_id: Optional[str]) -> str:
+    """The request file's JSON (``REQUEST_FILE``): what the controller reads when the job exits 86."""
+    return json.dumps({"to": decision.size, "reason": decision.reason, "step": step, "samples_seen": samples_seen,
+                       "job_id": job_id, "restart_seconds": decision.restart_seconds,
+                       "restart_usd": decision.restart_usd, "saved_seconds": decision.saved_seconds,
+                       "saved_usd": decision.saved_usd, "figures": decision.figures}, sort_keys=True)
+
+
+def decision_dict(decision: Decision) -> dict:
+    return asdict(decision)

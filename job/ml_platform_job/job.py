@@ -53,6 +53,8 @@ from typing import Any, Iterable, Iterator, Mapping, Optional
 
 from . import STOPPED_EXIT_CODE
 from .checkpoints import DEFAULT_KEEP, HEALTH_STOP, Checkpoint, CheckpointStore
+from .elastic import (REQUEST_FILE, RESIZE_EXIT_CODE, RESIZE_MARKER, Decision, ElasticMonitor, ElasticPolicy, World,
+                      measured_restart_seconds, request_text, world as _world)
 from .health import (HEALTH_MARKER, HEALTH_STOPPED_EXIT_CODE, HEARTBEAT_METRIC, STOP_METRIC, WARNING_METRIC, HealthMonitor,
                      RULES, HealthRules, Verdict, metric_line)
 from .stop import (LAUNCH_DIR, SaveTimedOut, StopRequest, _distributed, all_ranks_max, collective_device,
@@ -173,6 +175,11 @@ class TrainingJob:
         self._optimizer_steps = 0  # optimizer steps (accumulation boundaries) in this attempt: the checks' clock
         self._grad_hooks: list[Any] = []
         self._pending_verdict: Optional[Verdict] = None  # a validation's stop, agreed at the next check
+        # Elastic jobs (elastic.py): the resize policy, considered at the first optimizer step after a validation
+        self.elastic: Optional[ElasticMonitor] = None
+        self._resize_due = False
+        self._epochs_total: Optional[int] = None  # epochs(start, stop)'s count: the work left is known
+        self._rate_from: Optional[tuple[float, int]] = None  # (time, samples) at this attempt's first step
 
     # --- starting -----------------------------------------------------------------------------------------------
     @classmethod
@@ -181,7 +188,8 @@ class TrainingJob:
               keep: int = DEFAULT_KEEP, save_every_minutes: Optional[float] = DEFAULT_SAVE_EVERY_MINUTES,
               save_each_epoch: bool = True, env: Optional[Mapping[str, str]] = None, s3: Any = None,
               tracking_uri: Optional[str] = None, experiment: Optional[str] = None, run_name: Optional[str] = None,
-              code_directory: Optional[str] = None, health: Any = None) -> "TrainingJob":
+              code_directory: Optional[str] = None, health: Any = None,
+              elastic: Optional[ElasticPolicy] = None) -> "TrainingJob":
         """Installs the stop handler and the PID file, starts or continues the run and seeds every generator.
 
         ``params``: the job's parameters (argparse's Namespace, a dataclass or a mapping); the ones named in ``flags``
@@ -196,7 +204,10 @@ class TrainingJob:
         (only its exit was lost) ends this one with exit 0.
         ``health``: the training-health rules (``health.HealthRules``, a mapping of its settings, or "stop", "warn",
         "off"); default: the rules' defaults as the job's environment sets them (``ML_PLATFORM_HEALTH``, ...; the
-        queue's job definitions pass its ``health_mode``). A rule that stops the job exits 85, never retried."""
+        queue's job definitions pass its ``health_mode``). A rule that stops the job exits 85, never retried.
+        ``elastic``: the resize policy (``elastic.ElasticPolicy``); default: the one ``job submit --nodes MIN:MAX``
+        sets in the environment (``ML_PLATFORM_ELASTIC``), else none (the job keeps its size). A resize saves, records
+        the request in the run and exits 86; the queue's elastic controller resubmits the job at the new size."""
         env = dict(os.environ) if env is None else dict(env)
         if not env.get(CHECKPOINT_URI):
             raise SystemExit(f"{CHECKPOINT_URI} is not set: checkpoints and the run record live there (./platform job "
@@ -237,7 +248,40 @@ class TrainingJob:
         job = cls(run, CheckpointStore(location, keep=keep), stop, seed=seed, save_every_minutes=save_every_minutes,
                   save_each_epoch=save_each_epoch, health=monitor)
         job._watch_health(env)
+        policy = elastic if elastic is not None else ElasticPolicy.from_env(env)
+        if policy is not None:
+            job._watch_elastic(policy, env)
         return job
+
+    def _watch_elastic(self, policy: ElasticPolicy, env: Mapping[str, str]) -> None:
+        """The elastic monitor: this attempt's size and node price, the run's measured restarts and validation
+        losses so far; global rank 0 samples its GPUs' utilization and decides."""
+        from .job_metrics import job_id_from_environment
+
+        self._job_id = job_id_from_environment(env)  # the request names the job that asked (the controller checks)
+        attempt = self.run.attempt
+        price = 0.0
+        try:
+            from .prices import hourly_usd, load_prices
+
+            if attempt.get("instance_type") and attempt.get("lifecycle"):
+                price = hourly_usd(load_prices(env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"),
+                                   attempt["instance_type"], attempt["lifecycle"])
+        except Exception:  # unpriced: a scale-in cannot be shown to pay, so none is taken
+            price = 0.0
+        self.elastic = ElasticMonitor(policy, nodes=int(attempt.get("nodes") or 1), node_price_per_hour=price,
+                                      restart_seconds=measured_restart_seconds(self.run.record), clock=self.clock.now)
+        state = (self.run.record.get("elastic") or {}).get("state")
+        if isinstance(state, Mapping):
+            self.elastic.load_state_dict(state)
+        if _rank() == 0:
+            self.elastic.watch()
+
+    @property
+    def world(self) -> World:
+        """This process's nodes, node index, world size and rank; ``job.world.accumulation(global_batch,
+        per_device_batch)`` keeps the global batch when the job runs at another size."""
+        return _world()
 
     @property
     def clock(self) -> Any:
@@ -436,6 +480,7 @@ class TrainingJob:
             start, stop = 0, start
         first = start + self._epoch_index
         self._epochs_managed = True
+        self._epochs_total = stop - start
         try:
             for epoch in range(first, stop):
                 self.epoch = epoch
@@ -472,22 +517,95 @@ class TrainingJob:
         if not boundary:
             return
         self._optimizer_steps += 1
+        if self._rate_from is None:
+            self._rate_from = (self.clock.now(), self.samples_seen)
+        wanted = self._resize_flags()
         verdict = self.health.check(self.step) if self.health.due(self._optimizer_steps) else None
         if verdict is None and self.health.due(self._optimizer_steps) and self._pending_verdict is not None:
             verdict, self._pending_verdict = self._pending_verdict, None
         due = self.save_every_seconds is not None and self.clock.now() - self._last_save_at >= self.save_every_seconds
         if self.health.due(self._optimizer_steps) and self.health.rules.mode != "off":
-            save, stopping, *fired = all_ranks_max([due, self.stop.requested, *_rule_flags(verdict)])
+            save, stopping, *flags = all_ranks_max([due, self.stop.requested, *_rule_flags(verdict), *wanted])
+            fired, wanted = flags[:len(flags) - len(wanted)], flags[len(flags) - len(wanted):]
             if stopping and not self.stop.requested:
                 self.stop.request("another rank was asked to stop")
             if any(fired):
                 self._health_stop(verdict or self._other_rank(fired))
+        elif wanted:
+            save, stopping, *wanted = all_ranks_max([due, self.stop.requested, *wanted])
+            if stopping and not self.stop.requested:
+                self.stop.request("another rank was asked to stop")
         else:
             save, stopping = self.agree(due, self.stop.requested)
         if stopping:
             self._stop()
+        if any(wanted):
+            self._resize(self.elastic.policy.allowed()[wanted.index(True)])
         if save:
             self._save_on_the_way()
+
+    # --- elastic jobs -------------------------------------------------------------------------------------------
+    def _remaining_samples(self) -> Optional[float]:
+        """Global samples left to train: known when the loop runs in ``epochs(start, stop)`` over ``loader``."""
+        if self._epochs_total is None or self._loader is None:
+            return None
+        per_epoch = self._loader.sampler.total_size
+        return max(0.0, float((self._epochs_total - self._epoch_index) * per_epoch - self._position))
+
+    def _resize_flags(self) -> list[bool]:
+        """One flag per allowed size (every rank the same length: the collective's), set on global rank 0 for the
+        size the policy chose after a validation; all false when nothing changes."""
+        if self.elastic is None:
+            return []
+        allowed = self.elastic.policy.allowed()
+        flags = [False] * len(allowed)
+        if not self._resize_due or _rank() != 0:
+            self._resize_due = False
+            return flags
+        self._resize_due = False
+        rate = 0.0
+        if self._rate_from is not None:
+            seconds = self.clock.now() - self._rate_from[0]
+            rate = (self.samples_seen - self._rate_from[1]) / seconds if seconds > 0 else 0.0
+        decision = self.elastic.consider(remaining_samples=self._remaining_samples(), samples_per_second=rate)
+        print(f"elastic: at step {self.step} on {self.elastic.nodes} node(s): {decision.reason}", flush=True)
+        if decision.resize and decision.size in allowed:
+            flags[allowed.index(decision.size)] = True
+        return flags
+
+    def _resize(self, size: int) -> None:
+        """Every rank: the policy asked for ``size`` nodes. A checkpoint of this step, the request next to it (the
+        controller reads it), the run's record, exit 86 (the queue does not retry it; its controller resubmits)."""
+        saved = self._last_save_step == self.step
+        if not saved:
+            try:
+                self._save()
+                saved = self._last_save_step == self.step
+            except Exception as error:  # the resize goes on: the newest checkpoint is where it resumes
+                print(f"ml_platform_job: the checkpoint of step {self.step} was not saved ({type(error).__name__}: "
+                      f"{error}); the resized job resumes from step {self._last_save_step}", file=sys.stderr,
+                      flush=True)
+        launch_dir = os.environ.get(LAUNCH_DIR)
+        if launch_dir:
+            try:
+                with open(os.path.join(launch_dir, RESIZE_MARKER), "w") as handle:
+                    handle.write(str(size))
+            except OSError:
+                pass
+        if _rank() == 0 and self.elastic is not None:
+            decision = self.elastic.last if self.elastic.last is not None and self.elastic.last.size == size \
+                else Decision(size, "scale to the size another rank chose")
+            text = request_text(decision, step=self.step, samples_seen=self.samples_seen,
+                                job_id=getattr(self, "_job_id", None))
+            self.store.location.write(REQUEST_FILE, text)
+            self.elastic.close()
+            self.run.resized(json.loads(text), step=self.step, saved=saved)
+            print(f"resize from {self.elastic.nodes} to {size} node(s) at step {self.step}: {decision.reason}; exit "
+                  f"{RESIZE_EXIT_CODE} (the queue's elastic controller resubmits the job at {size} node(s); it resumes "
+                  f"from step {self.step if saved else self._last_save_step})", flush=True)
+        self.stop.uninstall()
+        release_process_group()
+        raise SystemExit(RESIZE_EXIT_CODE)
 
     # --- training health --------------------------------------------------------------------------------------
     def observe(self, loss: Any = None, *, grad_norm: Any = None, val_loss: Any = None) -> None:
@@ -501,6 +619,10 @@ class TrainingJob:
             self.health.loss(loss)
         if grad_norm is not None and self.health.due(self._optimizer_steps + 1) and not self._overflow(grad_norm):
             self.health.gradients(grad_norm)
+        if val_loss is not None and self.elastic is not None:
+            self.elastic.validation(val_loss)
+            self._resize_due = True  # considered (rank 0) and agreed (every rank) at the next optimizer step
+            self.run.record["elastic"] = {"state": self.elastic.state_dict()}
         if val_loss is not None:
             # No collective here (a script may validate on rank 0 only): a stop is agreed at the next check
             verdict = self.health.validation(val_loss, self.step)

@@ -26,6 +26,7 @@ import tempfile
 from typing import Mapping, Optional, Sequence
 
 from . import STOPPED_EXIT_CODE
+from .elastic import RESIZE_EXIT_CODE, RESIZE_MARKER
 from .health import HEALTH_MARKER, HEALTH_STOPPED_EXIT_CODE
 from .stop import LAUNCH_DIR, STOPPED_MARKER, StopRequest
 
@@ -67,6 +68,7 @@ def launch(command: Sequence[str], env: Optional[Mapping[str, str]] = None) -> i
         code = child[0].wait()
         # A health rule stopped the job (every worker exits 85; torchrun itself exits 1): 85 for the queue, not 143
         healthy = not os.path.exists(os.path.join(private, HEALTH_MARKER))
+        resized = os.path.exists(os.path.join(private, RESIZE_MARKER))
         stopped = bool(asked) or os.path.exists(stop.stop_file) or os.path.exists(os.path.join(private, STOPPED_MARKER))
     finally:
         for signum, handler in previous.items():
@@ -78,6 +80,10 @@ def launch(command: Sequence[str], env: Optional[Mapping[str, str]] = None) -> i
         print(f"ml_platform_job launch: a health rule stopped the job; exit {HEALTH_STOPPED_EXIT_CODE} (the queue "
               f"does not retry it; the child exited {code})", file=sys.stderr, flush=True)
         return HEALTH_STOPPED_EXIT_CODE
+    if resized and not asked:
+        print(f"ml_platform_job launch: the job asked to be resized; exit {RESIZE_EXIT_CODE} (the queue's elastic "
+              f"controller resubmits it at the new size; the child exited {code})", file=sys.stderr, flush=True)
+        return RESIZE_EXIT_CODE
     if stopped:
         why = signal.Signals(asked[0]).name if asked else "the job stopped by the contract"
         print(f"ml_platform_job launch: stopped ({why}); exit {STOPPED_EXIT_CODE} (the queue retries it; the child "

@@ -647,6 +647,19 @@ class TrackedRun:
             fields["saved_at_stop"] = saved
         return self._close("stopped", STOPPED, "KILLED", fields)
 
+    def resized(self, request: Mapping[str, Any], *, step: Optional[int] = None,
+                saved: Optional[bool] = None) -> dict:
+        """The job asked to run at another size (``elastic``: ``request`` has ``to``, ``reason`` and the payback's
+        figures): the attempt ends ``resized`` and the run waits, as after a stop, for the queue's elastic controller
+        to resubmit it at the new size under the same name (the same run, its next attempt); exit 86 next."""
+        fields: dict[str, Any] = {"reason": f"resize to {request.get('to')} node(s) requested: {request.get('reason')}",
+                                  "resize": dict(request)}
+        if step is not None:
+            fields["stopped_at_step"] = step
+        if saved is not None:
+            fields["saved_at_stop"] = saved
+        return self._close("resized", STOPPED, "KILLED", fields)
+
     def finish(self, *, improves_on: Union[None, float, Mapping[str, Any]] = None,
                tokens: Optional[float] = None, final_state_sha256: Optional[str] = None) -> dict:
         """Training is done: the attempt ends, cost and its per-point figures are computed; exit 0 next.

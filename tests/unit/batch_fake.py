@@ -91,6 +91,20 @@ class FakeBatch:
     def finish(self, job_id: str, status: str = "SUCCEEDED") -> None:
         self.jobs[job_id]["status"] = status
 
+    def end(self, job_id: str, exit_code: int) -> None:
+        """The job's main container exits ``exit_code``: FAILED unless 0 (a multi-node job's main node is the job
+        ``ID#0``, as DescribeJobs knows it)."""
+        job = self.jobs[job_id]
+        job["status"] = "SUCCEEDED" if exit_code == 0 else "FAILED"
+        if "nodeProperties" in job:
+            main = f"{job_id}#0"
+            self.jobs[main] = {"jobId": main, "jobArn": f"{ARN}:job/{main}", "jobName": job["jobName"], "jobQueue": job["jobQueue"],
+                               "status": job["status"], "tags": {}, "createdAt": job["createdAt"],
+                               "container": {**job["nodeProperties"]["nodeRangeProperties"][0]["container"],
+                                             "exitCode": exit_code}}
+        else:
+            job["container"]["exitCode"] = exit_code
+
     def forget_finished(self) -> None:
         """Batch lists finished jobs for a limited time only."""
         self.forgotten |= {j for j, job in self.jobs.items() if job["status"] in FINISHED}
@@ -121,7 +135,8 @@ class FakeBatch:
 
     def list_jobs(self, jobQueue: str, jobStatus: Optional[str] = None, filters: Optional[list] = None) -> dict:  # noqa: N803
         queue = self._queue(jobQueue, "ListJobs")
-        jobs = [j for j in self.jobs.values() if j["jobQueue"] == queue["jobQueueArn"] and j["jobId"] not in self.forgotten]
+        jobs = [j for j in self.jobs.values() if j["jobQueue"] == queue["jobQueueArn"] and j["jobId"] not in self.forgotten
+                and "#" not in j["jobId"]]  # a multi-node job's nodes are listed only with multiNodeJobId
         if filters:  # with a filter, jobStatus is ignored and every status is listed
             (only,) = filters
             assert only["name"] == "JOB_NAME", only
@@ -187,6 +202,15 @@ class FakeBatch:
                                  "jobDefinition": definition["jobDefinitionArn"], "tags": dict(request.get("tags", {})),
                                  "propagateTags": request.get("propagateTags", False), "container": container,
                                  "createdAt": len(self.jobs)}
+            nodes = request.get("nodeOverrides")
+            if nodes:  # a multi-node parallel job: no container of its own, its node range's (DescribeJobs' shape)
+                node_container = dict(definition["containerProperties"])
+                for override in nodes.get("nodePropertyOverrides", []):
+                    node_container.update(override.get("containerOverrides", {}))
+                del self.jobs[job_id]["container"]
+                self.jobs[job_id]["nodeProperties"] = {
+                    "numNodes": nodes["numNodes"], "mainNode": 0,
+                    "nodeRangeProperties": [{"targetNodes": "0:", "container": node_container}]}
         return {"jobId": job_id, "jobName": request["jobName"], "jobArn": f"{ARN}:job/{job_id}"}
 
     # --- lookups ----------------------------------------------------------------------------------------------
