@@ -1,6 +1,6 @@
 """Training jobs on an environment's TrainingQueue (AWS Batch), in its real AWS account.
 
-  ./platform job submit ENV QUEUE --image IMAGE --name NAME [--gpus N] [--nodes N] -- COMMAND...
+  ./platform job submit ENV QUEUE --image IMAGE --name NAME [--gpus N] [--nodes N|MIN:MAX] -- COMMAND...
   ./platform job list ENV [QUEUE]
   ./platform job logs ENV JOB_ID
   ./platform job cancel ENV JOB_ID
@@ -55,7 +55,11 @@ def config_target(queue: QueueConfig) -> jobs.QueueTarget:
     """The queue as config knows it; its job queues, definitions and checkpoint root come from AWS (resolve)."""
     return jobs.QueueTarget(name=queue.name, job_queue="", job_definition="",
                             instance_types=tuple(queue.instance_types),
-                            multi_node_instance_types=tuple(queue.multi_node_instance_types), capacity=capacity(queue))
+                            multi_node_instance_types=tuple(queue.multi_node_instance_types), capacity=capacity(queue),
+                            multi_node_max_vcpus=queue.multi_node_max_vcpus,
+                            # the sizes TrainingQueue(elastic_max_nodes=...) gives its jobs (synth checked they fit)
+                            elastic_sizes=tuple(s for s in (1, 2, 4, 8) if s <= queue.elastic_max_nodes
+                                                and (s > 1 or queue.instance_types)) if queue.elastic_max_nodes else ())
 
 
 def resolve(cloudformation: Any, env: EnvironmentConfig, queue: QueueConfig) -> jobs.QueueTarget:
@@ -75,7 +79,7 @@ def resolve(cloudformation: Any, env: EnvironmentConfig, queue: QueueConfig) -> 
 
 
 def check_submission(env: EnvironmentConfig, queue_name: str, image: str, command: list[str], *,
-                     gpus: Optional[int], nodes: int, name: Optional[str]) -> Submission:
+                     gpus: Optional[int], nodes: jobs.Nodes, name: Optional[str]) -> Submission:
     """Every check that needs no AWS call (the library's, against config's queue): a job that fits no type would
     wait RUNNABLE for ever."""
     return jobs.check_submission(config_target(find_queue(env, queue_name)), image, command, gpus=gpus, nodes=nodes,
@@ -116,7 +120,7 @@ def parser() -> Parser:
     jobs = Parser("./platform job", description=__doc__)
     commands = jobs.add_subparsers(dest="command", required=True, metavar="{submit,list,logs,cancel,cost,rehearse}")
     submit_parser = commands.add_parser("submit", help="run a training job on a queue",
-                                        usage="%(prog)s ENV QUEUE --image IMAGE --name NAME [--gpus N] [--nodes N] "
+                                        usage="%(prog)s ENV QUEUE --image IMAGE --name NAME [--gpus N] [--nodes N|MIN:MAX] "
                                               "-- COMMAND...")
     submit_parser.add_argument("env")
     submit_parser.add_argument("queue")

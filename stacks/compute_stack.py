@@ -56,7 +56,7 @@ class ComputeStack(Stack):
                 max_vcpus=queue.max_vcpus, on_demand_max_vcpus=queue.on_demand_max_vcpus,
                 multi_node_instance_types=[ec2.InstanceType(name) for name in queue.multi_node_instance_types],
                 multi_node_max_vcpus=queue.multi_node_max_vcpus, multi_node_efa=queue.multi_node_efa, job_attempts=queue.job_attempts,
-                job_timeout=Duration.hours(queue.job_timeout_hours),
+                elastic_max_nodes=queue.elastic_max_nodes, job_timeout=Duration.hours(queue.job_timeout_hours),
                 dataset_volumes=dataset_volumes(queue.dataset_volumes, snapshots),
                 removal_policy=config.removal_policy, budget_scope=config.name, tracking=tracking)
             for queue in config.queues

@@ -123,6 +123,7 @@ class QueueConfig:
     job_timeout_hours: int
     dataset_volumes: tuple[DatasetVolumeConfig, ...] = ()
     multi_node_efa: bool = False  # TrainingQueue(multi_node_efa=...): EFA on the multi-node instances
+    elastic_max_nodes: int = 0  # ElasticTraining(max_nodes=...): elastic jobs of 1 to this many nodes; 0: none
 
 
 @dataclass(frozen=True)
@@ -459,6 +460,17 @@ def _ecr_image(key: str, value: Any) -> str:
     return value
 
 
+def _elastic_max_nodes(where: str, queue: dict, multi_node: tuple[str, ...]) -> int:
+    value = _integer(f"{where}.elastic_max_nodes", queue.get("elastic_max_nodes", 0), 0, 8)
+    if value == 1:
+        raise ConfigError(f"{where}.elastic_max_nodes", value, "0 (no elastic jobs) or 2-8",
+                          "an elastic job grows to 2 nodes or more: set 2-8, or 0")
+    if value and not multi_node:
+        raise ConfigError(f"{where}.elastic_max_nodes", value, "0 without multi_node_instance_types",
+                          "add multi_node_instance_types and multi_node_max_vcpus, or remove elastic_max_nodes")
+    return value
+
+
 def _queues(at: str, raw: Any, network: CreatedNetworkConfig | ImportedNetworkConfig) -> tuple[QueueConfig, ...]:
     if not isinstance(raw, list):
         raise ConfigError(at, raw, "an array of tables", f"write each queue as [[{at}]]")
@@ -467,7 +479,7 @@ def _queues(at: str, raw: Any, network: CreatedNetworkConfig | ImportedNetworkCo
         where = f"{at}[{index}]"
         _keys(where, queue, required={"name", "instance_types", "image", "max_vcpus"},
               optional={"on_demand_max_vcpus", "multi_node_instance_types", "multi_node_max_vcpus", "multi_node_efa",
-                        "job_attempts", "job_timeout_hours", "dataset_volumes"})
+                        "job_attempts", "job_timeout_hours", "dataset_volumes", "elastic_max_nodes"})
         multi_node = _catalog_types(f"{where}.multi_node_instance_types", queue.get("multi_node_instance_types", []), 0)
         efa = _boolean(f"{where}.multi_node_efa", queue.get("multi_node_efa", False))
         if efa and not multi_node:
@@ -486,6 +498,7 @@ def _queues(at: str, raw: Any, network: CreatedNetworkConfig | ImportedNetworkCo
             job_timeout_hours=_integer(f"{where}.job_timeout_hours", queue.get("job_timeout_hours", 24), 1, 336),
             dataset_volumes=_dataset_volumes(f"{where}.dataset_volumes", queue.get("dataset_volumes", [])),
             multi_node_efa=efa,
+            elastic_max_nodes=_elastic_max_nodes(where, queue, multi_node),
         ))
         if isinstance(network, CreatedNetworkConfig) and network.nat_gateways == 0:
             missing = [name for name in QUEUE_ENDPOINTS if name not in network.interface_endpoints]

@@ -98,7 +98,8 @@ def test_the_only_lambda_functions_are_the_platforms_own(templates):
         for logical_id in template.find_resources("AWS::Lambda::Function"):
             assert (key.endswith("/Serving") and any(n in logical_id for n in ("DriftCheck", "Retrain", "Quality"))) or (
                 key.endswith("/Governance") and "StopFunction" in logical_id) or (
-                key.endswith("/Compute") and ("ScaleToZeroFunction" in logical_id or "StallWatcher" in logical_id)), (key, logical_id)
+                key.endswith("/Compute") and any(n in logical_id for n in (
+                    "ScaleToZeroFunction", "StallWatcher", "Elastic"))), (key, logical_id)
 
 
 @pytest.mark.parametrize("name,limit,stop", [("dev", 1500, "80"), ("staging", 3000, "80"), ("prod", 12000, "90")])
@@ -178,7 +179,9 @@ def test_one_fleet_per_configured_fleet_and_one_interruption_rule(templates, con
         compute.resource_count_is("AWS::AutoScaling::AutoScalingGroup", len(env.fleets))
         # Per fleet: launch failures (+ scale to zero); per queue: failed jobs, Spot retries, state changes.
         scale_to_zero = sum(1 for fleet in env.fleets if fleet.scale_to_zero_after_minutes)
-        compute.resource_count_is("AWS::Events::Rule", 1 + len(env.fleets) + scale_to_zero + 4 * len(env.queues))  # each queue: 3 + its stall watcher's schedule
+        elastic = sum(1 for queue in env.queues if queue.elastic_max_nodes)  # its controller's rule
+        compute.resource_count_is("AWS::Events::Rule", 1 + len(env.fleets) + scale_to_zero + 4 * len(env.queues)
+                                  + elastic)  # each queue: 3 + its stall watcher's schedule
 
 
 def test_one_job_queue_per_configured_queue_plus_multi_node_queues(templates, config):

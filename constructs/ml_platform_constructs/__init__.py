@@ -61,6 +61,7 @@ _EXPORTS = {
     "SpotInterruptionAlerts": "training.spot_gpu_fleet",
     "QUEUE_TAG": "training.training_queue",
     "TrainingQueue": "training.training_queue",
+    "ElasticTraining": "training.elastic_training",
     # serving
     "DRIFT_NAMESPACE": "serving.monitored_endpoint",
     "MonitoredEndpoint": "serving.monitored_endpoint",
@@ -106,4 +107,5 @@ if TYPE_CHECKING:  # type checkers and IDEs see the names eagerly
     from .serving.monitored_endpoint import DRIFT_NAMESPACE, MonitoredEndpoint
     from .serving.retrain_on_drift import RetrainOnDrift
     from .training.spot_gpu_fleet import GPU_NAMESPACE, JOB_NAMESPACE, SpotGpuFleet, SpotInterruptionAlerts
+    from .training.elastic_training import ElasticTraining
     from .training.training_queue import QUEUE_TAG, TrainingQueue

@@ -87,6 +87,18 @@ EXPECTED_ACKNOWLEDGEMENTS = {
     "Serving/classifier/ModelRole/DefaultPolicy": {
         "AwsSolutions-IAM5[Resource::<classifierCaptureBucket4BB71E88.Arn>/capture/*]",
         f"AwsSolutions-IAM5[Resource::{DATASETS}/models/classifier/*/model.tar.gz]"},
+    "Compute/trainingQueue/Elastic/Resource/ServiceRole": {
+        LAMBDA_BASIC, *KMS_GRANT, *S3_GRANT, "AwsSolutions-IAM5[Action::kms:Decrypt*]", ANY_RESOURCE,
+        "AwsSolutions-IAM5[Resource::arn:aws:batch:<region>:<account>:job/*]"},
+    "Compute/trainingQueue/Elastic/Resource/ServiceRole/DefaultPolicy": {
+        f"AwsSolutions-IAM5[Resource::{DATASETS}/checkpoints/training/*/resize-request.json]",
+        f"AwsSolutions-IAM5[Resource::{DATASETS}/checkpoints/training/*/resizes/*]",
+        *[f'AwsSolutions-IAM5[Resource::arn:aws:batch:<region>:<account>:job-definition/{{"Fn::Select":[1,{{"Fn::Split":'
+          f'["/",{{"Fn::Select":[5,{{"Fn::Split":[":",{{"Ref":"{definition}"}}]}}]}}]}}]}}*]'
+          for definition in ("trainingQueueJobDefinitionE8B396CF", "trainingQueueMultiNodeJobDefinitionD0C30020")],
+        *[f'AwsSolutions-IAM5[Resource::arn:aws:ssm:<region>:<account>:parameter/ml-platform/pending-jobs/{{"Fn::Select":'
+          f'[1,{{"Fn::Split":["/",{{"Ref":"{queue}"}}]}}]}}/resize-*]'
+          for queue in ("trainingQueue55CCD64C", "trainingQueueMultiNodeJobQueue8CDCE302")]},
     "Serving/classifierRetrain/JobContainer/ExecutionRole": {ANY_RESOURCE},
     "Serving/classifierRetrain/Resource/ServiceRole": {
         LAMBDA_BASIC, *KMS_GRANT, ANY_RESOURCE, "AwsSolutions-IAM5[Resource::arn:aws:batch:<region>:<account>:job/*]"},

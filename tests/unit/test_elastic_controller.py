@@ -247,3 +247,24 @@ def test_choose(asked, current, low, high, sizes, expected):
 def test_choose_says_when_no_size_fits_the_range():
     size, why = controller.choose(8, 1, 8, 8, [1, 2, 4])
     assert size is None and "no size the queue fits (1, 2, 4) is in the job's range 8:8" in why
+
+
+def test_the_job_side_the_submission_and_the_controller_agree_on_the_contract(world):
+    """The request ml_platform_job writes is the one the controller reads; the codes, files and tags are one set."""
+    from ml_platform_job import elastic as job_side
+    from ml_platform_constructs.operations import jobs
+
+    assert (controller.RESIZE_EXIT_CODE, controller.REQUEST_FILE, controller.DECISION_PREFIX) == (
+        job_side.RESIZE_EXIT_CODE, job_side.REQUEST_FILE, job_side.DECISION_PREFIX)
+    assert (controller.ELASTIC_TAG, controller.SINGLE_NODE_DEFINITION_TAG, controller.MULTI_NODE_DEFINITION_TAG) == (
+        jobs.ELASTIC_TAG, jobs.ELASTIC_DEFINITION_TAGS[jobs.SINGLE_NODE], jobs.ELASTIC_DEFINITION_TAGS[jobs.MULTI_NODE])
+    assert (jobs.ELASTIC_VARIABLE, jobs.ELASTIC_SIZES_VARIABLE) == (job_side.ELASTIC_VARIABLE, job_side.SIZES_VARIABLE)
+    job = world["start"]()
+    decision = job_side.Decision(2, "scale out: a plateau on busy GPUs", restart_seconds=600.0, restart_usd=1.5,
+                                 saved_seconds=3000.0, saved_usd=4.0)
+    text = job_side.request_text(decision, step=400, samples_seen=51200, job_id=job)
+    boto3.client("s3", region_name="us-east-1").put_object(
+        Bucket="datasets", Key=f"checkpoints/training/{world['name']}/{controller.REQUEST_FILE}", Body=text)
+    world["batch"].end(job, job_side.RESIZE_EXIT_CODE)
+    result = world["fire"](job)
+    assert result["to"] == 2 and world["decision"](job)["estimate"]["saved_usd"] == 4.0

@@ -114,3 +114,25 @@ def suppress_checkov(construct: IConstruct, check_id: str, reason: str) -> None:
     entries = list((resource.get_metadata(CHECKOV_METADATA) or {}).get("skip", []))
     entries = [e for e in entries if e["id"] != check_id] + [{"id": check_id, "comment": reason}]
     resource.add_metadata(CHECKOV_METADATA, {"skip": entries})
+
+
+@jsii.implements(IValidation)
+class AcknowledgeOwnWildcards:
+    """cdk-nag's AwsSolutions-IAM5 for the wildcards of this construct's own resources, whose ids hold cross-stack
+    references known only once they resolve (the queue's name, the definition's name)."""
+
+    def __init__(self, policy: iam.Policy, markers: Sequence[tuple[str, str]]) -> None:
+        self._policy, self._markers = policy, markers
+
+    def validate(self) -> list[str]:
+        document = Stack.of(self._policy).resolve(self._policy.document)
+        found = []
+        for statement in document.get("Statement", []):
+            listed = statement.get("Resource", [])
+            for resource in listed if isinstance(listed, list) else [listed]:
+                flat = flatten_reference(resource)
+                found += [Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{flat}]", reason=reason)
+                          for marker, reason in self._markers if marker in flat and "*" in flat]
+        if found:
+            Validations.of(self._policy).acknowledge(*found)
+        return []

@@ -9,7 +9,7 @@
   python -m ml_platform_constructs budget what-if --monthly-limit USD [--stop-at-percent 80] [--actual USD]
                                    [--budget-age-hours H] [--running TYPE=COUNT[@HOURS]]...
                                    [--on-demand TYPE=COUNT[@HOURS]]... [--now ISO-8601] [--price-table FILE] [--json]
-  python -m ml_platform_constructs job submit QUEUE --image IMAGE --name NAME [--gpus N] [--nodes N] -- COMMAND...
+  python -m ml_platform_constructs job submit QUEUE --image IMAGE --name NAME [--gpus N] [--nodes N|MIN:MAX] -- COMMAND...
   python -m ml_platform_constructs job list QUEUE
   python -m ml_platform_constructs job logs QUEUE JOB_ID
   python -m ml_platform_constructs job cancel QUEUE JOB_ID
@@ -484,9 +484,25 @@ def add_job_figures(parser: argparse.ArgumentParser) -> None:
     most = max(entry.gpu_count for entry in ACCELERATOR_CATALOG.values())
     parser.add_argument("--gpus", type=bounded(1, most, "GPUs per instance", example="--gpus 1", integer=True),
                         help="GPUs per instance (default: all of the smallest type's)")
-    parser.add_argument("--nodes", type=bounded(1, MULTI_NODE_NODES[1], "instances of the job (2 or more: a "
-                                                "multi-node job)", example="--nodes 2", integer=True),
-                        default=1, help=f"instances of a multi-node job, 1 to {MULTI_NODE_NODES[1]} (default 1)")
+    parser.add_argument("--nodes", type=node_spec(MULTI_NODE_NODES[1]), default=1, metavar="N|MIN:MAX",
+                        help=f"instances of a multi-node job, 1 to {MULTI_NODE_NODES[1]} (default 1); MIN:MAX (e.g. "
+                             "1:8): an elastic job that starts at MIN and resizes itself (the queue's elastic_max_nodes)")
+
+
+def node_spec(most: int) -> Callable[[str], Any]:
+    """An argparse ``type`` for --nodes: N (1 to ``most``) or MIN:MAX (an elastic job; (MIN, MAX), or N when equal)."""
+    def parse(text: str) -> Any:
+        parts = text.split(":")
+        if len(parts) > 2 or not all(p.strip().isdigit() for p in parts):
+            raise argparse.ArgumentTypeError(f"{text!r}: a node count (1 to {most}, e.g. --nodes 2) or an elastic "
+                                             f"range MIN:MAX (e.g. --nodes 1:8)")
+        low, high = int(parts[0]), int(parts[-1])
+        if not 1 <= low <= high <= most:
+            raise argparse.ArgumentTypeError(f"{text} is out of range: 1 <= MIN <= MAX <= {most} (e.g. --nodes 1:8)")
+        return low if low == high else (low, high)
+
+    parse.__name__ = "node count"
+    return parse
 
 
 def parser() -> Parser:
@@ -539,7 +555,7 @@ def parser() -> Parser:
     job = commands.add_parser("job", help="training jobs on a TrainingQueue", parents=[region]).add_subparsers(
         dest="action", required=True, parser_class=Parser)
     submit = command(job, "submit", "run a training job on a queue (its command after --)")
-    submit.usage = f"{PROG} job submit QUEUE --image IMAGE --name NAME [--gpus N] [--nodes N] -- COMMAND..."
+    submit.usage = f"{PROG} job submit QUEUE --image IMAGE --name NAME [--gpus N] [--nodes N|MIN:MAX] -- COMMAND..."
     submit.add_argument("queue", help="TrainingQueue.queue_name")
     submit.add_argument("--image", required=True, help="the job's image in Amazon ECR, with a tag or digest")
     submit.add_argument("--name", help="the job's identity: a resubmission under the same name resumes")

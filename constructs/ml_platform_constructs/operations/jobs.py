@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from ..advice.gpu_catalog import GPU_CATALOG
 from ..runtime.budget_guard import QUEUE_TAG, settable_tags
@@ -35,6 +35,13 @@ JOB_NAME_VARIABLE = "ML_PLATFORM_JOB_NAME"
 DEFINITION_TAG = "ml-platform:job-definition"
 CHECKPOINT_ROOT_TAG = "ml-platform:checkpoint-root"
 SINGLE_NODE, MULTI_NODE, EVALUATION = "single-node", "multi-node", "evaluation"
+# Elastic jobs (TrainingQueue's elastic_max_nodes): the sizes the queue's job definitions give their jobs, the range
+# a submission gives the job, and the tags its controller reads (runtime/elastic_controller.py).
+ELASTIC_SIZES_VARIABLE = "ML_PLATFORM_ELASTIC_SIZES"
+ELASTIC_VARIABLE = "ML_PLATFORM_ELASTIC"
+ELASTIC_TAG = "ml-platform:elastic"
+ELASTIC_DEFINITION_TAGS = {SINGLE_NODE: "ml-platform:elastic-single-node", MULTI_NODE: "ml-platform:elastic-multi-node"}
+Nodes = Union[int, tuple[int, int]]  # N, or an elastic job's (MIN, MAX)
 
 
 class JobError(SystemExit):
@@ -75,6 +82,8 @@ class QueueTarget:
     multi_node_instance_types: tuple[str, ...] = ()
     capacity: str = ""  # how much the queue may run, for messages
     evaluation_job_definition: Optional[str] = None  # the promotion gate's evidence (TrainingQueue with datasets)
+    multi_node_max_vcpus: int = 0
+    elastic_sizes: tuple[int, ...] = ()  # the sizes an elastic job may run at; empty: the queue has no elastic jobs
 
     def job_queues(self) -> list[tuple[str, str]]:
         """(label, ARN) of each job queue."""
@@ -91,6 +100,7 @@ class Submission:
     gpus: int
     nodes: int
     tags: Mapping[str, str] = field(default_factory=dict)
+    elastic: Optional[tuple[int, int]] = None  # (MIN, MAX): an elastic job, starting at MIN (``nodes``)
 
     @property
     def multi_node(self) -> bool:
@@ -141,6 +151,8 @@ def find_queue(batch: Any, name: str) -> QueueTarget:
         raise JobError(f"training queue {name!r} has no job queue or job definition of its own here (deployed with an "
                        "older ml_platform_constructs?): deploy it with this version")
     root = definitions[SINGLE_NODE if single_node else MULTI_NODE].get("tags", {}).get(CHECKPOINT_ROOT_TAG, "")
+    sizes = _definition_variable(definitions[MULTI_NODE] if multi_node else definitions[SINGLE_NODE],
+                                 ELASTIC_SIZES_VARIABLE)
     capacity = "; ".join(([f"up to {single[2]} vCPUs"] if single_node else ["multi-node only"])
                          + ([f"multi-node up to {multi[2]} vCPUs"] if multi_node else []))
     return QueueTarget(
@@ -151,13 +163,27 @@ def find_queue(batch: Any, name: str) -> QueueTarget:
         multi_node_job_definition=definitions[MULTI_NODE]["jobDefinitionArn"] if multi_node else None,
         multi_node_instance_types=multi[1] if multi_node else (),
         capacity=capacity,
-        evaluation_job_definition=definitions[EVALUATION]["jobDefinitionArn"] if EVALUATION in definitions else None)
+        evaluation_job_definition=definitions[EVALUATION]["jobDefinitionArn"] if EVALUATION in definitions else None,
+        multi_node_max_vcpus=multi[2] if multi_node else 0,
+        elastic_sizes=tuple(int(p) for p in sizes.split(",") if p.strip().isdigit()))
+
+
+def _definition_variable(definition: Mapping[str, Any], name: str) -> str:
+    """A variable of a job definition's container (a multi-node one's first node range's)."""
+    container = definition.get("containerProperties") or \
+        ((definition.get("nodeProperties") or {}).get("nodeRangeProperties") or [{}])[0].get("container") or {}
+    return next((e.get("value", "") for e in container.get("environment") or [] if e.get("name") == name), "")
 
 
 def check_submission(target: QueueTarget, image: str, command: Sequence[str], *, gpus: Optional[int] = None,
-                     nodes: int = 1, name: Optional[str] = None,
+                     nodes: Nodes = 1, name: Optional[str] = None,
                      tags: Optional[Mapping[str, str]] = None) -> Submission:
-    """Every check that needs no AWS call: a job that fits no type would wait RUNNABLE for ever."""
+    """Every check that needs no AWS call: a job that fits no type would wait RUNNABLE for ever. ``nodes``: N, or
+    (MIN, MAX) for an elastic job (it starts at MIN)."""
+    elastic = None
+    if isinstance(nodes, tuple):
+        elastic = check_elastic(target, nodes)
+        nodes = elastic[0]
     problem = image_problem(image)
     if problem:
         raise JobError(f"--image {image!r}: {problem}")
@@ -185,13 +211,40 @@ def check_submission(target: QueueTarget, image: str, command: Sequence[str], *,
         kind = "multi-node " if nodes > 1 else ""
         raise JobError(f"--gpus {gpus}: the queue's {kind}types ({', '.join(types)}) have {per_instance} GPU(s) per "
                        f"instance; ask for 1-{per_instance} (more GPUs: --nodes, or a queue of larger types)")
+    if elastic is not None and elastic[1] > 1:  # a resize keeps the job's GPUs per node: every size's types hold them
+        multi = [GPU_CATALOG[t].gpu_count for t in target.multi_node_instance_types if t in GPU_CATALOG]
+        if multi and gpus > min(multi):
+            raise JobError(f"--gpus {gpus}: an elastic job keeps its GPUs per node when it resizes, and the queue's "
+                           f"multi-node types ({', '.join(target.multi_node_instance_types)}) have {min(multi)}; ask "
+                           f"--gpus {min(multi)}")
     if not name:
         raise JobError(f"--name is required: it is the job's identity (checkpoints under checkpoints/{target.name}/"
                        "NAME/), so a resubmission under the same name resumes and a new name starts fresh")
     if not JOB_NAME.match(name):
         raise JobError(f"--name {name!r}: 1-128 letters, digits, '-' or '_', starting with a letter or digit")
     return Submission(target=target, image=image, command=list(command), name=name, gpus=gpus, nodes=nodes,
-                      tags=dict(tags or {}))
+                      tags=dict(tags or {}), elastic=elastic)
+
+
+def check_elastic(target: QueueTarget, nodes: tuple[int, int]) -> tuple[int, int]:
+    """An elastic job's (MIN, MAX) against the queue: its controller is there, and MIN and MAX are sizes it runs."""
+    low, high = nodes
+    spec = f"--nodes {low}:{high}"
+    if not 1 <= low < high <= MULTI_NODE_NODES[1]:
+        raise JobError(f"{spec}: an elastic range is MIN:MAX with 1 <= MIN < MAX <= {MULTI_NODE_NODES[1]}, e.g. 1:8")
+    sizes = target.elastic_sizes
+    if not sizes:
+        raise JobError(f"{spec}: queue {target.name} has no elastic jobs (nothing would resubmit a resized job); "
+                       "deploy it with TrainingQueue(elastic_max_nodes=...) (config: elastic_max_nodes), or submit "
+                       f"--nodes N")
+    inside = [s for s in sizes if low <= s <= high]
+    if low not in sizes or len(inside) < 2:
+        raise JobError(f"{spec}: queue {target.name} runs elastic jobs at {', '.join(map(str, sizes))} node(s); "
+                       f"MIN must be one of them and MIN:MAX hold two, e.g. --nodes {sizes[0]}:{sizes[-1]}")
+    if high > sizes[-1]:
+        raise JobError(f"{spec}: queue {target.name}'s multi-node environment fits at most {sizes[-1]} nodes "
+                       f"({target.capacity or 'its max vCPUs'}); ask --nodes {low}:{sizes[-1]}")
+    return low, high
 
 
 def job_definition_for(batch: Any, definition_arn: str, image: str) -> str:
@@ -223,9 +276,20 @@ def submit(batch: Any, submission: Submission) -> dict:
         environment.insert(0, {"name": CHECKPOINT_URI, "value": submission.checkpoint_uri})
     overrides = {"command": submission.command, "environment": environment,
                  "resourceRequirements": [{"type": "GPU", "value": str(submission.gpus)}]}
-    request = {"jobName": submission.name, "jobQueue": queue_arn,
-               "jobDefinition": job_definition_for(batch, definition, submission.image),
-               "tags": {QUEUE_TAG: target.name, **submission.tags}, "propagateTags": True}
+    tags = {QUEUE_TAG: target.name, **submission.tags}
+    kind = MULTI_NODE if submission.multi_node else SINGLE_NODE
+    chosen = {kind: job_definition_for(batch, definition, submission.image)}
+    if submission.elastic is not None:  # the range for the job's policy; for the controller, the range and the
+        # definition of each kind with this image (a resize may move the job between the two job queues)
+        environment.append({"name": ELASTIC_VARIABLE, "value": "{}:{}".format(*submission.elastic)})
+        tags[ELASTIC_TAG] = "{}:{}".format(*submission.elastic)
+        for each, arn in ((SINGLE_NODE, target.job_definition), (MULTI_NODE, target.multi_node_job_definition)):
+            if arn:
+                if each not in chosen:
+                    chosen[each] = job_definition_for(batch, arn, submission.image)
+                tags[ELASTIC_DEFINITION_TAGS[each]] = chosen[each]
+    request = {"jobName": submission.name, "jobQueue": queue_arn, "jobDefinition": chosen[kind],
+               "tags": tags, "propagateTags": True}
     if submission.multi_node:
         request["nodeOverrides"] = {"numNodes": submission.nodes, "nodePropertyOverrides": [
             {"targetNodes": "0:", "containerOverrides": overrides}]}
@@ -259,6 +323,8 @@ def submit_evaluation(batch: Any, target: QueueTarget, *, name: str, image: str,
 def submitted_lines(submission: Submission, job: Mapping[str, Any], follow: str) -> list[str]:
     target = submission.target
     nodes = f"multi-node, {submission.nodes} nodes, " if submission.multi_node else ""
+    if submission.elastic is not None:
+        nodes = "elastic {}:{}, starting at {} node(s), ".format(*submission.elastic, submission.nodes)
     lines = [f"submitted {submission.name}: job id {job['job_id']}",
              f"  queue {target.name} ({nodes}{submission.gpus} GPU(s) per instance): {target.capacity}"]
     lines.append(f"  checkpoints: {submission.checkpoint_uri} (every attempt resumes from the newest)"
@@ -319,9 +385,9 @@ def cancel(batch: Any, job: Mapping[str, Any], reason: str) -> str:
 
 
 def submit_job(batch: Any, *, queue: str, name: str, image: str, command: Sequence[str], gpus: Optional[int] = None,
-               nodes: int = 1, tags: Optional[Mapping[str, str]] = None) -> dict:
+               nodes: Nodes = 1, tags: Optional[Mapping[str, str]] = None) -> dict:
     """Submits a training job to the TrainingQueue named ``queue`` as ``python -m ml_platform_constructs job submit``
     does (the checks, the contract's environment); ``batch`` is a boto3 Batch client of the queue's account and
-    Region. Returns ``{"job_id", "job_name", "checkpoint_uri"}``."""
+    Region; ``nodes``: N, or (MIN, MAX) for an elastic job. Returns ``{"job_id", "job_name", "checkpoint_uri"}``."""
     target = find_queue(batch, queue)
     return submit(batch, check_submission(target, image, command, gpus=gpus, nodes=nodes, name=name, tags=tags))

@@ -123,7 +123,9 @@ def resubmission(job: dict, nodes: int, queue: str, definition: str) -> dict:
     gpus = [r for r in container.get("resourceRequirements") or [] if r.get("type") == "GPU"]
     if gpus:
         overrides["resourceRequirements"] = gpus
-    tags = {k: v for k, v in (job.get("tags") or {}).items() if not k.startswith("aws:")}
+    # Batch refuses a request's tag with AWS's reserved prefix, in its key or value, in any case (tag-restrictions)
+    tags = {k: v for k, v in (job.get("tags") or {}).items()
+            if not k.lower().startswith("aws:") and not str(v).lower().startswith("aws:")}
     request: dict[str, Any] = {"jobName": job["jobName"], "jobQueue": queue, "jobDefinition": definition,
                                "tags": tags, "propagateTags": True}
     if nodes > 1:

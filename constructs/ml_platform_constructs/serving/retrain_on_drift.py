@@ -19,10 +19,10 @@ from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
-from constructs import Construct, IValidation
+from constructs import Construct
 
 from ..errors import ValidationError, refusal_leaves_no_node
-from ..foundation.nag_support import flatten_reference, nag_arn, stack_arn, suppress_checkov
+from ..foundation.nag_support import AcknowledgeOwnWildcards, nag_arn, stack_arn, suppress_checkov
 from ..runtime.pending_jobs import PENDING_PATH
 from ..runtime.retrain import COOLDOWN_HOURS, EXPIRES_ATTRIBUTE, TRIGGER_TAG
 from ..foundation.runtime_function import runtime_function
@@ -190,7 +190,7 @@ class RetrainOnDrift(Construct):
             Acknowledgment(id="AwsSolutions-IAM5[Action::kms:ReEncrypt*]",
                            reason="CDK's encrypt-decrypt grant on the queue's key (claims table, pending record)."))
         policy = self.function.role.node.find_child("DefaultPolicy")
-        policy.node.add_validation(_AcknowledgeOwnWildcards(policy, (
+        policy.node.add_validation(AcknowledgeOwnWildcards(policy, (
             ("job-definition/", "Every revision of this retraining's own job definition (submitted by name)."),
             (PENDING_PATH, "Its own pending records in its queue's path only (one parameter per refused retraining)."))))
 
@@ -233,25 +233,3 @@ class _Cooldowns:
 
     def produce(self) -> str:
         return json.dumps(self._cooldowns, sort_keys=True)
-
-
-@jsii.implements(IValidation)
-class _AcknowledgeOwnWildcards:
-    """cdk-nag's AwsSolutions-IAM5 for the wildcards of this construct's own resources, whose ids hold cross-stack
-    references known only once they resolve (the queue's name, the definition's name)."""
-
-    def __init__(self, policy: iam.Policy, markers: Sequence[tuple[str, str]]) -> None:
-        self._policy, self._markers = policy, markers
-
-    def validate(self) -> list[str]:
-        document = Stack.of(self._policy).resolve(self._policy.document)
-        found = []
-        for statement in document.get("Statement", []):
-            listed = statement.get("Resource", [])
-            for resource in listed if isinstance(listed, list) else [listed]:
-                flat = flatten_reference(resource)
-                found += [Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{flat}]", reason=reason)
-                          for marker, reason in self._markers if marker in flat and flat.endswith("*")]
-        if found:
-            Validations.of(self._policy).acknowledge(*found)
-        return []

@@ -10,6 +10,7 @@ _EXPORTS = {
     "SpotInterruptionAlerts": "spot_gpu_fleet",
     "QUEUE_TAG": "training_queue",
     "TrainingQueue": "training_queue",
+    "ElasticTraining": "elastic_training",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-from aws_cdk import Acknowledgment, Annotations, Duration, Size, Stack, Token, Validations
+from aws_cdk import Acknowledgment, Annotations, Duration, Fn, Size, Stack, Token, Validations
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_iam as iam
@@ -162,7 +162,8 @@ def container_environment(queue_name: str, datasets: Optional[DatasetBucket],
                           checkpoint_bound_percent: Optional[float] = CHECKPOINT_BOUND_PERCENT,
                           bound_minutes: int = BOUND_MINUTES, health_mode: str = HEALTH_MODE,
                           stalled_minutes: Optional[int] = STALLED_MINUTES,
-                          health_rules: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+                          health_rules: Optional[Mapping[str, str]] = None,
+                          elastic_sizes: Sequence[int] = ()) -> dict[str, str]:
     """The job contract's variables every job of the queue gets (constructs/docs/JobContract.md; MLFLOW_TRACKING_URI
     is added per job definition, ``JobSettings.container``). A submission adds the job's own,
     ML_PLATFORM_CHECKPOINT_URI and ML_PLATFORM_JOB_NAME (ml_platform_constructs.operations.jobs).
@@ -180,6 +181,8 @@ def container_environment(queue_name: str, datasets: Optional[DatasetBucket],
                                          checkpoint_bound_percent=checkpoint_bound_percent,
                                          bound_minutes=bound_minutes),
                    **health_environment(mode=health_mode, stall_minutes=stalled_minutes, rules=health_rules)}
+    if elastic_sizes:  # the queue's elastic controller resubmits at these sizes (the job's policy chooses among them)
+        environment["ML_PLATFORM_ELASTIC_SIZES"] = ",".join(map(str, elastic_sizes))
     if stop_timeout_seconds is not None:
         environment["ML_PLATFORM_STOP_TIMEOUT_SECONDS"] = str(stop_timeout_seconds)
     if datasets is not None:
@@ -276,3 +279,10 @@ class JobSettings:
         resource.add_property_override("NodeProperties.NodeRangeProperties.0.TargetNodes", "0:")
         resource.add_property_override("NodeProperties.NumNodes", MULTI_NODE_NODES[0])
         return definition
+
+
+def definition_name(definition: batch.IJobDefinition) -> str:
+    """A job definition's name, from its ARN (``arn:PARTITION:batch:REGION:ACCOUNT:job-definition/NAME:REVISION``):
+    aws-cdk-lib's ``MultiNodeJobDefinition.job_definition_name`` is its Ref, which is the whole ARN."""
+    arn = definition.job_definition_arn
+    return Fn.select(1, Fn.split("/", Fn.select(5, Fn.split(":", arn))))

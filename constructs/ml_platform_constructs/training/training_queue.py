@@ -41,6 +41,8 @@ from .health_alarms import (HEALTH_MODE, STALLED_MINUTES, health_environment, va
                             watcher_needed)
 from .gpu_alarms import (as_instance_types, gpu_alarms, gpu_memory_used_ratio, gpu_metric, validate_alarm_props,
                          validate_gpu_types)
+from .elastic_training import ElasticTraining, validate_elastic
+from .queue_jobs import definition_name
 from .instance_bootstrap import validate_dataset_volumes
 from ..operations.jobs import (CHECKPOINT_ROOT_TAG, DEFINITION_TAG, EVALUATION, MULTI_NODE, SINGLE_NODE, image_problem,
                                is_tagged_ecr_image)
@@ -126,6 +128,11 @@ class TrainingQueue(Construct):
         groups, so each node's container interface is in the VPC's default security group (a warning; a synth error
         where CDK emptied that group); the boot installs the EFA driver (needs a NAT gateway). Default: False: the
         nodes talk over the VPC network in the queue's own multi-node security group.
+    :param elastic_max_nodes: elastic jobs (``job submit --nodes MIN:MAX``) of up to this many nodes (2-8): the queue
+        gets their controller (``.elastic``, an ``ElasticTraining``) and its jobs the sizes they may run at
+        (``ML_PLATFORM_ELASTIC_SIZES``). Synth fails where ``multi_node_max_vcpus`` cannot hold this many of the
+        largest multi-node type, or the queue has no multi-node environment or dataset bucket. Default: 0, none.
+    :param elastic_sizes: the sizes an elastic job may run at. Default: 1, 2, 4, 8 up to ``elastic_max_nodes``.
     :param job_attempts: attempts per job (1-10), Spot reclaims included. Default: 3.
     :param job_timeout: an attempt running longer is stopped (and not retried). Default: 24 hours.
     :param job_vcpus: vCPUs per job. Default: the smallest type's.
@@ -215,6 +222,8 @@ class TrainingQueue(Construct):
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
         budget_scope: str = ACCOUNT_SCOPE,
         tracking: Optional[MlflowTracking] = None,
+        elastic_max_nodes: int = 0,
+        elastic_sizes: Optional[Sequence[int]] = None,
     ) -> None:
         super().__init__(scope, id)
         # --- every prop is checked before anything is created ---
@@ -252,6 +261,15 @@ class TrainingQueue(Construct):
         if multi_node_efa and not self.multi_node_entries:
             raise ValidationError("TrainingQueue", "multi_node_efa", True, "False without multi_node_instance_types",
                                   "add EFA types or leave multi_node_efa unset")
+        self.elastic_sizes: list[int] = []
+        if elastic_max_nodes:
+            self.elastic_sizes = validate_elastic(
+                "TrainingQueue", max_nodes=elastic_max_nodes, sizes=elastic_sizes, queue_name=self.queue_name,
+                multi_node_entries=self.multi_node_entries, multi_node_max_vcpus=multi_node_max_vcpus,
+                single_node=not self.multi_node_only, checkpoints=datasets is not None)
+        elif elastic_sizes is not None:
+            raise ValidationError("TrainingQueue", "elastic_sizes", list(elastic_sizes), "unset without "
+                                  "elastic_max_nodes", "set elastic_max_nodes (2-8) too, or remove elastic_sizes")
         one_az = None
         if self.multi_node_entries:
             one_az = multi_node_subnet(vpc, vpc_subnets, self.multi_node_entries, efa=multi_node_efa)
@@ -278,6 +296,8 @@ class TrainingQueue(Construct):
         self._period = alarm_period
         allow_log_groups(key, construct="TrainingQueue", prop="key")
         self.key = key
+        self.datasets = datasets
+        self.multi_node_max_vcpus = multi_node_max_vcpus
         self._checkpoint_root = f"s3://{datasets.bucket_name}/{self.checkpoint_prefix}" if datasets else None
         Tags.of(self).add(QUEUE_TAG, self.queue_name)
         govern(self, budget_scope)
@@ -305,7 +325,8 @@ class TrainingQueue(Construct):
                                               input_bound_percent=input_bound_percent,
                                               checkpoint_bound_percent=checkpoint_bound_percent,
                                               bound_minutes=bound_minutes, health_mode=health_mode,
-                                              stalled_minutes=stalled_minutes, health_rules=health_rules),
+                                              stalled_minutes=stalled_minutes, health_rules=health_rules,
+                                              elastic_sizes=self.elastic_sizes),
             volumes=job_volumes(dataset_volumes), attempts=job_attempts, timeout=job_timeout, tracking=tracking)
         if not self.multi_node_only:
             self._single_node(compute, vpc, vpc_subnets, instance_types, max_vcpus, on_demand_max_vcpus, image_uri)
@@ -355,6 +376,11 @@ class TrainingQueue(Construct):
                 self, queue_name=self.queue_name, job_queue_arns=self._job_queue_arns(), key=key,
                 removal_policy=removal_policy,
                 environment=health_environment(mode=health_mode, stall_minutes=stalled_minutes, rules=health_rules))
+        # Elastic jobs: their controller resubmits a job that asks for another size (exit 86).
+        self.elastic: Optional[ElasticTraining] = None
+        if self.elastic_sizes:
+            self.elastic = ElasticTraining(self, "Elastic", queue=self, alerts=alerts, max_nodes=elastic_max_nodes,
+                                           sizes=elastic_sizes, removal_policy=removal_policy)
         self.dashboard = queue_dashboard(
             self, queue_name=self.queue_name, log_group=self.log_group, period=alarm_period,
             idle_threshold=idle_threshold_percent, spot_retries=self.metric_spot_retries(),
@@ -490,7 +516,7 @@ class TrainingQueue(Construct):
         definitions = [d for d in definitions_of(self) if d is not self.evaluation_job_definition]
         families = [stack.format_arn(service="batch", resource="job-definition", resource_name=f"{name}*",
                                      arn_format=ArnFormat.SLASH_RESOURCE_NAME)
-                    for name in [d.job_definition_name for d in definitions]]
+                    for name in [definition_name(d) for d in definitions]]
         grant = iam.Grant.add_to_principal(grantee=grantee, actions=["batch:SubmitJob", "batch:TagResource"],
                                            resource_arns=[*self._job_queue_arns(), *families])
         iam.Grant.add_to_principal(grantee=grantee, actions=["batch:TerminateJob", "batch:CancelJob"],
