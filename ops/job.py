@@ -2,6 +2,7 @@
 
   ./platform job submit ENV QUEUE --image IMAGE --name NAME [--gpus N] [--nodes N|MIN:MAX] -- COMMAND...
   ./platform job list ENV [QUEUE]
+  ./platform job show ENV JOB_ID             the job, its run's attempts and an elastic job's resizes and their cost
   ./platform job logs ENV JOB_ID
   ./platform job cancel ENV JOB_ID
   ./platform job cost ENV JOB_ID [--json]    what the job really cost (./platform job cost --help)
@@ -112,13 +113,60 @@ def logs(batch: Any, cloudformation: Any, logs_client: Any, env: EnvironmentConf
     return jobs.job_logs(logs_client, describe(batch, cloudformation, env, job_id))
 
 
+def show(batch: Any, cloudformation: Any, s3: Any, env: EnvironmentConfig, job_id: str) -> list[str]:
+    """The job, its run's attempts at their sizes and, for an elastic job, every resize: from and to, why, the
+    restart it took and what it cost (the run's record beside its checkpoints), and the controller's decisions."""
+    import json
+
+    from ml_platform_job.elastic import DECISION_PREFIX
+    from ml_platform_job.tracking import RECORD_NAME
+    from ops.runs import resize_lines
+
+    job = describe(batch, cloudformation, env, job_id)
+    nodes = int((job.get("nodeProperties") or {}).get("numNodes") or 1)
+    tags = job.get("tags") or {}
+    elastic = tags.get(jobs.ELASTIC_TAG)
+    lines = [f"{job['jobName']} {job['jobId']}: {job['status']}" + (f" ({job['statusReason']})"
+                                                                    if job.get("statusReason") else ""),
+             f"  {nodes} node(s)" + (f", elastic {elastic}" if elastic else "")]
+    container = job.get("container") or ((job.get("nodeProperties") or {}).get("nodeRangeProperties") or [{}])[0].get(
+        "container") or {}
+    uri = next((e["value"] for e in container.get("environment") or [] if e.get("name") == jobs.CHECKPOINT_URI), "")
+    if not uri.startswith("s3://"):
+        return [*lines, "  no checkpoints (the queue has no dataset bucket): no run record to show"]
+    bucket, _, prefix = uri[len("s3://"):].partition("/")
+    try:
+        record = json.loads(s3.get_object(Bucket=bucket, Key=prefix + RECORD_NAME)["Body"].read())
+    except Exception as error:  # no record yet (the job has not started), or unreadable
+        code = getattr(error, "response", {}).get("Error", {}).get("Code", type(error).__name__)
+        return [*lines, f"  run record: none yet at {uri}{RECORD_NAME} ({code})"]
+    attempts = (record.get("passport") or {}).get("attempts") or []
+    lines.append(f"  run {record.get('run_id')}: {record.get('status')}, {len(attempts)} attempt(s) at "
+                 + ", ".join(f"{a.get('nodes', 1)}" for a in attempts) + " node(s); cost "
+                 + (f"{record['cost_usd']} USD" if record.get("cost_usd") is not None else "not settled yet"))
+    lines += resize_lines(record) or (["  resizes: none"] if elastic else [])
+    if elastic:
+        listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix + DECISION_PREFIX).get("Contents") or []
+        for item in sorted(listed, key=lambda o: o["Key"]):
+            try:
+                decision = json.loads(s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read())
+            except Exception:
+                continue
+            held = f"; held: {decision['held']}, pending in {decision.get('pending')}" if decision.get("held") else ""
+            lines.append(f"  controller: {decision.get('job_id')} -> {decision.get('new_job_id') or '-'}, "
+                         f"{decision.get('from')} -> {decision.get('to')} node(s) (asked {decision.get('asked')}; "
+                         f"{decision.get('why')}){held}")
+    return lines
+
+
 def cancel(batch: Any, cloudformation: Any, env: EnvironmentConfig, job_id: str) -> str:
     return jobs.cancel(batch, describe(batch, cloudformation, env, job_id), "cancelled with ./platform job cancel")
 
 
 def parser() -> Parser:
     jobs = Parser("./platform job", description=__doc__)
-    commands = jobs.add_subparsers(dest="command", required=True, metavar="{submit,list,logs,cancel,cost,rehearse}")
+    commands = jobs.add_subparsers(dest="command", required=True,
+                                   metavar="{submit,list,show,logs,cancel,cost,rehearse}")
     submit_parser = commands.add_parser("submit", help="run a training job on a queue",
                                         usage="%(prog)s ENV QUEUE --image IMAGE --name NAME [--gpus N] [--nodes N|MIN:MAX] "
                                               "-- COMMAND...")
@@ -130,7 +178,8 @@ def parser() -> Parser:
     list_parser = commands.add_parser("list", help="the queues' jobs by state")
     list_parser.add_argument("env")
     list_parser.add_argument("queue", nargs="?")
-    for name, text in (("logs", "every attempt's log"), ("cancel", "stop a job (running: SIGTERM, it checkpoints)")):
+    for name, text in (("logs", "every attempt's log"), ("cancel", "stop a job (running: SIGTERM, it checkpoints)"),
+                       ("show", "a job, its run's attempts and, for an elastic job, its resizes and their cost")):
         sub = commands.add_parser(name, help=text)
         sub.add_argument("env")
         sub.add_argument("job_id")
@@ -170,6 +219,8 @@ def main(argv: list[str], session_factory=None) -> int:
         output = submit(batch, cloudformation, env, submission)
     elif args.command == "list":
         output = listing(batch, cloudformation, env, args.queue)
+    elif args.command == "show":
+        output = show(batch, cloudformation, session.client("s3"), env, args.job_id)
     elif args.command == "logs":
         output = logs(batch, cloudformation, session.client("logs"), env, args.job_id)
     else:

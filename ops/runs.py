@@ -505,6 +505,7 @@ def format_record(record: dict) -> str:
                          + (f" ({a['reason']})" if a.get("reason") else "") + resumed + ran_on)
             if a.get("environment_changes"):
                 lines.append(f"       CHANGED from the attempt before: {'; '.join(a['environment_changes'])}")
+        lines += resize_lines(record)
         if p.get("command"):
             lines.append(f"  rerun: the code at {commit.get('commit') or '(unknown commit)'}, the packages of "
                          f"{p['packages']['artifact']}, the dataset above; ML_PLATFORM_CHECKPOINT_URI a new prefix (a new "
@@ -563,6 +564,34 @@ def format_record(record: dict) -> str:
         lines.append(f"  promotion to {decision.get('endpoint')} ({decision.get('environment')}) at {decision.get('at')}:"
                      f" {decision.get('outcome')}: {decision.get('reason')}")
     return "\n".join(lines)
+
+
+def resize_lines(record: Mapping[str, Any], indent: str = "  ") -> list[str]:
+    """An elastic run's resizes (``ml_platform_job.elastic.resize_history``): from and to, at which step, why, the
+    restart it took and what the restart cost at the new size, beside the job's own estimate."""
+    from ml_platform_job.elastic import resize_history
+
+    passport = record.get("passport") or {}
+    environment = passport.get("environment") or {}
+    region = environment.get("AWS_REGION") or environment.get("AWS_DEFAULT_REGION") or "us-east-1"
+    try:
+        found = resize_history(record, load_prices(region, _price_table()))
+    except Exception as error:  # a record the history cannot read is shown all the same
+        return [f"{indent}resizes: unreadable ({type(error).__name__})"]
+    if not found:
+        return []
+    lines = [f"{indent}resizes ({len(found)}):"]
+    for entry in found:
+        to = entry["to"] if entry["to"] is not None else f"{entry['asked']} (asked; not resubmitted yet)"
+        restart = (f"restart {entry['restart_seconds']:.0f} s" if entry["restart_seconds"] is not None
+                   else "restart not measured yet")
+        cost = f", {entry['restart_usd']:.2f} USD" if entry["restart_usd"] is not None else ""
+        estimate = entry.get("estimate") or {}
+        expected = (f" (expected {estimate['restart_seconds']:.0f} s; saves {estimate.get('saved_seconds') or 0:.0f} s, "
+                    f"{estimate.get('saved_usd') or 0:.2f} USD)" if estimate.get("restart_seconds") is not None else "")
+        lines.append(f"{indent}  attempt {entry['attempt']}, step {entry['step']}: {entry['from']} -> {to} node(s), "
+                     f"{restart}{cost}{expected}: {entry['reason']}")
+    return lines
 
 
 def _values(values: Any) -> str:

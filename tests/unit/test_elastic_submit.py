@@ -73,7 +73,7 @@ def test_nodes_takes_a_count_or_a_range(text, parsed):
 
 
 @pytest.mark.parametrize("text, message", [("0:4", "out of range"), ("4:2", "out of range"), ("1:9", "out of range"),
-                                           ("a", "a node count"), ("1:2:3", "a node count")])
+                                           ("a", "not a whole number"), ("1:2:3", "not a whole number")])
 def test_nodes_refuses_anything_else_in_one_line(text, message):
     with pytest.raises(Exception, match=message):
         operations.node_spec(8)(text)

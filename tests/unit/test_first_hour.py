@@ -474,7 +474,8 @@ def no_work(monkeypatch):
      "stops it), from 0 to 1,000 (e.g. ./platform fleet scale dev training 2) (usage: ./platform fleet scale --help)"),
     (job, ["submit", "dev", "training", "--image", IMAGE, "--name", "r1", "--nodes", "-3", "--", "python", "t.py"],
      "error: ./platform job submit: argument --nodes: -3 is out of range: instances of the job (2 or more: a "
-     "multi-node job), from 1 to 8 (e.g. --nodes 2) (usage: ./platform job submit --help)"),
+     "multi-node job), from 1 to 8 (e.g. --nodes 2), or an elastic range MIN:MAX (e.g. --nodes 1:8) (usage: "
+     "./platform job submit --help)"),
     (job, ["submit", "dev", "training", "--image", IMAGE, "--name", "r1", "--gpus", "0", "--", "python", "t.py"],
      "error: ./platform job submit: argument --gpus: 0 is out of range: GPUs per instance, from 1 to 16 (e.g. --gpus "
      "1) (usage: ./platform job submit --help)"),

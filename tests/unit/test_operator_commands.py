@@ -17,7 +17,7 @@ UNKNOWN = r"^error: unknown environment 'nosuch': config/environments.toml decla
 
 COMMANDS = {  # module, its usage line's start, the command's arguments with an unknown environment
     "fleet": (fleet, "usage: ./platform fleet ", ["status", "nosuch"]),
-    "job": (job, "usage: ./platform job [-h] {submit,list,logs,cancel,cost,rehearse}", ["list", "nosuch"]),
+    "job": (job, "usage: ./platform job [-h] {submit,list,show,logs,cancel,cost,rehearse}", ["list", "nosuch"]),
     "job submit": (job, "usage: ./platform job submit ENV QUEUE --image IMAGE --name NAME",
                    ["submit", "nosuch", "training", "--image", IMAGE, "--name", "a", "--", "python", "t.py"]),
     "job cost": (job, "usage: ./platform job cost ", ["cost", "nosuch", "job-1"]),

@@ -492,13 +492,17 @@ def add_job_figures(parser: argparse.ArgumentParser) -> None:
 def node_spec(most: int) -> Callable[[str], Any]:
     """An argparse ``type`` for --nodes: N (1 to ``most``) or MIN:MAX (an elastic job; (MIN, MAX), or N when equal)."""
     def parse(text: str) -> Any:
-        parts = text.split(":")
-        if len(parts) > 2 or not all(p.strip().isdigit() for p in parts):
-            raise argparse.ArgumentTypeError(f"{text!r}: a node count (1 to {most}, e.g. --nodes 2) or an elastic "
-                                             f"range MIN:MAX (e.g. --nodes 1:8)")
-        low, high = int(parts[0]), int(parts[-1])
+        parts = text.strip().split(":")
+        meaning = (f"instances of the job (2 or more: a multi-node job), from 1 to {most} (e.g. --nodes 2), or an "
+                   f"elastic range MIN:MAX (e.g. --nodes 1:{most})")
+        try:
+            if len(parts) > 2:
+                raise ValueError
+            low, high = int(parts[0]), int(parts[-1])
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number: {meaning}") from None
         if not 1 <= low <= high <= most:
-            raise argparse.ArgumentTypeError(f"{text} is out of range: 1 <= MIN <= MAX <= {most} (e.g. --nodes 1:8)")
+            raise argparse.ArgumentTypeError(f"{text} is out of range: {meaning}")
         return low if low == high else (low, high)
 
     parse.__name__ = "node count"
