@@ -16,21 +16,35 @@ The decision (``decide``), with the story's rules as defaults:
 - **scale in** (to the next smaller size) when utilization stays under ``idle_utilization`` (40%, the idle alarm's
   threshold) for ``idle_periods`` periods (3): the GPUs wait, and fewer nodes do the same work for less;
 - never within ``snooze_seconds`` of the last resize (or of the attempt's start);
-- and only when it pays: a resize costs ``restart_seconds`` (queue wait, start, image pull, rendezvous, restore:
-  measured from the job's own attempts, ``DEFAULT_RESTART_SECONDS`` until measured) at the new size's price. Out is
-  taken when the time saved on the remaining work exceeds the restart time; in when the money saved on it exceeds
-  the restart's cost. Throughput at another size is the measured one scaled by ``scaling_efficiency`` per doubling.
+- and only when it pays: a resize costs ``restart_seconds`` (from the asking attempt's end to the next one's start:
+  queue wait, instance start, image pull; measured from the run's own resizes, ``DEFAULT_RESTART_SECONDS`` until
+  measured; the restore is in the goodput ledger's restore phase) at the new size's price. Out is taken when the time
+  saved on the remaining work exceeds the restart time; in when the money saved on it exceeds the restart's cost.
+  Throughput at another size is the measured one scaled by ``scaling_efficiency`` per doubling.
 
-The errors it guards against, and their rates:
+The errors it guards against, and their rates (``tests/unit/test_elastic_policy.py`` simulates each):
 
-- **A resize that does not pay** (its restart costs more than it saves): never taken on the stated model; the model's
-  own error (efficiency, restart time) is bounded by the measured restart time and a conservative efficiency (0.9 a
-  doubling: DDP on one placement group); a run records each resize's estimate and its measured restart beside it.
-- **Flapping** (out, in, out): at most one resize per ``snooze_seconds`` (30 minutes), so at most 2 an hour of job
-  time whatever the metrics do; a plateau and idle GPUs cannot both hold (out needs busy GPUs, in idle ones).
-- **Scaling in a busy job on noise**: needs every one of ``idle_periods`` periods under 40%; with 5-minute periods of a
-  job at 70% utilization and a per-period standard deviation of 10 points, under 1e-5 per check
-  (``tests/unit/test_elastic_policy.py`` simulates it).
+- **Scaling out a job that is still learning** (a false plateau). The rule is the story's and Keras's patience rule
+  (not ``min_delta`` better than the best before, in ``plateau_evaluations`` evaluations); its false rate depends on
+  how much the validation loss improves an evaluation (g) against its noise (sigma, relative), per check: g 2%, sigma
+  1%: 5e-5; g 1%, sigma 0.5%: 0.15%; g 1%, sigma 1%: 5%; g 0.5%, sigma 0.5%: 20%; any improvement under 0.34% an
+  evaluation is a plateau by definition (so validating less often, a larger g, makes it rarer). Guards: only on busy
+  GPUs, only when the restart pays, fresh evidence at each size (the history starts again after a resize), and
+  ``scale_out_on_plateau=False``. The validation loss must be the whole set's (all-reduced), not rank 0's shard.
+- **Scaling in a busy job on noise**: every one of ``idle_periods`` periods under 40%. A job at 70% whose 5-minute
+  means swing 10 points: independent periods, Phi(-3)^3 = 2.5e-9 a check; correlated ones, as real utilization is
+  (AR(1) rho 0.5: 1.3e-5; rho 0.8: 1.2e-4 a check, about 3% a day at one check a period). Periods that overlap a
+  validation, a save or a restore are not sampled (the GPUs wait by design then).
+- **A resize that does not pay** (its restart costs more than it saves): never taken on the stated model; the
+  model's own error (efficiency, restart time) is bounded by the measured restart time and a conservative efficiency
+  (0.9 a doubling: DDP on one placement group); a scale-out trades money for time (its saved USD is negative: more
+  nodes at On-Demand prices), a scale-in trades time for money. Each size is priced as its kind (one node: the
+  queue's Spot types; two or more: its multi-node On-Demand types); a size the price table lacks is "not judged".
+- **Flapping** (out, in, out): at most one resize per ``snooze_seconds`` (30 minutes), so at most 2 an hour; and a
+  size the run left for idle GPUs, and every larger one, is never scaled out to again, so each scale-in lowers the
+  run's ceiling: at most one out-and-in cycle per allowed size.
+- **A run that asked and was never resubmitted**: the queue's controller alerts on every refusal, its errors alarm,
+  and a resubmission under the same name resumes from the resize's checkpoint.
 
 Where a loss has stalled for a reason more nodes cannot fix (a learning rate too low, a bad label, a converged
 model), the plateau rule scales out for nothing but the cost of the restart: turn it off (``scale_out_on_plateau=
@@ -68,6 +82,8 @@ REQUEST_FILE = "resize-request.json"
 DECISION_PREFIX = "resizes/"
 RESIZE_MARKER = "resize-requested"  # under the launcher: torchrun's exit 1 becomes 86 again
 PERIOD_SECONDS = 300.0  # a utilization period: the GPU alarms' (5 minutes)
+HISTORY = 50  # validation losses kept in the run's record (the plateau rule needs plateau_evaluations + 1)
+NODE_TYPES_VARIABLE = "ML_PLATFORM_ELASTIC_NODE_TYPES"  # "spot:g5.xlarge,g5.2xlarge;on-demand:g5.8xlarge"
 SAMPLE_SECONDS = 10.0  # how often the job reads its GPUs' utilization (nvidia-smi)
 
 
@@ -177,6 +193,8 @@ class Observation:
     node_price_per_hour: float = 0.0
     seconds_since_resize: float = math.inf
     restart_seconds: Optional[float] = None
+    price_at: Mapping[int, float] = field(default_factory=dict)  # a node's USD an hour at another size (its kind's)
+    left_idle: Sequence[int] = ()  # sizes this run left for idle GPUs: never scaled out to again, nor past them
 
 
 @dataclass(frozen=True)
@@ -225,7 +243,10 @@ def decide(policy: ElasticPolicy, seen: Observation) -> Decision:
     if seen.samples_per_second <= 0 or seen.remaining_samples <= 0:
         return Decision(seen.nodes, "not judged: no measured throughput or no work left")
     restart = seen.restart_seconds if seen.restart_seconds is not None else DEFAULT_RESTART_SECONDS
-    price = seen.node_price_per_hour / 3600.0
+
+    def price(size: int) -> float:  # USD a second of one node at ``size`` (1 node: Spot; 2 or more: On-Demand)
+        return seen.price_at.get(size, seen.node_price_per_hour) / 3600.0
+
     now_seconds = seen.remaining_samples / seen.samples_per_second
     if all(u < policy.idle_utilization for u in recent):
         smaller = [s for s in allowed if s < seen.nodes]
@@ -234,22 +255,28 @@ def decide(policy: ElasticPolicy, seen: Observation) -> Decision:
         to = smaller[-1]
         then_seconds = seen.remaining_samples / throughput(seen.samples_per_second, seen.nodes, to,
                                                            policy.scaling_efficiency)
-        cost_now = now_seconds * seen.nodes * price
-        cost_then = (then_seconds + restart) * to * price
+        cost_now = now_seconds * seen.nodes * price(seen.nodes)
+        cost_then = (then_seconds + restart) * to * price(to)
         figures = {"cost_now_usd": cost_now, "cost_then_usd": cost_then, "remaining_seconds": now_seconds}
+        if cost_now <= 0:
+            return Decision(seen.nodes, "not judged: idle GPUs, but no price for this size (a type the price table "
+                                        "lacks): a scale-in cannot be shown to pay", figures=figures)
         if cost_then >= cost_now:
             return Decision(seen.nodes, f"hold: scaling in to {to} would cost {cost_then:.2f} USD against "
                                         f"{cost_now:.2f} to finish as is (the restart does not pay)", restart,
-                            restart * to * price, figures=figures)
+                            restart * to * price(to), figures=figures)
         return Decision(to, f"scale in: GPU utilization under {policy.idle_utilization:g}% for {len(recent)} periods",
-                        restart, restart * to * price, now_seconds - then_seconds - restart, cost_now - cost_then,
+                        restart, restart * to * price(to), now_seconds - then_seconds - restart, cost_now - cost_then,
                         figures)
     if policy.scale_out_on_plateau and all(u >= policy.busy_utilization for u in recent) and \
             plateaued(seen.val_losses, policy.plateau_evaluations, policy.min_delta):
-        larger = [s for s in allowed if s > seen.nodes]
+        # a size this run left for idle GPUs, and every larger one (more nodes wait at least as much), is out
+        cap = min(seen.left_idle, default=math.inf)
+        larger = [s for s in allowed if seen.nodes < s < cap]
         if not larger:
             return Decision(seen.nodes, f"hold: plateau on busy GPUs, but {seen.nodes} node(s) is the largest size "
-                                        "allowed")
+                                        "allowed" + (" (the run left the larger ones for idle GPUs)"
+                                                     if seen.left_idle else ""))
         to = larger[0]
         then_seconds = seen.remaining_samples / throughput(seen.samples_per_second, seen.nodes, to,
                                                            policy.scaling_efficiency)
@@ -258,12 +285,12 @@ def decide(policy: ElasticPolicy, seen: Observation) -> Decision:
         if saved <= 0:
             return Decision(seen.nodes, f"hold: scaling out to {to} would save {now_seconds - then_seconds:.0f} s "
                                         f"of {now_seconds:.0f} s left, less than its {restart:.0f} s restart",
-                            restart, restart * to * price, figures=figures)
-        cost_now = now_seconds * seen.nodes * price
-        cost_then = (then_seconds + restart) * to * price
+                            restart, restart * to * price(to), figures=figures)
+        cost_now = now_seconds * seen.nodes * price(seen.nodes)
+        cost_then = (then_seconds + restart) * to * price(to)
         return Decision(to, f"scale out: validation loss not {policy.min_delta:.0%} better in "
                             f"{policy.plateau_evaluations} evaluations on GPUs at {policy.busy_utilization:g}% or more",
-                        restart, restart * to * price, saved, cost_now - cost_then, figures)
+                        restart, restart * to * price(to), saved, cost_now - cost_then, figures)
     return Decision(seen.nodes, "hold: neither idle nor a plateau on busy GPUs")
 
 
@@ -366,9 +393,14 @@ class ElasticMonitor:
     def __init__(self, policy: ElasticPolicy, *, nodes: int, node_price_per_hour: float = 0.0,
                  restart_seconds: Optional[float] = None, clock: Callable[[], float] = time.monotonic,
                  sample: Optional[Callable[[], Optional[float]]] = None,
-                 period_seconds: float = PERIOD_SECONDS) -> None:
+                 period_seconds: float = PERIOD_SECONDS, price_at: Optional[Mapping[int, float]] = None,
+                 left_idle: Sequence[int] = (), paused: Optional[Callable[[], bool]] = None) -> None:
         self.policy, self.nodes = policy, nodes
         self.node_price_per_hour, self.restart_seconds = node_price_per_hour, restart_seconds
+        self.price_at, self.left_idle = dict(price_at or {}), tuple(left_idle)
+        # True while the job validates, saves or restores: its GPUs wait by design then, which is not idleness
+        self.paused = paused or (lambda: False)
+        self._periods_judged = 0
         self.clock = clock
         self.sample = sample if sample is not None else nvidia_smi_utilization
         self.utilization = UtilizationPeriods(period_seconds=period_seconds, clock=clock)
@@ -385,7 +417,8 @@ class ElasticMonitor:
 
         def loop() -> None:
             while not self._stop.wait(SAMPLE_SECONDS):
-                self.utilization.add(self.sample())
+                if not self.paused():
+                    self.utilization.add(self.sample())
 
         self._thread = threading.Thread(target=loop, name="ml-platform-elastic", daemon=True)
         self._thread.start()
@@ -399,11 +432,17 @@ class ElasticMonitor:
         except (TypeError, ValueError):
             return
         if math.isfinite(value):
-            self.val_losses.append(value)
+            self.val_losses = (self.val_losses + [value])[-HISTORY:]
+
+    def new_period(self, now: Optional[float] = None) -> bool:
+        """Whether a utilization period completed since the last ``consider``: a scale-in is judged then too, not
+        only after a validation."""
+        return len(self.utilization.periods(now)) > self._periods_judged
 
     def consider(self, *, remaining_samples: Optional[float], samples_per_second: float,
                  now: Optional[float] = None) -> Decision:
         now = self.clock() if now is None else now
+        self._periods_judged = len(self.utilization.periods(now))
         if remaining_samples is None:
             self.last = Decision(self.nodes, "not judged: the work left is unknown (train with job.epochs(start, "
                                              "stop) so that the job knows it)")
@@ -412,7 +451,7 @@ class ElasticMonitor:
             nodes=self.nodes, val_losses=tuple(self.val_losses), utilization=tuple(self.utilization.periods(now)),
             remaining_samples=remaining_samples, samples_per_second=samples_per_second,
             node_price_per_hour=self.node_price_per_hour, seconds_since_resize=now - self.started,
-            restart_seconds=self.restart_seconds))
+            restart_seconds=self.restart_seconds, price_at=self.price_at, left_idle=self.left_idle))
         return self.last
 
     def state_dict(self) -> dict:
@@ -450,6 +489,10 @@ def resize_history(record: Mapping[str, Any], prices: Optional[Mapping[str, Any]
                  "reason": asked.get("reason"), "restart_seconds": None, "restart_usd": None,
                  "estimate": {k: asked.get(k) for k in ("restart_seconds", "restart_usd", "saved_seconds",
                                                          "saved_usd") if k in asked}}
+        if after is not None and after.get("job_id") and after.get("job_id") == attempt.get("job_id"):
+            # the queue retried the same job (a Spot reclaim came with the resize): no resubmission happened
+            entry.update(to=None, retried=True)
+            after = None
         if after is not None:
             restart = _seconds_between(attempt.get("ended_at"), after.get("started_at"))
             entry["restart_seconds"] = restart
@@ -480,3 +523,33 @@ def request_text(decision: Decision, *, step: int, samples_seen: int, job_id: Op
 
 def decision_dict(decision: Decision) -> dict:
     return asdict(decision)
+
+
+def left_for_idle(record: Mapping[str, Any]) -> list[int]:
+    """The sizes this run scaled in from for idle GPUs: a scale-out never goes back to them (no out-in-out cycle)."""
+    return sorted({r["from"] for r in resize_history(record) if str(r.get("reason") or "").startswith("scale in")
+                   and isinstance(r.get("from"), int)})
+
+
+def node_prices(text: str, prices: Mapping[str, Any], sizes: Sequence[int]) -> dict[int, float]:
+    """A node's USD an hour at each size from ``ML_PLATFORM_ELASTIC_NODE_TYPES`` ("spot:TYPE,...;on-demand:TYPE,...":
+    one node runs on the first kind, two or more on the second): the cheapest priced type of the kind (Batch's
+    allocation favours it). Sizes whose kind has no priced type are left out (the policy says "not judged")."""
+    from .prices import hourly_usd
+
+    kinds = [part.split(":", 1) for part in str(text or "").split(";") if ":" in part]
+    found: dict[int, float] = {}
+    for size in sizes:
+        index = 0 if size == 1 else len(kinds) - 1
+        if not kinds or index < 0:
+            break
+        lifecycle, types = kinds[index]
+        rates = []
+        for name in types.split(","):
+            try:
+                rates.append(hourly_usd(prices, name.strip(), lifecycle.strip()))
+            except (KeyError, ValueError):
+                continue
+        if rates:
+            found[size] = min(rates)
+    return found

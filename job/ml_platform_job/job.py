@@ -53,8 +53,9 @@ from typing import Any, Iterable, Iterator, Mapping, Optional
 
 from . import STOPPED_EXIT_CODE
 from .checkpoints import DEFAULT_KEEP, HEALTH_STOP, Checkpoint, CheckpointStore
-from .elastic import (REQUEST_FILE, RESIZE_EXIT_CODE, RESIZE_MARKER, Decision, ElasticMonitor, ElasticPolicy, World,
-                      measured_restart_seconds, request_text, world as _world)
+from .elastic import (NODE_TYPES_VARIABLE, REQUEST_FILE, RESIZE_EXIT_CODE, RESIZE_MARKER, Decision, ElasticMonitor,
+                      ElasticPolicy, World, left_for_idle, measured_restart_seconds, node_prices, request_text,
+                      world as _world)
 from .health import (HEALTH_MARKER, HEALTH_STOPPED_EXIT_CODE, HEARTBEAT_METRIC, STOP_METRIC, WARNING_METRIC, HealthMonitor,
                      RULES, HealthRules, Verdict, metric_line)
 from .stop import (LAUNCH_DIR, SaveTimedOut, StopRequest, _distributed, all_ranks_max, collective_device,
@@ -260,22 +261,41 @@ class TrainingJob:
 
         self._job_id = job_id_from_environment(env)  # the request names the job that asked (the controller checks)
         attempt = self.run.attempt
-        price = 0.0
+        price, price_at = 0.0, {}
         try:
             from .prices import hourly_usd, load_prices
 
+            prices = load_prices(env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1")
             if attempt.get("instance_type") and attempt.get("lifecycle"):
-                price = hourly_usd(load_prices(env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"),
-                                   attempt["instance_type"], attempt["lifecycle"])
+                price = hourly_usd(prices, attempt["instance_type"], attempt["lifecycle"])
+            # one node runs on the queue's Spot types, two or more on its multi-node On-Demand ones
+            price_at = node_prices(env.get(NODE_TYPES_VARIABLE, ""), prices, policy.allowed())
         except Exception:  # unpriced: a scale-in cannot be shown to pay, so none is taken
-            price = 0.0
-        self.elastic = ElasticMonitor(policy, nodes=int(attempt.get("nodes") or 1), node_price_per_hour=price,
-                                      restart_seconds=measured_restart_seconds(self.run.record), clock=self.clock.now)
+            pass
+        # the GPUs wait by design while the job validates, saves or restores: not sampled as idle then
+        busy_phases = ("checkpoint_save", "restore")
+        self.elastic = ElasticMonitor(
+            policy, nodes=int(attempt.get("nodes") or 1), node_price_per_hour=price, price_at=price_at,
+            restart_seconds=measured_restart_seconds(self.run.record), clock=self.clock.now,
+            left_idle=left_for_idle(self.run.record),
+            paused=lambda: self._loader_ended_at is not None or any(
+                name in getattr(self.clock, "_active", {}) for name in busy_phases))
         state = (self.run.record.get("elastic") or {}).get("state")
         if isinstance(state, Mapping):
             self.elastic.load_state_dict(state)
         if _rank() == 0:
             self.elastic.watch()
+
+    def no_resizes(self, who: str) -> None:
+        """An adapter that does not resize yet: an elastic range is said to be ignored (once, rank 0), never silently
+        kept: the job runs at the size it started at."""
+        if self.elastic is None:
+            return
+        self.elastic.close()
+        if _rank() == 0:
+            print(f"elastic: {who} does not resize yet; the job stays at {self.elastic.nodes} node(s) (the plain "
+                  "loop's TrainingJob resizes: docs/TRAINING.md, 'Elastic jobs')", file=sys.stderr, flush=True)
+        self.elastic = None
 
     @property
     def world(self) -> World:
@@ -559,8 +579,8 @@ class TrainingJob:
             return []
         allowed = self.elastic.policy.allowed()
         flags = [False] * len(allowed)
-        if not self._resize_due or _rank() != 0:
-            self._resize_due = False
+        if _rank() != 0 or not (self._resize_due or self.elastic.new_period()):
+            self._resize_due = False  # after a validation (out or in), or a new utilization period (in)
             return flags
         self._resize_due = False
         rate = 0.0
@@ -599,6 +619,8 @@ class TrainingJob:
                                 job_id=getattr(self, "_job_id", None))
             self.store.location.write(REQUEST_FILE, text)
             self.elastic.close()
+            # the next size judges a plateau from its own evaluations (no ratchet on one old plateau)
+            self.run.record["elastic"] = {"state": {"val_losses": []}}
             self.run.resized(json.loads(text), step=self.step, saved=saved)
             print(f"resize from {self.elastic.nodes} to {size} node(s) at step {self.step}: {decision.reason}; exit "
                   f"{RESIZE_EXIT_CODE} (the queue's elastic controller resubmits the job at {size} node(s); it resumes "
@@ -857,6 +879,7 @@ class JobLoader:
         sampler.set_position(job._epoch_index, min(job._position, sampler.total_size))
         # The workers' base seed from (seed, epoch): a new iterator draws it from the loader's own generator.
         self.loader.generator.manual_seed(job.seed + job._epoch_index)
+        job._loader_ended_at = None  # training again (a loop without epochs(): its validation has ended)
         ranks = sampler.num_replicas
         left = sampler.remaining()
         batch_size = self.batch_size or 1

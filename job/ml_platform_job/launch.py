@@ -80,7 +80,7 @@ def launch(command: Sequence[str], env: Optional[Mapping[str, str]] = None) -> i
         print(f"ml_platform_job launch: a health rule stopped the job; exit {HEALTH_STOPPED_EXIT_CODE} (the queue "
               f"does not retry it; the child exited {code})", file=sys.stderr, flush=True)
         return HEALTH_STOPPED_EXIT_CODE
-    if resized and not asked:
+    if resized:  # the resize's checkpoint is written: a SIGTERM that came meanwhile changes nothing
         print(f"ml_platform_job launch: the job asked to be resized; exit {RESIZE_EXIT_CODE} (the queue's elastic "
               f"controller resubmits it at the new size; the child exited {code})", file=sys.stderr, flush=True)
         return RESIZE_EXIT_CODE

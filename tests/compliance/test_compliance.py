@@ -88,8 +88,7 @@ EXPECTED_ACKNOWLEDGEMENTS = {
         "AwsSolutions-IAM5[Resource::<classifierCaptureBucket4BB71E88.Arn>/capture/*]",
         f"AwsSolutions-IAM5[Resource::{DATASETS}/models/classifier/*/model.tar.gz]"},
     "Compute/trainingQueue/Elastic/Resource/ServiceRole": {
-        LAMBDA_BASIC, *KMS_GRANT, *S3_GRANT, "AwsSolutions-IAM5[Action::kms:Decrypt*]", ANY_RESOURCE,
-        "AwsSolutions-IAM5[Resource::arn:aws:batch:<region>:<account>:job/*]"},
+        LAMBDA_BASIC, *KMS_GRANT, ANY_RESOURCE, "AwsSolutions-IAM5[Resource::arn:aws:batch:<region>:<account>:job/*]"},
     "Compute/trainingQueue/Elastic/Resource/ServiceRole/DefaultPolicy": {
         f"AwsSolutions-IAM5[Resource::{DATASETS}/checkpoints/training/*/resize-request.json]",
         f"AwsSolutions-IAM5[Resource::{DATASETS}/checkpoints/training/*/resizes/*]",

@@ -95,3 +95,13 @@ def test_a_job_without_the_elastic_range_keeps_its_size(env):
         assert job.elastic is None and job.world.nodes == 1
     finally:
         job.stop.uninstall()
+
+
+def test_an_adapter_that_does_not_resize_says_so_and_keeps_its_size(env, capsys):
+    job = TrainingJob.start(env=env, params={"lr": 0.1}, seed=3)
+    try:
+        job.no_resizes("the Lightning adapter")
+        assert job.elastic is None
+        assert "elastic: the Lightning adapter does not resize yet; the job stays at 1 node(s)" in capsys.readouterr().err
+    finally:
+        job.stop.uninstall()

@@ -33,6 +33,16 @@ class _Paginator:
         return [self.call(**kwargs)]
 
 
+def _merged(container: dict, overrides: dict) -> dict:
+    """A container as DescribeJobs shows it: the definition's, with the overrides over it (variables by name)."""
+    merged = {**container, **{k: v for k, v in overrides.items() if k != "environment"}}
+    if "environment" in overrides:
+        names = {e["name"] for e in overrides["environment"]}
+        merged["environment"] = [e for e in container.get("environment", []) if e["name"] not in names] + \
+            list(overrides["environment"])
+    return merged
+
+
 class FakeBatch:
     def __init__(self) -> None:
         self.queues: dict[str, dict] = {}
@@ -60,7 +70,7 @@ class FakeBatch:
         return arn
 
     def register(self, name: str, *, image: str = "img:1", command: tuple = ("python", "train.py"),
-                 tags: Optional[dict] = None) -> str:
+                 tags: Optional[dict] = None, environment: tuple = ()) -> str:
         """Registers the next revision of ``name`` and deregisters the previous one, as a CloudFormation update does."""
         revisions = [d for d in self.definitions.values() if d["jobDefinitionName"] == name]
         for old in revisions:
@@ -69,7 +79,9 @@ class FakeBatch:
         arn = f"{ARN}:job-definition/{name}:{revision}"
         self.definitions[arn] = {"jobDefinitionName": name, "jobDefinitionArn": arn, "revision": revision,
                                  "status": "ACTIVE", "tags": dict(tags or {}),
-                                 "containerProperties": {"image": image, "command": list(command)}}
+                                 "containerProperties": {"image": image, "command": list(command),
+                                                         "environment": [{"name": k, "value": v}
+                                                                         for k, v in environment]}}
         return arn
 
     def add_job(self, name: str, queue: str, status: str, *, definition: str, environment: tuple = (),
@@ -195,8 +207,7 @@ class FakeBatch:
                     raise client_error("SubmitJob", "Environment variables starting with AWS_BATCH are reserved")
             self.calls.append(("submit", dict(request)))
             job_id = f"job-{next(self._ids)}"
-            container = dict(definition["containerProperties"])
-            container.update(request.get("containerOverrides", {}))
+            container = _merged(definition["containerProperties"], request.get("containerOverrides", {}))
             self.jobs[job_id] = {"jobId": job_id, "jobArn": f"{ARN}:job/{job_id}", "jobName": request["jobName"],
                                  "jobQueue": queue["jobQueueArn"], "status": "SUBMITTED",
                                  "jobDefinition": definition["jobDefinitionArn"], "tags": dict(request.get("tags", {})),
@@ -206,7 +217,7 @@ class FakeBatch:
             if nodes:  # a multi-node parallel job: no container of its own, its node range's (DescribeJobs' shape)
                 node_container = dict(definition["containerProperties"])
                 for override in nodes.get("nodePropertyOverrides", []):
-                    node_container.update(override.get("containerOverrides", {}))
+                    node_container = _merged(node_container, override.get("containerOverrides", {}))
                 del self.jobs[job_id]["container"]
                 self.jobs[job_id]["nodeProperties"] = {
                     "numNodes": nodes["numNodes"], "mainNode": 0,

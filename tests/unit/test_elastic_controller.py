@@ -49,8 +49,9 @@ def world(emulated, monkeypatch):
     tags = {"ml-platform:queue": "training"}
     single = batch.add_queue(f"env{n}-single", tags=tags)
     multi = batch.add_queue(f"env{n}-multi", tags=tags)
-    single_definition = batch.register(f"env{n}-single-node", tags=tags)
-    multi_definition = batch.register(f"env{n}-multi-node", tags=tags)
+    own = (("ML_PLATFORM_ELASTIC_SIZES", "1,2,4"), ("MLFLOW_TRACKING_URI", "arn:mlflow:old"))
+    single_definition = batch.register(f"env{n}-single-node", tags=tags, environment=own)
+    multi_definition = batch.register(f"env{n}-multi-node", tags=tags, environment=own)
     for key, value in {"JOB_QUEUE": single, "MULTI_NODE_JOB_QUEUE": multi, "SIZES": "1,2,4",
                        "CHECKPOINT_ROOT": ROOT, "CLAIMS_TABLE": table, "TOPIC_ARN": "arn:aws:sns:us-east-1:1:alerts",
                        "RECORD_KEY_ID": ""}.items():
@@ -96,7 +97,14 @@ def world(emulated, monkeypatch):
         body = s3.get_object(Bucket="datasets", Key=f"checkpoints/training/{name}/resizes/{job_id}.json")["Body"]
         return json.loads(body.read())
 
-    return {"batch": batch, "single": single, "multi": multi, "start": start, "ask": ask, "fire": fire, "sns": sns,
+    def fire_as(job_id, request_id, event_id="same"):
+        event = {"id": event_id, "time": "2026-12-03T03:00:00Z", "source": "aws.batch",
+                 "detail-type": "Batch Job State Change",
+                 "detail": {"jobId": job_id, "jobName": name, "status": batch.jobs[job_id]["status"]}}
+        context = type("Context", (), {"aws_request_id": request_id})()
+        return controller.handler(event, context, batch=batch, s3=s3, sns=sns, dynamodb=dynamodb, ssm=ssm, now=NOW)
+
+    return {"batch": batch, "single": single, "multi": multi, "start": start, "fire_as": fire_as, "ask": ask, "fire": fire, "sns": sns,
             "ssm": ssm, "name": name, "uri": uri, "decision": decision, "multi_definition": multi_definition,
             "single_definition": single_definition, "dynamodb": dynamodb, "table": table}
 
@@ -229,8 +237,8 @@ def test_a_claim_whose_function_died_is_taken_over_after_15_minutes_without_a_se
     assert first["submitted"]
     claims = controller.Claims(world["dynamodb"], world["table"])
     claims.update(f"resize#{job}", "e1", state="claimed")
-    held = world["fire"](job, event_id="e2", at=NOW + 60)
-    assert held["redelivered"] and held["state"] == "claimed"
+    with pytest.raises(RuntimeError, match="being resubmitted by another invocation"):  # retried by Lambda later
+        world["fire"](job, event_id="e2", at=NOW + 60)
     taken = world["fire"](job, event_id="e3", at=NOW + controller.STALE_CLAIM_SECONDS + 1)
     assert taken["submitted"] and taken["newJobId"] == first["newJobId"]  # the job of that name is already there
     assert len(world["batch"].submitted()) == 1
@@ -268,3 +276,44 @@ def test_the_job_side_the_submission_and_the_controller_agree_on_the_contract(wo
     world["batch"].end(job, job_side.RESIZE_EXIT_CODE)
     result = world["fire"](job)
     assert result["to"] == 2 and world["decision"](job)["estimate"]["saved_usd"] == 4.0
+
+
+def test_a_deploy_that_deregistered_the_jobs_definition_resubmits_with_the_familys_active_revision(world):
+    job = world["start"]()
+    world["ask"](job, 2)
+    world["batch"].end(job, 86)
+    deployed = world["batch"].register(world["multi_definition"].rsplit("/", 1)[-1].split(":")[0],
+                                       tags={"ml-platform:queue": "training"},
+                                       environment=(("ML_PLATFORM_ELASTIC_SIZES", "1,2"),))
+    result = world["fire"](job)
+    (request,) = world["batch"].submitted()
+    assert result["submitted"] and request["jobDefinition"] == deployed
+    assert "was deregistered (a deploy): resubmitted with" in world["sns"].messages[0]
+
+
+def test_the_resubmission_carries_the_submissions_variables_not_the_definitions(world):
+    """DescribeJobs merges the definition's variables with the submission's: copying them all would freeze a
+    deploy's new sizes or tracking URI for every later resize."""
+    job = world["start"]()
+    world["ask"](job, 2)
+    world["batch"].end(job, 86)
+    world["fire"](job)
+    (request,) = world["batch"].submitted()
+    names = [e["name"] for e in request["nodeOverrides"]["nodePropertyOverrides"][0]["containerOverrides"][
+        "environment"]]
+    assert names == ["ML_PLATFORM_CHECKPOINT_URI", "ML_PLATFORM_JOB_NAME", "ML_PLATFORM_ELASTIC"]
+
+
+def test_two_deliveries_of_one_event_running_together_submit_once(world):
+    job = world["start"]()
+    world["ask"](job, 2)
+    world["batch"].end(job, 86)
+    claims = controller.Claims(world["dynamodb"], world["table"])
+    claims.put({"pk": f"resize#{job}", "event": "same", "owner": "request-1", "state": "claimed", "at": NOW},
+               "attribute_not_exists(#pk)", {})  # the first delivery claimed it and is submitting
+    with pytest.raises(RuntimeError, match="another invocation"):
+        world["fire_as"](job, "request-2")
+    assert world["batch"].submitted() == []
+    assert world["fire_as"](job, "request-1")["submitted"]  # the first one's own retry goes on
+    assert world["fire_as"](job, "request-2")["redelivered"]
+    assert len(world["batch"].submitted()) == 1

@@ -87,7 +87,7 @@ def test_it_may_submit_only_to_the_queues_job_queues_and_definitions(built):
                                                                                     if isinstance(r, str)]
     actions = {a for s in statements(template) for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
     assert not actions & {"batch:RegisterJobDefinition", "iam:PassRole", "batch:TerminateJob", "batch:UpdateJobQueue",
-                          "s3:DeleteObject*", "ssm:DeleteParameter"}
+                          "s3:DeleteObject*", "s3:List*", "s3:GetBucket*", "ssm:DeleteParameter", "ssm:GetParameter"}
 
 
 def test_it_reads_requests_and_writes_decisions_under_the_queues_checkpoints_only(built):

@@ -121,3 +121,34 @@ def test_a_job_a_health_rule_stopped_exits_85_though_its_torchrun_exits_1(tmp_pa
     assert done.returncode == 85
     assert done.stderr.strip() == ("ml_platform_job launch: a health rule stopped the job; exit 85 (the queue does not "
                                    "retry it; the child exited 1)")
+
+
+RESIZE_CHILD = """
+import os, signal, sys
+signal.signal(signal.SIGTERM, lambda *_: None)  # a Spot notice during the resize's save: the save goes on
+print("up", flush=True)
+sys.stdin.readline()  # the test has signalled the launcher
+with open(os.path.join(os.environ["ML_PLATFORM_LAUNCH_DIR"], "resize-requested"), "w") as handle:
+    handle.write("2")  # what TrainingJob._resize leaves after its checkpoint: torchrun then exits 1 for its 86
+sys.exit(1)
+"""
+
+
+def test_a_resized_job_exits_86_though_a_sigterm_came_during_its_save(tmp_path):
+    """The resize's checkpoint is written when the marker is: the controller resubmits it at the new size, rather
+    than the queue retrying it at the old one (which would record a resize that never happened)."""
+    from ml_platform_job.elastic import RESIZE_EXIT_CODE, RESIZE_MARKER
+
+    assert RESIZE_MARKER in RESIZE_CHILD
+    child = tmp_path / "child.py"
+    child.write_text(RESIZE_CHILD)
+    env = {**os.environ, "ML_PLATFORM_JOB_PID_FILE": str(tmp_path / "job.pid"),
+           "ML_PLATFORM_STOP_FILE": str(tmp_path / "none")}
+    process = subprocess.Popen([sys.executable, "-m", "ml_platform_job", "launch", "--", sys.executable, str(child)],
+                               env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    assert process.stdout.readline().strip() == "up"
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate("go\n", timeout=60)
+    assert process.returncode == RESIZE_EXIT_CODE
+    assert "the job asked to be resized; exit 86" in err

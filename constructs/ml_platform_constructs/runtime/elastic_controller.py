@@ -113,10 +113,49 @@ def choose(asked: Any, current: int, low: int, high: int, sizes: list[int]) -> t
         (min(allowed, key=lambda s: abs(s - asked)), f"{asked} node(s) is not allowed here: the nearest allowed")
 
 
-def resubmission(job: dict, nodes: int, queue: str, definition: str) -> dict:
-    """SubmitJob's arguments for the ended ``job`` at ``nodes``: its name, command, environment, GPUs and tags."""
+def _definition_container(definition: dict) -> dict:
+    return definition.get("containerProperties") or \
+        ((definition.get("nodeProperties") or {}).get("nodeRangeProperties") or [{}])[0].get("container") or {}
+
+
+def own_environment(batch: Any, job: dict) -> list[dict]:
+    """The variables the job's submission gave it: DescribeJobs merges its definition's own with them, and a
+    resubmission that copied those would freeze them (a deploy's new sizes, tracking URI, health settings)."""
+    environment = [e for e in _container(job).get("environment") or [] if not e.get("name", "").startswith("AWS_BATCH")]
+    try:
+        described = batch.describe_job_definitions(jobDefinitions=[job["jobDefinition"]])["jobDefinitions"]
+    except Exception:  # unreadable: every variable goes, as before a deploy
+        return environment
+    defined = {(e.get("name"), e.get("value")) for e in _definition_container(described[0]).get("environment") or []} \
+        if described else set()
+    return [e for e in environment if (e.get("name"), e.get("value")) not in defined]
+
+
+def active_definition(batch: Any, tagged: str) -> tuple[Optional[str], str]:
+    """(the definition to submit, a note): the tagged revision while ACTIVE; after a deploy deregistered it (a
+    CloudFormation update registers a new revision and deregisters the old; Batch refuses an INACTIVE one), its
+    family's latest active revision; (None, why) when the family has none."""
+    family, _, revision = tagged.rsplit("/", 1)[-1].partition(":")
+    if revision:
+        described = batch.describe_job_definitions(jobDefinitions=[tagged])["jobDefinitions"]
+        if described and described[0].get("status") == "ACTIVE":
+            return tagged, ""
+    active = [d for page in batch.get_paginator("describe_job_definitions").paginate(
+        jobDefinitionName=family, status="ACTIVE") for d in page["jobDefinitions"]]
+    if not active:
+        return None, f"its job definition {family} has no active revision"
+    latest = max(active, key=lambda d: d["revision"])
+    return latest["jobDefinitionArn"], (f" Its definition {tagged} was deregistered (a deploy): resubmitted with "
+                                        f"{latest['jobDefinitionArn']}.")
+
+
+def resubmission(job: dict, nodes: int, queue: str, definition: str,
+                 environment: Optional[list[dict]] = None) -> dict:
+    """SubmitJob's arguments for the ended ``job`` at ``nodes``: its name, command, GPUs, tags and ``environment``
+    (default: every variable it had but Batch's own; ``own_environment``: the submission's only)."""
     container = _container(job)
-    environment = [e for e in container.get("environment") or [] if not e.get("name", "").startswith("AWS_BATCH")]
+    if environment is None:
+        environment = [e for e in container.get("environment") or [] if not e.get("name", "").startswith("AWS_BATCH")]
     overrides: dict[str, Any] = {"environment": environment}
     if container.get("command"):
         overrides["command"] = list(container["command"])
@@ -145,7 +184,8 @@ def handler(event: dict, context: object, batch: Any = None, s3: Any = None, sns
     claims = Claims(dynamodb or boto3.client("dynamodb"), os.environ["CLAIMS_TABLE"])
     pending = PendingJobs(ssm or boto3.client("ssm"), os.environ.get("RECORD_KEY_ID"))
     now = time.time() if now is None else now
-    result = resize(event, dict(os.environ), batch, s3, claims, pending, now)
+    result = resize(event, dict(os.environ), batch, s3, claims, pending, now,
+                    owner=getattr(context, "aws_request_id", None))
     if result.get("message"):
         _alert_once(claims, sns or boto3.client("sns"), result, now)
     print(json.dumps({k: v for k, v in result.items() if k != "message"}, sort_keys=True, default=str))
@@ -168,7 +208,8 @@ def _alert_once(claims: Claims, sns: Any, result: dict, now: float) -> None:
         raise
 
 
-def resize(event: dict, env: dict, batch: Any, s3: Any, claims: Claims, pending: PendingJobs, now: float) -> dict:
+def resize(event: dict, env: dict, batch: Any, s3: Any, claims: Claims, pending: PendingJobs, now: float,
+           owner: Optional[str] = None) -> dict:
     detail = event.get("detail") or {}
     event_id = event.get("id") or f"{detail.get('jobId')}@{event.get('time', '')}"
     base = {"event": event_id, "jobId": detail.get("jobId"), "jobName": detail.get("jobName"), "submitted": False}
@@ -224,21 +265,38 @@ def resize(event: dict, env: dict, batch: Any, s3: Any, claims: Claims, pending:
                 "estimate": {k: (request or {}).get(k) for k in ("restart_seconds", "restart_usd", "saved_seconds",
                                                                   "saved_usd")}}
     key = f"resize#{job_id}"
+    # The claim's owner is the invocation (Lambda keeps a request id through its own retries of an event): two
+    # deliveries of one event that run together are two owners, and only one submits.
+    owner = owner or event_id
     try:
-        claims.put({"pk": key, "event": event_id, "state": "claimed", "at": now,
+        claims.put({"pk": key, "event": event_id, "owner": owner, "state": "claimed", "at": now,
                     EXPIRES_ATTRIBUTE: int(now) + CLAIM_DAYS * 86400},
                    "attribute_not_exists(#pk) OR (#state = :claimed AND #at < :stale)",
                    {":claimed": "claimed", ":stale": now - STALE_CLAIM_SECONDS})
     except ConditionFailed as held:
         item = held.item or {}
-        if item.get("event") != event_id or item.get("state") != "claimed":
+        if item.get("state") != "claimed":
             return {**base, "redelivered": True, "state": item.get("state"), "newJobId": item.get("job_id")}
+        if item.get("owner", item.get("event")) != owner:  # another invocation is resubmitting it right now
+            raise RuntimeError(f"resize of {job_id} is being resubmitted by another invocation (claimed at "
+                               f"{item.get('at')}); this event is retried and then finds it done")
+    definition, moved = active_definition(batch, definition)
+    if definition is None:
+        claims.release(key, event_id)
+        return {**base, "skipped": "no definition",
+                "message": f"{name} ({job_id}) asked for {to} node(s), but {moved}: not resubmitted. Deploy the "
+                           "queue, then resubmit it with ./platform job submit ENV QUEUE --nodes MIN:MAX --name "
+                           f"{name} (the same name resumes from its checkpoint)."}
+    note += moved
+    environment = own_environment(batch, job)
     if not queue_enabled(batch, queue):
         # A budget stop holds: no growth, nothing submitted; the guard's resume submits the kept record.
         to = min(to, current)
         queue = env.get("JOB_QUEUE", "") if to == 1 else env.get("MULTI_NODE_JOB_QUEUE", "")
-        definition = tags.get(SINGLE_NODE_DEFINITION_TAG if to == 1 else MULTI_NODE_DEFINITION_TAG, "") or definition
-        request_args = resubmission(job, to, queue, definition)
+        tagged = tags.get(SINGLE_NODE_DEFINITION_TAG if to == 1 else MULTI_NODE_DEFINITION_TAG, "")
+        if tagged and tagged != definition:
+            definition = active_definition(batch, tagged)[0] or definition
+        request_args = resubmission(job, to, queue, definition, environment)
         parameter = pending.record(request_args, leaf=f"resize-{name}", source="elastic-resize",
                                    now=_utc(now))
         decision.update(to=to, held="budget stop", pending=parameter)
@@ -251,7 +309,7 @@ def resize(event: dict, env: dict, batch: Any, s3: Any, claims: Claims, pending:
     try:
         already = active_job(batch, queue, name)
         new_id = already["jobId"] if already is not None else \
-            batch.submit_job(**resubmission(job, to, queue, definition))["jobId"]
+            batch.submit_job(**resubmission(job, to, queue, definition, environment))["jobId"]
         claims.update(key, event_id, state="submitted", job_id=new_id)
     except Exception:
         claims.release(key, event_id)  # the retry of this event submits it

@@ -177,17 +177,25 @@ class ElasticTraining(Construct):
         self.function.add_to_role_policy(iam.PolicyStatement(
             sid="TagItAsItWas", actions=["batch:TagResource"], resources=[stack_arn(stack, _JOBS_ARN)]))
         self.function.add_to_role_policy(iam.PolicyStatement(
-            sid="SeeTheJobAndItsQueues", actions=["batch:DescribeJobs", "batch:ListJobs", "batch:DescribeJobQueues"],
+            sid="SeeTheJobAndItsQueues", actions=["batch:DescribeJobs", "batch:ListJobs", "batch:DescribeJobQueues",
+                                                  "batch:DescribeJobDefinitions"],
             resources=["*"]))
-        # The request the job wrote and the decision beside it, under the queue's checkpoints only.
+        # The request the job wrote and the decision beside it, under the queue's checkpoints only (objects alone: no
+        # listing of the bucket), with the bucket key's use for them.
         bucket = queue.datasets.bucket
         prefix = queue.checkpoint_prefix
-        bucket.grant_read(self.function, f"{prefix}*/{REQUEST_FILE}")
-        bucket.grant_put(self.function, f"{prefix}*/{DECISION_PREFIX}*")
+        self.function.add_to_role_policy(iam.PolicyStatement(
+            sid="ReadTheResizeRequest", actions=["s3:GetObject"],
+            resources=[bucket.arn_for_objects(f"{prefix}*/{REQUEST_FILE}")]))
+        self.function.add_to_role_policy(iam.PolicyStatement(
+            sid="WriteItsDecision", actions=["s3:PutObject"],
+            resources=[bucket.arn_for_objects(f"{prefix}*/{DECISION_PREFIX}*")]))
+        if bucket.encryption_key is not None:
+            bucket.encryption_key.grant(self.function, "kms:Decrypt", "kms:GenerateDataKey")
         # Its own pending records (resize-<job name>) under each of the queue's job queues' paths.
         names = [Fn.select(1, Fn.split("/", arn)) for arn in queues]
         self.function.add_to_role_policy(iam.PolicyStatement(
-            sid="KeepItPendingWhileTheQueueIsStopped", actions=["ssm:PutParameter", "ssm:GetParameter"],
+            sid="KeepItPendingWhileTheQueueIsStopped", actions=["ssm:PutParameter"],
             resources=[stack.format_arn(service="ssm", resource="parameter",
                                         resource_name=f"{PENDING_PATH.strip('/')}/{name}/resize-*") for name in names]))
         queue.key.grant_encrypt_decrypt(self.function)
@@ -201,17 +209,7 @@ class ElasticTraining(Construct):
             Acknowledgment(id="AwsSolutions-IAM5[Action::kms:GenerateDataKey*]",
                            reason="The queue's key encrypts the claims, the pending record and the alert topic."),
             Acknowledgment(id="AwsSolutions-IAM5[Action::kms:ReEncrypt*]",
-                           reason="CDK's encrypt-decrypt grant on the queue's key (claims table, pending record)."),
-            Acknowledgment(id="AwsSolutions-IAM5[Action::s3:GetObject*]",
-                           reason="CDK's read grant, on the resize requests under the queue's checkpoints only."),
-            Acknowledgment(id="AwsSolutions-IAM5[Action::s3:GetBucket*]",
-                           reason="CDK's read grant on the dataset bucket; objects only under the queue's checkpoints."),
-            Acknowledgment(id="AwsSolutions-IAM5[Action::s3:List*]",
-                           reason="CDK's read grant on the dataset bucket; objects only under the queue's checkpoints."),
-            Acknowledgment(id="AwsSolutions-IAM5[Action::s3:Abort*]",
-                           reason="CDK's put grant (multipart uploads), on the decisions beside the checkpoints only."),
-            Acknowledgment(id="AwsSolutions-IAM5[Action::kms:Decrypt*]",
-                           reason="CDK's grant of the dataset bucket's key, to read the resize requests it encrypts."))
+                           reason="CDK's encrypt-decrypt grant on the queue's key (claims table, pending record)."))
         policy = self.function.role.node.find_child("DefaultPolicy")
         policy.node.add_validation(AcknowledgeOwnWildcards(policy, (
             ("job-definition/", "Every revision of the queue's two training definitions and their '-submitted' copies "

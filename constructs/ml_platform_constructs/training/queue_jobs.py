@@ -163,7 +163,7 @@ def container_environment(queue_name: str, datasets: Optional[DatasetBucket],
                           bound_minutes: int = BOUND_MINUTES, health_mode: str = HEALTH_MODE,
                           stalled_minutes: Optional[int] = STALLED_MINUTES,
                           health_rules: Optional[Mapping[str, str]] = None,
-                          elastic_sizes: Sequence[int] = ()) -> dict[str, str]:
+                          elastic_sizes: Sequence[int] = (), elastic_node_types: str = "") -> dict[str, str]:
     """The job contract's variables every job of the queue gets (constructs/docs/JobContract.md; MLFLOW_TRACKING_URI
     is added per job definition, ``JobSettings.container``). A submission adds the job's own,
     ML_PLATFORM_CHECKPOINT_URI and ML_PLATFORM_JOB_NAME (ml_platform_constructs.operations.jobs).
@@ -183,6 +183,8 @@ def container_environment(queue_name: str, datasets: Optional[DatasetBucket],
                    **health_environment(mode=health_mode, stall_minutes=stalled_minutes, rules=health_rules)}
     if elastic_sizes:  # the queue's elastic controller resubmits at these sizes (the job's policy chooses among them)
         environment["ML_PLATFORM_ELASTIC_SIZES"] = ",".join(map(str, elastic_sizes))
+        # what a node costs at each size: 1 node on the Spot types, 2 or more on the multi-node On-Demand ones
+        environment["ML_PLATFORM_ELASTIC_NODE_TYPES"] = elastic_node_types
     if stop_timeout_seconds is not None:
         environment["ML_PLATFORM_STOP_TIMEOUT_SECONDS"] = str(stop_timeout_seconds)
     if datasets is not None:

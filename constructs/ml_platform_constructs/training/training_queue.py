@@ -326,7 +326,12 @@ class TrainingQueue(Construct):
                                               checkpoint_bound_percent=checkpoint_bound_percent,
                                               bound_minutes=bound_minutes, health_mode=health_mode,
                                               stalled_minutes=stalled_minutes, health_rules=health_rules,
-                                              elastic_sizes=self.elastic_sizes),
+                                              elastic_sizes=self.elastic_sizes,
+                                              elastic_node_types=";".join(
+                                                  f"{kind}:{','.join(t.to_string() for t in types)}"
+                                                  for kind, types in (("spot", instance_types),
+                                                                      ("on-demand", multi_node_instance_types))
+                                                  if types)),
             volumes=job_volumes(dataset_volumes), attempts=job_attempts, timeout=job_timeout, tracking=tracking)
         if not self.multi_node_only:
             self._single_node(compute, vpc, vpc_subnets, instance_types, max_vcpus, on_demand_max_vcpus, image_uri)
