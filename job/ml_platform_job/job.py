@@ -588,7 +588,10 @@ class TrainingJob:
             seconds = self.clock.now() - self._rate_from[0]
             rate = (self.samples_seen - self._rate_from[1]) / seconds if seconds > 0 else 0.0
         decision = self.elastic.consider(remaining_samples=self._remaining_samples(), samples_per_second=rate)
-        print(f"elastic: at step {self.step} on {self.elastic.nodes} node(s): {decision.reason}", flush=True)
+        said = decision.reason.split(":")[0] + decision.reason.split(" ")[-1]  # its kind, not its changing figures
+        if decision.resize or said != getattr(self, "_elastic_said", None):  # one line per change, not per period
+            print(f"elastic: at step {self.step} on {self.elastic.nodes} node(s): {decision.reason}", flush=True)
+        self._elastic_said = said
         if decision.resize and decision.size in allowed:
             flags[allowed.index(decision.size)] = True
         return flags

@@ -104,7 +104,8 @@ class PlatformCallback(Callback):
         """``params``: the run's hyperparameters (a mapping, argparse's Namespace or a dataclass); ``flags``: the
         names among them that do not make the run. ``start``: ``TrainingJob.start``'s other keywords."""
         self.job = job or TrainingJob.start(params=params, flags=flags, seed=seed, save_every_minutes=None, **start)
-        self.job.no_resizes("the Lightning adapter")
+        if getattr(self.job, "elastic", None) is not None:
+            self.job.no_resizes("the Lightning adapter")
         self.store: CheckpointStore = self.job.store
         self.clock = self.job.clock
         self.save_every_seconds = None if not save_every_minutes else save_every_minutes * 60

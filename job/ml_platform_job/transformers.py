@@ -115,7 +115,8 @@ class PlatformCallback(TrainerCallback):
         self.job = job or TrainingJob.start(params=args, flags=set(flags) | HF_FLAGS, seed=getattr(args, "seed", None),
                                             deterministic=bool(getattr(args, "full_determinism", False)),
                                             save_every_minutes=None, **start)
-        self.job.no_resizes("the Trainer adapter")
+        if getattr(self.job, "elastic", None) is not None:
+            self.job.no_resizes("the Trainer adapter")
         self.store: CheckpointStore = self.job.store
         self.clock = self.job.clock
         self._stopping = False

@@ -13,17 +13,10 @@ from moto import mock_aws
 from batch_fake import FakeBatch
 from ml_platform_constructs.runtime import elastic_controller as controller
 from ml_platform_constructs.runtime.pending_jobs import PendingJobs
+from test_retrain import Sns
 
 NOW = 1_796_000_000.0
 ROOT = "s3://datasets/checkpoints/training/"
-
-
-class Sns:
-    def __init__(self):
-        self.messages = []
-
-    def publish(self, **kwargs):
-        self.messages.append(kwargs["Message"])
 
 
 @pytest.fixture(scope="module")

@@ -38,10 +38,10 @@ from urllib.parse import urlparse
 
 try:
     from .pending_jobs import PendingJobs, active_job
-    from .retrain import ALERT_MARK_SECONDS, EXPIRES_ATTRIBUTE, Claims, ConditionFailed, queue_enabled
+    from .retrain import EXPIRES_ATTRIBUTE, Claims, ConditionFailed, alert_once, queue_enabled
 except ImportError:  # in Lambda the modules sit at the top of the package
     from pending_jobs import PendingJobs, active_job  # type: ignore[no-redef]
-    from retrain import ALERT_MARK_SECONDS, EXPIRES_ATTRIBUTE, Claims, ConditionFailed, queue_enabled  # type: ignore[no-redef]
+    from retrain import EXPIRES_ATTRIBUTE, Claims, ConditionFailed, alert_once, queue_enabled  # type: ignore[no-redef]
 
 # The job side's (ml_platform_job.elastic); the function's package does not carry the job side.
 RESIZE_EXIT_CODE = 86
@@ -187,25 +187,9 @@ def handler(event: dict, context: object, batch: Any = None, s3: Any = None, sns
     result = resize(event, dict(os.environ), batch, s3, claims, pending, now,
                     owner=getattr(context, "aws_request_id", None))
     if result.get("message"):
-        _alert_once(claims, sns or boto3.client("sns"), result, now)
+        alert_once(claims, sns or boto3.client("sns"), result, f"Elastic job {result.get('jobName') or ''}", now)
     print(json.dumps({k: v for k, v in result.items() if k != "message"}, sort_keys=True, default=str))
     return result
-
-
-def _alert_once(claims: Claims, sns: Any, result: dict, now: float) -> None:
-    mark = f"alert#{result['event']}"
-    try:
-        claims.put({"pk": mark, "event": result["event"], "at": now, EXPIRES_ATTRIBUTE: int(now) + ALERT_MARK_SECONDS},
-                   "attribute_not_exists(#pk)", {})
-    except ConditionFailed:
-        result["alerted"] = "before"
-        return
-    try:
-        sns.publish(TopicArn=os.environ["TOPIC_ARN"], Subject=f"Elastic job {result.get('jobName', '')}"[:100],
-                    Message=result["message"])
-    except Exception:
-        claims.release(mark, result["event"])  # the event's retry publishes it
-        raise
 
 
 def resize(event: dict, env: dict, batch: Any, s3: Any, claims: Claims, pending: PendingJobs, now: float,

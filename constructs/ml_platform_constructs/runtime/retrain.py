@@ -143,21 +143,26 @@ def handler(event: dict, context: object, batch: Any = None, sns: Any = None, dy
     pending = PendingJobs(ssm or boto3.client("ssm"), os.environ.get("RECORD_KEY_ID"))
     now = time.time() if now is None else now
     result = retrain(event, dict(os.environ), batch, claims, pending, now)
+    alert_once(claims, sns, result, f"Retraining: {result['trigger']}", now)
+    print(json.dumps(result))
+    return result
+
+
+def alert_once(claims: Claims, sns: Any, result: dict, subject: str, now: float) -> None:
+    """Publishes ``result["message"]`` once per event (``result["event"]``): ``alert#<event>`` is claimed first
+    (a redelivery finds it: ``result["alerted"] = "before"``), given back if the publish fails (the retry publishes)."""
     mark = f"alert#{result['event']}"
     try:
         claims.put({"pk": mark, "event": result["event"], "at": now, EXPIRES_ATTRIBUTE: int(now) + ALERT_MARK_SECONDS},
                    "attribute_not_exists(#pk)", {})
     except ConditionFailed:  # a redelivery: this event's alert went out already
         result["alerted"] = "before"
-    else:
-        try:
-            sns.publish(TopicArn=os.environ["TOPIC_ARN"], Subject=f"Retraining: {result['trigger']}"[:100],
-                        Message=result["message"])
-        except Exception:
-            claims.release(mark, result["event"])  # the event's retry publishes it
-            raise
-    print(json.dumps(result))
-    return result
+        return
+    try:
+        sns.publish(TopicArn=os.environ["TOPIC_ARN"], Subject=subject[:100], Message=result["message"])
+    except Exception:
+        claims.release(mark, result["event"])  # the event's retry publishes it
+        raise
 
 
 def retrain(event: dict, env: dict, batch: Any, claims: Claims, pending: PendingJobs, now: float) -> dict:
