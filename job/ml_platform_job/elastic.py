@@ -33,8 +33,9 @@ The errors it guards against, and their rates (``tests/unit/test_elastic_policy.
   ``scale_out_on_plateau=False``. The validation loss must be the whole set's (all-reduced), not rank 0's shard.
 - **Scaling in a busy job on noise**: every one of ``idle_periods`` periods under 40%. A job at 70% whose 5-minute
   means swing 10 points: independent periods, Phi(-3)^3 = 2.5e-9 a check; correlated ones, as real utilization is
-  (AR(1) rho 0.5: 1.3e-5; rho 0.8: 1.2e-4 a check, about 3% a day at one check a period). Periods that overlap a
-  validation, a save or a restore are not sampled (the GPUs wait by design then).
+  (AR(1) rho 0.8: 1.2e-4 a check; a day of 288 checks has one in about 2-3% of days). The job samples no utilization
+  while it saves or restores, nor between its loader's end and its next epoch (an end-of-epoch validation); a period
+  sampled for less than half its length is missing. A validation inside the loader's loop is sampled.
 - **A resize that does not pay** (its restart costs more than it saves): never taken on the stated model; the
   model's own error (efficiency, restart time) is bounded by the measured restart time and a conservative efficiency
   (0.9 a doubling: DDP on one placement group); a scale-out trades money for time (its saved USD is negative: more
@@ -244,8 +245,10 @@ def decide(policy: ElasticPolicy, seen: Observation) -> Decision:
         return Decision(seen.nodes, "not judged: no measured throughput or no work left")
     restart = seen.restart_seconds if seen.restart_seconds is not None else DEFAULT_RESTART_SECONDS
 
-    def price(size: int) -> float:  # USD a second of one node at ``size`` (1 node: Spot; 2 or more: On-Demand)
-        return seen.price_at.get(size, seen.node_price_per_hour) / 3600.0
+    def price(size: int) -> float:  # USD a second of one node at ``size``: this one's as paid, another as its kind
+        if size == seen.nodes and seen.node_price_per_hour > 0:
+            return seen.node_price_per_hour / 3600.0
+        return seen.price_at.get(size, seen.node_price_per_hour) / 3600.0  # no kind known: this node's
 
     now_seconds = seen.remaining_samples / seen.samples_per_second
     if all(u < policy.idle_utilization for u in recent):
@@ -258,9 +261,10 @@ def decide(policy: ElasticPolicy, seen: Observation) -> Decision:
         cost_now = now_seconds * seen.nodes * price(seen.nodes)
         cost_then = (then_seconds + restart) * to * price(to)
         figures = {"cost_now_usd": cost_now, "cost_then_usd": cost_then, "remaining_seconds": now_seconds}
-        if cost_now <= 0:
-            return Decision(seen.nodes, "not judged: idle GPUs, but no price for this size (a type the price table "
-                                        "lacks): a scale-in cannot be shown to pay", figures=figures)
+        if price(seen.nodes) <= 0 or price(to) <= 0:
+            return Decision(seen.nodes, f"not judged: idle GPUs, but no price for {seen.nodes if price(seen.nodes) <= 0 else to} "
+                                        "node(s) (a type the price table lacks): a scale-in cannot be shown to pay",
+                            figures=figures)
         if cost_then >= cost_now:
             return Decision(seen.nodes, f"hold: scaling in to {to} would cost {cost_then:.2f} USD against "
                                         f"{cost_now:.2f} to finish as is (the restart does not pay)", restart,
@@ -357,8 +361,11 @@ class UtilizationPeriods:
     complete periods count, and a period without samples is missing (not zero: a job that could not read its GPUs is
     not idle)."""
 
-    def __init__(self, *, period_seconds: float = PERIOD_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, period_seconds: float = PERIOD_SECONDS, clock: Callable[[], float] = time.monotonic,
+                 min_samples: Optional[int] = None) -> None:
         self.period_seconds, self.clock = period_seconds, clock
+        # a period sampled for less than half its length (mostly paused) is missing, not a full period
+        self.min_samples = min_samples if min_samples is not None else max(1, int(period_seconds / SAMPLE_SECONDS / 2))
         self.started = clock()
         self._sums: dict[int, tuple[float, int]] = {}
         self._lock = threading.Lock()
@@ -371,6 +378,10 @@ class UtilizationPeriods:
             total, count = self._sums.get(index, (0.0, 0))
             self._sums[index] = (total + float(value), count + 1)
 
+    def last_complete(self, now: Optional[float] = None) -> int:
+        """The index of the last complete period (-1 before the first ends)."""
+        return int(((self.clock() if now is None else now) - self.started) // self.period_seconds) - 1
+
     def periods(self, now: Optional[float] = None) -> list[float]:
         """The complete periods' means, oldest first (a missing period ends the run of periods before it)."""
         current = int(((self.clock() if now is None else now) - self.started) // self.period_seconds)
@@ -378,7 +389,7 @@ class UtilizationPeriods:
             sums = dict(self._sums)
         means: list[float] = []
         for index in range(current - 1, -1, -1):
-            if index not in sums:
+            if index not in sums or sums[index][1] < self.min_samples:
                 break
             total, count = sums[index]
             means.append(total / count)
@@ -400,7 +411,7 @@ class ElasticMonitor:
         self.price_at, self.left_idle = dict(price_at or {}), tuple(left_idle)
         # True while the job validates, saves or restores: its GPUs wait by design then, which is not idleness
         self.paused = paused or (lambda: False)
-        self._periods_judged = 0
+        self._period_judged = -1  # the last complete utilization period a consider saw
         self.clock = clock
         self.sample = sample if sample is not None else nvidia_smi_utilization
         self.utilization = UtilizationPeriods(period_seconds=period_seconds, clock=clock)
@@ -437,18 +448,21 @@ class ElasticMonitor:
     def new_period(self, now: Optional[float] = None) -> bool:
         """Whether a utilization period completed since the last ``consider``: a scale-in is judged then too, not
         only after a validation."""
-        return len(self.utilization.periods(now)) > self._periods_judged
+        return self.utilization.last_complete(now) > self._period_judged
 
     def consider(self, *, remaining_samples: Optional[float], samples_per_second: float,
-                 now: Optional[float] = None) -> Decision:
+                 now: Optional[float] = None, after_validation: bool = True) -> Decision:
+        """``decide`` on what the job has seen. ``after_validation`` False (a new utilization period, no new
+        validation): a scale-in only; the plateau is judged once per validation, not once per period."""
         now = self.clock() if now is None else now
-        self._periods_judged = len(self.utilization.periods(now))
+        self._period_judged = self.utilization.last_complete(now)
         if remaining_samples is None:
             self.last = Decision(self.nodes, "not judged: the work left is unknown (train with job.epochs(start, "
                                              "stop) so that the job knows it)")
             return self.last
         self.last = decide(self.policy, Observation(
-            nodes=self.nodes, val_losses=tuple(self.val_losses), utilization=tuple(self.utilization.periods(now)),
+            nodes=self.nodes, val_losses=tuple(self.val_losses) if after_validation else (),
+            utilization=tuple(self.utilization.periods(now)),
             remaining_samples=remaining_samples, samples_per_second=samples_per_second,
             node_price_per_hour=self.node_price_per_hour, seconds_since_resize=now - self.started,
             restart_seconds=self.restart_seconds, price_at=self.price_at, left_idle=self.left_idle))

@@ -261,16 +261,18 @@ class TrainingJob:
 
         self._job_id = job_id_from_environment(env)  # the request names the job that asked (the controller checks)
         attempt = self.run.attempt
-        price, price_at = 0.0, {}
-        try:
-            from .prices import hourly_usd, load_prices
+        from .prices import hourly_usd, load_prices
 
-            prices = load_prices(env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1")
+        price, price_at = 0.0, {}
+        prices = load_prices(env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1")
+        try:  # this attempt's node as priced; unpriced: a scale-in from it cannot be shown to pay, none is taken
             if attempt.get("instance_type") and attempt.get("lifecycle"):
                 price = hourly_usd(prices, attempt["instance_type"], attempt["lifecycle"])
-            # one node runs on the queue's Spot types, two or more on its multi-node On-Demand ones
+        except (KeyError, ValueError):
+            pass
+        try:  # one node runs on the queue's Spot types, two or more on its multi-node On-Demand ones
             price_at = node_prices(env.get(NODE_TYPES_VARIABLE, ""), prices, policy.allowed())
-        except Exception:  # unpriced: a scale-in cannot be shown to pay, so none is taken
+        except (KeyError, ValueError):
             pass
         # the GPUs wait by design while the job validates, saves or restores: not sampled as idle then
         busy_phases = ("checkpoint_save", "restore")
@@ -579,15 +581,17 @@ class TrainingJob:
             return []
         allowed = self.elastic.policy.allowed()
         flags = [False] * len(allowed)
-        if _rank() != 0 or not (self._resize_due or self.elastic.new_period()):
-            self._resize_due = False  # after a validation (out or in), or a new utilization period (in)
+        validated = self._resize_due
+        if _rank() != 0 or not (validated or self.elastic.new_period()):
+            self._resize_due = False  # after a validation (out or in), or a new utilization period (in only)
             return flags
         self._resize_due = False
         rate = 0.0
         if self._rate_from is not None:
             seconds = self.clock.now() - self._rate_from[0]
             rate = (self.samples_seen - self._rate_from[1]) / seconds if seconds > 0 else 0.0
-        decision = self.elastic.consider(remaining_samples=self._remaining_samples(), samples_per_second=rate)
+        decision = self.elastic.consider(remaining_samples=self._remaining_samples(), samples_per_second=rate,
+                                         after_validation=validated)
         said = decision.reason.split(":")[0] + decision.reason.split(" ")[-1]  # its kind, not its changing figures
         if decision.resize or said != getattr(self, "_elastic_said", None):  # one line per change, not per period
             print(f"elastic: at step {self.step} on {self.elastic.nodes} node(s): {decision.reason}", flush=True)

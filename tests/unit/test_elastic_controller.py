@@ -90,14 +90,7 @@ def world(emulated, monkeypatch):
         body = s3.get_object(Bucket="datasets", Key=f"checkpoints/training/{name}/resizes/{job_id}.json")["Body"]
         return json.loads(body.read())
 
-    def fire_as(job_id, request_id, event_id="same"):
-        event = {"id": event_id, "time": "2026-12-03T03:00:00Z", "source": "aws.batch",
-                 "detail-type": "Batch Job State Change",
-                 "detail": {"jobId": job_id, "jobName": name, "status": batch.jobs[job_id]["status"]}}
-        context = type("Context", (), {"aws_request_id": request_id})()
-        return controller.handler(event, context, batch=batch, s3=s3, sns=sns, dynamodb=dynamodb, ssm=ssm, now=NOW)
-
-    return {"batch": batch, "single": single, "multi": multi, "start": start, "fire_as": fire_as, "ask": ask, "fire": fire, "sns": sns,
+    return {"batch": batch, "single": single, "multi": multi, "start": start, "ask": ask, "fire": fire, "sns": sns,
             "ssm": ssm, "name": name, "uri": uri, "decision": decision, "multi_definition": multi_definition,
             "single_definition": single_definition, "dynamodb": dynamodb, "table": table}
 
@@ -221,7 +214,7 @@ def test_a_failed_submission_gives_the_claim_back_and_the_retry_submits(world):
     assert result["submitted"] and len(world["batch"].submitted()) == 1
 
 
-def test_a_claim_whose_function_died_is_taken_over_after_15_minutes_without_a_second_job(world):
+def test_a_claim_whose_function_died_is_taken_over_after_its_lease_without_a_second_job(world):
     job = world["start"]()
     world["ask"](job, 2)
     world["batch"].end(job, 86)
@@ -230,8 +223,8 @@ def test_a_claim_whose_function_died_is_taken_over_after_15_minutes_without_a_se
     assert first["submitted"]
     claims = controller.Claims(world["dynamodb"], world["table"])
     claims.update(f"resize#{job}", "e1", state="claimed")
-    with pytest.raises(RuntimeError, match="being resubmitted by another invocation"):  # retried by Lambda later
-        world["fire"](job, event_id="e2", at=NOW + 60)
+    held = world["fire"](job, event_id="e2", at=NOW + 30)  # inside the first one's lease: it is still at work
+    assert held["in_flight"] and not held["submitted"]
     taken = world["fire"](job, event_id="e3", at=NOW + controller.STALE_CLAIM_SECONDS + 1)
     assert taken["submitted"] and taken["newJobId"] == first["newJobId"]  # the job of that name is already there
     assert len(world["batch"].submitted()) == 1
@@ -294,19 +287,43 @@ def test_the_resubmission_carries_the_submissions_variables_not_the_definitions(
     (request,) = world["batch"].submitted()
     names = [e["name"] for e in request["nodeOverrides"]["nodePropertyOverrides"][0]["containerOverrides"][
         "environment"]]
-    assert names == ["ML_PLATFORM_CHECKPOINT_URI", "ML_PLATFORM_JOB_NAME", "ML_PLATFORM_ELASTIC"]
+    assert names == ["ML_PLATFORM_CHECKPOINT_URI", "ML_PLATFORM_JOB_NAME", "ML_PLATFORM_ELASTIC",
+                     "ML_PLATFORM_ELASTIC_SIZES"]
 
 
 def test_two_deliveries_of_one_event_running_together_submit_once(world):
+    """The first claimed it and is submitting: the second returns (no error, no alarm); the first's lease expires
+    with its invocation, and Lambda's retry of it then finds the job submitted."""
     job = world["start"]()
     world["ask"](job, 2)
     world["batch"].end(job, 86)
     claims = controller.Claims(world["dynamodb"], world["table"])
-    claims.put({"pk": f"resize#{job}", "event": "same", "owner": "request-1", "state": "claimed", "at": NOW},
-               "attribute_not_exists(#pk)", {})  # the first delivery claimed it and is submitting
-    with pytest.raises(RuntimeError, match="another invocation"):
-        world["fire_as"](job, "request-2")
-    assert world["batch"].submitted() == []
-    assert world["fire_as"](job, "request-1")["submitted"]  # the first one's own retry goes on
-    assert world["fire_as"](job, "request-2")["redelivered"]
-    assert len(world["batch"].submitted()) == 1
+    claims.put({"pk": f"resize#{job}", "event": "same", "owner": "the-first", "state": "claimed", "at": NOW},
+               "attribute_not_exists(#pk)", {})
+    second = world["fire"](job, event_id="same")
+    assert second["in_flight"] and world["batch"].submitted() == [] and world["sns"].messages == []
+    retried = world["fire"](job, event_id="same", at=NOW + controller.STALE_CLAIM_SECONDS + 60)
+    assert retried["submitted"] and len(world["batch"].submitted()) == 1
+
+
+def test_a_deploy_of_another_image_is_not_followed_the_run_would_refuse_it(world):
+    job = world["start"]()
+    world["ask"](job, 2)
+    world["batch"].end(job, 86)
+    family = world["multi_definition"].rsplit("/", 1)[-1].split(":")[0]
+    world["batch"].register(family, image="img:2", tags={"ml-platform:queue": "training"})
+    result = world["fire"](job)
+    assert not result["submitted"] and world["batch"].submitted() == []
+    assert "of another image (img:2; the run's is img:1)" in world["sns"].messages[0]
+
+
+def test_the_resubmission_tells_the_queues_sizes_now(world, monkeypatch):
+    """A job on a definition copy of its own image keeps the sizes of its submission: the controller's are passed."""
+    monkeypatch.setenv("SIZES", "1,2")
+    job = world["start"]()
+    world["ask"](job, 2)
+    world["batch"].end(job, 86)
+    world["fire"](job)
+    (request,) = world["batch"].submitted()
+    environment = request["nodeOverrides"]["nodePropertyOverrides"][0]["containerOverrides"]["environment"]
+    assert {"name": "ML_PLATFORM_ELASTIC_SIZES", "value": "1,2"} in environment

@@ -33,6 +33,7 @@ import json
 import os
 import re
 import time
+import uuid
 from typing import Any, Optional
 from urllib.parse import urlparse
 
@@ -51,7 +52,10 @@ ELASTIC_TAG = "ml-platform:elastic"  # "MIN:MAX" on an elastic job (job submit -
 SINGLE_NODE_DEFINITION_TAG = "ml-platform:elastic-single-node"  # the job definition (ARN) for 1 node
 MULTI_NODE_DEFINITION_TAG = "ml-platform:elastic-multi-node"  # and for 2 or more
 CHECKPOINT_URI = "ML_PLATFORM_CHECKPOINT_URI"
-STALE_CLAIM_SECONDS = 900  # a claim whose function died before submitting holds no longer than this
+SIZES_VARIABLE = "ML_PLATFORM_ELASTIC_SIZES"
+# A claim is a lease of one invocation: the function's timeout (ElasticTraining: 60 s). Past it, its invocation is
+# over (done, failed and retried, or timed out), and Lambda's retry of the event, a minute or more later, takes over.
+STALE_CLAIM_SECONDS = 60
 CLAIM_DAYS = 30  # the claims' time to live: a job id is never reused, its claim only stops redeliveries
 _RANGE = re.compile(r"^(\d+):(\d+)$")
 
@@ -134,28 +138,38 @@ def own_environment(batch: Any, job: dict) -> list[dict]:
 def active_definition(batch: Any, tagged: str) -> tuple[Optional[str], str]:
     """(the definition to submit, a note): the tagged revision while ACTIVE; after a deploy deregistered it (a
     CloudFormation update registers a new revision and deregisters the old; Batch refuses an INACTIVE one), its
-    family's latest active revision; (None, why) when the family has none."""
+    family's latest active revision if it runs the same image (the run refuses another: its passport compares them);
+    (None, why) otherwise."""
     family, _, revision = tagged.rsplit("/", 1)[-1].partition(":")
+    image = None
     if revision:
         described = batch.describe_job_definitions(jobDefinitions=[tagged])["jobDefinitions"]
         if described and described[0].get("status") == "ACTIVE":
             return tagged, ""
+        image = _definition_container(described[0]).get("image") if described else None
     active = [d for page in batch.get_paginator("describe_job_definitions").paginate(
         jobDefinitionName=family, status="ACTIVE") for d in page["jobDefinitions"]]
     if not active:
         return None, f"its job definition {family} has no active revision"
     latest = max(active, key=lambda d: d["revision"])
+    now_image = _definition_container(latest).get("image")
+    if image and now_image != image:
+        return None, (f"a deploy replaced its job definition {tagged} with one of another image ({now_image}; the "
+                      f"run's is {image}), which its run would refuse")
     return latest["jobDefinitionArn"], (f" Its definition {tagged} was deregistered (a deploy): resubmitted with "
                                         f"{latest['jobDefinitionArn']}.")
 
 
 def resubmission(job: dict, nodes: int, queue: str, definition: str,
-                 environment: Optional[list[dict]] = None) -> dict:
+                 environment: Optional[list[dict]] = None, sizes: str = "") -> dict:
     """SubmitJob's arguments for the ended ``job`` at ``nodes``: its name, command, GPUs, tags and ``environment``
     (default: every variable it had but Batch's own; ``own_environment``: the submission's only)."""
     container = _container(job)
     if environment is None:
         environment = [e for e in container.get("environment") or [] if not e.get("name", "").startswith("AWS_BATCH")]
+    if sizes:  # the queue's sizes now (a definition copy of another image keeps those of its submission)
+        environment = [e for e in environment if e.get("name") != SIZES_VARIABLE] + [
+            {"name": SIZES_VARIABLE, "value": sizes}]
     overrides: dict[str, Any] = {"environment": environment}
     if container.get("command"):
         overrides["command"] = list(container["command"])
@@ -184,8 +198,7 @@ def handler(event: dict, context: object, batch: Any = None, s3: Any = None, sns
     claims = Claims(dynamodb or boto3.client("dynamodb"), os.environ["CLAIMS_TABLE"])
     pending = PendingJobs(ssm or boto3.client("ssm"), os.environ.get("RECORD_KEY_ID"))
     now = time.time() if now is None else now
-    result = resize(event, dict(os.environ), batch, s3, claims, pending, now,
-                    owner=getattr(context, "aws_request_id", None))
+    result = resize(event, dict(os.environ), batch, s3, claims, pending, now)
     if result.get("message"):
         alert_once(claims, sns or boto3.client("sns"), result, f"Elastic job {result.get('jobName') or ''}", now)
     print(json.dumps({k: v for k, v in result.items() if k != "message"}, sort_keys=True, default=str))
@@ -249,9 +262,10 @@ def resize(event: dict, env: dict, batch: Any, s3: Any, claims: Claims, pending:
                 "estimate": {k: (request or {}).get(k) for k in ("restart_seconds", "restart_usd", "saved_seconds",
                                                                   "saved_usd")}}
     key = f"resize#{job_id}"
-    # The claim's owner is the invocation (Lambda keeps a request id through its own retries of an event): two
-    # deliveries of one event that run together are two owners, and only one submits.
-    owner = owner or event_id
+    # The claim's owner is this invocation (a fresh id each run): two deliveries of one event that run together are
+    # two owners, and only one submits; the other returns (the owner's failure is retried by Lambda, and its retry
+    # takes over the lease once it has expired).
+    owner = owner or uuid.uuid4().hex
     try:
         claims.put({"pk": key, "event": event_id, "owner": owner, "state": "claimed", "at": now,
                     EXPIRES_ATTRIBUTE: int(now) + CLAIM_DAYS * 86400},
@@ -261,9 +275,9 @@ def resize(event: dict, env: dict, batch: Any, s3: Any, claims: Claims, pending:
         item = held.item or {}
         if item.get("state") != "claimed":
             return {**base, "redelivered": True, "state": item.get("state"), "newJobId": item.get("job_id")}
-        if item.get("owner", item.get("event")) != owner:  # another invocation is resubmitting it right now
-            raise RuntimeError(f"resize of {job_id} is being resubmitted by another invocation (claimed at "
-                               f"{item.get('at')}); this event is retried and then finds it done")
+        if item.get("owner") != owner:  # another invocation is resubmitting it right now
+            return {**base, "in_flight": True, "state": "claimed",
+                    "note": f"another invocation claimed it at {item.get('at')} and is resubmitting it"}
     definition, moved = active_definition(batch, definition)
     if definition is None:
         claims.release(key, event_id)
@@ -280,7 +294,7 @@ def resize(event: dict, env: dict, batch: Any, s3: Any, claims: Claims, pending:
         tagged = tags.get(SINGLE_NODE_DEFINITION_TAG if to == 1 else MULTI_NODE_DEFINITION_TAG, "")
         if tagged and tagged != definition:
             definition = active_definition(batch, tagged)[0] or definition
-        request_args = resubmission(job, to, queue, definition, environment)
+        request_args = resubmission(job, to, queue, definition, environment, env.get("SIZES", ""))
         parameter = pending.record(request_args, leaf=f"resize-{name}", source="elastic-resize",
                                    now=_utc(now))
         decision.update(to=to, held="budget stop", pending=parameter)
@@ -292,8 +306,8 @@ def resize(event: dict, env: dict, batch: Any, s3: Any, claims: Claims, pending:
                            f"(./platform budget resume ENV).{note}"}
     try:
         already = active_job(batch, queue, name)
-        new_id = already["jobId"] if already is not None else \
-            batch.submit_job(**resubmission(job, to, queue, definition, environment))["jobId"]
+        request_args = resubmission(job, to, queue, definition, environment, env.get("SIZES", ""))
+        new_id = already["jobId"] if already is not None else batch.submit_job(**request_args)["jobId"]
         claims.update(key, event_id, state="submitted", job_id=new_id)
     except Exception:
         claims.release(key, event_id)  # the retry of this event submits it
