@@ -66,11 +66,12 @@ def train(args: argparse.Namespace, model: Net, device: torch.device, train_load
     model.train()
     for batch_idx, (data, target) in enumerate(train_loader):
         data, target = data.to(device), target.to(device)
-        optimizer.zero_grad()
-        loss = F.nll_loss(model(data), target)
+        loss = F.nll_loss(model(data), target) / train_loader.accumulate  # platform: elastic (1 but when resized)
         loss.backward()
         job.observe(loss=loss)  # platform: the health rules (a diverging or NaN loss stops the job, exit 85)
-        optimizer.step()
+        if train_loader.step_due:  # platform: elastic, the global batch kept at any world size
+            optimizer.step()
+            optimizer.zero_grad()
         if batch_idx % args.log_interval == 0:
             print(f"Train Epoch: {epoch} [{batch_idx * len(data)}/{len(train_loader.dataset)}]\tLoss: {loss.item():.6f}",
                   flush=True)
@@ -101,10 +102,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--log-interval", type=int, default=10)
     parser.add_argument("--deterministic", action="store_true", help="torch's deterministic algorithms")
+    parser.add_argument("--global-batch", type=int, default=None,
+                        help="samples per optimizer step at any world size (an elastic job: accumulation makes up the "
+                             "rest); default: --batch-size on each rank")
     args = parser.parse_args(argv)
     job = TrainingJob.start(params=args, flags=["num_workers"], deterministic=args.deterministic)  # platform
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    train_kwargs = {"batch_size": args.batch_size, "shuffle": True}
+    accumulate = job.world.accumulation(args.global_batch, args.batch_size) if args.global_batch else 1  # platform
+    train_kwargs = {"batch_size": args.batch_size, "shuffle": True, "accumulate": accumulate}
     if args.num_workers:
         train_kwargs.update(num_workers=args.num_workers, persistent_workers=True, pin_memory=device.type == "cuda")
     train_loader = job.loader(Digits(args.samples, seed=7, train=True), **train_kwargs)  # platform
