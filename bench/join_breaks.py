@@ -87,6 +87,27 @@ BREAKS = [
     Break("job side: SIGTERM no longer stops the run", "job/ml_platform_job/stop.py",
           'self.request("SIGTERM")', "pass",
           ("tests/unit/test_job_stop.py", "tests/unit/test_train_example.py", "tests/unit/test_rehearsal.py")),
+    # Round three (issue 42): what a handler publishes is exactly what its alarm reads.
+    Break("metric join: the drift check publishes its alarmed bound as PsiLowerBound", f"{LIB}/runtime/drift_handler.py",
+          'datum("PSILowerBound"', 'datum("PsiLowerBound"', ("tests/unit/test_metric_joins.py",)),
+    Break("metric join: the quality check publishes its shortfall when it is not significant",
+          f"{LIB}/runtime/quality_handler.py",
+          'datum("SignificantShortfall", last["shortfall"] if last["decision"] == "alarm" else 0.0)',
+          'datum("SignificantShortfall", last["shortfall"])', ("tests/unit/test_metric_joins.py",)),
+    Break("metric join: the feature watch's relations flag published without its endpoint",
+          f"{LIB}/runtime/drift_handler.py",
+          'datum("RelationsChanged", 1.0 if summary["relations_changed"] else 0.0)',
+          'datum("RelationsChanged", 1.0 if summary["relations_changed"] else 0.0, feature="all")',
+          ("tests/unit/test_metric_joins.py",)),
+    Break("metric join: the job prints its health stop under another name", "job/ml_platform_job/job.py",
+          "_print_line(metric_line(STOP_METRIC, self._health_queue", '_print_line(metric_line("HealthStopped", '
+          "self._health_queue", ("tests/unit/test_metric_joins.py",)),
+    Break("metric join: the goodput lines' Queue dimension renamed", "job/ml_platform_job/phase_clock.py",
+          '"Namespace": GOODPUT_NAMESPACE, "Dimensions": [["Queue"]],',
+          '"Namespace": GOODPUT_NAMESPACE, "Dimensions": [["QueueName"]],', ("tests/unit/test_metric_joins.py",)),
+    Break("metric join: the job's stall heartbeat renamed", "job/ml_platform_job/job.py",
+          "_print_line(metric_line(HEARTBEAT_METRIC, self._health_queue",
+          '_print_line(metric_line("Heartbeat", self._health_queue', ("tests/unit/test_metric_joins.py",)),
 ]
 
 

@@ -1,0 +1,451 @@
+"""The joins between what a handler publishes and what its alarm reads (issue 42), on an endpoint's checks: each
+handler runs on the variables its synthesized function gets (moto S3 for its inputs, a stub CloudWatch that keeps
+every PutMetricData), on inputs with a known decision; the alarm that says so is found in the same template (by the
+construct that made it), and must read exactly a metric the handler published (namespace, name, dimension set), whose
+value breaches the alarm's threshold (its comparison operator) when the decision is an alarm and never otherwise.
+The same for a training queue: the lines the job side prints (TrainingJob's health methods, PhaseClock's goodput
+windows) against the queue's alarms, and the heartbeat against the stall watcher that reads it.
+
+No metric name is written here: names come from what the code published and what the template holds."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from datetime import datetime, timedelta, timezone
+
+import boto3
+import pytest
+from aws_cdk import Stack
+from moto import mock_aws
+
+from bench.cloudwatch_alarms import CloudWatchAlarm
+from ml_platform_constructs import ModelQuality
+from ml_platform_constructs.runtime import drift, drift_handler, quality_handler
+from ml_platform_job.health import RULES
+from ml_platform_job.phase_clock import PhaseClock
+from tests.conftest import training_queue
+from tests.unit.test_endpoint_quality import endpoint
+from tests.unit.test_quality import label, record
+
+NOW = datetime(2026, 11, 29, 21, 30, tzinfo=timezone.utc)
+
+
+# --- what the template's alarms read, what a handler published -------------------------------------------------------
+
+def metric_key(namespace: str, name: str, dimensions) -> tuple:
+    return namespace, name, tuple(sorted((d["Name"], d["Value"]) for d in dimensions))
+
+
+def read_by(props: dict) -> list[tuple]:
+    """The metrics an AWS::CloudWatch::Alarm reads: its own, or every MetricStat of its metric math."""
+    if "MetricName" in props:
+        return [metric_key(props["Namespace"], props["MetricName"], props.get("Dimensions", []))]
+    return [metric_key(m["MetricStat"]["Metric"]["Namespace"], m["MetricStat"]["Metric"]["MetricName"],
+                       m["MetricStat"]["Metric"].get("Dimensions", []))
+            for m in props.get("Metrics", []) if "MetricStat" in m]
+
+
+def logical_id(construct) -> str:
+    return Stack.of(construct).get_logical_id(construct.node.default_child)
+
+
+class Recording:
+    """A CloudWatch client that keeps what is published."""
+
+    def __init__(self):
+        self.data: list[tuple[tuple, float]] = []
+
+    def put_metric_data(self, Namespace, MetricData):  # noqa: N803 (boto3 names)
+        self.data += [(metric_key(Namespace, d["MetricName"], d["Dimensions"]), d["Value"]) for d in MetricData]
+        return {}
+
+
+def published_to(template, alarm_id: str, recording: Recording) -> list[float]:
+    """The values ``recording`` holds of the one metric the alarm reads (the alarm reads exactly one)."""
+    props = template.find_resources("AWS::CloudWatch::Alarm")[alarm_id]["Properties"]
+    (read,) = read_by(props)
+    return [value for key, value in recording.data if key == read]
+
+
+def breaches(template, alarm_id: str, value: float) -> bool:
+    return CloudWatchAlarm.from_template(template.find_resources("AWS::CloudWatch::Alarm")[alarm_id]["Properties"]
+                                         ).breaches(value)
+
+
+def handler_environment(template, handler: str, buckets: dict[str, str]) -> dict[str, str]:
+    """The synthesized function's variables; a bucket's name (a reference in the template) is the named stand-in."""
+    (variables,) = [f["Properties"]["Environment"]["Variables"] for f in
+                    template.find_resources("AWS::Lambda::Function").values() if f["Properties"]["Handler"] == handler]
+    resolved = {}
+    for key, value in variables.items():
+        if not isinstance(value, str):
+            assert key in buckets, f"{key} is a reference the test does not stand in for: {value}"
+            value = buckets[key]
+        resolved[key] = value
+    return resolved
+
+
+@pytest.fixture(scope="module")
+def built(synth_stack):
+    """A MonitoredEndpoint (drift check, feature watch) with its quality check, synthesized once."""
+    parts = {}
+
+    def body(stack):
+        parts["endpoint"] = endpoint(stack, quality=ModelQuality(problem_type="binary", baseline=0.92,
+                                                                 baseline_examples=5000, min_labelled=150,
+                                                                 max_batch_hours=2))
+    return synth_stack(body), parts["endpoint"]
+
+
+@pytest.fixture
+def s3(monkeypatch):
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with mock_aws():
+        client = boto3.client("s3")
+        for bucket in ("capture", "datasets"):
+            client.create_bucket(Bucket=bucket)
+        yield client
+
+
+# --- drift and the feature watch (runtime/drift_handler.py <-> MonitoredEndpoint) -----------------------------------
+
+DRIFT_BUCKETS = {"CAPTURE_BUCKET": "capture", "BASELINE_BUCKET": "datasets"}
+
+
+def row(rng, i, *, spread=15.0, related=True, shift=False):
+    if shift:
+        return {"age": "95", "income": "190", "color": "green"}
+    x = rng.gauss(50, spread)
+    y = 2 * x + rng.gauss(0, 5) if related else rng.gauss(100, 31)
+    return {"age": f"{x:.2f}", "income": f"{y:.2f}", "color": "red" if i % 2 else "blue"}
+
+
+def capture_line(r):
+    return json.dumps({"captureData": {"endpointInput": {"observedContentType": "text/csv", "mode": "INPUT",
+                                                         "data": f"{r['age']},{r['income']},{r['color']}",
+                                                         "encoding": "CSV"}}})
+
+
+WINDOWS = {"calm": {}, "narrow": {"spread": 3.0}, "unrelated": {"related": False}, "shifted": {"shift": True}}
+
+
+@pytest.fixture(scope="module")
+def drift_runs(built, tmp_path_factory):
+    """The drift check on the template's variables, once per window: calm, narrowed spreads, features that no longer
+    move together, a shifted distribution. Each: (summary, what it published)."""
+    template, _ = built
+    rng = random.Random(42)
+    baseline = drift.build_baseline([row(rng, i) for i in range(2000)], ["age", "income", "color"])
+    runs = {}
+    with pytest.MonkeyPatch.context() as patch, mock_aws():
+        patch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        s3 = boto3.client("s3")
+        for bucket in DRIFT_BUCKETS.values():
+            s3.create_bucket(Bucket=bucket)
+        env = handler_environment(template, "drift_handler.handler", DRIFT_BUCKETS)
+        s3.put_object(Bucket=env["BASELINE_BUCKET"], Key=env["BASELINE_KEY"], Body=json.dumps(baseline).encode())
+        for n, (name, shape) in enumerate(WINDOWS.items()):
+            now = NOW + timedelta(days=n)  # each window in hours of its own
+            (prefix,) = drift_handler.capture_prefixes(env["CAPTURE_PREFIX"], env["VARIANT_NAME"], now, 1)
+            s3.put_object(Bucket=env["CAPTURE_BUCKET"], Key=f"{prefix}{name}.jsonl", Body="\n".join(
+                capture_line(row(rng, i, **shape)) for i in range(1500)).encode())
+            recording = Recording()
+            runs[name] = drift_handler.run({**env, "WINDOW_HOURS": "1"}, s3, recording, now), recording
+    return runs
+
+
+def test_drift_windows_have_the_decisions_the_joins_are_judged_on(drift_runs):
+    """The inputs' decisions (what each join below is checked against): a calm window decides nothing; each other
+    window decides what it was made for."""
+    decided = {name: (s["alarm"], bool(s["spread_out_of_band"]), s["relations_changed"], s["judged"])
+               for name, (s, _) in drift_runs.items()}
+    assert decided["calm"] == (False, False, False, True)
+    assert decided["narrow"][:2] == (True, True)
+    assert decided["unrelated"] == (False, False, True, True)
+    assert decided["shifted"][0] is True
+
+
+def test_the_drift_alarm_reads_exactly_what_the_drift_check_publishes_and_breaches_only_on_drift(built, drift_runs):
+    """drift_handler -> MonitoredEndpoint's drift alarm: the composite alarm's child reads the namespace, name and
+    dimensions the check published, in every judged window (its missing data is ignored: an unpublished value
+    would keep a stale state), and that value breaches the child's threshold exactly when the check decided drift."""
+    template, monitored = built
+    rule = json.dumps(template.find_resources("AWS::CloudWatch::CompositeAlarm")[
+        logical_id(monitored.alarms["drift"])]["Properties"]["AlarmRule"])
+    alarms = template.find_resources("AWS::CloudWatch::Alarm")
+    children = [k for k in re.findall(r'"Fn::GetAtt": \["(\w+)"', rule) if k in alarms]
+    assert children
+    for name, (summary, recording) in drift_runs.items():
+        for child in children:
+            values = published_to(template, child, recording)
+            assert len(values) == 1, (name, child, read_by(alarms[child]["Properties"]))
+            assert breaches(template, child, values[0]) is summary["alarm"], (name, values, summary["reason"])
+
+
+def test_the_not_judged_alarm_reads_the_checks_judged_flag(built, drift_runs):
+    """drift_handler -> MonitoredEndpoint's not-judged alarm: it reads the metric the check publishes every run,
+    which does not breach in a judged window (a breach every check would fire it after a day of judged windows)."""
+    template, monitored = built
+    alarm = logical_id(monitored.alarms["drift_not_judged"])
+    for name, (summary, recording) in drift_runs.items():
+        (value,) = published_to(template, alarm, recording)
+        assert breaches(template, alarm, value) is (not summary["judged"]), name
+
+
+@pytest.mark.parametrize("alarm, decided", [
+    ("feature_spread", lambda s: bool(s["spread_out_of_band"])),
+    ("explained_variance", lambda s: s["relations_changed"]),
+    ("feature_watch_inactive", lambda s: s["feature_watch_inactive"] is not None),
+], ids=["feature_spread", "explained_variance", "feature_watch_inactive"])
+def test_each_feature_watch_alarm_reads_what_the_drift_check_publishes_and_breaches_on_its_decision(
+        built, drift_runs, alarm, decided):
+    """drift_handler's feature watch -> MonitoredEndpoint's feature watch alarms (serving/feature_watch.py): each
+    alarm reads a metric the check published in every window here (each window has the values to judge), and its
+    value breaches the alarm's threshold exactly when the watch decided so."""
+    template, monitored = built
+    alarm_id = logical_id(monitored.alarms[alarm])
+    for name, (summary, recording) in drift_runs.items():
+        values = published_to(template, alarm_id, recording)
+        assert len(values) == 1, (name, alarm)
+        assert breaches(template, alarm_id, values[0]) is decided(summary), (name, values)
+
+
+# --- quality (runtime/quality_handler.py <-> EndpointQuality) --------------------------------------------------------
+
+QUALITY_BUCKETS = {"CAPTURE_BUCKET": "capture", "RESULTS_BUCKET": "datasets"}
+
+
+def quality_run(template, s3, right_per_100: int) -> tuple[dict, Recording]:
+    """The quality check on the template's variables: a deploy's first run, then 300 predictions labelled an hour
+    later, right_per_100 of each 100 right (baseline 0.92), judged once their batch closes."""
+    env = handler_environment(template, "quality_handler.handler", QUALITY_BUCKETS)
+    s3.put_object(Bucket=env["RESULTS_BUCKET"], Key=f"{env['STATE_PREFIX']}delays.json",
+                  Body=json.dumps({"delays": [0, 1000]}).encode())
+    quality_handler.run(env, s3, Recording(), NOW - timedelta(hours=48))
+    hour = (NOW - timedelta(hours=5)).replace(minute=0, second=0, microsecond=0)
+    ids = [f"p{i}" for i in range(300)]
+    s3.put_object(Bucket=env["CAPTURE_BUCKET"],
+                  Key=f"{env['CAPTURE_PREFIX']}{env['VARIANT_NAME']}/{hour:%Y/%m/%d/%H}/capture.jsonl",
+                  Body="\n".join(record("1", inference_id=i) for i in ids).encode())
+    s3.put_object(Bucket=env["CAPTURE_BUCKET"],
+                  Key=f"{env['LABELS_PREFIX']}{hour + timedelta(hours=1):%Y/%m/%d/%H}/labels.jsonl",
+                  Body="\n".join(label(i, 1 if n % 100 < right_per_100 else 0) for n, i in enumerate(ids)).encode())
+    recording = Recording()
+    return quality_handler.run(env, s3, recording, NOW), recording
+
+
+@pytest.mark.parametrize("right_per_100", [92, 90, 70])
+def test_the_quality_alarm_reads_what_the_check_publishes_and_breaches_only_on_a_significant_shortfall(
+        built, s3, right_per_100):
+    """quality_handler -> EndpointQuality's alarm: it reads the namespace, name and dimensions the check published
+    for the judged batch, and that value breaches the alarm's threshold only when the batch's decision is an alarm:
+    never at the baseline, nor on a shortfall within the noise (90 right of 100 against 0.92, not significant on 300
+    labels), and on a real drop (70 of 100)."""
+    template, monitored = built
+    summary, recording = quality_run(template, s3, right_per_100)
+    last = summary["last"]
+    assert summary["judged"] and last["decision"] == {92: "ok", 90: "ok", 70: "alarm"}[right_per_100]
+    if right_per_100 == 90:
+        assert last["shortfall"] > 0  # a shortfall there is, within the noise
+    alarm = logical_id(monitored.quality.alarm)
+    (value,) = published_to(template, alarm, recording)
+    assert breaches(template, alarm, value) is (last["decision"] == "alarm"), (value, last)
+    not_judged = logical_id(monitored.quality.not_judged_alarm)
+    (judged,) = published_to(template, not_judged, recording)
+    assert not breaches(template, not_judged, judged)
+
+
+# --- the training queue: the job side's lines <-> the queue's alarms and stall watcher -------------------------------
+# The job side prints embedded-metric-format lines (CloudWatch Logs extracts the metrics); here TrainingJob's own
+# methods print them (its collaborators stubbed: no torch), with the variables of the queue's synthesized job
+# definition, and PhaseClock prints the goodput windows.
+
+@pytest.fixture(scope="module")
+def queue_built(synth_stack):
+    parts = {}
+
+    def body(stack):
+        parts["queue"] = training_queue(stack, queue_name="training")
+    template = synth_stack(body)
+    (job_env,) = [{e["Name"]: e["Value"] for e in d["Properties"]["ContainerProperties"]["Environment"]}
+                  for d in template.find_resources("AWS::Batch::JobDefinition").values()
+                  if "ContainerProperties" in d["Properties"]]
+    return template, parts["queue"], job_env
+
+
+def extracted(line: str) -> list[tuple[tuple, float, float]]:
+    """What CloudWatch Logs extracts from an embedded-metric-format line: (metric key, value, timestamp) per metric of
+    each dimension set; a dimension set that names a key the line lacks is dropped, as CloudWatch drops it."""
+    document = json.loads(line)
+    found = []
+    for directive in document["_aws"]["CloudWatchMetrics"]:
+        for dimension_set in directive["Dimensions"]:
+            if not all(name in document for name in dimension_set):
+                continue
+            dimensions = [{"Name": name, "Value": str(document[name])} for name in dimension_set]
+            for metric in directive["Metrics"]:
+                if metric["Name"] in document:
+                    found.append((metric_key(directive["Namespace"], metric["Name"], dimensions),
+                                  float(document[metric["Name"]]), document["_aws"]["Timestamp"] / 1000))
+    return found
+
+
+def metric_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith('{"_aws"')]
+
+
+class StubHealth:
+    """The job's HealthMonitor as _watch_health and health_stopped use it; ``watch`` keeps the heartbeat emitter."""
+
+    def __init__(self, rules):
+        self.rules, self.stop_verdict, self.emit = rules, None, None
+
+    def watch(self, step, emit=None):
+        self.emit = emit
+
+    def close(self):
+        pass
+
+
+def stub_job(job_env: dict, batch_env: dict):
+    """A TrainingJob's state as its health methods read it, set up by its own _watch_health on a Batch host."""
+    from types import SimpleNamespace
+
+    from ml_platform_job.health import HealthRules
+    from ml_platform_job.job import TrainingJob
+
+    env = {**job_env, **batch_env}
+    job = SimpleNamespace(health=StubHealth(HealthRules.from_env(env)), clock=SimpleNamespace(_active={}), step=0,
+                          run_id="run-1", _last_save_step=None, store=SimpleNamespace(complete=lambda: []),
+                          run=SimpleNamespace(health_stop=lambda *args, **kwargs: None), _stalled=lambda verdict: None)
+    job._publish_warning = lambda verdict: TrainingJob._publish_warning(job, verdict)
+    TrainingJob._watch_health(job, env)
+    return job
+
+
+BATCH_ENV = {"AWS_BATCH_JQ_NAME": "batch-queue-name", "AWS_BATCH_JOB_ID": "job-1"}
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_a_health_stop_the_job_prints_reaches_its_rules_alarm_and_breaches_it_a_warning_none(
+        queue_built, capsys, rule):
+    """TrainingJob.health_stopped / _publish_warning (job.py, the adapters' stops too) -> the queue's health alarms
+    (training/health_alarms.py): the stop line's metric, namespace and dimensions (the queue from the job
+    definition's variables) are read by that rule's alarm only, and its value breaches it; a warning's line (the
+    job trains on) is read by no alarm of the queue."""
+    from ml_platform_job.health import Verdict
+    from ml_platform_job.job import TrainingJob
+
+    template, queue, job_env = queue_built
+    alarms = template.find_resources("AWS::CloudWatch::Alarm")
+    job = stub_job(job_env, BATCH_ENV)
+    capsys.readouterr()
+    TrainingJob._publish_warning(job, Verdict(rule, "warn", 120, {"loss": 1.0}, "warned"))
+    TrainingJob.health_stopped(job, Verdict(rule, "stop", 120, {"loss": 1.0}, "stopped"), saved=False)
+    warning, stop = (extracted(line) for line in metric_lines(capsys.readouterr().out))
+    ((stopped, value, _),) = stop
+    readers = [k for k, a in alarms.items() if stopped in read_by(a["Properties"])]
+    assert readers == [logical_id(queue.health_alarms[rule])]
+    assert breaches(template, readers[0], value)
+    ((warned, _, _),) = warning
+    assert warned != stopped and not [k for k, a in alarms.items() if warned in read_by(a["Properties"])]
+
+
+def test_the_stall_watcher_reads_the_heartbeat_the_job_prints(queue_built, capsys, monkeypatch):
+    """TrainingJob._watch_health's heartbeat lines (job.py) -> the stall watcher (runtime/stall_watcher.py, on its
+    synthesized variables): a job whose heartbeat goes on is left running, the same job silent past the threshold is
+    stopped (a heartbeat under another name or dimensions would leave it 'not judged', never stopped), and the stop
+    it publishes is read by the queue's stalled alarm and breaches it."""
+    from types import SimpleNamespace
+
+    from ml_platform_constructs.runtime.stall_watcher import Settings, watch
+    from ml_platform_job import health
+    from tests.unit.test_stall_watcher import HOUR, NOW as WATCH_NOW, CheckedBatch, FakeCloudWatch
+
+    template, queue, job_env = queue_built
+    (variables,) = [f["Properties"]["Environment"]["Variables"] for k, f in
+                    template.find_resources("AWS::Lambda::Function").items() if k == logical_id(queue.stall_watcher)]
+    decided = {}
+    for silent_after in (None, 60):
+        batch, cloudwatch = CheckedBatch(), FakeCloudWatch(lambda: WATCH_NOW)
+        queue_arn = batch.add_queue("training-queue", tags={})
+        definition = batch.register("training-definition")
+        job_id = batch.add_job("job", queue_arn, "RUNNING", definition=definition,
+                               environment=tuple(job_env.items()), started_at=int((WATCH_NOW - 3 * HOUR) * 1000))
+        wall = {"now": WATCH_NOW - 3 * HOUR}
+        monkeypatch.setattr(health, "time", SimpleNamespace(time=lambda: wall["now"]))
+        job = stub_job(job_env, {**BATCH_ENV, "AWS_BATCH_JOB_ID": job_id})  # prints the first heartbeat
+        for minute in range(1, 180 if silent_after is None else silent_after):
+            wall["now"] = WATCH_NOW - 3 * HOUR + minute * 60
+            job.health.emit(10)
+        for line in metric_lines(capsys.readouterr().out):
+            cloudwatch.ingest(line)
+        settings = Settings.from_env({**{k: v for k, v in variables.items() if isinstance(v, str)},
+                                      "JOB_QUEUES": queue_arn})
+        decided[silent_after] = watch(batch, cloudwatch, settings, now=WATCH_NOW), cloudwatch.published, job_id
+    assert decided[None][0]["stopped"] == [] and decided[None][1] == []
+    report, published, job_id = decided[60]
+    assert report["stopped"] == [job_id]
+    (stop,) = published
+    stalled = logical_id(queue.health_alarms["stalled"])
+    assert read_by(template.find_resources("AWS::CloudWatch::Alarm")[stalled]["Properties"]) == [
+        metric_key(stop["Namespace"], stop["MetricName"], stop["Dimensions"])]
+    assert breaches(template, stalled, stop["Value"])
+
+
+def goodput_job(job_env: dict, queue: str, *, wait: float, compute: float, save_every: float, save_seconds: float):
+    """A job of 45 minutes on PhaseClock (a fake clock, the timer's ticks run by hand) with the job definition's
+    window and thresholds: each batch waits ``wait`` s in the loader and computes ``compute`` s; a save of
+    ``save_seconds`` every ``save_every`` s. Its metric lines and its stderr (the hints it prints when bound)."""
+    import io
+    from contextlib import redirect_stderr
+
+    from tests.unit.test_goodput_alarm_replay import EPOCH, FakeTime
+
+    fake = FakeTime()
+    clock = PhaseClock(now=fake, wall=lambda: EPOCH + fake.now)
+    fake.clock = clock
+    out, err = io.StringIO(), io.StringIO()
+    clock.emit_windows(queue, out, instance_type="g5.xlarge", env=job_env, interval=0)
+
+    def loader():
+        while True:
+            fake.advance(wait)
+            yield None
+
+    saved_at = 0.0
+    with redirect_stderr(err):
+        for _ in clock.batches(loader()):
+            with clock.step():
+                fake.advance(compute)
+            if fake.now - saved_at >= save_every:
+                with clock.phase("checkpoint_save"):
+                    fake.advance(save_seconds)
+                clock.checkpoint_saved()
+                saved_at = fake.now
+            if fake.now >= 45 * 60:
+                break
+    return metric_lines(out.getvalue()), err.getvalue()
+
+
+@pytest.mark.parametrize("alarm, bound", [
+    ("input_bound", {"wait": 1.0, "compute": 1.0, "save_every": 600, "save_seconds": 5}),
+    ("checkpoint_bound", {"wait": 0.05, "compute": 1.95, "save_every": 300, "save_seconds": 60}),
+], ids=["input_bound", "checkpoint_bound"])
+def test_a_goodput_alarm_reads_the_jobs_window_lines_and_breaches_only_for_a_bound_job(queue_built, alarm, bound):
+    """PhaseClock's window lines (ml_platform_job.goodput, the queue from the job definition's variables) -> the
+    queue's input-bound and checkpoint-bound alarms (training/goodput_alarms.py): the alarm reads a metric the job
+    prints, with its namespace and dimension set; a bound job's lines breach its threshold, and the job says so
+    itself (its hint); a healthy job's lines never do, and it says nothing."""
+    template, queue, job_env = queue_built
+    alarm_id = logical_id(queue.alarms[alarm])
+    (read,) = read_by(template.find_resources("AWS::CloudWatch::Alarm")[alarm_id]["Properties"])
+    healthy = {"wait": 0.05, "compute": 1.95, "save_every": 600, "save_seconds": 5}
+    for shape, is_bound in ((bound, True), (healthy, False)):
+        lines, hints = goodput_job(job_env, job_env["ML_PLATFORM_QUEUE_NAME"], **shape)
+        values = [value for line in lines for key, value, _ in extracted(line) if key == read]
+        assert len(values) >= 10, (alarm, shape, lines[:1])
+        assert any(breaches(template, alarm_id, v) for v in values) is is_bound, (alarm, values)
+        assert bool(hints.strip()) is is_bound, hints
