@@ -224,10 +224,9 @@ def evaluate(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, c
                  evaluation.LIVE_MODEL: live_model_uri(bucket, endpoint, live) if live_record else "",
                  evaluation.SALT: PLATFORM_HOLDOUT["salt"], evaluation.FRACTION: str(PLATFORM_HOLDOUT["fraction"])}
     target = jobs.find_queue(batch, queue)
-    # The definition's own image: submit_evaluation then submits the deployed revision as it is (grant_evaluate
-    # allows that revision only, and no registration of another).
+    # The deployed revision as it is (grant_evaluate allows that revision only, and no registration of another).
     job = jobs.submit_evaluation(batch, target, name=f"evaluate-{run_id[:24]}-{(live if live_record else 'baseline')[:24]}",
-                                 image=_definition_image(batch, target), command=command, environment=variables)
+                                 command=command, environment=variables)
     out(f"evaluating run {run_id} against {'the live run ' + live if live_record else 'the configured baseline'}: "
         f"job {job['job_id']} on {queue}; its evidence goes to {where}")
     if not wait:
@@ -249,11 +248,6 @@ def evaluate(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, c
 
 def live_model_uri(bucket: str, endpoint: EndpointConfig, live: str) -> str:
     return f"s3://{bucket}/{model_key(endpoint.model_data_key, live)}"
-
-
-def _definition_image(batch: Any, target: jobs.QueueTarget) -> str:
-    definition = batch.describe_job_definitions(jobDefinitions=[target.evaluation_job_definition])["jobDefinitions"][0]
-    return definition["containerProperties"]["image"]
 
 
 # --- promote ------------------------------------------------------------------------------------------------------

@@ -85,3 +85,4 @@ def test_the_cli_submits_an_elastic_job(capsys):
          "python", "train.py"], batch=batch)
     assert batch.submitted[0]["tags"]["ml-platform:elastic"] == "1:4"
     assert "elastic 1:4, starting at 1 node(s)" in capsys.readouterr().out
+

@@ -299,3 +299,19 @@ def test_a_revision_registered_for_another_image_never_becomes_the_queues_own_de
     target = jobs.find_queue(batch, "training")
     assert target.job_definition == f"{ARN}:job-definition/train:2"
     assert target.multi_node_job_definition == f"{ARN}:job-definition/mnp:1"
+
+
+def test_an_evaluation_runs_its_deployed_definition_as_it_is_and_another_image_is_refused_before_aws():
+    """grant_evaluate allows the deployed evaluation revision only (no registration): submit_evaluation submits it
+    as it is; an image other than its own is refused in one line (image= is deprecated)."""
+    batch = FakeBatch()
+    batch.definitions.append({"jobDefinitionArn": f"{ARN}:job-definition/evaluate:3", "jobDefinitionName": "evaluate",
+                              "revision": 3, "type": "container", "containerProperties": {"image": IMAGE},
+                              "tags": {"ml-platform:queue": "training", "ml-platform:job-definition": "evaluation"}})
+    target = jobs.find_queue(batch, "training")
+    jobs.submit_evaluation(batch, target, name="evaluate-1", command=["python", "eval.py"], environment={"A": "1"})
+    assert batch.submitted[-1]["jobDefinition"] == f"{ARN}:job-definition/evaluate:3" and batch.registered == []
+    with pytest.warns(DeprecationWarning), pytest.raises(jobs.JobError, match="runs its deployed definition's image"):
+        jobs.submit_evaluation(batch, target, name="evaluate-2", command=["python"], environment={},
+                               image=IMAGE.replace(":1", ":9"))
+    assert batch.registered == [] and len(batch.submitted) == 1

@@ -299,21 +299,33 @@ def submit(batch: Any, submission: Submission) -> dict:
     return {"job_id": job["jobId"], "job_name": submission.name, "checkpoint_uri": submission.checkpoint_uri}
 
 
-def submit_evaluation(batch: Any, target: QueueTarget, *, name: str, image: str, command: Sequence[str],
-                      environment: Mapping[str, str], tags: Optional[Mapping[str, str]] = None) -> dict:
+def submit_evaluation(batch: Any, target: QueueTarget, *, name: str, command: Sequence[str],
+                      environment: Mapping[str, str], tags: Optional[Mapping[str, str]] = None,
+                      image: Optional[str] = None) -> dict:
     """Submits an evaluation job (the queue's evaluation definition: a role that reads datasets and models and alone
-    writes ``evaluations/<queue>/``) with ``environment`` added to the job contract's; returns its id and name."""
+    writes ``evaluations/<queue>/``) with ``environment`` added to the job contract's; returns its id and name. It runs
+    the deployed revision as it is: ``grant_evaluate`` allows that revision only, and no registration of another.
+
+    ``image`` is deprecated (0.12.0; removed in 0.13): an image other than the definition's is refused here, as IAM
+    would refuse its registration; the definition's own is accepted and changes nothing."""
     if not target.evaluation_job_definition or not target.job_queue:
         raise JobError(f"training queue {target.name!r} has no evaluation job definition (a TrainingQueue with a "
                        "dataset bucket has one since ml_platform_constructs 0.5.0): deploy it with this version")
-    problem = image_problem(image)
-    if problem:
-        raise JobError(f"the evaluation's image {image!r}: {problem}")
     if not JOB_NAME.match(name):
         raise JobError(f"evaluation name {name!r}: 1-128 letters, digits, '-' or '_'")
+    if image is not None:
+        import warnings
+
+        warnings.warn("submit_evaluation(image=...) is deprecated: the evaluation runs its deployed definition's image "
+                      "(omit image; removed in 0.13)", DeprecationWarning, stacklevel=2)
+        definition = batch.describe_job_definitions(jobDefinitions=[target.evaluation_job_definition])["jobDefinitions"]
+        deployed = (definition[0].get("containerProperties") or {}).get("image") if definition else None
+        if image != deployed:
+            raise JobError(f"the evaluation's image {image!r}: the evaluation runs its deployed definition's image "
+                           f"({deployed or 'unknown'}), the only one grant_evaluate allows; deploy the queue with "
+                           "that image, or omit image")
     job = batch.submit_job(
-        jobName=name, jobQueue=target.job_queue,
-        jobDefinition=job_definition_for(batch, target.evaluation_job_definition, image),
+        jobName=name, jobQueue=target.job_queue, jobDefinition=target.evaluation_job_definition,
         containerOverrides={"command": list(command),
                             "environment": [{"name": k, "value": v} for k, v in sorted(environment.items())]},
         tags={QUEUE_TAG: target.name, **(tags or {})}, propagateTags=True)
