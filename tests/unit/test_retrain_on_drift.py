@@ -134,6 +134,7 @@ def test_each_trigger_has_its_own_rule_that_names_it(built):
         rule = next(r["Properties"] for r in rules.values() if f'"trigger":"{name}"' in json.dumps(
             r["Properties"]["Targets"][0]["InputTransformer"]["InputTemplate"]).replace('\\"', '"').replace(" ", ""))
         assert rule["EventPattern"]["detail"]["state"] == {"value": ["ALARM"]}
+        assert rule["EventPattern"]["account"] == [ACCOUNT]  # the alarm's own account
         assert rule["Targets"][0]["RetryPolicy"]["MaximumRetryAttempts"] == 2
         assert rule["Targets"][0]["InputTransformer"]["InputPathsMap"]["id"] == "$.id"  # kept through retries
 
@@ -276,3 +277,18 @@ def test_a_training_queue_of_another_account_is_refused(tmp_path):
                                               r"account \(123456789012\), not 222222222222: .* Fix: pass a TrainingQueue"):
         RetrainOnDrift(serving, "Retrain", queue=queue, **retrain_props(serving))
     assert serving.node.try_find_child("Retrain") is None
+
+
+def test_an_alarm_of_the_serving_account_retrains_only_on_that_accounts_events(tmp_path):
+    """The retraining next to a shared queue, on the serving account's alarm (by ARN): its rule matches that alarm's
+    name and account, so a same-named alarm of the training account (or of a third account forwarding to its bus)
+    starts nothing."""
+    app, construct = two_stacks(tmp_path)
+    serving = Stack.of(construct)
+    forwarded = cloudwatch.Alarm.from_alarm_arn(
+        serving, "ServingDrift", "arn:aws:cloudwatch:us-east-1:444455556666:alarm:serving-classifier-drift")
+    construct.add_trigger("serving-drift", forwarded, cooldown=Duration.hours(24))
+    patterns = [r["Properties"]["EventPattern"] for r in Template.from_stack(serving).find_resources(
+        "AWS::Events::Rule").values()]
+    (pattern,) = [p for p in patterns if p["detail"]["alarmName"] == ["serving-classifier-drift"]]
+    assert pattern["account"] == ["444455556666"]

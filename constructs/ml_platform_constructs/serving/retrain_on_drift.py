@@ -146,7 +146,10 @@ class RetrainOnDrift(Construct):
         # id is kept through EventBridge's and Lambda's retries: the function's claims name it.
         rule = events.Rule(
             self, f"{name.title().replace('-', '')}Trigger", description=f"{name} alarm to ALARM: retrain",
+            # The alarm's own account too: an event forwarded from another account's bus keeps its source account,
+            # and an alarm of the same name here (or in a third account forwarding to this bus) must not retrain.
             event_pattern=events.EventPattern(source=["aws.cloudwatch"], detail_type=["CloudWatch Alarm State Change"],
+                                              account=[_alarm_account(alarm)],
                                               detail={"alarmName": [alarm.alarm_name], "state": {"value": ["ALARM"]}}),
             targets=[targets.LambdaFunction(self.function, retry_attempts=2, event=events.RuleTargetInput.from_object({
                 "trigger": name, "alarm": field("$.detail.alarmName"), "reason": field("$.detail.state.reason"),
@@ -222,6 +225,15 @@ def _validate_queue(scope: Construct, queue: TrainingQueue) -> None:
                                   f"a queue in this construct's {what} ({mine}), not {theirs}: the function submits "
                                   "with its own role, and the job definition would be built in the queue's stack",
                                   _OTHER_ACCOUNT_FIX)
+
+
+def _alarm_account(alarm: cloudwatch.IAlarm) -> str:
+    """The account an alarm's state changes come from: the one in its ARN where the ARN is known (an alarm imported by
+    ARN: ``env.account`` is this stack's then), else the alarm's stack's."""
+    arn = alarm.alarm_arn
+    if not Token.is_unresolved(arn) and arn.count(":") >= 5:
+        return arn.split(":")[4]
+    return alarm.env.account
 
 
 @jsii.implements(IStableStringProducer)
