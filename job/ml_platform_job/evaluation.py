@@ -104,6 +104,38 @@ def read_artifact(uri: str, s3: Any = None) -> tuple[bytes, dict]:
     return body, {"uri": uri, "sha256": hashlib.sha256(body).hexdigest(), "bytes": len(body), **extra}
 
 
+CHUNK_BYTES = 8 * 1024 * 1024  # what streaming a model to disk holds in memory at once
+
+
+def download_artifact(uri: str, path: Path, s3: Any = None) -> dict:
+    """One object (``s3://``) or file copied to ``path`` in chunks (a model of any size: never whole in memory), and
+    what identifies it, as ``read_artifact`` says: ``uri``, ``sha256``, ``bytes``, and in S3 ``etag``, ``version_id``."""
+    digest, size = hashlib.sha256(), 0
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as out:
+        if uri.startswith("s3://"):
+            bucket, _, key = uri[len("s3://"):].partition("/")
+            if s3 is None:
+                import boto3
+                s3 = boto3.client("s3")
+            response = s3.get_object(Bucket=bucket, Key=key)
+            chunks = response["Body"].iter_chunks(CHUNK_BYTES)
+            extra = {"etag": response["ETag"], "version_id": response.get("VersionId")}
+        else:
+            source = open(uri, "rb")
+            chunks, extra = iter(lambda: source.read(CHUNK_BYTES), b""), {}
+        try:
+            for chunk in chunks:
+                digest.update(chunk)
+                out.write(chunk)
+                size += len(chunk)
+        finally:
+            if not uri.startswith("s3://"):
+                source.close()
+    return {"uri": uri, "sha256": digest.hexdigest(), "bytes": size, **extra}
+
+
 @dataclass
 class Evaluation:
     """One evaluation job's contract, from its environment."""
@@ -134,6 +166,17 @@ class Evaluation:
             return None
         body, self._artifacts[which] = read_artifact(uri, s3 or self.output._s3)
         return body
+
+    def model_file(self, which: str, directory: Any, s3: Any = None) -> Optional[Path]:
+        """The candidate's or the live model's archive streamed to a file under ``directory`` (a large model: never
+        whole in memory; ``model`` reads it into memory), its identity kept for the manifest; None: no live model."""
+        _check_which(which)
+        uri = self.candidate_model_uri if which == CANDIDATE else self.live_model_uri
+        if uri is None:
+            return None
+        path = Path(directory) / which / (uri.rstrip("/").rsplit("/", 1)[-1] or "model")
+        self._artifacts[which] = download_artifact(uri, path, s3 or self.output._s3)
+        return path
 
     def write_outcomes(self, which: str, outcomes: Mapping[Any, Any], kind: str = "correct") -> None:
         _check_which(which)

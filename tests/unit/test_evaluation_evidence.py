@@ -124,3 +124,40 @@ def test_a_manifest_that_cannot_name_the_scored_model_is_not_written(tmp_path):
     with pytest.raises(ValueError, match=r"^no live outcomes: call write_outcomes\('live', ...\) before finish\(\)$"):
         live.finish()
     assert not (tmp_path / "out" / evaluation.MANIFEST).exists()
+
+
+class _ChunksOnly:
+    """An S3 body as botocore streams it; reading it whole fails (a large model must not be held in memory)."""
+
+    def __init__(self, data, chunk):
+        self.data, self.chunk = data, chunk
+
+    def read(self, *args):
+        raise AssertionError("the whole archive was read into memory")
+
+    def iter_chunks(self, size):
+        for start in range(0, len(self.data), self.chunk):
+            yield self.data[start:start + self.chunk]
+
+
+def test_a_model_archive_streams_to_disk_in_chunks_with_its_identity(tmp_path):
+    """Evaluation.model_file: a model of any size goes to a file chunk by chunk, never whole in memory, and the
+    manifest's identity (sha256, bytes, ETag, version) is the very object streamed, as read_artifact's is."""
+    import hashlib
+
+    from ml_platform_job import evaluation
+
+    data = bytes(range(256)) * 4000  # about 1 MB, in 64 KiB chunks
+
+    class S3:
+        def get_object(self, Bucket, Key):  # noqa: N803
+            assert (Bucket, Key) == ("models", "runs/r1/model.tar.gz")
+            return {"Body": _ChunksOnly(data, 64 * 1024), "ETag": '"abc"', "VersionId": "v7"}
+
+    contract = evaluation.Evaluation("s3://models/runs/r1/model.tar.gz", None, evaluation._Place(str(tmp_path / "out")))
+    path = contract.model_file(evaluation.CANDIDATE, tmp_path / "models", s3=S3())
+    assert path.read_bytes() == data
+    assert contract._artifacts[evaluation.CANDIDATE] == {
+        "uri": "s3://models/runs/r1/model.tar.gz", "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data),
+        "etag": '"abc"', "version_id": "v7"}
+    assert contract.model_file(evaluation.LIVE, tmp_path / "models", s3=S3()) is None
