@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from email.parser import HeaderParser
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from .benchmark import IMDS, INSTANCE_TYPE_FILE
 
@@ -231,7 +231,8 @@ SECRET_FILE = re.compile(r"^\.env|credential|secret|\.pem$|\.key$|^id_(rsa|ed255
 CHANGES_LISTED = 50
 
 
-def git_commit(env: Mapping[str, str], directory: Optional[str] = None) -> tuple[dict, Optional[str]]:
+def git_commit(env: Mapping[str, str], directory: Optional[str] = None,
+               outputs: Sequence[str] = ()) -> tuple[dict, Optional[str]]:
     """(state, diff) of the code in ``directory`` (the working directory when None): the commit, the tree of that
     directory at the commit, whether the directory differs from it, and the diff (None when clean or unknown).
 
@@ -240,7 +241,8 @@ def git_commit(env: Mapping[str, str], directory: Optional[str] = None) -> tuple
     state, within ``directory``: ``git status --porcelain --untracked-files=all`` (untracked files count: a new
     module the job imports is the usual form of dirty) and ``git diff HEAD`` plus each untracked file as a new one.
     The tree (``git rev-parse HEAD:<directory>``) names the code's content: a commit elsewhere in the repository
-    leaves it as it is."""
+    leaves it as it is. Untracked files under ``outputs`` (the run's output paths: what it writes next to its script,
+    a local checkpoint directory) are not code: a retry after the first attempt wrote them is not "dirty"."""
     where = ["-C", directory] if directory else []
     checkout = _run(["git", *where, "rev-parse", "HEAD"])
     commit = env.get("ML_PLATFORM_GIT_COMMIT") or checkout
@@ -255,10 +257,18 @@ def git_commit(env: Mapping[str, str], directory: Optional[str] = None) -> tuple
     state["tree"] = _run(["git", *where, "rev-parse", f"HEAD:{inside}"])
     status = _run(["git", *where, "status", "--porcelain", "--untracked-files=all", "--", "."], strip=False) or ""
     lines = [line for line in status.splitlines() if line.strip()]  # paths from the repository's root
+    top = Path(_run(["git", *where, "rev-parse", "--show-toplevel"]) or directory or ".")
+    if outputs and lines:
+        roots = [Path(p).resolve() for p in outputs]
+
+        def output(line: str) -> bool:
+            path = (top / line[3:].strip('"')).resolve()
+            return line.startswith("?? ") and any(path == root or root in path.parents for root in roots)
+
+        lines = [line for line in lines if not output(line)]
     state.update(dirty=bool(lines), changes=lines[:CHANGES_LISTED], changed_files=len(lines))
     if not lines:
         return state, None
-    top = Path(_run(["git", *where, "rev-parse", "--show-toplevel"]) or directory or ".")
     parts = [_run(["git", *where, "diff", "HEAD", "--no-color", "--", "."], strip=False) or ""]
     for line in lines:
         if line.startswith("?? "):
@@ -415,15 +425,27 @@ def identity_changes(before: Mapping[str, Any], after: Mapping[str, Any], compar
     return environment_changes({k: before.get(k) for k in compared}, {k: after.get(k) for k in compared})
 
 
+def output_paths(flags: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
+    """The run's output paths: the flags' values that are local paths (``output_dir``, ``checkpoint_dir``, ...; flags
+    never make the run) and a local ``ML_PLATFORM_CHECKPOINT_URI``."""
+    found = [str(v) for v in flags.values() if isinstance(v, (str, os.PathLike)) and str(v).strip()
+             and "://" not in str(v) and not str(v).startswith("-")]
+    uri = env.get("ML_PLATFORM_CHECKPOINT_URI", "")
+    if uri and "://" not in uri:
+        found.append(uri)
+    return found
+
+
 def collect(*, env: Mapping[str, str], seed: Optional[int], params: Mapping[str, Any],
-            dataset: Optional[dict], code_directory: Optional[str] = None) -> tuple[dict, list[str], Optional[str]]:
+            dataset: Optional[dict], code_directory: Optional[str] = None,
+            outputs: Sequence[str] = ()) -> tuple[dict, list[str], Optional[str]]:
     """The passport's fields known at the start of a run, the package list and the code's diff (artifacts of
     their own). ``gpu``, ``frameworks`` and ``image`` here are the first attempt's; each attempt records its own."""
     packages = installed_packages()
     gpu = gpus()
     instance_type, lifecycle = instance(env)
     job_id = env.get("AWS_BATCH_JOB_ID", "").split("#", 1)[0] or env.get("ML_PLATFORM_JOB_ID")
-    commit, diff = git_commit(env, code_directory)
+    commit, diff = git_commit(env, code_directory, outputs)
     if diff is not None:
         commit["diff_artifact"] = DIFF_NAME
     passport = {

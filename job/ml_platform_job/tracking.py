@@ -320,7 +320,8 @@ class TrackedRun:
         sink = mlflow_sink(tracking_uri, experiment) if writes else None
         fingerprint, dataset_list = passports.dataset_fingerprint(dataset, s3) if dataset else (None, None)
         passport, packages, diff = passports.collect(env=env, seed=seed, params=params or {},
-                                                     code_directory=code_directory, dataset=fingerprint)
+                                                     code_directory=code_directory, dataset=fingerprint,
+                                                     outputs=passports.output_paths(flags or {}, env))
         passport["holdout"] = dict(holdout) if holdout else None
         # Flags (logging interval, output paths): recorded, never part of the run's identity.
         passport["flags"] = passports.redact_params(flags or {})

@@ -385,6 +385,25 @@ def test_a_commit_from_the_environment_takes_the_builds_dirty_state_or_the_check
     assert (state["commit"], state["dirty"], state["source"]) == (head, True, "ML_PLATFORM_GIT_COMMIT")
 
 
+def test_what_the_first_attempt_wrote_to_its_output_paths_does_not_refuse_the_retry(tmp_path, checkout):
+    """A job that writes next to its script (its output_dir flag, a local checkpoint directory) leaves untracked
+    files: they are not code, so the retry is the same run; an untracked module is still dirty."""
+    clock = Clock()
+    env = {**queue_env(tmp_path), "ML_PLATFORM_CHECKPOINT_URI": str(checkout / "ckpt") + "/"}
+    flags = {"output_dir": str(checkout / "outputs")}
+    first = begin(tmp_path, clock, env, code_directory=str(checkout), flags=flags)
+    assert first.record["passport"]["git_commit"]["dirty"] is False  # its own record in ckpt/ is not code either
+    (checkout / "outputs").mkdir()
+    (checkout / "outputs" / "model.pt").write_bytes(b"weights")
+    first.stop()
+    second = begin(tmp_path, clock, {**env, "AWS_BATCH_JOB_ATTEMPT": "2"}, code_directory=str(checkout), flags=flags)
+    assert second.run_id == first.run_id and second.record["passport"]["git_commit"]["dirty"] is False
+    second.stop()
+    (checkout / "helper.py").write_text("X = 1\n")
+    state, _ = passport.git_commit({}, str(checkout), passport.output_paths(flags, env))
+    assert state["dirty"] and state["changes"] == ["?? helper.py"]
+
+
 def test_a_commit_elsewhere_in_the_repository_is_not_a_new_configuration_a_commit_to_the_code_is(tmp_path, checkout):
     job = checkout / "job"
     job.mkdir()
