@@ -108,6 +108,27 @@ BREAKS = [
     Break("metric join: the job's stall heartbeat renamed", "job/ml_platform_job/job.py",
           "_print_line(metric_line(HEARTBEAT_METRIC, self._health_queue",
           '_print_line(metric_line("Heartbeat", self._health_queue', ("tests/unit/test_metric_joins.py",)),
+    # Round three, part 2 (issue 42): what the platform publishes is what its dashboards read.
+    Break("dashboard join: the endpoint's drift widget reads MaxKl", f"{LIB}/serving/monitored_endpoint.py",
+          'self.metric_drift("MaxKL", schedule)', 'self.metric_drift("MaxKl", schedule)',
+          ("tests/unit/test_metric_joins_dashboards.py",)),
+    Break("dashboard join: the quality check publishes its detectable drop under another name",
+          f"{LIB}/runtime/quality_handler.py",
+          'datum("DetectableDrop", plan["detectable_drop"])', 'datum("DetectableDropPercent", plan["detectable_drop"])',
+          ("tests/unit/test_metric_joins_dashboards.py",)),
+    Break("dashboard join: the queue's heartbeat SEARCH groups by JobName", f"{LIB}/training/health_alarms.py",
+          "{JOB_DIMENSION}}} ", "JobName}} ", ("tests/unit/test_metric_joins_dashboards.py",)),
+    Break("dashboard join: the queue's per-instance GPU SELECT drops QueueName from its schema",
+          f"{LIB}/training/queue_monitoring.py",
+          'InstanceId, "\n                           f"QueueName) WHERE',
+          '"\n                           f"InstanceId) WHERE', ("tests/unit/test_metric_joins_dashboards.py",)),
+    Break("dashboard join: the GPU agent no longer aggregates per fleet or queue", f"{LIB}/training/instance_bootstrap.py",
+          '"aggregation_dimensions": [[key], per_instance]', '"aggregation_dimensions": [per_instance]',
+          ("tests/unit/test_metric_joins_dashboards.py",)),
+    Break("dashboard join: the interruption watcher publishes JobRunning per fleet as Fleet",
+          f"{LIB}/runtime/interruption_watcher.py",
+          '"--dimensions", f"FleetName={settings.fleet_name}"', '"--dimensions", f"Fleet={settings.fleet_name}"',
+          ("tests/unit/test_metric_joins_dashboards.py",)),
 ]
 
 
