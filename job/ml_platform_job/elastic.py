@@ -61,7 +61,7 @@ import shutil
 import subprocess
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Mapping, Optional, Sequence
 
@@ -533,10 +533,6 @@ def request_text(decision: Decision, *, step: int, samples_seen: int, job_id: Op
                        "job_id": job_id, "restart_seconds": decision.restart_seconds,
                        "restart_usd": decision.restart_usd, "saved_seconds": decision.saved_seconds,
                        "saved_usd": decision.saved_usd, "figures": decision.figures}, sort_keys=True)
-
-
-def decision_dict(decision: Decision) -> dict:
-    return asdict(decision)
 
 
 def left_for_idle(record: Mapping[str, Any]) -> list[int]:

@@ -31,14 +31,17 @@ class Clock:
         return self.now
 
 
-def train(env, *, busy, losses, epochs=6, stop_after=None):
-    """A tiny loop that validates each epoch with the given losses; the monitor's clock and GPU samples stand in."""
+def train(env, *, busy, losses, epochs=6):
+    """examples/pytorch_loop.py's shape: the loader, the epochs, a validation each epoch with the given losses; the
+    GPUs' utilization and the monitor's clock stand in for nvidia-smi and time (the job's own policy, prices and
+    sizes left for idle GPUs kept; no snooze, a restart of 1 ms)."""
     job = TrainingJob.start(env=env, params={"lr": 0.1}, seed=3)
-    clock = Clock()
-    policy = job.elastic.policy
-    monitor = ElasticMonitor(ElasticPolicy(min_nodes=policy.min_nodes, max_nodes=policy.max_nodes, snooze_seconds=0),
-                             nodes=job.elastic.nodes, node_price_per_hour=1.0, restart_seconds=0.001, clock=clock,
-                             sample=lambda: None, period_seconds=1.0)
+    clock, policy = Clock(), job.elastic.policy
+    monitor = ElasticMonitor(ElasticPolicy(min_nodes=policy.min_nodes, max_nodes=policy.max_nodes,
+                                           sizes=policy.sizes, snooze_seconds=0), nodes=job.elastic.nodes,
+                             node_price_per_hour=job.elastic.node_price_per_hour, price_at=job.elastic.price_at,
+                             left_idle=job.elastic.left_idle, restart_seconds=1e-3, clock=clock, sample=lambda: None,
+                             period_seconds=1.0)
     monitor.load_state_dict(job.elastic.state_dict())
     job.elastic.close()
     job.elastic = monitor

@@ -12,11 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
-from torch.utils.data import TensorDataset
 
-from ml_platform_job import TrainingJob
-from ml_platform_job.elastic import ElasticMonitor, ElasticPolicy, RESIZE_EXIT_CODE, resize_history
+from ml_platform_job.elastic import RESIZE_EXIT_CODE, resize_history
 from ml_platform_job.tracking import RECORD_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +22,11 @@ sys.path.insert(0, str(ROOT / "constructs" / "ml_platform_constructs" / "runtime
 
 import elastic_controller  # noqa: E402
 from batch_fake import FakeBatch  # noqa: E402
+from test_elastic_job import train as train_epochs  # noqa: E402 (the same loop, 8 epochs here)
+
+
+def train(env, *, busy, losses):
+    return train_epochs(env, busy=busy, losses=losses, epochs=8)
 
 
 class LocalS3:
@@ -55,43 +57,6 @@ class Claims:
 
     def release(self, key, event_id):
         self.items.pop(key, None)
-
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-
-def train(env, *, busy, losses):
-    """examples/pytorch_loop.py's shape: the loader, the epochs, a validation each epoch; the GPUs' utilization and
-    the monitor's clock stand in for nvidia-smi and time."""
-    job = TrainingJob.start(env=env, params={"lr": 0.1}, seed=3)
-    clock, policy = Clock(), job.elastic.policy
-    monitor = ElasticMonitor(ElasticPolicy(min_nodes=policy.min_nodes, max_nodes=policy.max_nodes,
-                                           sizes=policy.sizes, snooze_seconds=0), nodes=job.elastic.nodes,
-                             node_price_per_hour=job.elastic.node_price_per_hour, price_at=job.elastic.price_at,
-                             left_idle=job.elastic.left_idle, restart_seconds=1e-3, clock=clock, sample=lambda: None,
-                             period_seconds=1.0)
-    monitor.load_state_dict(job.elastic.state_dict())
-    job.elastic.close()
-    job.elastic = monitor
-    model = torch.nn.Linear(4, 1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    job.track(model=model, optimizer=optimizer)
-    loader = job.loader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
-    for epoch in job.epochs(0, 8):
-        for x, y in loader:
-            clock.now += 0.5
-            monitor.utilization.add(busy, now=clock.now)
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-        job.observe(val_loss=losses[epoch])
-    return job.finish(model=model)
 
 
 def test_a_job_submitted_1_2_resizes_by_the_policy_as_one_run_with_each_resizes_cost(tmp_path, monkeypatch):
