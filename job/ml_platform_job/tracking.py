@@ -265,6 +265,15 @@ class Seeds:
     recorded: Mapping[str, Any]
 
 
+
+def goodput_queue(env: Mapping[str, str]) -> Optional[str]:
+    """The Queue dimension of an attempt's goodput windows: on AWS Batch (its job queues' names are generated), the
+    platform's queue name, as the queue's goodput alarms read it (the job definition sets ML_PLATFORM_QUEUE_NAME),
+    else Batch's own; off Batch, None (no windows are printed)."""
+    if not env.get("AWS_BATCH_JQ_NAME"):
+        return None
+    return env.get("ML_PLATFORM_QUEUE_NAME") or env["AWS_BATCH_JQ_NAME"]
+
 class TrackedRun:
     """One run of a training job across its attempts (see the module docstring)."""
 
@@ -454,10 +463,9 @@ class TrackedRun:
         self.clock = PhaseClock(now=self._monotonic, wall=self._clock)
         self.clock.started_before(self._clock() - started)  # the clock's startup runs from the attempt's start
         self._timing = True
-        if env.get("AWS_BATCH_JQ_NAME"):  # on AWS Batch (its job queues' names are generated): the dimension is
-            # the platform's queue name, as the queue's goodput alarms read it (the job definition sets it)
-            self.clock.emit_windows(env.get("ML_PLATFORM_QUEUE_NAME") or env["AWS_BATCH_JQ_NAME"],
-                                    instance_type=instance_type, env=env)
+        queue = goodput_queue(env)
+        if queue:
+            self.clock.emit_windows(queue, instance_type=instance_type, env=env)
         passport = self.record["passport"]
         attempts = passport["attempts"]
         number = len(attempts) + 1

@@ -24,7 +24,9 @@ from bench.cloudwatch_alarms import CloudWatchAlarm
 from ml_platform_constructs import ModelQuality
 from ml_platform_constructs.runtime import drift, drift_handler, quality_handler
 from ml_platform_job.health import RULES
+from ml_platform_job.job_metrics import JobMetrics
 from ml_platform_job.phase_clock import PhaseClock
+from ml_platform_job.tracking import goodput_queue
 from tests.conftest import training_queue
 from tests.unit.test_endpoint_quality import endpoint
 from tests.unit.test_quality import label, record
@@ -114,10 +116,10 @@ def s3(monkeypatch):
 DRIFT_BUCKETS = {"CAPTURE_BUCKET": "capture", "BASELINE_BUCKET": "datasets"}
 
 
-def row(rng, i, *, spread=15.0, related=True, shift=False):
+def row(rng, i, *, spread=15.0, related=True, shift=False, offset=0.0):
     if shift:
         return {"age": "95", "income": "190", "color": "green"}
-    x = rng.gauss(50, spread)
+    x = rng.gauss(50, spread) + offset
     y = 2 * x + rng.gauss(0, 5) if related else rng.gauss(100, 31)
     return {"age": f"{x:.2f}", "income": f"{y:.2f}", "color": "red" if i % 2 else "blue"}
 
@@ -128,13 +130,15 @@ def capture_line(r):
                                                          "encoding": "CSV"}}})
 
 
-WINDOWS = {"calm": {}, "narrow": {"spread": 3.0}, "unrelated": {"related": False}, "shifted": {"shift": True}}
+WINDOWS = {"calm": {}, "narrow": {"spread": 3.0}, "unrelated": {"related": False}, "shifted": {"shift": True},
+           "mild": {"offset": 8.0}, "sparse": {"records": 10}}
 
 
 @pytest.fixture(scope="module")
 def drift_runs(built, tmp_path_factory):
     """The drift check on the template's variables, once per window: calm, narrowed spreads, features that no longer
-    move together, a shifted distribution. Each: (summary, what it published)."""
+    move together, a shifted distribution, a mild shift (significant, its PSI over the threshold but not its lower
+    bound: no drift) and too few records to judge. Each: (summary, what it published)."""
     template, _ = built
     rng = random.Random(42)
     baseline = drift.build_baseline([row(rng, i) for i in range(2000)], ["age", "income", "color"])
@@ -149,8 +153,10 @@ def drift_runs(built, tmp_path_factory):
         for n, (name, shape) in enumerate(WINDOWS.items()):
             now = NOW + timedelta(days=n)  # each window in hours of its own
             (prefix,) = drift_handler.capture_prefixes(env["CAPTURE_PREFIX"], env["VARIANT_NAME"], now, 1)
+            shape = dict(shape)
+            records = shape.pop("records", 1500)
             s3.put_object(Bucket=env["CAPTURE_BUCKET"], Key=f"{prefix}{name}.jsonl", Body="\n".join(
-                capture_line(row(rng, i, **shape)) for i in range(1500)).encode())
+                capture_line(row(rng, i, **shape)) for i in range(records)).encode())
             recording = Recording()
             runs[name] = drift_handler.run({**env, "WINDOW_HOURS": "1"}, s3, recording, now), recording
     return runs
@@ -158,19 +164,26 @@ def drift_runs(built, tmp_path_factory):
 
 def test_drift_windows_have_the_decisions_the_joins_are_judged_on(drift_runs):
     """The inputs' decisions (what each join below is checked against): a calm window decides nothing; each other
-    window decides what it was made for."""
+    window decides what it was made for; the mild shift is significant and its PSI over the threshold, its lower
+    bound (what decides) under it; the sparse window is not judged."""
     decided = {name: (s["alarm"], bool(s["spread_out_of_band"]), s["relations_changed"], s["judged"])
                for name, (s, _) in drift_runs.items()}
     assert decided["calm"] == (False, False, False, True)
     assert decided["narrow"][:2] == (True, True)
     assert decided["unrelated"] == (False, False, True, True)
     assert decided["shifted"][0] is True
+    mild = drift_runs["mild"][0]
+    threshold = mild["thresholds"]["psi"]
+    assert decided["mild"][0] is False and mild["psi_lower_bound"] < threshold <= mild["significant_psi"]
+    assert decided["sparse"][3] is False
 
 
 def test_the_drift_alarm_reads_exactly_what_the_drift_check_publishes_and_breaches_only_on_drift(built, drift_runs):
     """drift_handler -> MonitoredEndpoint's drift alarm: the composite alarm's child reads the namespace, name and
     dimensions the check published, in every judged window (its missing data is ignored: an unpublished value
-    would keep a stale state), and that value breaches the child's threshold exactly when the check decided drift."""
+    would keep a stale state), and that value breaches the child's threshold exactly when the check decided drift
+    (not on a significant PSI whose lower bound is under the threshold); an unjudged window publishes nothing it
+    reads (missing data, not calm)."""
     template, monitored = built
     rule = json.dumps(template.find_resources("AWS::CloudWatch::CompositeAlarm")[
         logical_id(monitored.alarms["drift"])]["Properties"]["AlarmRule"])
@@ -180,13 +193,17 @@ def test_the_drift_alarm_reads_exactly_what_the_drift_check_publishes_and_breach
     for name, (summary, recording) in drift_runs.items():
         for child in children:
             values = published_to(template, child, recording)
+            if not summary["judged"]:
+                assert values == [], (name, child)
+                continue
             assert len(values) == 1, (name, child, read_by(alarms[child]["Properties"]))
             assert breaches(template, child, values[0]) is summary["alarm"], (name, values, summary["reason"])
 
 
 def test_the_not_judged_alarm_reads_the_checks_judged_flag(built, drift_runs):
     """drift_handler -> MonitoredEndpoint's not-judged alarm: it reads the metric the check publishes every run,
-    which does not breach in a judged window (a breach every check would fire it after a day of judged windows)."""
+    which does not breach in a judged window (a breach every check would fire it after a day of judged windows) and
+    breaches in one with too few records to judge."""
     template, monitored = built
     alarm = logical_id(monitored.alarms["drift_not_judged"])
     for name, (summary, recording) in drift_runs.items():
@@ -202,12 +219,17 @@ def test_the_not_judged_alarm_reads_the_checks_judged_flag(built, drift_runs):
 def test_each_feature_watch_alarm_reads_what_the_drift_check_publishes_and_breaches_on_its_decision(
         built, drift_runs, alarm, decided):
     """drift_handler's feature watch -> MonitoredEndpoint's feature watch alarms (serving/feature_watch.py): each
-    alarm reads a metric the check published in every window here (each window has the values to judge), and its
-    value breaches the alarm's threshold exactly when the watch decided so."""
+    alarm reads a metric the check published in every window with the values to judge, and its value breaches the
+    alarm's threshold exactly when the watch decided so; a window too small to judge publishes nothing the spread
+    and relations alarms read (missing data, not a calm window), and still whether the baseline lets the watch
+    judge."""
     template, monitored = built
     alarm_id = logical_id(monitored.alarms[alarm])
     for name, (summary, recording) in drift_runs.items():
         values = published_to(template, alarm_id, recording)
+        if not summary["judged"] and alarm != "feature_watch_inactive":
+            assert values == [], (name, alarm)
+            continue
         assert len(values) == 1, (name, alarm)
         assert breaches(template, alarm_id, values[0]) is decided(summary), (name, values)
 
@@ -435,7 +457,8 @@ def goodput_job(job_env: dict, queue: str, *, wait: float, compute: float, save_
     ("checkpoint_bound", {"wait": 0.05, "compute": 1.95, "save_every": 300, "save_seconds": 60}),
 ], ids=["input_bound", "checkpoint_bound"])
 def test_a_goodput_alarm_reads_the_jobs_window_lines_and_breaches_only_for_a_bound_job(queue_built, alarm, bound):
-    """PhaseClock's window lines (ml_platform_job.goodput, the queue from the job definition's variables) -> the
+    """PhaseClock's window lines (ml_platform_job.goodput, the queue TrackedRun names on a Batch host with the job
+    definition's variables: tracking.goodput_queue) -> the
     queue's input-bound and checkpoint-bound alarms (training/goodput_alarms.py): the alarm reads a metric the job
     prints, with its namespace and dimension set; a bound job's lines breach its threshold, and the job says so
     itself (its hint); a healthy job's lines never do, and it says nothing."""
@@ -444,8 +467,51 @@ def test_a_goodput_alarm_reads_the_jobs_window_lines_and_breaches_only_for_a_bou
     (read,) = read_by(template.find_resources("AWS::CloudWatch::Alarm")[alarm_id]["Properties"])
     healthy = {"wait": 0.05, "compute": 1.95, "save_every": 600, "save_seconds": 5}
     for shape, is_bound in ((bound, True), (healthy, False)):
-        lines, hints = goodput_job(job_env, job_env["ML_PLATFORM_QUEUE_NAME"], **shape)
+        lines, hints = goodput_job(job_env, goodput_queue({**job_env, **BATCH_ENV}), **shape)
         values = [value for line in lines for key, value, _ in extracted(line) if key == read]
         assert len(values) >= 10, (alarm, shape, lines[:1])
         assert any(breaches(template, alarm_id, v) for v in values) is is_bound, (alarm, values)
         assert bool(hints.strip()) is is_bound, hints
+
+
+# --- a job's progress metrics (ml_platform_job.job_metrics <-> advice/job_cost.py, the job role's grant) --------------
+
+class Stored(Recording):
+    """A CloudWatch that keeps what is published and answers GetMetricData from it: a query's metric (namespace,
+    name, dimension set) gets the values published under exactly that key, its statistic over all of them."""
+
+    def get_metric_data(self, MetricDataQueries, **_):  # noqa: N803 (boto3 names)
+        results = []
+        for query in MetricDataQueries:
+            stat = query["MetricStat"]
+            metric = stat["Metric"]
+            values = [v for k, v in self.data if k == metric_key(metric["Namespace"], metric["MetricName"],
+                                                                  metric.get("Dimensions", []))]
+            timestamps = [NOW + timedelta(minutes=i) for i in range(len(values))]
+            results.append({"Id": query["Id"], "Timestamps": timestamps, "Values": values})
+        return {"MetricDataResults": results}
+
+
+def test_the_cost_report_reads_the_progress_a_job_reports_under_the_namespace_its_role_may_write(queue_built):
+    """JobMetrics.report (in the job) -> advice/job_cost.progress (``./platform job cost``): the accuracy and tokens
+    a job reported, on the queue's Batch host variables, come back as its gain and its tokens; and the namespace
+    it publishes to is one the queue's job role may write (its PutMetricData condition), else AccessDenied."""
+    from ml_platform_constructs.advice import job_cost
+
+    template, _, job_env = queue_built
+    cloudwatch = Stored()
+    metrics = JobMetrics(cloudwatch=cloudwatch, env={**job_env, **BATCH_ENV, "AWS_BATCH_JOB_ID": "job-7#0"})
+    metrics.report(validation_accuracy=81.0, tokens=1000)
+    metrics.report(tokens=500)
+    metrics.report(validation_accuracy=88.5, samples=64)
+    progress = job_cost.progress(cloudwatch, "job-7", NOW, NOW + timedelta(hours=1), NOW + timedelta(hours=1))
+    assert (progress.accuracy_start, progress.accuracy_end, progress.tokens, progress.samples) == (81.0, 88.5, 1500, 64)
+    namespaces = {key[0] for key, _ in cloudwatch.data}
+    (role,) = [d["Properties"]["ContainerProperties"]["JobRoleArn"]["Fn::GetAtt"][0]
+               for d in template.find_resources("AWS::Batch::JobDefinition").values()
+               if "ContainerProperties" in d["Properties"]]
+    allowed = [s.get("Condition", {}).get("StringEquals", {}).get("cloudwatch:namespace")
+               for p in template.find_resources("AWS::IAM::Policy").values()
+               if any(r.get("Ref") == role for r in p["Properties"]["Roles"])
+               for s in p["Properties"]["PolicyDocument"]["Statement"] if s["Action"] == "cloudwatch:PutMetricData"]
+    assert allowed and all(namespaces <= set(a if isinstance(a, list) else [a]) for a in allowed), (namespaces, allowed)

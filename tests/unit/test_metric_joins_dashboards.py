@@ -13,11 +13,14 @@ are literal (a token of the template, or an agent variable such as ``${aws:Insta
 Dashboards covered: the MonitoredEndpoint's (drift, feature watch, quality), the TrainingQueue's (GPU, goodput,
 health) and the SpotGpuFleet's (GPU, JobRunning).
 
-Scaling policies: none reads a platform metric. The only Application Auto Scaling policies the platform builds are the
+Scaling: no Application Auto Scaling policy reads a platform metric. The only ones the platform builds are the
 endpoint's (serving/endpoint_scaling.py): predefined SageMaker metrics, and step policies on alarms over ``AWS/SageMaker``
 (the P99 scale-out reads ModelLatency); ``target_metric`` is a metric of the user's own. The test below synthesizes an
 endpoint with auto scaling and asserts every metric its scaling policies and their alarms read is ``AWS/*``, so a
-policy that starts reading a platform metric must be tied here first.
+policy that starts reading a platform metric must be tied here first. The one scaling decision taken on a platform
+metric is the fleet's scale-to-zero alarm (its state change sets the group to 0 through an EventBridge rule): its
+metric math reads the interruption watcher's JobRunning and the agent's GPU utilization, tied below with the
+watcher's own values.
 
 Budget guard: runtime/budget_guard.py publishes ``MLPlatform/Cost`` (EstimatedSpendToDate, ProjectedMonthlySpend,
 FleetHourlyCost; tests/unit/test_budget_guard_joins.py checks what it publishes), but no alarm, dashboard widget or
@@ -40,8 +43,8 @@ from moto import mock_aws
 from ml_platform_job.health import RULES
 from tests.unit.test_budget_guard_queues import emulated, world  # noqa: F401 (fixtures)
 from tests.unit.test_metric_joins import (BATCH_ENV, NOW, Recording, built, drift_runs, extracted,  # noqa: F401
-                                          goodput_job, metric_key, metric_lines, queue_built, quality_run, read_by,
-                                          stub_job)
+                                          goodput_job, logical_id, metric_key, metric_lines, queue_built, quality_run,
+                                          read_by, stub_job)
 
 
 # --- what a dashboard reads ------------------------------------------------------------------------------------------
@@ -172,7 +175,7 @@ def agent_published(template) -> set[tuple]:
 
 @pytest.fixture(scope="module")
 def endpoint_published(built, drift_runs) -> set[tuple]:
-    """What the drift check (four windows: calm, narrowed, unrelated, shifted) and the quality check (a first run, a
+    """What the drift check (every window of test_metric_joins) and the quality check (a first run, a
     batch at the baseline, a batch with a real drop) publish on the endpoint's synthesized variables."""
     template, _ = built
     published = {key for _, recording in drift_runs.values() for key, _ in recording.data}
@@ -212,8 +215,12 @@ def queue_published(queue_built) -> set[tuple]:
     return published | agent_published(template)
 
 
+FLEET: dict = {}  # the fleet fleet_built synthesized (its alarms' logical ids)
+
+
 @pytest.fixture(scope="module")
 def fleet_built(synth_stack):
+    from aws_cdk import Duration
     from aws_cdk import aws_sns as sns
 
     from ml_platform_constructs import SpotGpuFleet
@@ -221,8 +228,8 @@ def fleet_built(synth_stack):
     from tests.unit.test_isolated_network import TYPES
 
     def body(stack):
-        SpotGpuFleet(stack, "Fleet", vpc=isolated_vpc(stack, endpoints_for=["SpotGpuFleet"]),
-                     alerts=sns.Topic(stack, "Alerts"), instance_types=TYPES)
+        FLEET["fleet"] = SpotGpuFleet(stack, "Fleet", vpc=isolated_vpc(stack, endpoints_for=["SpotGpuFleet"]),
+                     alerts=sns.Topic(stack, "Alerts"), instance_types=TYPES, scale_to_zero_after=Duration.hours(1))
     return synth_stack(body)
 
 
@@ -236,23 +243,29 @@ def fleet_environment(template) -> dict[str, str]:
     return dict(line.split("=", 1) for line in text.splitlines())
 
 
-@pytest.fixture(scope="module")
-def fleet_published(fleet_built) -> set[tuple]:
-    """The interruption watcher's JobRunning (its put-metric-data command, run and not running) on the fleet's own
-    variables, and the fleet instances' agent."""
+def job_running_published(fleet_built) -> dict[bool, tuple[tuple, float]]:
+    """The interruption watcher's JobRunning (its put-metric-data command line) on the fleet's own variables, while a
+    job runs and while none does: (metric key, value) of each."""
     from ml_platform_constructs.runtime import interruption_watcher
 
-    commands = []
     settings = interruption_watcher.Settings.from_env(fleet_environment(fleet_built))
+    published = {}
     for running in (True, False):
+        commands = []
         interruption_watcher.publish_job_running(settings, running, run=lambda command, **_: commands.append(command))
-    published = set()
-    for command in commands:
+        ((command),) = commands
         options = dict(zip(command[3::2], command[4::2]))
         assert command[:3] == ["aws", "cloudwatch", "put-metric-data"], command
         dimensions = [dict(zip(("Name", "Value"), d.split("=", 1))) for d in options["--dimensions"].split(",")]
-        published.add(metric_key(options["--namespace"], options["--metric-name"], dimensions))
-    return published | agent_published(fleet_built)
+        published[running] = (metric_key(options["--namespace"], options["--metric-name"], dimensions),
+                              float(options["--value"]))
+    return published
+
+
+@pytest.fixture(scope="module")
+def fleet_published(fleet_built) -> set[tuple]:
+    """The interruption watcher's JobRunning (run and not running) and the fleet instances' agent."""
+    return {key for key, _ in job_running_published(fleet_built).values()} | agent_published(fleet_built)
 
 
 # --- the joins -------------------------------------------------------------------------------------------------------
@@ -306,6 +319,50 @@ def test_the_fleets_dashboard_reads_only_what_its_watcher_and_agent_publish(flee
     assert unpublished(fleet_built, fleet_published) == []
 
 
+def metric_math(expression: str, values: dict):
+    """A CloudWatch metric-math expression of IF, FILL, AND/OR and comparisons on ``values`` (None: no datapoint)
+    (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/using-metric-math.html)."""
+    import ast
+
+    python = re.sub(r"\bAND\b", "and", re.sub(r"\bOR\b", "or", expression))
+    tree = ast.parse(python, mode="eval")
+    calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    assert calls <= {"IF", "FILL"}, f"a function this evaluator does not know: {expression}"
+    functions = {"IF": lambda condition, then, otherwise: then if condition else otherwise,
+                 "FILL": lambda value, filler: filler if value is None else value}
+    return eval(compile(tree, "<math>", "eval"), {"__builtins__": {}}, {**functions, **values})  # noqa: S307
+
+
+def test_the_fleets_scale_to_zero_alarm_reads_the_watchers_job_running_and_the_agents_gpus(fleet_built):
+    """The interruption watcher's JobRunning and the agent's GPU utilization -> SpotGpuFleet's scale-to-zero alarm
+    (its state change sets the group to 0: the one scaling decision taken on the platform's own metrics): each
+    metric of its expression is one they publish, and with the watcher's own values it breaches only with idle GPUs
+    and no job: never while a job runs, on busy GPUs, or with either metric missing (an instance still booting, a
+    watcher silent)."""
+    from bench.cloudwatch_alarms import COMPARISONS
+
+    published = job_running_published(fleet_built)
+    alarm = fleet_built.find_resources("AWS::CloudWatch::Alarm")[logical_id(FLEET["fleet"].scale_to_zero_alarm)][
+        "Properties"]
+    ids = {}
+    for metric in alarm["Metrics"]:
+        if "MetricStat" in metric:
+            stat = metric["MetricStat"]["Metric"]
+            read = metric_key(stat["Namespace"], stat["MetricName"], stat.get("Dimensions", []))
+            assert is_published(read, {k for k, _ in published.values()} | agent_published(fleet_built)), read
+            ids[metric["Id"]] = read
+    (job,) = [i for i, read in ids.items() if read == published[True][0]]
+    (gpu,) = [i for i in ids if i != job]
+    (expression,) = [m["Expression"] for m in alarm["Metrics"] if m.get("ReturnData", True) and "Expression" in m]
+
+    def breaches(utilization, running):
+        value = metric_math(expression, {gpu: utilization, job: None if running is None else published[running][1]})
+        return COMPARISONS[alarm["ComparisonOperator"]](value, alarm["Threshold"])
+
+    assert breaches(3.0, running=False)
+    assert not any(breaches(u, r) for u, r in ((3.0, True), (95.0, False), (None, False), (3.0, None)))
+
+
 def test_a_dashboard_reading_a_metric_nobody_publishes_fails_the_join(built, endpoint_published):
     """The check itself: the endpoint's dashboard with one platform widget's metric name changed (one letter's case)
     is found unpublished, and only that read."""
@@ -357,12 +414,24 @@ def test_no_scaling_policy_reads_a_platform_metric(synth_stack, built, queue_bui
         assert [r for r in scaling_reads(template) if not r[0].startswith("AWS/")] == []
 
 
-def test_nothing_reads_the_budget_guards_metrics(world, built, queue_built, fleet_built, endpoint_published,
-                                                 queue_published, fleet_published):
+def budget_guard_built(synth_stack):
+    from aws_cdk import aws_kms as kms
+
+    from ml_platform_constructs import AlertTopic, BudgetGuard
+
+    def body(stack):
+        key = kms.Key(stack, "Key")
+        BudgetGuard(stack, "Guard", monthly_limit=1500, alerts=AlertTopic(stack, "Alerts", master_key=key).topic,
+                    key=key, environment="dev")
+    return synth_stack(body)
+
+
+def test_nothing_reads_the_budget_guards_metrics(world, synth_stack, built, queue_built, fleet_built,
+                                                 endpoint_published, queue_published, fleet_published):
     """runtime/budget_guard.py's spend check (on tests/unit/test_budget_guard_queues.py's world) publishes its cost
-    metrics; none of what it published is read by these templates' dashboards, alarms or scaling policies (no join
-    to tie: a reader added later must be tied like the others), and no other code path here publishes to its
-    namespace."""
+    metrics; none of what it published is read by these templates' dashboards, alarms or scaling policies, the
+    BudgetGuard's own among them (no join to tie: a reader added later must be tied like the others), and no other
+    code path here publishes to its namespace."""
     from ml_platform_constructs.runtime import budget_guard
     from tests.unit.test_budget_guard_queues import NOW as GUARD_NOW, PRICES
 
@@ -371,7 +440,7 @@ def test_nothing_reads_the_budget_guards_metrics(world, built, queue_built, flee
     namespaces = {key[0] for key, _ in recording.data}
     assert len(namespaces) == 1 and len(recording.data) >= 3, recording.data
     readers = []
-    for template in (built[0], queue_built[0], fleet_built):
+    for template in (built[0], queue_built[0], fleet_built, budget_guard_built(synth_stack)):
         readers += [read for body in dashboards(template).values() for _, read in widget_reads(body)]
         readers += [read for alarm in template.find_resources("AWS::CloudWatch::Alarm").values()
                     for read in read_by(alarm["Properties"])]

@@ -28,8 +28,9 @@ from .health_alarms import HEALTH_MODE, STALLED_MINUTES, health_environment
 from ..data.mlflow_tracking import MlflowTracking
 from ..operations.jobs import MULTI_NODE_NODES, image_problem
 from ml_platform_job.benchmark import BENCHMARK_NAMESPACE, BENCHMARK_PREFIX
+from ml_platform_job.job_metrics import NAMESPACE as JOB_METRICS_NAMESPACE
 
-JOB_NAMESPACE = "MLPlatform/Training"
+JOB_NAMESPACE = JOB_METRICS_NAMESPACE  # what the job side publishes to (one name, the job's own)
 # Batch retries: 1-10 attempts: https://docs.aws.amazon.com/batch/latest/userguide/job_retries.html
 ATTEMPTS = (1, 10)
 # EFA device of the host passed into the container: https://docs.aws.amazon.com/batch/latest/userguide/efa.html

@@ -33,8 +33,9 @@ from ..foundation.network import require_endpoints, require_private_subnets, war
 from ..foundation.platform_key import allow_autoscaling_volumes
 from ..runtime.budget_guard import FLEET_TAG
 from ..foundation.runtime_function import runtime_function
+from ml_platform_job.job_metrics import NAMESPACE as JOB_METRICS_NAMESPACE
 
-JOB_NAMESPACE = "MLPlatform/Training"
+JOB_NAMESPACE = JOB_METRICS_NAMESPACE  # what the job side publishes to (one name, the job's own)
 ROOT_DEVICE = "/dev/sda1"  # the Ubuntu DLAMI's root device name
 # Every Auto Scaling group of the stack's account and Region (for actions limited by a tag condition instead).
 AUTO_SCALING_GROUPS_ARN = "arn:{partition}:autoscaling:{region}:{account}:autoScalingGroup:*"
