@@ -5,12 +5,12 @@ Usage: ./platform bench decisions [--quick] [--seed N]   (a benchmark, not part 
 --quick runs a few trials of each, to check the bench itself). Prints a Markdown table (docs/BENCHMARKS.md holds the
 latest) and exits 1 when a target is missed.
 
-- Promotion (runtime.promotion.judge_outcomes, what ./platform model judge and model promote call): a candidate
+- Promotion (runtime.decisions.promotion.judge_outcomes, what ./platform model judge and model promote call): a candidate
   worse than the live model by exactly the tolerance (0.5 points, the worst case of "worse by the tolerance or more")
   at every held-out size from the gate's minimum, and disagreement rates from 2% to 20%: promoted in at most 5% of
   trials (also computed exactly, by enumeration: Monte Carlo carries its own noise); a candidate 2 points better on
   2,000 paired examples with 10% disagreement: at least 90%. Beside it, 0.4.0's point-estimate gate.
-- Production quality (runtime.quality.Monitor, what the scheduled check runs every hour): a healthy 0.92 model whose
+- Production quality (runtime.decisions.quality.Monitor, what the scheduled check runs every hour): a healthy 0.92 model whose
   reference was itself measured on n examples (its noise drawn anew each trial), over 90 days at several label rates:
   at most 0.25 false alarms per 90 days; a 1.5-point drop at 1,000 labels an hour against a reference of 10,000:
   caught within 48 hours in at least 90% of trials; the delay at other rates and reference sizes.
@@ -23,7 +23,7 @@ latest) and exits 1 when a target is missed.
   each 0.25 points worse ends 0.5 points under where it started at most 5% of the time.
 - Classes: a 2% class whose recall falls from 0.75 to 0 caught within 48 hours at 200 labels an hour in at least
   90% of trials; a healthy classifier at most 0.25 alarms per 90 days.
-- Drift over time (runtime.drift.decide on the windows runtime.drift_handler reads: the newest hours first up to
+- Drift over time (runtime.decisions.drift.decide on the windows runtime.handlers.drift_handler reads: the newest hours first up to
   10,000 rows and 24 hours; bin counts drawn exactly up to 200 values a draw, by the normal approximation above):
   90 days of hourly checks, 5 to 20 features, 100 to 100,000 rows an hour, with no drift and with a shift under the
   threshold (0.5 SD): at most 0.25 false alarms per 90 days; a 0.65-SD shift (true PSI about 0.4): caught in at least
@@ -48,7 +48,8 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "constructs"))
 
-from ml_platform_constructs.runtime import drift, drift_handler, promotion, quality, stats  # noqa: E402
+from ml_platform_constructs.runtime.decisions import drift, promotion, quality, stats
+from ml_platform_constructs.runtime.handlers import drift_handler  # noqa: E402
 
 HOURS_90_DAYS = 90 * 24
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)

@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT / "constructs"))
 from ops.cli import Parser, add_seed, bounded  # noqa: E402
 from ops.instance_records import LOOK_AFTER_SECONDS  # noqa: E402
 from ml_platform_constructs.advice.advisor import INTERRUPTION_BANDS, interruption_rate  # noqa: E402
-from ml_platform_constructs.runtime.budget_guard import load_prices  # noqa: E402
+from ml_platform_constructs.runtime.handlers.budget_guard import load_prices  # noqa: E402
 from ml_platform_job.goodput import BUCKETS, Attempt, Ledger, attempt_ledger  # noqa: E402
 from ml_platform_job.prices import hourly_usd  # noqa: E402
 

@@ -40,18 +40,18 @@ COPIED = ("stacks", "config", "examples", "tests", "cdk.json", "pytest.ini", "ap
 
 # Module (its path in the work folder: the import name) -> the test files that exercise it.
 MODULES: dict[str, tuple[str, ...]] = {
-    "ml_platform_constructs/runtime/budget_guard.py": (
+    "ml_platform_constructs/runtime/handlers/budget_guard.py": (
         "test_budget_guard_runtime.py", "test_budget_guard_queues.py", "test_budget_guard_joins.py",
         "test_budget_ops.py"),
-    "ml_platform_constructs/runtime/pending_jobs.py": (
+    "ml_platform_constructs/runtime/handlers/pending_jobs.py": (
         "test_pending_jobs.py", "test_budget_guard_queues.py", "test_retrain.py", "test_budget_ops.py"),
-    "ml_platform_constructs/runtime/retrain.py": ("test_retrain.py", "test_retrain_claims.py"),
-    "ml_platform_constructs/runtime/interruption_watcher.py": ("test_interruption_watcher.py",
+    "ml_platform_constructs/runtime/handlers/retrain.py": ("test_retrain.py", "test_retrain_claims.py"),
+    "ml_platform_constructs/runtime/agents/interruption_watcher.py": ("test_interruption_watcher.py",
                                                                "test_interruption_watcher_loop.py"),
-    "ml_platform_constructs/runtime/scale_to_zero.py": ("test_scale_to_zero_handler.py", "test_spot_gpu_fleet.py"),
-    "ml_platform_constructs/runtime/drift.py": (
+    "ml_platform_constructs/runtime/handlers/scale_to_zero.py": ("test_scale_to_zero_handler.py", "test_spot_gpu_fleet.py"),
+    "ml_platform_constructs/runtime/decisions/drift.py": (
         "test_runtime_maths.py", "test_drift.py", "test_drift_handler.py", "test_feature_watch.py"),
-    "ml_platform_constructs/runtime/drift_handler.py": (
+    "ml_platform_constructs/runtime/handlers/drift_handler.py": (
         "test_drift_metrics.py", "test_drift_handler.py", "test_feature_watch.py"),
     "ml_platform_job/benchmark.py": ("test_runtime_maths.py", "test_benchmark.py"),
     "ml_platform_constructs/operations/jobs.py": ("test_library_jobs.py", "test_job_commands.py"),

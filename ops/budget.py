@@ -26,7 +26,7 @@ from typing import Any
 
 from ml_platform_constructs.advice import budget_what_if
 from ml_platform_constructs.operations.cli import budget_status
-from ml_platform_constructs.runtime import budget_guard
+from ml_platform_constructs.runtime.handlers import budget_guard
 
 from ops.aws_access import environment, payer_session, session_for
 from ops.cli import Parser, add_what_if_figures, aws_errors_in_one_line, fit, refusals_are_bad_arguments

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 from ml_platform_constructs import GPU_CATALOG
-from ml_platform_constructs.runtime.budget_guard import FLEET_TAG, QUEUE_TAG, load_prices
+from ml_platform_constructs.runtime.handlers.budget_guard import FLEET_TAG, QUEUE_TAG, load_prices
 from ml_platform_job.prices import hourly_usd, price_source
 
 from ops import aws_access, terminal

@@ -28,7 +28,7 @@ import textwrap
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ml_platform_constructs.runtime import capture, drift
+from ml_platform_constructs.runtime.decisions import capture, drift
 
 from ops.aws_access import environment, require_known
 from ops.cli import Parser, read_text, verdict_exit

@@ -411,12 +411,11 @@ def as_json(runs: list[dict], skipped: Optional[list[dict]] = None, notes: Optio
 def as_csv(runs: list[dict]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["run_id", "run_name", "queue", "started_at", "bucket", "hours", "usd", "share", "gpu_hours"])
+    writer.writerow(["run_id", "run_name", "queue", "started_at", "bucket", "usd", "share", "gpu_hours"])
     for r in runs:
         for b in BUCKETS:
             ledger = r["ledger"]
-            writer.writerow([r["run_id"], r["run_name"], r["queue"], r["started_at"], b,
-                             round(ledger.seconds[b] / 3600, 6), round(ledger.usd[b], 6),
+            writer.writerow([r["run_id"], r["run_name"], r["queue"], r["started_at"], b, round(ledger.usd[b], 6),
                              "" if ledger.share(b) is None else round(ledger.share(b), 6),
                              round(gpu_hours(ledger, b), 6)])
     return out.getvalue()

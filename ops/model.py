@@ -64,12 +64,12 @@ from typing import Any, Callable, Optional
 from ml_platform_constructs.operations import jobs
 from ml_platform_job import evaluation
 from ml_platform_job.holdout import HOLDOUT_FRACTION
-from ml_platform_constructs.runtime.promotion import (DEFAULT_ALPHA, DEFAULT_TOLERANCE, EvidenceError, Judgement,
+from ml_platform_constructs.runtime.decisions.promotion import (DEFAULT_ALPHA, DEFAULT_TOLERANCE, EvidenceError, Judgement,
                                                       Ledger, Outcomes, baseline_value, judge_chain, judge_outcomes,
                                                       model_key, model_version_parameter, quality_baseline_parameter,
                                                       read_outcomes, split_problem)
-from ml_platform_constructs.runtime.quality import Settings as QualitySettings
-from ml_platform_constructs.runtime.quality import parse_baseline
+from ml_platform_constructs.runtime.decisions.quality import Settings as QualitySettings
+from ml_platform_constructs.runtime.decisions.quality import parse_baseline
 from ml_platform_job.tracking import PROMOTION_TAG_PREFIX
 
 from ops.aws_access import environment, require_known, session_for
@@ -472,7 +472,7 @@ def promote(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, cl
                              f"({changed}): evaluate it again (./platform model evaluate {env.name} {endpoint.name} "
                              f"{run_id}), then promote")
     # The held-out set's ledger: each judgement on it spends alpha / holdout_uses, a spent set is refused, and a
-    # candidate must stay within max_chain_drop_points of the chain's first model (runtime.promotion.Ledger).
+    # candidate must stay within max_chain_drop_points of the chain's first model (runtime.decisions.promotion.Ledger).
     settings = endpoint.promotion
     key = ledger_key(env, endpoint)
     ledger, etag = load_ledger(s3, bucket, key)

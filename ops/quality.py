@@ -41,8 +41,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ml_platform_constructs.runtime import capture
-from ml_platform_constructs.runtime.quality import Counts, Settings, check_files, join_files, predictions_of, scores_of
+from ml_platform_constructs.runtime.decisions import capture
+from ml_platform_constructs.runtime.decisions.quality import Counts, Settings, check_files, join_files, predictions_of, scores_of
 
 from ops.aws_access import environment, session_for
 from ops.cli import Parser, read_text, verdict_exit

@@ -20,8 +20,8 @@ gpu, instance_type, lifecycle, queue, job_id, attempts with each one's environme
 params, environment, ...), ``metrics``, ``cost_usd`` (``cost_lower_bound``), ``spot_interruptions``,
 ``usd_per_accuracy_point``, ``over_chance``, ``against_live`` (the gain over the live model on the same held-out
 ids, from the latest promotion's evaluation), ``usd_per_million_tokens``, ``improves_on``, ``model_uri`` and
-``promotions`` (the gate's decisions), ``ledger`` (where its paid time and dollars went: ``paid_hours``,
-``paid_usd``, ``goodput``, ``buckets`` with each one's ``hours``, ``usd`` and ``share``, and ``notes``; null for a
+``promotions`` (the gate's decisions), ``ledger`` (where its paid time and dollars went: ``gpu_hours``,
+``paid_usd``, ``goodput``, ``buckets`` with each one's ``gpu_hours``, ``usd`` and ``share``, and ``notes``; null for a
 run without attempts); with --local, ``kept_at`` (where ./platform up kept the run's model, passport,
 package list and dataset); ``record_from`` (``mlflow``: the run's passport.json artifact; ``checkpoints``: the copy
 next to its checkpoints, read where MLflow has none, or a newer one while the run is RUNNING: a crashed job logs no

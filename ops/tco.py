@@ -36,7 +36,7 @@ from typing import Any, Optional
 
 from ml_platform_constructs.advice.advisor import NOT_MODELLED, PRESETS, Option, advise
 from ml_platform_constructs.advice.gpu_catalog import ACCELERATOR_CATALOG
-from ml_platform_constructs.runtime.budget_guard import load_prices
+from ml_platform_constructs.runtime.handlers.budget_guard import load_prices
 from ops import terminal
 from ops.advise import WIDTH, _wrap, add_workload_arguments, fail, workload_from_args
 from ops.aws_access import environment

@@ -20,8 +20,8 @@ from ml_platform_constructs.advice.gpu_catalog import GPU_CATALOG
 from ml_platform_constructs.data.mlflow_tracking import TRACKING_SERVER_SIZES
 from ml_platform_constructs.serving.monitored_endpoint import ECR_IMAGE
 from ml_platform_constructs.foundation.network import QUEUE_INTERFACE_ENDPOINTS
-from ml_platform_constructs.runtime.quality import holdout_metric
-from ml_platform_constructs.runtime.retrain import COOLDOWN_HOURS
+from ml_platform_constructs.runtime.decisions.quality import holdout_metric
+from ml_platform_constructs.runtime.handlers.retrain import COOLDOWN_HOURS
 from ml_platform_constructs.training.training_queue import is_tagged_ecr_image
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "environments.toml"
@@ -171,7 +171,7 @@ class PromotionConfig:
     higher_is_better: bool = True
     evaluate_command: tuple[str, ...] = ()  # the evaluation job's command (ml_platform_job.evaluation's contract)
     queue: Optional[str] = None  # whose evaluation job definition runs it; default: the retraining queue, else the first
-    holdout_uses: int = 5  # judgements one held-out set serves, each at alpha / holdout_uses (runtime.promotion.Ledger)
+    holdout_uses: int = 5  # judgements one held-out set serves, each at alpha / holdout_uses (runtime.decisions.promotion.Ledger)
     max_chain_drop_points: Optional[float] = None  # how much worse than the chain's first model; None: tolerance_points
 
 

@@ -1,6 +1,7 @@
 """How the package and its domain folders present themselves: names that load on first use, the module paths of
 0.3 that moved in 0.4, and the job side's modules that left ``runtime`` for their own distribution in 0.7
-(``ml-platform-job``, import ``ml_platform_job``). Standard library only: importing ``ml_platform_constructs`` (or its CDK-free folders
+(``ml-platform-job``, import ``ml_platform_job``), and the runtime room's modules that moved to its rooms (handlers,
+agents, decisions) in 0.13. Standard library only: importing ``ml_platform_constructs`` (or its CDK-free folders
 ``advice``, ``operations``, ``runtime``) must not import aws-cdk-lib."""
 
 from __future__ import annotations
@@ -68,6 +69,18 @@ REMOVED_JOB_SIDE_PATHS = {
 }
 
 
+# The runtime room split by who runs its code in 0.13.0 (runtime/__init__.py): the flat paths import the moved modules,
+# with a warning, until 0.14.0.
+RUNTIME_MOVED_IN, RUNTIME_REMOVED_IN = "0.13.0", "0.14.0"
+RUNTIME_MOVED = {
+    **{f"runtime.{name}": f"runtime.handlers.{name}" for name in (
+        "budget_guard", "drift_handler", "elastic_controller", "pending_jobs", "quality_handler", "retrain",
+        "scale_to_zero", "stall_watcher")},
+    "runtime.interruption_watcher": "runtime.agents.interruption_watcher",
+    **{f"runtime.{name}": f"runtime.decisions.{name}" for name in ("capture", "drift", "promotion", "quality", "stats")},
+}
+
+
 def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """A module's ``__getattr__`` and ``__dir__`` (PEP 562) for ``exports`` (public name -> the module, relative to
     ``package``, that defines it): a name's module is imported when the name is first used."""
@@ -110,6 +123,9 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
             new = MOVED[name]
             return importlib.util.spec_from_loader(fullname, _MovedModule(
                 new if new.startswith(f"{JOB_PACKAGE}.") else f"{PACKAGE}.{new}"))
+        if package == PACKAGE and name in RUNTIME_MOVED:
+            return importlib.util.spec_from_loader(fullname, _MovedModule(
+                f"{PACKAGE}.{RUNTIME_MOVED[name]}", RUNTIME_MOVED_IN, RUNTIME_REMOVED_IN))
         if package == PACKAGE and name in REMOVED_JOB_SIDE_PATHS:
             new = f"{JOB_PACKAGE}.{REMOVED_JOB_SIDE_PATHS[name]}"
             raise ModuleNotFoundError(f"{fullname} moved to {new} in {JOB_SIDE_MOVED_IN} and its old path was removed "
@@ -119,6 +135,6 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
 
 
 def install_moved_paths() -> None:
-    """Makes 0.3's module paths importable (idempotent). After the normal finders: a real module always wins."""
+    """Makes 0.3's module paths, and 0.12's runtime paths, importable (idempotent). After the normal finders: a real module always wins."""
     if not any(isinstance(finder, _MovedFinder) for finder in sys.meta_path):
         sys.meta_path.append(_MovedFinder())

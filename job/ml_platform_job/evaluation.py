@@ -1,7 +1,7 @@
 """The promotion gate's evidence: per-example held-out outcomes of a candidate and of the live model, written by an
 evaluation job (standard library and boto3 only).
 
-Why a job of its own: the gate (``ml_platform_constructs.runtime.promotion.judge_outcomes``) is only as good as its evidence, and a training job
+Why a job of its own: the gate (``ml_platform_constructs.runtime.decisions.promotion.judge_outcomes``) is only as good as its evidence, and a training job
 can write to every run of its queue (checkpoints, MLflow). A TrainingQueue's evaluation job definition runs the
 queue's own image (``./platform model evaluate`` overrides no image) with a role that reads datasets, the candidates'
 models and the live models, and alone writes ``evaluations/<queue>/``; it cannot read that prefix back, so

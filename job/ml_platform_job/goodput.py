@@ -190,18 +190,15 @@ class Ledger:
                       {b: self.usd[b] + other.usd[b] for b in BUCKETS}, self.attempts + other.attempts)
 
     def to_dict(self) -> dict:
-        """``attempts``, ``gpu_hours``, ``paid_usd``, ``goodput`` and per bucket ``gpu_hours``, ``usd`` and ``share``.
-        ``paid_hours`` and each bucket's ``hours`` are the same GPU-hours under their old names, kept until 0.12.0
-        (deprecated: before, they were instance-hours x nodes, unweighted by GPUs)."""
+        """``attempts``, ``gpu_hours``, ``paid_usd``, ``goodput`` and per bucket ``gpu_hours``, ``usd`` and ``share``
+        (0.13.0 removed the deprecated ``paid_hours`` and per-bucket ``hours``: read ``gpu_hours``)."""
         gpu_hours = round(self.paid_seconds / 3600, 4)
         buckets = {}
         for b in BUCKETS:
             hours = round(self.seconds[b] / 3600, 4)
-            buckets[b] = {"gpu_hours": hours, "hours": hours,  # "hours": deprecated alias of gpu_hours
-                          "usd": round(self.usd[b], 4),
+            buckets[b] = {"gpu_hours": hours, "usd": round(self.usd[b], 4),
                           "share": None if self.share(b) is None else round(self.share(b), 4)}
         return {"attempts": self.attempts, "gpu_hours": gpu_hours,
-                "paid_hours": gpu_hours,  # deprecated alias of gpu_hours, until 0.12.0
                 "paid_usd": round(self.paid_usd, 4),
                 "goodput": None if self.goodput is None else round(self.goodput, 4), "buckets": buckets}
 

@@ -2,7 +2,7 @@
 ``./platform model promote`` reads it (standard library only).
 
 JSON Lines, one held-out example a line: ``{"id": ..., "correct": true}`` (classifiers) or ``{"id": ..., "error": 0.3}``
-(regressors, the absolute error). The gate that judges them is ``ml_platform_constructs.runtime.promotion``.
+(regressors, the absolute error). The gate that judges them is ``ml_platform_constructs.runtime.decisions.promotion``.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from ml_platform_job.tracking import RECORD_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
-sys.path.insert(0, str(ROOT / "constructs" / "ml_platform_constructs" / "runtime"))  # as Lambda packages it
+sys.path.insert(0, str(ROOT / "constructs" / "ml_platform_constructs" / "runtime" / "handlers"))  # as Lambda has it
 
 import elastic_controller  # noqa: E402
 from batch_fake import FakeBatch  # noqa: E402

@@ -7,7 +7,7 @@ import tomllib
 import pytest
 
 from ml_platform_constructs.advice.advisor import PRESETS, advise
-from ml_platform_constructs.runtime.budget_guard import load_prices
+from ml_platform_constructs.runtime.handlers.budget_guard import load_prices
 from ops import advise as advise_command
 from stacks import config as platform_config
 

@@ -33,7 +33,7 @@ from ml_platform_constructs.advice.advisor import (
 )
 from ml_platform_constructs.training.gpu_alarms import MAX_GPU_MEMORY_RATIO, MIN_INSTANCE_TYPES
 from ml_platform_constructs.advice.gpu_catalog import ACCELERATOR_CATALOG, GPU_SPECS, NEURON_CATALOG, GpuInstanceType
-from ml_platform_constructs.runtime.budget_guard import load_prices, price_per_hour
+from ml_platform_constructs.runtime.handlers.budget_guard import load_prices, price_per_hour
 from ml_platform_job.prices import hourly_usd
 from ml_platform_constructs.advice.throughput import PUBLISHED, RELATIVE_SPEED, PublishedThroughput
 from stacks import config as platform_config

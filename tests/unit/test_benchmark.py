@@ -11,7 +11,7 @@ from moto import mock_aws
 
 from ml_platform_constructs.advice.advisor import PRESETS, advise
 from ml_platform_job import benchmark
-from ml_platform_constructs.runtime.budget_guard import load_prices
+from ml_platform_constructs.runtime.handlers.budget_guard import load_prices
 from ops.advise import load_measured
 
 

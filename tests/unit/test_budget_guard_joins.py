@@ -4,8 +4,8 @@ nothing, errors cut to size), its cost metrics, the clients its Lambda handler m
 
 from datetime import timedelta
 
-from ml_platform_constructs.runtime import budget_guard
-from ml_platform_constructs.runtime.pending_jobs import PendingJobs
+from ml_platform_constructs.runtime.handlers import budget_guard
+from ml_platform_constructs.runtime.handlers.pending_jobs import PendingJobs
 from test_budget_guard_queues import KEY, NOW, PRICES, FakeBudgets, emulated, world  # noqa: F401 (fixtures)
 
 

@@ -11,9 +11,9 @@ from moto import mock_aws
 
 from batch_fake import FakeBatch
 from ml_platform_constructs.operations.cli import budget_status
-from ml_platform_constructs.runtime import budget_guard
-from ml_platform_constructs.runtime.budget_guard import ON_DEMAND, SPOT
-from ml_platform_constructs.runtime.pending_jobs import PENDING_PATH, PendingJobs
+from ml_platform_constructs.runtime.handlers import budget_guard
+from ml_platform_constructs.runtime.handlers.budget_guard import ON_DEMAND, SPOT
+from ml_platform_constructs.runtime.handlers.pending_jobs import PENDING_PATH, PendingJobs
 
 NOW = datetime(2026, 11, 29, 20, 0, tzinfo=timezone.utc)
 PRICES = {"on_demand_hourly": {"g5.xlarge": 1.0, "g6.xlarge": 0.8}, "spot_discount": {"g5": 0.5, "g6": 0.5}}

@@ -9,8 +9,8 @@ from moto import mock_aws
 
 from botocore.exceptions import ClientError
 
-from ml_platform_constructs.runtime import budget_guard
-from ml_platform_constructs.runtime.budget_guard import ON_DEMAND, SPOT, RunningCapacity
+from ml_platform_constructs.runtime.handlers import budget_guard
+from ml_platform_constructs.runtime.handlers.budget_guard import ON_DEMAND, SPOT, RunningCapacity
 
 NOW = datetime(2026, 11, 29, 20, 0, tzinfo=timezone.utc)
 PRICES = {"on_demand_hourly": {"g5.xlarge": 1.0, "g6.xlarge": 0.8}, "spot_discount": {"g5": 0.5}}

@@ -7,7 +7,7 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from ml_platform_constructs.operations.cli import budget_status
-from ml_platform_constructs.runtime import budget_guard
+from ml_platform_constructs.runtime.handlers import budget_guard
 from ops import budget as budget_ops
 
 

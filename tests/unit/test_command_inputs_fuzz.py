@@ -24,7 +24,7 @@ from typing import Callable, Optional
 import pytest
 
 from ml_platform_constructs.operations import cli as library
-from ml_platform_constructs.runtime import drift as drift_runtime
+from ml_platform_constructs.runtime.decisions import drift as drift_runtime
 from ops import advise, budget, drift, drift_baseline, job_cost, labels, model, quality, runs, tco
 from tests.unit.test_quality import label, record
 

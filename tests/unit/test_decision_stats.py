@@ -1,10 +1,10 @@
-"""The tests behind the decisions (runtime.stats) against published values and exact sums."""
+"""The tests behind the decisions (runtime.decisions.stats) against published values and exact sums."""
 
 import math
 
 import pytest
 
-from ml_platform_constructs.runtime import stats
+from ml_platform_constructs.runtime.decisions import stats
 
 
 @pytest.mark.parametrize("p,df,x", [(0.05, 1, 3.841459), (0.001, 9, 27.877165), (0.01, 2, 9.210340),

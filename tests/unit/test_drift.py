@@ -8,7 +8,7 @@ from statistics import NormalDist
 
 import pytest
 
-from ml_platform_constructs.runtime import drift
+from ml_platform_constructs.runtime.decisions import drift
 
 
 def normal_sample(mean, n=20000):

@@ -7,7 +7,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from ml_platform_constructs.runtime import drift, drift_handler
+from ml_platform_constructs.runtime.decisions import drift
+from ml_platform_constructs.runtime.handlers import drift_handler
 
 NOW = datetime(2026, 11, 29, 21, 30, tzinfo=timezone.utc)
 ENV = {"CAPTURE_BUCKET": "capture", "CAPTURE_PREFIX": "capture/classifier/", "VARIANT_NAME": "AllTraffic",

@@ -3,7 +3,7 @@ entry point's own clients (mutation survivors of drift_handler.py)."""
 
 import boto3
 
-from ml_platform_constructs.runtime import drift_handler
+from ml_platform_constructs.runtime.handlers import drift_handler
 from test_drift_handler import ENV, NOW, aws, line, put_capture  # noqa: F401 (fixture)
 
 UNITS = {"Count", "None"}  # CloudWatch refuses a unit it does not know

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from ml_platform_constructs.runtime import drift
+from ml_platform_constructs.runtime.decisions import drift
 from ops import drift as drift_command
 
 FEATURES = ["a", "b", "color"]

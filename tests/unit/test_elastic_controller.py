@@ -1,4 +1,4 @@
-"""The elastic controller (runtime/elastic_controller.py) through its Lambda entry point: a job that exits 86 is
+"""The elastic controller (runtime/handlers/elastic_controller.py) through its Lambda entry point: a job that exits 86 is
 resubmitted once, under its name, at the size it asked for where the queue fits it, never growing while a budget stop
 holds (kept pending instead, no queue turned on); every other ending is left alone. DynamoDB, Parameter Store and S3
 in moto; AWS Batch in the stateful fake (batch_fake.py)."""
@@ -11,8 +11,8 @@ import pytest
 from moto import mock_aws
 
 from batch_fake import FakeBatch
-from ml_platform_constructs.runtime import elastic_controller as controller
-from ml_platform_constructs.runtime.pending_jobs import PendingJobs
+from ml_platform_constructs.runtime.handlers import elastic_controller as controller
+from ml_platform_constructs.runtime.handlers.pending_jobs import PendingJobs
 from test_retrain import Sns
 
 NOW = 1_796_000_000.0

@@ -5,7 +5,7 @@ the queue's job queues, definitions, checkpoint prefix and pending records."""
 import shutil
 import subprocess
 import sys
-from importlib import resources
+from ml_platform_constructs import runtime
 
 import pytest
 from aws_cdk import Stack
@@ -114,7 +114,7 @@ def test_its_failures_alarm_the_alert_topic(built):
 
 def test_the_functions_code_imports_as_lambda_packages_it(tmp_path):
     for name in FUNCTION_FILES:
-        shutil.copy(resources.files("ml_platform_constructs.runtime") / name, tmp_path / name)
+        shutil.copy(runtime.source(name), tmp_path / name)
     subprocess.run([sys.executable, "-c", "import elastic_controller; elastic_controller.handler"], cwd=tmp_path,
                    check=True)
 

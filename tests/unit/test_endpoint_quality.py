@@ -5,7 +5,7 @@ import json
 import shutil
 import subprocess
 import sys
-from importlib import resources
+from ml_platform_constructs import runtime
 
 import pytest
 from aws_cdk import App, Duration, Stack
@@ -220,7 +220,7 @@ def test_invalid_quality_settings_are_refused_with_the_fix(quality, message):
 @pytest.mark.parametrize("files,module", [(QUALITY_FILES, "quality_handler"), (DRIFT_FILES, "drift_handler")])
 def test_the_functions_code_imports_as_lambda_packages_it(tmp_path, files, module):
     for name in files:
-        shutil.copy(resources.files("ml_platform_constructs.runtime") / name, tmp_path / name)
+        shutil.copy(runtime.source(name), tmp_path / name)
     subprocess.run([sys.executable, "-c", f"import {module}; {module}.handler; {module}.run"], cwd=tmp_path, check=True)
 
 

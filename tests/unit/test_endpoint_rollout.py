@@ -10,7 +10,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Annotations, Match
 
 from ml_platform_constructs import DatasetBucket, EndpointAutoScaling, MonitoredEndpoint, ValidationError
-from ml_platform_constructs.runtime.promotion import model_version_parameter
+from ml_platform_constructs.runtime.decisions.promotion import model_version_parameter
 from endpoint_vpc import endpoint_vpc
 
 IMAGE = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1"

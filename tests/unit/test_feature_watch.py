@@ -15,7 +15,8 @@ from aws_cdk.assertions import Match, Template
 from moto import mock_aws
 
 from ml_platform_constructs import DatasetBucket, FeatureWatch, MonitoredEndpoint, ValidationError
-from ml_platform_constructs.runtime import drift, drift_handler
+from ml_platform_constructs.runtime.decisions import drift
+from ml_platform_constructs.runtime.handlers import drift_handler
 
 N = 2000
 QUANTILES = [NormalDist().inv_cdf((i + 0.5) / N) for i in range(N)]

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ml_platform_constructs.runtime.budget_guard import load_prices
+from ml_platform_constructs.runtime.handlers.budget_guard import load_prices
 from ml_platform_job.prices import hourly_usd
 from ops import goodput
 
@@ -81,15 +81,15 @@ def test_queue_selects_and_json_and_csv_carry_the_same_numbers(capsys):
     goodput.main(["--local", "--queue", "training", "--json"], client=Client())
     found = json.loads(capsys.readouterr().out)
     assert [r["run_id"] for r in found["runs"]] == ["r1", "r3"]
-    assert found["runs"][0]["ledger"]["buckets"]["data_wait"] == {"gpu_hours": 0.3, "hours": 0.3,
+    assert found["runs"][0]["ledger"]["buckets"]["data_wait"] == {"gpu_hours": 0.3,
                                                                   "usd": round(0.3 * SPOT, 4), "share": 0.3}
     assert found["runs"][0]["ledger"]["gpu_hours"] == 1.0 and found["skipped"] == []
-    assert found["total"]["paid_hours"] == 2.0
+    assert found["total"]["gpu_hours"] == 2.0 and "paid_hours" not in found["total"]
     goodput.main(["--local", "--month", "2026-11", "--queue", "training", "--csv"], client=Client())
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert len(rows) == len(goodput.BUCKETS) and {r["run_id"] for r in rows} == {"r1"}
     assert next(r for r in rows if r["bucket"] == "other")["gpu_hours"] == "0.1"
-    assert next(r for r in rows if r["bucket"] == "idle")["hours"] == "0.0"
+    assert next(r for r in rows if r["bucket"] == "idle")["gpu_hours"] == "0.0" and "hours" not in rows[0]
 
 
 def test_bars_are_always_full_width():

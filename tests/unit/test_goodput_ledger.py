@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ml_platform_constructs.runtime.budget_guard import load_prices
+from ml_platform_constructs.runtime.handlers.budget_guard import load_prices
 from ml_platform_job.goodput import (BUCKETS, METRIC_WINDOW_SECONDS, STARTUP_LOWER_BOUND, WINDOW_NOTE, month_window,
                                      paid_span, run_ledger)
 from ml_platform_job.prices import hourly_usd, paid_rate

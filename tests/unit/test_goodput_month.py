@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 from mlflow.store.entities.paged_list import PagedList
 from moto import mock_aws
 
-from ml_platform_constructs.runtime.budget_guard import load_prices
+from ml_platform_constructs.runtime.handlers.budget_guard import load_prices
 from ml_platform_job.prices import hourly_usd
 from ops import goodput
 from ops import runs as runs_ops
@@ -179,7 +179,7 @@ def test_every_record_ragged_still_exits_0_with_the_notes(monkeypatch, capsys):
     assert out.startswith("No recorded runs with attempts") and out.count("record unreadable") == 4
     assert goodput.main(["--local", "--csv"], client=PagedClient([run_info(run_id) for run_id in bad])) == 0
     out, err = capsys.readouterr()
-    assert out.splitlines() == ["run_id,run_name,queue,started_at,bucket,hours,usd,share,gpu_hours"]
+    assert out.splitlines() == ["run_id,run_name,queue,started_at,bucket,usd,share,gpu_hours"]
     assert err.count("record unreadable") == 4  # the CSV stays parseable; the notes go to stderr
 
 

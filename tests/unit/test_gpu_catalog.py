@@ -14,7 +14,7 @@ from ml_platform_constructs.advice.gpu_catalog import (
     on_demand_quota,
     spot_quota,
 )
-from ml_platform_constructs.runtime.budget_guard import load_prices, load_table
+from ml_platform_constructs.runtime.handlers.budget_guard import load_prices, load_table
 from stacks import config as platform_config
 
 

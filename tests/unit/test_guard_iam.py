@@ -12,7 +12,7 @@ from aws_cdk import aws_kms as kms
 from iam_policy import (ACCOUNT, REGION, Request, UnsupportedPolicy, actions, allowed, concrete, function_role,
                         resources, role_statements)
 from ml_platform_constructs import AlertTopic, BudgetGuard
-from ml_platform_constructs.runtime.budget_guard import BUDGET_SCOPE_TAG, FLEET_TAG, QUEUE_TAG
+from ml_platform_constructs.runtime.handlers.budget_guard import BUDGET_SCOPE_TAG, FLEET_TAG, QUEUE_TAG
 
 COMPUTE_SERVICES = {"autoscaling", "batch", "ec2", "ecs", "eks", "sagemaker"}
 READS = ("Describe", "List", "Get", "View", "Search")

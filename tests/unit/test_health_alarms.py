@@ -18,7 +18,7 @@ from aws_cdk.assertions import Capture, Match
 from bench.cloudwatch_alarms import ALARM, OK, CloudWatchAlarm
 from ml_platform_constructs.errors import ValidationError
 from ml_platform_constructs.foundation.runtime_function import runtime_source
-from ml_platform_constructs.runtime.stall_watcher import WATCHER_TAG, Settings, watch
+from ml_platform_constructs.runtime.handlers.stall_watcher import WATCHER_TAG, Settings, watch
 from ml_platform_constructs.training.health_alarms import (DESCRIPTION_LIMIT, MEANINGS, health_environment,
                                                            rule_meanings, stop_description)
 from ml_platform_job import health

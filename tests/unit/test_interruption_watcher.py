@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from ml_platform_constructs.runtime import interruption_watcher as watcher
+from ml_platform_constructs.runtime.agents import interruption_watcher as watcher
 
 
 class FakeImds(BaseHTTPRequestHandler):

@@ -10,7 +10,7 @@ import urllib.error
 
 import pytest
 
-from ml_platform_constructs.runtime import interruption_watcher as watcher
+from ml_platform_constructs.runtime.agents import interruption_watcher as watcher
 
 NOTICE = json.dumps({"action": "terminate", "time": "2026-11-30T10:00:00Z"})
 

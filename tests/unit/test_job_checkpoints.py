@@ -123,7 +123,7 @@ def test_the_budget_guard_function_ships_the_job_sides_price_reader(tmp_path):
     from ml_platform_constructs.foundation.runtime_function import runtime_source
 
     assert runtime_source("prices.py") == Path(__import__("ml_platform_job.prices").prices.__file__)
-    assert runtime_source("budget_guard.py").parent.name == "runtime"
+    assert runtime_source("budget_guard.py").parent.name == "handlers"
 
 
 def test_a_complete_step_is_never_rewritten_and_needs_no_delete(location, monkeypatch):

@@ -301,9 +301,9 @@ def test_a_revision_registered_for_another_image_never_becomes_the_queues_own_de
     assert target.multi_node_job_definition == f"{ARN}:job-definition/mnp:1"
 
 
-def test_an_evaluation_runs_its_deployed_definition_as_it_is_and_another_image_is_refused_before_aws():
+def test_an_evaluation_runs_its_deployed_definition_as_it_is_and_takes_no_image():
     """grant_evaluate allows the deployed evaluation revision only (no registration): submit_evaluation submits it
-    as it is; an image other than its own is refused in one line (image= is deprecated)."""
+    as it is; its deprecated image= went in 0.13.0."""
     batch = FakeBatch()
     batch.definitions.append({"jobDefinitionArn": f"{ARN}:job-definition/evaluate:3", "jobDefinitionName": "evaluate",
                               "revision": 3, "type": "container", "containerProperties": {"image": IMAGE},
@@ -311,7 +311,7 @@ def test_an_evaluation_runs_its_deployed_definition_as_it_is_and_another_image_i
     target = jobs.find_queue(batch, "training")
     jobs.submit_evaluation(batch, target, name="evaluate-1", command=["python", "eval.py"], environment={"A": "1"})
     assert batch.submitted[-1]["jobDefinition"] == f"{ARN}:job-definition/evaluate:3" and batch.registered == []
-    with pytest.warns(DeprecationWarning), pytest.raises(jobs.JobError, match="runs its deployed definition's image"):
+    with pytest.raises(TypeError, match="image"):
         jobs.submit_evaluation(batch, target, name="evaluate-2", command=["python"], environment={},
                                image=IMAGE.replace(":1", ":9"))
     assert batch.registered == [] and len(batch.submitted) == 1

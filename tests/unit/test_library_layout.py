@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import ml_platform_constructs
-from ml_platform_constructs._package import MOVED, REMOVED_IN
+from ml_platform_constructs._package import MOVED, REMOVED_IN, RUNTIME_MOVED, RUNTIME_REMOVED_IN
 
 PACKAGE = Path(ml_platform_constructs.__file__).parent
 CDK_FREE = ("advice", "operations", "runtime")
@@ -108,6 +108,27 @@ def test_every_module_path_of_0_3_still_imports_with_a_warning_naming_the_new_on
         module = importlib.import_module(old_path)
     assert module is importlib.import_module(new_path)  # the same module: its names and its state
     assert not (PACKAGE / f"{old}.py").exists()
+
+
+@pytest.mark.parametrize("old", sorted(RUNTIME_MOVED))
+def test_every_flat_runtime_path_of_0_12_imports_its_room_with_a_warning(old):
+    """The runtime room split by who runs the code (handlers, agents, decisions) in 0.13: the flat paths import the
+    same modules, with a warning naming the new path, for one release."""
+    old_path, new_path = f"ml_platform_constructs.{old}", f"ml_platform_constructs.{RUNTIME_MOVED[old]}"
+    sys.modules.pop(old_path, None)
+    with pytest.warns(DeprecationWarning, match=rf"{old_path} moved to {new_path} in 0.13.0.*removed in "
+                                                rf"{RUNTIME_REMOVED_IN}"):
+        module = importlib.import_module(old_path)
+    assert module is importlib.import_module(new_path)
+    assert not (PACKAGE / f"{old.replace('.', '/')}.py").exists()
+
+
+def test_the_runtime_rooms_hold_every_runtime_module_and_the_changelog_names_each_move():
+    rooms = {p.parent.name for p in (PACKAGE / "runtime").rglob("*.py") if p.name != "__init__.py"}
+    assert rooms == {"handlers", "agents", "decisions"}
+    assert not [p.name for p in (PACKAGE / "runtime").glob("*.py") if p.name != "__init__.py"]
+    changelog = " ".join((PACKAGE.parent / "CHANGELOG.md").read_text().split())
+    assert [old for old, new in RUNTIME_MOVED.items() if f"`{old}` → `{new}`" not in changelog] == []
 
 
 def test_from_an_old_path_import_a_name_works():

@@ -22,7 +22,8 @@ from moto import mock_aws
 
 from bench.cloudwatch_alarms import CloudWatchAlarm
 from ml_platform_constructs import ModelQuality
-from ml_platform_constructs.runtime import drift, drift_handler, quality_handler
+from ml_platform_constructs.runtime.decisions import drift
+from ml_platform_constructs.runtime.handlers import drift_handler, quality_handler
 from ml_platform_job.health import RULES
 from ml_platform_job.job_metrics import JobMetrics
 from ml_platform_job.phase_clock import PhaseClock
@@ -111,7 +112,7 @@ def s3(monkeypatch):
         yield client
 
 
-# --- drift and the feature watch (runtime/drift_handler.py <-> MonitoredEndpoint) -----------------------------------
+# --- drift and the feature watch (runtime/handlers/drift_handler.py <-> MonitoredEndpoint) -----------------------------------
 
 DRIFT_BUCKETS = {"CAPTURE_BUCKET": "capture", "BASELINE_BUCKET": "datasets"}
 
@@ -234,7 +235,7 @@ def test_each_feature_watch_alarm_reads_what_the_drift_check_publishes_and_breac
         assert breaches(template, alarm_id, values[0]) is decided(summary), (name, values)
 
 
-# --- quality (runtime/quality_handler.py <-> EndpointQuality) --------------------------------------------------------
+# --- quality (runtime/handlers/quality_handler.py <-> EndpointQuality) --------------------------------------------------------
 
 QUALITY_BUCKETS = {"CAPTURE_BUCKET": "capture", "RESULTS_BUCKET": "datasets"}
 
@@ -376,13 +377,13 @@ def test_a_health_stop_the_job_prints_reaches_its_rules_alarm_and_breaches_it_a_
 
 
 def test_the_stall_watcher_reads_the_heartbeat_the_job_prints(queue_built, capsys, monkeypatch):
-    """TrainingJob._watch_health's heartbeat lines (job.py) -> the stall watcher (runtime/stall_watcher.py, on its
+    """TrainingJob._watch_health's heartbeat lines (job.py) -> the stall watcher (runtime/handlers/stall_watcher.py, on its
     synthesized variables): a job whose heartbeat goes on is left running, the same job silent past the threshold is
     stopped (a heartbeat under another name or dimensions would leave it 'not judged', never stopped), and the stop
     it publishes is read by the queue's stalled alarm and breaches it."""
     from types import SimpleNamespace
 
-    from ml_platform_constructs.runtime.stall_watcher import Settings, watch
+    from ml_platform_constructs.runtime.handlers.stall_watcher import Settings, watch
     from ml_platform_job import health
     from tests.unit.test_stall_watcher import HOUR, NOW as WATCH_NOW, CheckedBatch, FakeCloudWatch
 

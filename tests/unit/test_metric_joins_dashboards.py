@@ -22,7 +22,7 @@ metric is the fleet's scale-to-zero alarm (its state change sets the group to 0 
 metric math reads the interruption watcher's JobRunning and the agent's GPU utilization, tied below with the
 watcher's own values.
 
-Budget guard: runtime/budget_guard.py publishes ``MLPlatform/Cost`` (EstimatedSpendToDate, ProjectedMonthlySpend,
+Budget guard: runtime/handlers/budget_guard.py publishes ``MLPlatform/Cost`` (EstimatedSpendToDate, ProjectedMonthlySpend,
 FleetHourlyCost; tests/unit/test_budget_guard_joins.py checks what it publishes), but no alarm, dashboard widget or
 scaling policy of the platform reads that namespace (governance/budget_guard.py only grants PutMetricData to it): there
 is no reader to tie, and the test below asserts none of the synthesized dashboards, alarms or policies here reads it.
@@ -246,7 +246,7 @@ def fleet_environment(template) -> dict[str, str]:
 def job_running_published(fleet_built) -> dict[bool, tuple[tuple, float]]:
     """The interruption watcher's JobRunning (its put-metric-data command line) on the fleet's own variables, while a
     job runs and while none does: (metric key, value) of each."""
-    from ml_platform_constructs.runtime import interruption_watcher
+    from ml_platform_constructs.runtime.agents import interruption_watcher
 
     settings = interruption_watcher.Settings.from_env(fleet_environment(fleet_built))
     published = {}
@@ -428,11 +428,11 @@ def budget_guard_built(synth_stack):
 
 def test_nothing_reads_the_budget_guards_metrics(world, synth_stack, built, queue_built, fleet_built,
                                                  endpoint_published, queue_published, fleet_published):
-    """runtime/budget_guard.py's spend check (on tests/unit/test_budget_guard_queues.py's world) publishes its cost
+    """runtime/handlers/budget_guard.py's spend check (on tests/unit/test_budget_guard_queues.py's world) publishes its cost
     metrics; none of what it published is read by these templates' dashboards, alarms or scaling policies, the
     BudgetGuard's own among them (no join to tie: a reader added later must be tied like the others), and no other
     code path here publishes to its namespace."""
-    from ml_platform_constructs.runtime import budget_guard
+    from ml_platform_constructs.runtime.handlers import budget_guard
     from tests.unit.test_budget_guard_queues import NOW as GUARD_NOW, PRICES
 
     recording = Recording()

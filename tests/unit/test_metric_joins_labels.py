@@ -1,4 +1,4 @@
-"""The joins of the quality check's label alarms (issue 42): the quality check (runtime/quality_handler.py) runs on the
+"""The joins of the quality check's label alarms (issue 42): the quality check (runtime/handlers/quality_handler.py) runs on the
 variables of its synthesized function, on label streams with a known outcome (a backlog, unreadable labels, a
 starving join, late labels, a batch closed unjudged, a run stopped by an overlapping one), and each of
 EndpointQuality's label alarms must read exactly what the check published (namespace, name, dimension set; a
@@ -17,7 +17,7 @@ from tests.unit.test_metric_joins import (NOW, QUALITY_BUCKETS, Recording, breac
                                           logical_id, metric_key, published_to, read_by, s3)
 from tests.unit.test_quality import label, record
 
-from ml_platform_constructs.runtime import quality_handler
+from ml_platform_constructs.runtime.handlers import quality_handler
 
 
 def hour_before(n: int):

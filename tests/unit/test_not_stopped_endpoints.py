@@ -9,7 +9,7 @@ from aws_cdk.assertions import Template
 from moto import mock_aws
 
 from ml_platform_constructs import BUDGET_SCOPE_TAG, DatasetBucket, MonitoredEndpoint
-from ml_platform_constructs.runtime import budget_guard
+from ml_platform_constructs.runtime.handlers import budget_guard
 from endpoint_vpc import endpoint_vpc
 from tests.conftest import ACCOUNT, new_app
 

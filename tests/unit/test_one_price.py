@@ -11,7 +11,7 @@ import pytest
 from ml_platform_constructs.advice import budget_what_if
 from ml_platform_constructs.advice.advisor import PRESETS, advise
 from ml_platform_constructs.advice.gpu_catalog import ACCELERATOR_CATALOG, GPU_CATALOG
-from ml_platform_constructs.runtime.budget_guard import ON_DEMAND, SPOT, price_per_hour
+from ml_platform_constructs.runtime.handlers.budget_guard import ON_DEMAND, SPOT, price_per_hour
 from ml_platform_job.prices import hourly_usd, load_prices, load_table, price_source
 from ops import cost_estimate
 

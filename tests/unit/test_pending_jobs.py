@@ -1,4 +1,4 @@
-"""Pending job records (runtime/pending_jobs.py): forgetting a record that is gone already is what was wanted, any
+"""Pending job records (runtime/handlers/pending_jobs.py): forgetting a record that is gone already is what was wanted, any
 other refusal is raised (mutation survivors of the guard's and retraining's tests)."""
 
 import boto3
@@ -6,7 +6,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from ml_platform_constructs.runtime.pending_jobs import PendingJobs
+from ml_platform_constructs.runtime.handlers.pending_jobs import PendingJobs
 
 
 def test_forgetting_a_record_that_is_gone_already_is_no_error():

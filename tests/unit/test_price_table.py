@@ -11,7 +11,7 @@ from botocore.stub import Stubber
 from ml_platform_constructs import ValidationError
 from ml_platform_constructs.advice.gpu_catalog import ACCELERATOR_CATALOG
 from ml_platform_constructs.advice.price_table import PriceTable, dearest_rates, refresh
-from ml_platform_constructs.runtime.budget_guard import load_prices, load_table
+from ml_platform_constructs.runtime.handlers.budget_guard import load_prices, load_table
 
 TABLE = load_table()
 # The Regions whose EC2 On-Demand rates list catalog GPU types (the source named in each entry), Local and

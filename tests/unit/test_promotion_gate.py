@@ -1,4 +1,4 @@
-"""The promotion gate (runtime.promotion.judge_outcomes): paired non-inferiority on the same held-out examples, its
+"""The promotion gate (runtime.decisions.promotion.judge_outcomes): paired non-inferiority on the same held-out examples, its
 exact error rate at the margin, its power, the baseline path, and the evidence it reads."""
 
 import json
@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from ml_platform_constructs.runtime import promotion, stats
+from ml_platform_constructs.runtime.decisions import promotion, stats
 
 
 def binomial_pmf(k, n, p):
@@ -246,7 +246,7 @@ def test_a_bound_beyond_the_search_says_so_rather_than_printing_the_end_of_the_s
 # --- the winner's curse: the baseline a promotion sets -----------------------------------------------------------
 
 def test_a_difference_far_above_the_threshold_keeps_its_value_and_one_that_barely_passed_is_pulled_back():
-    from ml_platform_constructs.runtime.promotion import selected_median
+    from ml_platform_constructs.runtime.decisions.promotion import selected_median
     assert selected_median(0.05, 0.0, 0.005) == pytest.approx(0.05, abs=1e-6)  # 10 SE above: no selection to undo
     barely = selected_median(0.001, 0.0, 0.005)
     assert barely < 0.0  # it passed because it drew well: what it would draw again is lower than the threshold

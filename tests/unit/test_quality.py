@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ml_platform_constructs.runtime import capture, quality
+from ml_platform_constructs.runtime.decisions import capture, quality
 
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,9 +8,9 @@ import tomllib
 import pytest
 
 from ml_platform_constructs import DatasetBucket, ModelQuality, MonitoredEndpoint
-from ml_platform_constructs.runtime import quality_handler
-from ml_platform_constructs.runtime.promotion import baseline_value, quality_baseline_parameter
-from ml_platform_constructs.runtime.quality import Settings
+from ml_platform_constructs.runtime.handlers import quality_handler
+from ml_platform_constructs.runtime.decisions.promotion import baseline_value, quality_baseline_parameter
+from ml_platform_constructs.runtime.decisions.quality import Settings
 from ops import model as model_ops
 from stacks.config import DEFAULT_CONFIG, ConfigError, parse
 from tests.unit.test_quality_handler import (ENV, NOW, aws, captured, first_run, hours_before,  # noqa: F401

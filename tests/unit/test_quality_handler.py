@@ -8,7 +8,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from ml_platform_constructs.runtime import quality_handler
+from ml_platform_constructs.runtime.handlers import quality_handler
 from tests.unit.test_quality import label, record
 
 NOW = datetime(2026, 11, 29, 21, 30, tzinfo=timezone.utc)

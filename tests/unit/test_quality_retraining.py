@@ -1,6 +1,6 @@
 """The quality alarm's path into retraining, from dev's synthesized Serving stack: its ALARM event matches the quality
 trigger's rule, the rule's input reaches the retraining function, and that starts the same single-flight retraining
-as drift, tagged with its trigger and under its own cooldown (runtime/retrain.py with DynamoDB on moto, Batch faked)."""
+as drift, tagged with its trigger and under its own cooldown (runtime/handlers/retrain.py with DynamoDB on moto, Batch faked)."""
 
 import json
 import re
@@ -11,7 +11,7 @@ import pytest
 from moto import mock_aws
 
 from batch_fake import FakeBatch
-from ml_platform_constructs.runtime import retrain
+from ml_platform_constructs.runtime.handlers import retrain
 
 NOW = datetime(2026, 11, 29, 20, 0, tzinfo=timezone.utc)
 

@@ -14,7 +14,7 @@ from aws_cdk import Stack, Tags
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
-from ml_platform_constructs.runtime.budget_guard import BUDGET_SCOPE_TAG, QUEUE_TAG
+from ml_platform_constructs.runtime.handlers.budget_guard import BUDGET_SCOPE_TAG, QUEUE_TAG
 from stacks.stage import PlatformStage
 from tests.conftest import ACCOUNT, new_app, training_queue
 

@@ -1,4 +1,4 @@
-"""The retraining function (runtime/retrain.py) through its Lambda entry point: the claims in DynamoDB and the pending
+"""The retraining function (runtime/handlers/retrain.py) through its Lambda entry point: the claims in DynamoDB and the pending
 record in Parameter Store (moto), AWS Batch in a stateful fake (batch_fake.py)."""
 
 import itertools
@@ -11,8 +11,8 @@ import pytest
 from moto import mock_aws
 
 from batch_fake import FakeBatch
-from ml_platform_constructs.runtime import budget_guard, retrain
-from ml_platform_constructs.runtime.pending_jobs import PendingJobs
+from ml_platform_constructs.runtime.handlers import budget_guard, retrain
+from ml_platform_constructs.runtime.handlers.pending_jobs import PendingJobs
 
 NOW = datetime(2026, 11, 29, 20, 0, tzinfo=timezone.utc).timestamp()
 HOUR = 3600

@@ -9,8 +9,8 @@ from datetime import datetime, timezone
 import boto3
 import pytest
 
-from ml_platform_constructs.runtime import retrain
-from ml_platform_constructs.runtime.pending_jobs import PendingJobs
+from ml_platform_constructs.runtime.handlers import retrain
+from ml_platform_constructs.runtime.handlers.pending_jobs import PendingJobs
 from test_retrain import HOUR, NOW, emulated, world  # noqa: F401 (fixtures)
 
 ARN = "arn:aws:sns:us-east-1:123456789012:alerts"

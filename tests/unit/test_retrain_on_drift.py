@@ -4,7 +4,7 @@ import json
 import shutil
 import subprocess
 import sys
-from importlib import resources
+from ml_platform_constructs import runtime
 
 import pytest
 from aws_cdk import Duration, Stack
@@ -147,7 +147,7 @@ def test_the_claims_table_is_on_demand_encrypted_with_the_queues_key_and_recover
     assert properties["SSESpecification"]["SSEType"] == "KMS" and "Fn::ImportValue" in json.dumps(
         properties["SSESpecification"]["KMSMasterKeyId"])
     assert properties["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
-    # Each event's alert mark (runtime/retrain.py) expires; the claims have no such attribute.
+    # Each event's alert mark (runtime/handlers/retrain.py) expires; the claims have no such attribute.
     assert properties["TimeToLiveSpecification"] == {"AttributeName": "expires", "Enabled": True}
     assert table["DeletionPolicy"] == "Retain"
 
@@ -205,7 +205,7 @@ def test_its_failures_alarm_the_alert_topic(built):
 
 def test_the_functions_code_imports_as_lambda_packages_it(tmp_path):
     for name in FUNCTION_FILES:
-        shutil.copy(resources.files("ml_platform_constructs.runtime") / name, tmp_path / name)
+        shutil.copy(runtime.source(name), tmp_path / name)
     subprocess.run([sys.executable, "-c", "import retrain; retrain.PendingJobs; retrain.handler"], cwd=tmp_path, check=True)
 
 

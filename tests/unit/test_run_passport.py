@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 import pytest
 
 from ml_platform_job import holdout, passport, tracking
-from ml_platform_constructs.runtime.budget_guard import load_prices
+from ml_platform_constructs.runtime.handlers.budget_guard import load_prices
 from ops import runs as runs_ops
 from tests.unit.test_tracking import Clock, UnreadableBatch, queue_env, T0
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ml_platform_constructs.runtime.budget_guard import load_prices
+from ml_platform_constructs.runtime.handlers.budget_guard import load_prices
 from ml_platform_job.health import FIXES, RULES, HealthMonitor, HealthRules
 from ml_platform_job.tracking import TAG_PREFIX, TrackedRun
 from ops import runs as runs_ops

@@ -10,9 +10,9 @@ import pytest
 from botocore.exceptions import WaiterError
 from moto import mock_aws
 
-from ml_platform_constructs.runtime import promotion
+from ml_platform_constructs.runtime.decisions import promotion
 from ml_platform_job import evaluation
-from ml_platform_constructs.runtime.budget_guard import load_prices
+from ml_platform_constructs.runtime.handlers.budget_guard import load_prices
 from ml_platform_job.tracking import TrackedRun
 from ops import model as model_ops
 from ops import runs as runs_ops

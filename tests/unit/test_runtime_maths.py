@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from ml_platform_constructs.runtime import drift
+from ml_platform_constructs.runtime.decisions import drift
 from ml_platform_job import benchmark
 
 

@@ -3,7 +3,7 @@ what it returns and logs (mutation survivors of the fleet tests)."""
 
 import boto3
 
-from ml_platform_constructs.runtime import scale_to_zero
+from ml_platform_constructs.runtime.handlers import scale_to_zero
 
 
 class AutoScaling:

@@ -215,7 +215,7 @@ def test_scale_to_zero_acts_once_not_every_minute(built):
 
 
 def test_scale_to_zero_handler_sets_the_group_to_zero_on_alarm_only(monkeypatch):
-    from ml_platform_constructs.runtime import scale_to_zero
+    from ml_platform_constructs.runtime.handlers import scale_to_zero
 
     calls = []
 

@@ -1,4 +1,4 @@
-"""The stall watcher (runtime/stall_watcher.py) against the stateful Batch fake and a small CloudWatch whose metrics
+"""The stall watcher (runtime/handlers/stall_watcher.py) against the stateful Batch fake and a small CloudWatch whose metrics
 come from the job's own embedded-metric lines (``ml_platform_job.health.metric_line``, as CloudWatch Logs extracts
 them, visible after an ingestion delay), every request checked against botocore's model of the API: a stalled job is
 stopped once and its HealthStop published once, however often the watcher runs; a healthy job, one without any
@@ -16,8 +16,8 @@ import botocore.session
 import pytest
 from botocore.validate import validate_parameters
 
-from ml_platform_constructs.runtime import stall_watcher
-from ml_platform_constructs.runtime.stall_watcher import (NO_HEARTBEAT, PROGRESSING, READ_FAILED, REASON_PREFIX,
+from ml_platform_constructs.runtime.handlers import stall_watcher
+from ml_platform_constructs.runtime.handlers.stall_watcher import (NO_HEARTBEAT, PROGRESSING, READ_FAILED, REASON_PREFIX,
                                                           STALLED,
                                                           WATCHER_TAG, YOUNG, Settings, attempt_start, decide,
                                                           job_environment, watch)

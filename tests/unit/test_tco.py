@@ -9,7 +9,7 @@ import pytest
 
 from ml_platform_constructs import GPU_CATALOG
 from ml_platform_constructs.advice.advisor import PRESETS, advise
-from ml_platform_constructs.runtime.budget_guard import load_prices
+from ml_platform_constructs.runtime.handlers.budget_guard import load_prices
 from ops import tco
 from ops.advise import add_workload_arguments, workload_from_args
 

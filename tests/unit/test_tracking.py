@@ -10,7 +10,7 @@ import pytest
 from moto import mock_aws
 
 from ml_platform_job import holdout, passport, tracking
-from ml_platform_constructs.runtime.budget_guard import load_prices
+from ml_platform_constructs.runtime.handlers.budget_guard import load_prices
 
 PASSPORT_KEYS = {"seed", "git_commit", "image", "python", "packages", "frameworks", "gpu", "instance_type", "lifecycle",
                  "queue", "job_id", "attempts", "dataset", "params", "environment"}

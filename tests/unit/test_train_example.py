@@ -196,7 +196,7 @@ def test_simulated_reclaim_mid_run_resumes_from_the_checkpoint_and_finishes(tmp_
 def test_the_evaluation_job_scores_both_models_on_the_candidates_held_out_examples(tmp_path):
     """What ./platform model evaluate runs: per-example outcomes of the candidate and the live model on the same ids,
     the evidence the promotion gate judges."""
-    from ml_platform_constructs.runtime import promotion
+    from ml_platform_constructs.runtime.decisions import promotion
     from ml_platform_job import evaluation
 
     env = job_env(tmp_path)

@@ -957,7 +957,7 @@ def advise(workload: Workload, *, prices: Optional[dict] = None, assumptions: Co
         raise ValueError(f"logical_nc={workload.logical_nc}: Trainium2's Logical NeuronCore Configuration is one of "
                          f"{', '.join(map(str, LNC_SETTINGS))}")
     if prices is None:
-        from ..runtime.budget_guard import load_prices
+        from ..runtime.handlers.budget_guard import load_prices
         prices = load_prices(region)
     catalog = ACCELERATOR_CATALOG if catalog is None else catalog
     options = [_option(workload, instance, count, prices, assumptions, measured, minimize, target)

@@ -1,5 +1,5 @@
 """What a BudgetGuard would decide for given figures, without AWS: the guard's own decision
-(``runtime.budget_guard.decide``) with a budget, a Region's prices and the capacity you describe.
+(``runtime.handlers.budget_guard.decide``) with a budget, a Region's prices and the capacity you describe.
 
 The command of ``python -m ml_platform_constructs budget what-if`` and of the platform app's
 ``./platform budget what-if ENV``. Capacity is ``TYPE=COUNT[@HOURS]``: COUNT instances of TYPE that have run HOURS
@@ -18,8 +18,8 @@ from typing import Sequence
 
 from ml_platform_job.prices import price_source
 
-from ..runtime import budget_guard
-from ..runtime.budget_guard import ON_DEMAND, SPOT, RunningCapacity
+from ..runtime.handlers import budget_guard
+from ..runtime.handlers.budget_guard import ON_DEMAND, SPOT, RunningCapacity
 
 CAPACITY = re.compile(r"^(?P<type>[a-z0-9-]+\.[a-z0-9-]+)=(?P<count>\d+)(@(?P<hours>\d+(\.\d+)?))?$")
 

@@ -29,7 +29,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Mapping, Optional
 
 from ml_platform_job.job_metrics import JOB_ID_DIMENSION, NAMESPACE, SAMPLES_PROCESSED, TOKENS_PROCESSED, VALIDATION_ACCURACY
-from ..runtime.budget_guard import load_prices
+from ..runtime.handlers.budget_guard import load_prices
 from ml_platform_job.prices import LIFECYCLES, gpu_share, hourly_usd
 
 

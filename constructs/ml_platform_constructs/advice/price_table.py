@@ -36,7 +36,7 @@ from typing import Any, Mapping, Optional, Union
 
 from ..errors import ValidationError
 from .gpu_catalog import ACCELERATOR_CATALOG
-from ..runtime.budget_guard import load_table
+from ..runtime.handlers.budget_guard import load_table
 
 SPOT_ADVISOR_URL = "https://spot-bid-advisor.s3.amazonaws.com/spot-advisor-data.json"
 TABLE_FILE = "prices.json"  # its name in the budget guard's function

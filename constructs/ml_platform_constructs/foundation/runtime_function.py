@@ -13,23 +13,25 @@ from aws_cdk import Acknowledgment, Validations
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
+from .. import runtime
 from .nag_support import suppress_checkov
 
 
 def runtime_source(name: str) -> Path:
-    """Where a Lambda function's file comes from: ``ml_platform_constructs/runtime``, or, when it is not there, the job
-    side's package (``ml_platform_job``: the price table and its reader, which jobs use too)."""
-    own = Path(str(resources.files("ml_platform_constructs.runtime"))) / name
-    return own if own.exists() else Path(str(resources.files("ml_platform_job"))) / name
+    """Where a Lambda function's file comes from: its room of ``ml_platform_constructs/runtime`` (handlers, agents,
+    decisions), or, when no room holds it, the job side's package (``ml_platform_job``: the price table and its
+    reader, which jobs use too)."""
+    return runtime.source(name) or Path(str(resources.files("ml_platform_job"))) / name
 
 
 def runtime_function(scope: Construct, id: str, *, handler: str, files: Sequence[str],
                      replace: Optional[Mapping[str, str]] = None, **options: Any) -> lambda_.Function:
     """A Python 3.14 arm64 function whose asset holds only ``files`` (each from ``runtime_source``), those named in
     ``replace`` with the text given there instead (e.g. a team's own price table)."""
-    code = str(resources.files("ml_platform_constructs.runtime"))
     sources = {name: runtime_source(name) for name in files}
-    if replace or any(source.parent != Path(code) for source in sources.values()):
+    folders = {source.parent for source in sources.values()}
+    code = str(next(iter(folders)))
+    if replace or len(folders) > 1:
         texts = {name: replace[name].encode() if replace and name in replace else source.read_bytes()
                  for name, source in sources.items()}
         # Staged once per content (the asset is copied from it at synth): repeated synths reuse the folder.

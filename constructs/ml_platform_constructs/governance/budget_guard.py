@@ -31,8 +31,8 @@ from .scope import (ACCOUNT_SCOPE, BUDGET_SCOPE_TAG, display_path, endpoints_car
 from ..foundation.nag_support import nag_arn, stack_arn, suppress_checkov
 from ..foundation.platform_key import allow_log_groups, allow_publishing
 from ..advice.price_table import TABLE_FILE, PriceTable
-from ..runtime.budget_guard import DEFAULT_BUDGET_AGE_HOURS, DEFAULT_GRACE_MINUTES, QUEUE_TAG
-from ..runtime.pending_jobs import PENDING_PATH
+from ..runtime.handlers.budget_guard import DEFAULT_BUDGET_AGE_HOURS, DEFAULT_GRACE_MINUTES, QUEUE_TAG
+from ..runtime.handlers.pending_jobs import PENDING_PATH
 from ..foundation.runtime_function import runtime_function
 from ..training.spot_gpu_fleet import AUTO_SCALING_GROUPS_ARN
 

@@ -30,7 +30,7 @@ import jsii
 from constructs import IConstruct, IValidation
 
 from ..errors import ValidationError
-from ..runtime.budget_guard import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG
+from ..runtime.handlers.budget_guard import ACCOUNT_SCOPE, BUDGET_SCOPE_TAG
 
 # Tag values: up to 256 characters (https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_Tag.html), kept
 # to the set every service accepts, so any governed construct can carry the same value:

@@ -38,11 +38,11 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, NoReturn, Optional
 
-from ..runtime import budget_guard
-from ..runtime.budget_guard import ACCOUNT_SCOPE
-from ..runtime.pending_jobs import PendingJobs
-from ..runtime.capture import json_type
-from ..runtime.drift import build_baseline
+from ..runtime.handlers import budget_guard
+from ..runtime.handlers.budget_guard import ACCOUNT_SCOPE
+from ..runtime.handlers.pending_jobs import PendingJobs
+from ..runtime.decisions.capture import json_type
+from ..runtime.decisions.drift import build_baseline
 
 
 def read_rows(path: Path) -> tuple[list[str], Iterator[dict]]:

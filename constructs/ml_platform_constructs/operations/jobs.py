@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from ..advice.gpu_catalog import GPU_CATALOG
-from ..runtime.budget_guard import QUEUE_TAG, settable_tags
+from ..runtime.handlers.budget_guard import QUEUE_TAG, settable_tags
 
 # An ECR image URI: account, Region, repository, then :tag or @digest (optional here, required of a job's image).
 ECR_IMAGE = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/([a-z0-9][a-z0-9._/-]*)([:@]\S+)?$")
@@ -36,7 +36,7 @@ DEFINITION_TAG = "ml-platform:job-definition"
 CHECKPOINT_ROOT_TAG = "ml-platform:checkpoint-root"
 SINGLE_NODE, MULTI_NODE, EVALUATION = "single-node", "multi-node", "evaluation"
 # Elastic jobs (TrainingQueue's elastic_max_nodes): the sizes the queue's job definitions give their jobs, the range
-# a submission gives the job, and the tags its controller reads (runtime/elastic_controller.py).
+# a submission gives the job, and the tags its controller reads (runtime/handlers/elastic_controller.py).
 ELASTIC_SIZES_VARIABLE = "ML_PLATFORM_ELASTIC_SIZES"
 ELASTIC_VARIABLE = "ML_PLATFORM_ELASTIC"
 ELASTIC_TAG = "ml-platform:elastic"
@@ -300,30 +300,16 @@ def submit(batch: Any, submission: Submission) -> dict:
 
 
 def submit_evaluation(batch: Any, target: QueueTarget, *, name: str, command: Sequence[str],
-                      environment: Mapping[str, str], tags: Optional[Mapping[str, str]] = None,
-                      image: Optional[str] = None) -> dict:
+                      environment: Mapping[str, str], tags: Optional[Mapping[str, str]] = None) -> dict:
     """Submits an evaluation job (the queue's evaluation definition: a role that reads datasets and models and alone
     writes ``evaluations/<queue>/``) with ``environment`` added to the job contract's; returns its id and name. It runs
-    the deployed revision as it is: ``grant_evaluate`` allows that revision only, and no registration of another.
-
-    ``image`` is deprecated (0.12.0; removed in 0.13): an image other than the definition's is refused here, as IAM
-    would refuse its registration; the definition's own is accepted and changes nothing."""
+    the deployed revision as it is: ``grant_evaluate`` allows that revision only, and no registration of another
+    (0.13.0 removed the deprecated ``image``: deploy the queue with the evaluation's image)."""
     if not target.evaluation_job_definition or not target.job_queue:
         raise JobError(f"training queue {target.name!r} has no evaluation job definition (a TrainingQueue with a "
                        "dataset bucket has one since ml_platform_constructs 0.5.0): deploy it with this version")
     if not JOB_NAME.match(name):
         raise JobError(f"evaluation name {name!r}: 1-128 letters, digits, '-' or '_'")
-    if image is not None:
-        import warnings
-
-        warnings.warn("submit_evaluation(image=...) is deprecated: the evaluation runs its deployed definition's image "
-                      "(omit image; removed in 0.13)", DeprecationWarning, stacklevel=2)
-        definition = batch.describe_job_definitions(jobDefinitions=[target.evaluation_job_definition])["jobDefinitions"]
-        deployed = (definition[0].get("containerProperties") or {}).get("image") if definition else None
-        if image != deployed:
-            raise JobError(f"the evaluation's image {image!r}: the evaluation runs its deployed definition's image "
-                           f"({deployed or 'unknown'}), the only one grant_evaluate allows; deploy the queue with "
-                           "that image, or omit image")
     job = batch.submit_job(
         jobName=name, jobQueue=target.job_queue, jobDefinition=target.evaluation_job_definition,
         containerOverrides={"command": list(command),

@@ -2,8 +2,8 @@
 on a schedule, and an alarm when it falls below the live model's baseline.
 
 SageMaker Model Monitor's model-quality jobs would do the join, but Model Monitor is no longer open to new customers
-(https://docs.aws.amazon.com/sagemaker/latest/dg/model-monitor.html), so a scheduled Lambda (``runtime/quality.py``
-and ``runtime/quality_handler.py``, standard library and boto3) does it, as the drift check does for inputs.
+(https://docs.aws.amazon.com/sagemaker/latest/dg/model-monitor.html), so a scheduled Lambda (``runtime/decisions/quality.py``
+and ``runtime/handlers/quality_handler.py``, standard library and boto3) does it, as the drift check does for inputs.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from constructs import Construct
 from ..data.dataset_bucket import DatasetBucket
 from ..errors import ValidationError, refusal_leaves_no_node
 from ..foundation.nag_support import AcknowledgeWildcardResources, suppress_checkov
-from ..runtime.promotion import BASELINE, quality_baseline_parameter
-from ..runtime.quality import (DEFAULT_FALSE_ALARMS, DEFAULT_MAX_BATCH_HOURS, DEFAULT_POWER, DEFAULT_REFERENCE_LABELS,
+from ..runtime.decisions.promotion import BASELINE, quality_baseline_parameter
+from ..runtime.decisions.quality import (DEFAULT_FALSE_ALARMS, DEFAULT_MAX_BATCH_HOURS, DEFAULT_POWER, DEFAULT_REFERENCE_LABELS,
                                PROBLEM_TYPES, holdout_metric)
 from ..foundation.runtime_function import runtime_function
 
@@ -159,7 +159,7 @@ class EndpointQuality(Construct):
     write them. Each run's result goes to ``results_bucket`` under ``quality/results/<endpoint>/``.
 
     The baseline is ``settings.baseline`` (with ``settings.baseline_examples``), or, with ``promoted_baseline=True``,
-    the live model's held-out score: a stack parameter (``runtime.promotion.quality_baseline_parameter(endpoint_name)``,
+    the live model's held-out score: a stack parameter (``runtime.decisions.promotion.quality_baseline_parameter(endpoint_name)``,
     ``.baseline_parameter``), empty by default, that a judged promotion sets to the promoted run's score and its number
     of held-out examples ("0.92:5000") in the same stack update as the model version (``./platform model promote``);
     ``cdk deploy`` keeps its value. While it is empty (before the first promotion) ``settings.baseline`` applies.

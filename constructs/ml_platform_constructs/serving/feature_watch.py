@@ -1,6 +1,6 @@
 """The feature watch of a MonitoredEndpoint's drift check: alarms on each numeric feature's spread and on the features'
 relations (the variance the baseline's principal components still explain, and pairwise correlations), as
-``runtime/drift.py`` judges them and publishes to ``MLPlatform/Drift``."""
+``runtime/decisions/drift.py`` judges them and publishes to ``MLPlatform/Drift``."""
 
 from __future__ import annotations
 

@@ -32,8 +32,8 @@ from ..operations.jobs import ECR_IMAGE
 from ..foundation.nag_support import AcknowledgeWildcardResources, nag_arn, stack_arn, suppress_checkov
 from ..foundation.network import require_endpoints, require_private_subnets
 from ..foundation.platform_key import allow_log_groups
-from ..runtime.drift import DEFAULT_FALSE_ALARMS as DRIFT_FALSE_ALARMS, per_check_significance
-from ..runtime.promotion import VERSION, VERSION_PLACEHOLDER, model_version_parameter
+from ..runtime.decisions.drift import DEFAULT_FALSE_ALARMS as DRIFT_FALSE_ALARMS, per_check_significance
+from ..runtime.decisions.promotion import VERSION, VERSION_PLACEHOLDER, model_version_parameter
 from ..foundation.runtime_function import runtime_function
 
 DRIFT_NAMESPACE = "MLPlatform/Drift"
@@ -93,7 +93,7 @@ class MonitoredEndpoint(Construct):
     :param model_data_key: the model artifact (``model.tar.gz``) key; with ``model_version``, a key with one
         ``{version}`` (e.g. ``models/classifier/{version}/model.tar.gz``) and read access to every version.
     :param model_version: declares the model version in CloudFormation: a stack parameter
-        (``runtime.promotion.model_version_parameter(endpoint_name)``, this value its default) fills ``{version}``.
+        (``runtime.decisions.promotion.model_version_parameter(endpoint_name)``, this value its default) fills ``{version}``.
         A promotion (``./platform model promote``) updates the parameter, the template staying as deployed, and a
         later ``cdk deploy`` keeps the parameter's value, so it never undoes a promotion. Default: none (a fixed key).
     :param instance_type: e.g. ``ml.m5.large``. With ``auto_scaling``, SageMaker refuses to change it in place (the
@@ -153,7 +153,7 @@ class MonitoredEndpoint(Construct):
         (``EndpointAutoScaling``); updates keep the instance count scaling set. Default: none (fixed instance count).
     :param quality: production quality against ground-truth labels, and its alarm (``ModelQuality``, see
         ``EndpointQuality``). With ``model_version``, a promotion also sets the quality baseline to the promoted
-        run's held-out score (a second stack parameter, ``runtime.promotion.quality_baseline_parameter``); until
+        run's held-out score (a second stack parameter, ``runtime.decisions.promotion.quality_baseline_parameter``); until
         then ``quality.baseline`` applies. Default: none.
     :param feature_watch: when the drift check's feature watch (spread and explained variance) alarms.
         Default: ``FeatureWatch()``.

@@ -23,8 +23,8 @@ from constructs import Construct
 
 from ..errors import ValidationError, refusal_leaves_no_node
 from ..foundation.nag_support import AcknowledgeOwnWildcards, nag_arn, stack_arn, suppress_checkov
-from ..runtime.pending_jobs import PENDING_PATH
-from ..runtime.retrain import COOLDOWN_HOURS, EXPIRES_ATTRIBUTE, TRIGGER_TAG
+from ..runtime.handlers.pending_jobs import PENDING_PATH
+from ..runtime.handlers.retrain import COOLDOWN_HOURS, EXPIRES_ATTRIBUTE, TRIGGER_TAG
 from ..foundation.runtime_function import runtime_function
 from ..training.training_queue import TrainingQueue
 
@@ -170,7 +170,7 @@ class RetrainOnDrift(Construct):
             conditions={"ForAllValues:StringLike": {"aws:TagKeys": [TRIGGER_TAG.rsplit("-", 1)[0] + "-*"]}}))
         self.function.add_to_role_policy(iam.PolicyStatement(
             sid="SeeTheQueueAndItsJobs", actions=["batch:ListJobs", "batch:DescribeJobQueues"], resources=["*"]))
-        # Its own pending records while the queue is stopped (runtime/retrain.py: retrain-<job name> under the
+        # Its own pending records while the queue is stopped (runtime/handlers/retrain.py: retrain-<job name> under the
         # queue's path), encrypted with the queue's key; it reads only whether its record is still there, without
         # decryption, so the queue's other records (the budget guard's, under the guard's key) need no key of it.
         # The queue's name from its ARN (arn:...:job-queue/NAME), the value the queue already exports.

@@ -28,9 +28,9 @@ from ..errors import ValidationError, refusal_leaves_no_node
 from ..foundation.nag_support import AcknowledgeOwnWildcards, nag_arn, stack_arn, suppress_checkov
 from ..foundation.runtime_function import runtime_function
 from ..operations.jobs import MULTI_NODE_NODES
-from ..runtime.elastic_controller import DECISION_PREFIX, REQUEST_FILE
-from ..runtime.pending_jobs import PENDING_PATH
-from ..runtime.retrain import EXPIRES_ATTRIBUTE
+from ..runtime.handlers.elastic_controller import DECISION_PREFIX, REQUEST_FILE
+from ..runtime.handlers.pending_jobs import PENDING_PATH
+from ..runtime.handlers.retrain import EXPIRES_ATTRIBUTE
 from .queue_jobs import definition_name
 
 if TYPE_CHECKING:

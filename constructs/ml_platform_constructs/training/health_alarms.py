@@ -1,7 +1,7 @@
 """A training queue's health alarms: a job that stopped itself because it diverged, produced NaN, or stalled
 (``ml_platform_job.health``), told to the queue's alert topic with the rule's fix. The job side prints one
 embedded-metric-format line per stop (``HealthStop``, dimensions Queue and Rule; ``health.metric_line``), which
-CloudWatch Logs turns into a metric; the queue's stall watcher (runtime/stall_watcher.py) publishes the same metric for
+CloudWatch Logs turns into a metric; the queue's stall watcher (runtime/handlers/stall_watcher.py) publishes the same metric for
 a job it stopped. Warnings (``HealthWarning``) reach the dashboard only: a warning trains on, so nobody needs to act.
 
 The alarms' shape, replayed against the job's own lines in tests/unit/test_health_alarms.py:

@@ -125,7 +125,7 @@ class InstanceBootstrap:
     dataset_volumes: Sequence[DatasetVolume] = field(default_factory=tuple)
 
     def commands(self) -> list[str]:
-        watcher = resources.files("ml_platform_constructs.runtime").joinpath("interruption_watcher.py").read_text()
+        watcher = resources.files("ml_platform_constructs.runtime.agents").joinpath("interruption_watcher.py").read_text()
         commands = [
             "set -euo pipefail",
             f"mkdir -p {RUNTIME_DIR} /etc/ml-platform",

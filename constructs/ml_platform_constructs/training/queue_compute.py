@@ -28,7 +28,7 @@ from .instance_bootstrap import (AL2023_AGENT_INSTALL, GPU_NAMESPACE, InstanceBo
                                  gpu_agent_config)
 from ..foundation.network import ENDPOINTS_WITHOUT_EGRESS, require_endpoints
 from .queue_jobs import MULTI_NODE_NODES
-from ..runtime.budget_guard import QUEUE_TAG
+from ..runtime.handlers.budget_guard import QUEUE_TAG
 
 ROOT_DEVICE = "/dev/xvda"  # Amazon Linux 2023 (the ECS GPU AMI)
 # ECS container stop timeout: the agent sends SIGTERM, then SIGKILL after this (default 30 s on EC2):

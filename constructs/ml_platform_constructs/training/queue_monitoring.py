@@ -27,7 +27,7 @@ from ..foundation.runtime_function import runtime_function
 from .goodput_alarms import goodput_widget
 from .health_alarms import HEALTH_NAMESPACE, health_alarms, health_widgets
 from .instance_bootstrap import GPU_NAMESPACE
-from ..runtime.stall_watcher import WATCHER_TAG
+from ..runtime.handlers.stall_watcher import WATCHER_TAG
 
 # The account's Batch jobs: TerminateJob and TagResource take the job resource type and no narrower condition (a job
 # carries only its submitter's tags: queue tags do not propagate, https://docs.aws.amazon.com/batch/latest/userguide/
@@ -103,7 +103,7 @@ def queue_health_alarms(scope: Construct, *, queue_name: str, alerts: sns.ITopic
 
 def stall_watcher(scope: Construct, *, queue_name: str, job_queue_arns: Sequence[str], environment: dict[str, str],
                   key: kms.IKey, removal_policy: RemovalPolicy) -> lambda_.Function:
-    """The stall watcher (runtime/stall_watcher.py) of the queue's job queues, every 5 minutes: stops a RUNNING job
+    """The stall watcher (runtime/handlers/stall_watcher.py) of the queue's job queues, every 5 minutes: stops a RUNNING job
     whose progress heartbeat stopped for the stall rule's time + 15 minutes. ``environment``: the queue's health
     variables (``health_environment``), a job's settings where its own environment has none. Its log (one year,
     encrypted with ``key``) is the record of every job it stopped."""

@@ -31,7 +31,7 @@ from ..data.mlflow_tracking import MlflowTracking
 from ..foundation.nag_support import nag_arn, stack_arn, suppress_checkov
 from ..foundation.network import require_endpoints, require_private_subnets, warn_without_session_manager
 from ..foundation.platform_key import allow_autoscaling_volumes
-from ..runtime.budget_guard import FLEET_TAG
+from ..runtime.handlers.budget_guard import FLEET_TAG
 from ..foundation.runtime_function import runtime_function
 from ml_platform_job.job_metrics import NAMESPACE as JOB_METRICS_NAMESPACE
 

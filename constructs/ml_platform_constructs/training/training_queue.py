@@ -60,7 +60,7 @@ from .queue_jobs import (ATTEMPTS, EFA_DEVICE, JOB_NAMESPACE, MEMORY_HEADROOM, M
 from .queue_jobs import retry_strategies as _retry_strategies
 from .queue_monitoring import (LogGroupTarget, job_event_rules, queue_dashboard, queue_health_alarms, stall_watcher,
                                triggered_rules)
-from ..runtime.budget_guard import BUDGET_SCOPE_TAG, QUEUE_TAG
+from ..runtime.handlers.budget_guard import BUDGET_SCOPE_TAG, QUEUE_TAG
 
 # The names this module has always offered, wherever they live now.
 __all__ = ["ATTEMPTS", "EFA_DEVICE", "EFA_INSTALL", "JOB_NAMESPACE", "MEMORY_HEADROOM", "MULTI_NODE_NODES", "QUEUE_TAG",

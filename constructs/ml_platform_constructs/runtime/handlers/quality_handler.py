@@ -50,7 +50,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Optional
 
 try:
-    from . import quality
+    from ..decisions import quality
 except ImportError:  # in Lambda the modules sit at the top of the package
     import quality  # type: ignore[no-redef]
 

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Iterable, Optional
 
 try:
-    from . import capture, drift
+    from ..decisions import capture, drift
 except ImportError:  # in Lambda the modules sit at the top of the package
     import capture  # type: ignore[no-redef]
     import drift  # type: ignore[no-redef]

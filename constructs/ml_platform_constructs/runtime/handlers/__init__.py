@@ -1,0 +1,1 @@
+"""The platform's Lambda functions, each a module with a ``handler``, and the state they share (pending jobs)."""
