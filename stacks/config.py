@@ -7,6 +7,7 @@ value, what is allowed and how to fix it.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 import tomllib
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from typing import Any, Mapping, Optional
 
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk.region_info import RegionInfo
+from aws_cdk.region_info import Fact
 from ml_platform_constructs.advice.gpu_catalog import GPU_CATALOG
 from ml_platform_constructs.data.mlflow_tracking import TRACKING_SERVER_SIZES
 from ml_platform_constructs.serving.monitored_endpoint import ECR_IMAGE
@@ -354,9 +355,11 @@ def _environment(name: str, project: str, raw: Any) -> EnvironmentConfig:
     )
 
 
-def _regions() -> set[str]:
-    # Regions CDK's region facts know, so that service principals and endpoint names resolve.
-    return {region.name for region in RegionInfo.regions}
+@functools.cache
+def _regions() -> frozenset[str]:
+    # Regions CDK's region facts know, so that service principals and endpoint names resolve. RegionInfo.regions is
+    # Fact.regions, each wrapped: one jsii round trip for the names instead of one per Region, once per process.
+    return frozenset(Fact.regions)
 
 
 def _network(at: str, raw: Any, az_count: int) -> CreatedNetworkConfig | ImportedNetworkConfig:

@@ -1,26 +1,34 @@
-"""The joins between what the platform publishes and what its dashboards read (issue 42, part 2): every widget metric of
-a synthesized dashboard in one of the platform's own namespaces (anything not ``AWS/*``) must name a namespace, metric
-name and dimension set that a real code path publishes, collected by running that code as tests/unit/test_metric_joins
-does (its fixtures and helpers are reused): the drift check and its feature watch and the quality check (runtime
-handlers on the synthesized variables, stub CloudWatch), the job side's embedded-metric lines (TrainingJob's health
-stops, warnings and heartbeat, PhaseClock's goodput windows), the CloudWatch agent's GPU
-aggregations (the agent configuration the instances' user data writes) and the interruption watcher's JobRunning (its
-put-metric-data command line, on the fleet's synthesized variables). A widget row, a ``...``/``.`` shorthand row, a
-SEARCH expression (its schema's dimension set, its MetricName and dimension filters) and a Metrics Insights SELECT
-(FROM SCHEMA's dimension set, its WHERE filters) each count as a read. Dimension values are compared where both sides
-are literal (a token of the template, or an agent variable such as ``${aws:InstanceId}``, stands for any value).
+"""The joins between what the platform publishes and what its dashboards and alarms read (issue 42, part 2): every
+widget metric of a synthesized dashboard, and every metric of a CloudWatch alarm (its own, or each MetricStat of its
+metric math), in one of the platform's own namespaces (anything not ``AWS/*``) must name a namespace, metric name and
+dimension set that a real code path publishes, collected by running that code as tests/unit/test_metric_joins does
+(its fixtures and helpers are reused): the drift check and its feature watch and the quality check (runtime handlers
+on the synthesized variables, stub CloudWatch; late labels as tests/unit/test_metric_joins_labels.py sends them), the
+job side's embedded-metric lines (TrainingJob's health stops, warnings and heartbeat, PhaseClock's goodput windows),
+the queue's stall watcher (its real ``watch`` on its synthesized variables: a stop, and a warning with the stall rule
+at warn), the CloudWatch agent's GPU aggregations (the agent configuration the instances' user data writes) and the
+interruption watcher's JobRunning (its put-metric-data command line, on the fleet's synthesized variables). A widget
+row, a ``...``/``.`` shorthand row, a SEARCH expression (its schema's dimension set, its MetricName and dimension
+filters) and a Metrics Insights SELECT (FROM SCHEMA's dimension set, its WHERE filters) each count as a read.
+Dimension values are compared where both sides are literal (a token of the template, or an agent variable such as
+``${aws:InstanceId}``, stands for any value); a token in what a dashboard or an alarm reads must be a ``Ref`` or
+``GetAtt`` of a resource of the same template (never another stack's export, a parameter or a pseudo parameter).
+Each sweep asserts a minimum number of reads, so that it cannot pass on nothing.
 
-Dashboards covered: the MonitoredEndpoint's (drift, feature watch, quality), the TrainingQueue's (GPU, goodput,
-health) and the SpotGpuFleet's (GPU, JobRunning).
+Covered: the MonitoredEndpoint's dashboard (drift, feature watch, quality) and alarms, the TrainingQueue's (GPU,
+goodput, health; the stall watcher's stop and warning are read by the by-rule widgets) and the SpotGpuFleet's (GPU,
+JobRunning).
 
-Scaling: no Application Auto Scaling policy reads a platform metric. The only ones the platform builds are the
-endpoint's (serving/endpoint_scaling.py): predefined SageMaker metrics, and step policies on alarms over ``AWS/SageMaker``
-(the P99 scale-out reads ModelLatency); ``target_metric`` is a metric of the user's own. The test below synthesizes an
-endpoint with auto scaling and asserts every metric its scaling policies and their alarms read is ``AWS/*``, so a
-policy that starts reading a platform metric must be tied here first. The one scaling decision taken on a platform
-metric is the fleet's scale-to-zero alarm (its state change sets the group to 0 through an EventBridge rule): its
-metric math reads the interruption watcher's JobRunning and the agent's GPU utilization, tied below with the
-watcher's own values.
+Scaling: no Application Auto Scaling nor EC2 Auto Scaling policy reads a platform metric. The only ones the platform
+builds are the endpoint's (serving/endpoint_scaling.py, Application Auto Scaling): predefined SageMaker metrics, and
+step policies on alarms over ``AWS/SageMaker`` (the P99 scale-out reads ModelLatency); ``target_metric`` is a metric
+of the user's own; the fleet's and the queue's groups have no scaling policy. The test below synthesizes an endpoint
+with auto scaling and asserts every metric its scaling policies and their alarms read is ``AWS/*`` (the reader also
+reads EC2 Auto Scaling's target tracking, its metric-math form included, and its step policies' alarms, checked on a
+group built for it), so a policy that starts reading a platform metric must be tied here first. The one scaling
+decision taken on a platform metric is the fleet's scale-to-zero alarm (its state change sets the group to 0 through
+an EventBridge rule): its metric math reads the interruption watcher's JobRunning and the agent's GPU utilization,
+tied below with the watcher's own values.
 
 Budget guard: runtime/handlers/budget_guard.py publishes ``MLPlatform/Cost`` (EstimatedSpendToDate, ProjectedMonthlySpend,
 FleetHourlyCost; tests/unit/test_budget_guard_joins.py checks what it publishes), but no alarm, dashboard widget or
@@ -151,6 +159,36 @@ def unpublished(template, published: set[tuple]) -> list[tuple[str, str, tuple]]
             for title, read in own(widget_reads(body)) if not is_published(read, published)]
 
 
+def alarm_reads(template) -> list[tuple[str, tuple]]:
+    """Every metric the template's alarms read in the platform's namespaces: (alarm's logical id, read), a token
+    dimension value as its ``${...}`` stand-in (as a dashboard body holds it)."""
+    return [(alarm_id, (namespace, name, tuple((n, joined(v)) for n, v in dimensions)))
+            for alarm_id, alarm in template.find_resources("AWS::CloudWatch::Alarm").items()
+            for namespace, name, dimensions in read_by(alarm["Properties"]) if not namespace.startswith("AWS/")]
+
+
+OWN_TOKEN = re.compile(r"\$\{(?:Ref|GetAtt):([A-Za-z0-9]+)[.}]")
+
+
+def foreign_tokens(template, read: tuple) -> list[str]:
+    """The dimension values of ``read`` holding a token that is not a Ref or GetAtt of a resource of ``template``
+    (another stack's export, a parameter, a pseudo parameter, any other function): such a value matches any
+    published one in ``is_published``, so it must at least name this template's own resource."""
+    resources = template.to_json()["Resources"]
+    found = []
+    for _, value in read[2]:
+        for start in [m.start() for m in re.finditer(r"\$\{", value or "")]:
+            match = OWN_TOKEN.match(value, start)
+            if not match or match.group(1) not in resources:
+                found.append(value)
+                break
+    return found
+
+
+def tokens(read: tuple) -> int:
+    return sum("${" in (value or "") for _, value in read[2])
+
+
 # --- what the platform publishes ------------------------------------------------------------------------------------
 
 def agent_published(template) -> set[tuple]:
@@ -176,30 +214,40 @@ def agent_published(template) -> set[tuple]:
 @pytest.fixture(scope="module")
 def endpoint_published(built, drift_runs) -> set[tuple]:
     """What the drift check (every window of test_metric_joins) and the quality check (a first run, a
-    batch at the baseline, a batch with a real drop) publish on the endpoint's synthesized variables."""
+    batch at the baseline, a batch with a real drop; labels 30 hours after their predictions, past the lateness the
+    check joins, as test_metric_joins_labels sends them) publish on the endpoint's synthesized variables."""
+    from tests.unit.test_metric_joins_labels import Check, hour_before
+
     template, _ = built
     published = {key for _, recording in drift_runs.values() for key, _ in recording.data}
-    for right_per_100 in (92, 70):
+    for right_per_100 in (92, 70, None):
         with pytest.MonkeyPatch.context() as patch, mock_aws():
             patch.setenv("AWS_DEFAULT_REGION", "us-east-1")
             s3 = boto3.client("s3")
             for bucket in ("capture", "datasets"):
                 s3.create_bucket(Bucket=bucket)
-            summary, recording = quality_run(template, s3, right_per_100)
-            assert summary["judged"], summary
+            if right_per_100 is None:  # late labels
+                check = Check(template, s3)
+                ids = [f"late-{i}" for i in range(300)]
+                check.captured(hour_before(40), ids)
+                check.labelled(hour_before(10), ids)
+                summary, recording = check.run(NOW)
+                assert summary["too_late"] and summary["too_late"]["too_late"], summary["too_late"]
+            else:
+                summary, recording = quality_run(template, s3, right_per_100)
+                assert summary["judged"], summary
             published |= {key for key, _ in recording.data}
     return published
 
 
 @pytest.fixture(scope="module")
-def queue_published(queue_built) -> set[tuple]:
-    """What a queue's job prints (each rule's stop and warning, its heartbeat, its goodput windows: a healthy job and
-    a bound one) and what the queue instances' agent publishes. (The stall watcher publishes the job's own stop
-    metric; tests/unit/test_metric_joins.py ties the two.)"""
+def job_published(queue_built) -> set[tuple]:
+    """What a queue's job prints: each rule's stop and warning, its heartbeat, its goodput windows (a healthy job and
+    a bound one)."""
     from ml_platform_job.health import Verdict
     from ml_platform_job.job import TrainingJob
 
-    template, _, job_env = queue_built
+    _, _, job_env = queue_built
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         job = stub_job(job_env, BATCH_ENV)  # the first heartbeat
@@ -211,8 +259,48 @@ def queue_published(queue_built) -> set[tuple]:
     for shape in ({"wait": 0.05, "compute": 1.95, "save_every": 600, "save_seconds": 5},
                   {"wait": 1.0, "compute": 1.0, "save_every": 300, "save_seconds": 60}):
         lines += goodput_job(job_env, job_env["ML_PLATFORM_QUEUE_NAME"], **shape)[0]
-    published = {key for line in lines for key, _, _ in extracted(line)}
-    return published | agent_published(template)
+    return {key for line in lines for key, _, _ in extracted(line)}
+
+
+@pytest.fixture(scope="module")
+def stall_watcher_runs(queue_built) -> dict[str, tuple[dict, list[tuple]]]:
+    """The queue's stall watcher (runtime/handlers/stall_watcher.py: its real ``watch`` on the variables of its
+    synthesized function, with tests/unit/test_stall_watcher.py's checked Batch and CloudWatch fakes) on a job of the
+    queue's job definition whose heartbeat (the job side's own line, health.metric_line) went silent two hours ago:
+    with the stall rule as the queue synthesizes it (stop), and at warn (``ML_PLATFORM_HEALTH_RULES=stalled=warn``
+    on the watcher and the job, the health mode variable of that rule). Its report and what it published (keys)."""
+    from ml_platform_constructs.runtime.handlers.stall_watcher import RULE, Settings, watch
+    from ml_platform_job.health import HEARTBEAT_METRIC, RULES_ENV, metric_line
+    from tests.unit.test_stall_watcher import HOUR, MINUTE, NOW as WATCH_NOW, CheckedBatch, FakeCloudWatch
+
+    template, queue, job_env = queue_built
+    (variables,) = [f["Properties"]["Environment"]["Variables"] for k, f in
+                    template.find_resources("AWS::Lambda::Function").items() if k == logical_id(queue.stall_watcher)]
+    runs = {}
+    for action, override in (("stop", {}), ("warn", {RULES_ENV: f"{RULE}=warn"})):
+        batch, cloudwatch = CheckedBatch(), FakeCloudWatch(lambda: WATCH_NOW)
+        queue_arn = batch.add_queue("training-queue", tags={})
+        environment = {**job_env, **override}
+        job_id = batch.add_job("job", queue_arn, "RUNNING", definition=batch.register("training-definition"),
+                               environment=tuple(environment.items()), started_at=int((WATCH_NOW - 3 * HOUR) * 1000))
+        for minute in range(60):  # a heartbeat a minute for the job's first hour, then silence
+            cloudwatch.ingest(metric_line(HEARTBEAT_METRIC, environment["ML_PLATFORM_QUEUE_NAME"], job_id=job_id,
+                                          value=10, wall=WATCH_NOW - 3 * HOUR + minute * MINUTE))
+        settings = Settings.from_env({**{k: v for k, v in variables.items() if isinstance(v, str)}, **override,
+                                      "JOB_QUEUES": queue_arn})
+        with contextlib.redirect_stdout(io.StringIO()):
+            report = watch(batch, cloudwatch, settings, now=WATCH_NOW)
+        runs[action] = report, [metric_key(p["Namespace"], p["MetricName"], p["Dimensions"])
+                                for p in cloudwatch.published]
+    return runs
+
+
+@pytest.fixture(scope="module")
+def queue_published(queue_built, job_published, stall_watcher_runs) -> set[tuple]:
+    """What a queue's job prints, what its stall watcher publishes (its stop, its warning) and what the queue
+    instances' agent publishes."""
+    watcher = {key for _, keys in stall_watcher_runs.values() for key in keys}
+    return job_published | watcher | agent_published(queue_built[0])
 
 
 FLEET: dict = {}  # the fleet fleet_built synthesized (its alarms' logical ids)
@@ -289,6 +377,23 @@ def test_the_dashboard_reader_expands_shorthand_and_reads_expressions():
     assert not is_published(("N/a", "M", (("A", "1"),)), published)
 
 
+def test_a_token_read_must_name_a_resource_of_its_own_template(fleet_built):
+    """The token check itself, on the fleet's template: a Ref or GetAtt of one of its resources passes; another
+    stack's export, a logical id it does not hold, a pseudo parameter or any other function does not; and the fleet
+    dashboard's group dimension, rewritten as an import of another stack's group, is found."""
+    (group,) = fleet_built.find_resources("AWS::AutoScaling::AutoScalingGroup")
+    read = ("N/a", "M", (("A", f"${{Ref:{group}}}"), ("B", f"x-${{GetAtt:{group}.Arn}}"), ("C", "1"), ("D", None)))
+    assert foreign_tokens(fleet_built, read) == []
+    for value in ("${Token:{'Fn::ImportValue': 'Other-Group'}}", "${Ref:OtherStackGroup1234}",
+                  "${Ref:AWS::Region}", f"${{Ref:{group}}}-${{Token:{{'Fn::Select': [0, 1]}}}}"):
+        assert foreign_tokens(fleet_built, ("N/a", "M", (("A", value),))) == [value], value
+    (dashboard,) = dashboards(fleet_built).values()
+    imported = json.loads(json.dumps(dashboard).replace(f"${{Ref:{group}}}",
+                                                        "${Token:{'Fn::ImportValue': 'Other-Group'}}"))
+    found = [read for _, read in own(widget_reads(imported)) if foreign_tokens(fleet_built, read)]
+    assert len(found) == len([r for _, r in own(widget_reads(dashboard)) if tokens(r)]) >= 1, found
+
+
 def test_the_endpoints_dashboard_reads_only_what_the_drift_and_quality_checks_publish(built, endpoint_published):
     """drift_handler (drift, feature watch) and quality_handler -> MonitoredEndpoint's dashboard (monitored_endpoint.py
     _dashboard, feature_watch.py feature_watch_widgets, endpoint_quality.py widgets): every widget metric in the
@@ -297,6 +402,7 @@ def test_the_endpoints_dashboard_reads_only_what_the_drift_and_quality_checks_pu
     reads = [read for body in dashboards(template).values() for _, read in own(widget_reads(body))]
     assert len({r[0] for r in reads}) >= 2 and len(reads) >= 20, reads  # drift, feature watch and quality widgets
     assert unpublished(template, endpoint_published) == []
+    assert [r for r in reads if foreign_tokens(template, r)] == []
 
 
 def test_the_queues_dashboard_reads_only_what_its_jobs_watcher_and_agent_publish(queue_built, queue_published):
@@ -306,8 +412,10 @@ def test_the_queues_dashboard_reads_only_what_its_jobs_watcher_and_agent_publish
     platform's namespaces, the heartbeat SEARCH and the per-instance SELECT included, is one of those."""
     template, _, _ = queue_built
     reads = [read for body in dashboards(template).values() for _, read in own(widget_reads(body))]
-    assert len({r[0] for r in reads}) >= 3, reads  # GPU, goodput, health
+    # GPU (2), goodput (3 shares), health (a stop and a warning per rule: 16, the heartbeat)
+    assert len({r[0] for r in reads}) >= 3 and len(reads) >= 22, reads
     assert unpublished(template, queue_published) == []
+    assert [r for r in reads if foreign_tokens(template, r)] == []
 
 
 def test_the_fleets_dashboard_reads_only_what_its_watcher_and_agent_publish(fleet_built, fleet_published):
@@ -315,8 +423,53 @@ def test_the_fleets_dashboard_reads_only_what_its_watcher_and_agent_publish(flee
     (GPU per group) -> SpotGpuFleet's dashboard (spot_gpu_fleet.py _dashboard): every widget metric in the
     platform's namespaces, the memory ratio's metric-math inputs included, is one of those."""
     reads = [read for body in dashboards(fleet_built).values() for _, read in own(widget_reads(body))]
-    assert len({r[0] for r in reads}) >= 2, reads  # GPU, JobRunning
+    # GPU (utilization, memory used and total), JobRunning
+    assert len({r[0] for r in reads}) >= 2 and len(reads) >= 4, reads
     assert unpublished(fleet_built, fleet_published) == []
+    assert [r for r in reads if foreign_tokens(fleet_built, r)] == [] and sum(map(tokens, reads)) >= 3, reads
+
+
+# The alarms' reads: (at least) how many metric reads in the platform's namespaces each template's alarms hold.
+ALARM_READS = {"endpoint": 12,  # drift 5, quality 7 (the labels-lost alarm's math reads two)
+               "queue": 13,  # GPU idle, memory used and total, 2 goodput, a stop per rule
+               "fleet": 5}  # GPU idle, memory used and total, scale to zero's GPU and JobRunning
+
+
+def test_every_alarm_reads_only_what_a_code_path_publishes(built, queue_built, fleet_built, endpoint_published,
+                                                           queue_published, fleet_published):
+    """Every metric a CloudWatch alarm reads in the platform's namespaces (its own, or each MetricStat of its metric
+    math) -> what the code paths above publish for that template: the endpoint's drift, feature watch and quality
+    alarms, the queue's GPU (gpu_alarms.py, on the agent's QueueName series), goodput and health alarms, the fleet's
+    GPU alarms (on its group's series) and scale-to-zero alarm; each token in a read names a resource of the
+    template."""
+    templates = {"endpoint": (built[0], endpoint_published), "queue": (queue_built[0], queue_published),
+                 "fleet": (fleet_built, fleet_published)}
+    for name, (template, published) in templates.items():
+        reads = alarm_reads(template)
+        assert len(reads) >= ALARM_READS[name], (name, reads)
+        assert [(alarm, read) for alarm, read in reads if not is_published(read, published)] == [], name
+        assert [(alarm, read) for alarm, read in reads if foreign_tokens(template, read)] == [], name
+
+
+def test_the_stall_watchers_stop_and_warning_are_read_by_the_queues_by_rule_widgets(queue_built, job_published,
+                                                                                   stall_watcher_runs):
+    """The stall watcher -> the queue's dashboard: stopped (the stall rule at stop) it publishes the job's own stall
+    stop (one key, one alarm: test_metric_joins ties it to the stalled alarm); at warn it stops nothing and publishes
+    a warning that the dashboard reads in the same widget as the job's own warnings by rule, as its stop is read
+    with the job's stops: a warning under other dimensions (no Rule) would be read by no widget."""
+    from ml_platform_constructs.runtime.handlers.stall_watcher import RULE
+    from ml_platform_job.health import RULE_DIMENSION
+
+    template, _, _ = queue_built
+    reads = [(title, read) for body in dashboards(template).values() for title, read in own(widget_reads(body))]
+    (stopping, (stop,)), (warning, (warned,)) = stall_watcher_runs["stop"], stall_watcher_runs["warn"]
+    assert len(stopping["stopped"]) == 1 and stopping["warned"] == [], stopping
+    assert len(warning["warned"]) == 1 and warning["stopped"] == [], warning
+    assert stop in job_published
+    (job_warning,) = [k for k in job_published if k[:2] == warned[:2] and (RULE_DIMENSION, RULE) in k[2]]
+    for key, jobs in ((stop, stop), (warned, job_warning)):
+        titles = {title for title, read in reads if is_published(read, {key})}
+        assert titles and titles == {title for title, read in reads if is_published(read, {jobs})}, (key, titles)
 
 
 def metric_math(expression: str, values: dict):
@@ -383,20 +536,68 @@ def test_a_dashboard_reading_a_metric_nobody_publishes_fails_the_join(built, end
 
 
 def scaling_reads(template) -> list[tuple]:
-    """What the template's Application Auto Scaling policies read: a target tracking policy's customized metric (or its
-    metric math), and the alarms whose actions invoke a policy."""
-    policies = template.find_resources("AWS::ApplicationAutoScaling::ScalingPolicy")
+    """What the template's scaling policies read, Application Auto Scaling's and EC2 Auto Scaling's: a target tracking
+    policy's customized metric (or each MetricStat of its metric math), and the alarms whose actions invoke a policy
+    (a Ref of it, or its GetAtt Arn)."""
+    policies = {**template.find_resources("AWS::ApplicationAutoScaling::ScalingPolicy"),
+                **template.find_resources("AWS::AutoScaling::ScalingPolicy")}
     reads = []
     for policy in policies.values():
-        tracking = policy["Properties"].get("TargetTrackingScalingPolicyConfiguration", {})
+        properties = policy["Properties"]
+        tracking = (properties.get("TargetTrackingScalingPolicyConfiguration")  # Application Auto Scaling
+                    or properties.get("TargetTrackingConfiguration") or {})  # EC2 Auto Scaling
         custom = tracking.get("CustomizedMetricSpecification")
         if custom:
             metrics = [m["MetricStat"]["Metric"] for m in custom.get("Metrics", []) if "MetricStat" in m] or [custom]
             reads += [metric_key(m["Namespace"], m["MetricName"], m.get("Dimensions", [])) for m in metrics]
+
+    def invokes(action) -> bool:
+        return isinstance(action, dict) and (action.get("Ref") in policies
+                                             or action.get("Fn::GetAtt", [None])[0] in policies)
     for alarm in template.find_resources("AWS::CloudWatch::Alarm").values():
-        if any(isinstance(a, dict) and a.get("Ref") in policies for a in alarm["Properties"].get("AlarmActions", [])):
+        if any(invokes(a) for a in alarm["Properties"].get("AlarmActions", [])):
             reads += read_by(alarm["Properties"])
     return reads
+
+
+def test_the_scaling_reader_reads_ec2_auto_scaling_policies(synth_stack):
+    """The reader itself on EC2 Auto Scaling (no platform group scales on a policy; this group is built for the
+    check, with hand-written metrics: the format, not the platform's names): a step policy's alarms, a target
+    tracking policy's customized metric, and one in its metric-math form (each MetricStat)."""
+    from aws_cdk import aws_autoscaling as autoscaling
+    from aws_cdk import aws_cloudwatch as cloudwatch
+    from aws_cdk import aws_ec2 as ec2
+
+    from tests.conftest import isolated_vpc
+
+    def metric(name: str):
+        return cloudwatch.Metric(namespace="N/a", metric_name=name, dimensions_map={"A": "1"})
+
+    def body(stack):
+        group = autoscaling.AutoScalingGroup(stack, "Group", vpc=isolated_vpc(stack),
+                                             instance_type=ec2.InstanceType("t3.micro"),
+                                             machine_image=ec2.MachineImage.generic_linux({"us-east-1": "ami-1234"}))
+        group.scale_on_metric("Step", metric=metric("Step"), scaling_steps=[
+            autoscaling.ScalingInterval(upper=10, change=-1), autoscaling.ScalingInterval(lower=50, change=1)])
+        group.scale_to_track_metric("Track", metric=metric("Track"), target_value=50)
+        dimension = autoscaling.CfnScalingPolicy.MetricDimensionProperty(name="A", value="1")
+        autoscaling.CfnScalingPolicy(
+            stack, "Math", auto_scaling_group_name=group.auto_scaling_group_name, policy_type="TargetTrackingScaling",
+            target_tracking_configuration=autoscaling.CfnScalingPolicy.TargetTrackingConfigurationProperty(
+                target_value=50, customized_metric_specification=autoscaling.CfnScalingPolicy.
+                CustomizedMetricSpecificationProperty(metrics=[
+                    autoscaling.CfnScalingPolicy.TargetTrackingMetricDataQueryProperty(
+                        id=f"m{i}", return_data=False, metric_stat=autoscaling.CfnScalingPolicy.
+                        TargetTrackingMetricStatProperty(stat="Sum", metric=autoscaling.CfnScalingPolicy.
+                                                         MetricProperty(namespace="N/a", metric_name=name,
+                                                                        dimensions=[dimension])))
+                    for i, name in enumerate(("Math1", "Math2"))] + [
+                    autoscaling.CfnScalingPolicy.TargetTrackingMetricDataQueryProperty(
+                        id="e", expression="m0 / m1", return_data=True)])))
+    template = synth_stack(body)
+    assert template.find_resources("AWS::ApplicationAutoScaling::ScalingPolicy") == {}
+    assert sorted(scaling_reads(template)) == sorted(
+        ("N/a", name, (("A", "1"),)) for name in ("Step", "Step", "Track", "Math1", "Math2"))
 
 
 def test_no_scaling_policy_reads_a_platform_metric(synth_stack, built, queue_built, fleet_built):

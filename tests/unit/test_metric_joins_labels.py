@@ -67,7 +67,7 @@ def math_value(props: dict, recording: Recording):
         if "MetricStat" in metric:
             stat = metric["MetricStat"]["Metric"]
             key = metric_key(stat["Namespace"], stat["MetricName"], stat.get("Dimensions", []))
-            published = [v for k, v in recording.data if k == key]
+            published = recording.values(key, metric["MetricStat"].get("Unit"))
             values[metric["Id"]] = sum(published) if published else None
     (expression,) = [m["Expression"] for m in props["Metrics"] if m.get("ReturnData", True) and "Expression" in m]
     tree = ast.parse(expression, mode="eval")
@@ -112,12 +112,18 @@ def test_the_backlog_alarm_reads_the_label_files_a_run_held_back_and_breaches_on
     assert outcomes == {"100": (1, True), None: (0, False)}
 
 
-def test_the_labels_lost_alarm_reads_unreadable_labels_and_breaches_only_then(built, s3):
+def test_the_labels_lost_alarm_reads_unreadable_and_expired_labels_and_breaches_only_then(built, s3):
     """quality_handler's LabelsMalformed and LabelObjectsExpired -> the labels-lost alarm (metric math over both):
     every metric of its expression is one the check published, and its value breaches with one unreadable label
-    line, not without."""
+    line, and with a label file that waited past the two-day horizon (held back by the label limit), not without."""
     template, monitored = built
     props = alarm_props(template, monitored.quality.labels_lost_alarm)
+
+    def lost(recording):
+        value = math_value(props, recording)
+        assert value is not None, read_by(props)
+        return COMPARISONS[props["ComparisonOperator"]](value, props["Threshold"])
+
     outcomes = {}
     for broken in (True, False):
         check = Check(template, s3)
@@ -125,11 +131,16 @@ def test_the_labels_lost_alarm_reads_unreadable_labels_and_breaches_only_then(bu
         check.captured(hour_before(5), ids)
         check.labelled(hour_before(4), ids, extra=("not a label",) if broken else ())
         summary, recording = check.run(NOW)
-        value = math_value(props, recording)
-        assert value is not None, read_by(props)
-        outcomes[broken] = summary["malformed_labels"], COMPARISONS[props["ComparisonOperator"]](value,
-                                                                                             props["Threshold"])
-    assert outcomes == {True: (1, True), False: (0, False)}
+        outcomes[broken] = summary["malformed_labels"], lost(recording)
+    check = Check(template, s3, MAX_LABELS="0")  # every label file waits, until it leaves the horizon
+    ids = [f"e{i}" for i in range(20)]
+    check.captured(hour_before(6), ids)
+    check.labelled(hour_before(5), ids)
+    waiting, recording = check.run(NOW)
+    outcomes["waiting"] = waiting["label_objects_expired"], lost(recording)
+    expired, recording = check.run(NOW + timedelta(hours=80))
+    outcomes["expired"] = expired["label_objects_expired"], lost(recording)
+    assert outcomes == {True: (1, True), False: (0, False), "waiting": (0, False), "expired": (1, True)}
 
 
 def test_the_starved_alarm_reads_the_labelled_predictions_per_batch_and_breaches_only_when_starving(built, s3):
@@ -156,28 +167,32 @@ def test_the_starved_alarm_reads_the_labelled_predictions_per_batch_and_breaches
 def test_the_too_late_alarm_reads_the_late_labels_share_and_breaches_only_on_late_labels(built, s3):
     """quality_handler's LabelsTooLateShare -> the labels-too-late alarm: labels 30 hours after their predictions
     (label_lateness_hours 24) breach it; labels of predictions never captured (unmatched, not late) publish a share
-    that does not."""
+    that does not; and 10 late labels among 390 on time (2.5% of the run's labels, under the alarm's 5%) do not,
+    though every unmatched label of the sample was late."""
     template, monitored = built
     alarm = logical_id(monitored.quality.labels_too_late_alarm)
     outcomes = {}
-    for late in (True, False):
+    for stream, (late, on_time, ghosts) in {"late": (300, 0, 0), "never captured": (0, 0, 300),
+                                            "a few late": (10, 390, 0)}.items():
         check = Check(template, s3)
-        ids = [f"t{late}-{i}" for i in range(300)]
-        if late:
-            check.captured(hour_before(40), ids)
-        check.labelled(hour_before(10), ids)
+        late_ids, on_time_ids = [f"t-{i}" for i in range(late)], [f"o-{i}" for i in range(on_time)]
+        if late_ids:
+            check.captured(hour_before(40), late_ids)
+        if on_time_ids:
+            check.captured(hour_before(11), on_time_ids)
+        check.labelled(hour_before(10), late_ids + on_time_ids + [f"g-{i}" for i in range(ghosts)])
         summary, recording = check.run(NOW)
-        assert summary["unmatched_labels"] == 300 and summary["too_late"] is not None
+        assert summary["unmatched_labels"] == late + ghosts and summary["too_late"] is not None, summary
         (value,) = published_to(template, alarm, recording)
-        outcomes[late] = breaches(template, alarm, value)
-    assert outcomes == {True: True, False: False}
+        outcomes[stream] = breaches(template, alarm, value)
+    assert outcomes == {"late": True, "never captured": False, "a few late": False}
 
 
-class ConflictOnSecondSave:
-    """An S3 client on which another run saves the state between this run's first and second save (412)."""
+class ConflictOnSave:
+    """An S3 client on which another run saves the state between this run's save number ``at`` - 1 and ``at`` (412)."""
 
-    def __init__(self, s3):
-        self.s3, self.saves = s3, 0
+    def __init__(self, s3, at: int):
+        self.s3, self.at, self.saves = s3, at, 0
 
     def __getattr__(self, name):
         return getattr(self.s3, name)
@@ -185,7 +200,7 @@ class ConflictOnSecondSave:
     def put_object(self, **kwargs):
         if kwargs["Key"].endswith("monitor.json"):
             self.saves += 1
-            if self.saves == 2:
+            if self.saves == self.at:
                 from botocore.exceptions import ClientError
                 raise ClientError({"Error": {"Code": "PreconditionFailed"},
                                    "ResponseMetadata": {"HTTPStatusCode": 412}}, "PutObject")
@@ -193,17 +208,26 @@ class ConflictOnSecondSave:
 
 
 def test_a_run_stopped_by_an_overlapping_one_publishes_what_it_saved_where_the_alarms_read(built, s3):
-    """quality_handler's conflict path (_stopped_by) publishes the counts its saved state holds: under the same
-    namespace, names and dimensions as a whole run's counts, so the labels-lost alarm reads every count it saved."""
+    """quality_handler's conflict path (_stopped_by) publishes the counts its saved state holds, under the same
+    namespace, names and dimensions as a whole run's counts, with their values: stopped after it saved its joins
+    (an unreadable label among them), its labels-lost alarm breaches; stopped before, it publishes nothing."""
     template, monitored = built
-    check = Check(template, s3)
-    ids = [f"c{i}" for i in range(50)]
-    check.captured(hour_before(5), ids)
-    check.labelled(hour_before(4), ids)
-    stopped, recording = check.run(NOW, ConflictOnSecondSave(s3))
-    assert stopped["status"] == "conflict" and stopped["records_indexed"] == 50
-    published = {key for key, _ in recording.data}
-    _, whole_recording = check.run(NOW)  # the next run, whole: its counts are tied to the alarms elsewhere
-    assert published and published <= {key for key, _ in whole_recording.data}
     lost = alarm_props(template, monitored.quality.labels_lost_alarm)
-    assert set(read_by(lost)) <= published
+    published = {}
+    for at in (1, 3):  # the state's saves: the index's, the judgement's, the look for late labels'
+        check = Check(template, s3)
+        ids = [f"c{at}-{i}" for i in range(50)]
+        check.captured(hour_before(5), ids)
+        check.labelled(hour_before(4), ids, extra=("not a label",))
+        stopped, recording = check.run(NOW, ConflictOnSave(s3, at))
+        assert stopped["status"] == "conflict", stopped
+        published[at] = stopped, recording
+    assert published[1][1].data == []  # nothing saved: nothing published (the next run joins it all)
+    stopped, recording = published[3]
+    assert stopped["malformed_labels"] == 1 and stopped["labelled"] == 50
+    _, whole = check.run(NOW)  # the next run, whole: its counts are tied to the alarms elsewhere
+    assert {key for key, _ in recording.data} <= {key for key, _ in whole.data}
+    assert set(read_by(lost)) <= {key for key, _ in recording.data}
+    value = math_value(lost, recording)
+    assert value == stopped["malformed_labels"] + stopped["label_objects_expired"]
+    assert COMPARISONS[lost["ComparisonOperator"]](value, lost["Threshold"])

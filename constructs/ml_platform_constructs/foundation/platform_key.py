@@ -123,10 +123,18 @@ _KEY_SERVICES = "_ml_platform_key_services"
 
 
 def _allowed(key: kms.IKey) -> set[str]:
-    root = key.node.root
-    if not hasattr(root, _KEY_SERVICES):
-        setattr(root, _KEY_SERVICES, {})
-    return getattr(root, _KEY_SERVICES).setdefault(key.node.path, set())
+    # The set is also kept on the key's proxy object: reading the root and path again is three jsii round trips.
+    found = getattr(key, _KEY_SERVICES, None)
+    if found is None:
+        root = key.node.root
+        if not hasattr(root, _KEY_SERVICES):
+            setattr(root, _KEY_SERVICES, {})
+        found = getattr(root, _KEY_SERVICES).setdefault(key.node.path, set())
+        try:
+            setattr(key, _KEY_SERVICES, found)
+        except AttributeError:  # an imported key's jsii proxy takes no new attributes: read again next time
+            pass
+    return found
 
 
 def key_policy_has(key: kms.IKey, *services: str) -> None:

@@ -27,6 +27,7 @@ The alarms' shape, replayed against the job's own lines in tests/unit/test_healt
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Mapping, Optional
 
@@ -72,12 +73,18 @@ def rule_meanings(table: Optional[str]) -> dict[str, str]:
 MEANINGS = rule_meanings(health.__doc__)
 
 
+@functools.cache
+def _alarm_period() -> Duration:
+    """The alarms' period, made once per process (a Duration is immutable; each one made is a jsii round trip)."""
+    return Duration.minutes(ALARM_PERIOD_MINUTES)
+
+
 def health_metric(queue_name: str, metric_name: str, rule: str, *, label: Optional[str] = None) -> cloudwatch.Metric:
     """``HealthStop`` or ``HealthWarning`` of one rule, the queue's jobs' sum in each 5-minute period (a label is for
     charts: an alarm on a labelled metric is rendered as a metric-math alarm)."""
     return cloudwatch.Metric(namespace=HEALTH_NAMESPACE, metric_name=metric_name, statistic="Sum",
                              dimensions_map={QUEUE_DIMENSION: queue_name, RULE_DIMENSION: rule},
-                             period=Duration.minutes(ALARM_PERIOD_MINUTES), label=label, unit=None)
+                             period=_alarm_period(), label=label, unit=None)
 
 
 def validate_health_props(construct: str, *, health_mode: str, stalled_minutes: Optional[int],
@@ -183,7 +190,7 @@ def health_widgets(queue_name: str) -> list[cloudwatch.IWidget]:
     """The dashboard's health row: stops and warnings per rule (sums per 5 minutes), and each running job's progress
     heartbeat (steps and evaluation batches per 5 minutes, what the stall watcher reads)."""
     progress = cloudwatch.MathExpression(
-        label="", period=Duration.minutes(ALARM_PERIOD_MINUTES),
+        label="", period=_alarm_period(),
         expression=f"SEARCH('{{{HEALTH_NAMESPACE},{QUEUE_DIMENSION},{JOB_DIMENSION}}} "
                    f"MetricName=\"{HEARTBEAT_METRIC}\" {QUEUE_DIMENSION}=\"{queue_name}\"', "
                    f"'Sum', {ALARM_PERIOD_MINUTES * 60})")
