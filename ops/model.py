@@ -270,6 +270,19 @@ def update_parameters(cloudformation: Any, stack: dict, values: dict[str, str]) 
     cloudformation.update_stack(**request)
 
 
+def wait_for_update(cloudformation: Any, stack: dict) -> Optional[str]:
+    """Waits for the stack's update (up to 4 hours: a blue/green shift bakes 20 minutes a step); None once it completed,
+    else the stack's status (rolled back, failed, or still in progress when the wait ran out)."""
+    from botocore.exceptions import WaiterError
+
+    try:
+        cloudformation.get_waiter("stack_update_complete").wait(
+            StackName=stack["StackName"], WaiterConfig={"Delay": 30, "MaxAttempts": 480})
+    except WaiterError:
+        return cloudformation.describe_stacks(StackName=stack["StackName"])["Stacks"][0]["StackStatus"]
+    return None
+
+
 def judge_evidence(env: EnvironmentConfig, endpoint: EndpointConfig, candidate: Outcomes,
                    live: Optional[Outcomes], promoted_baseline: str = "", alpha: Optional[float] = None) -> Judgement:
     """The gate at ``alpha`` (default: the endpoint's; a promotion passes its ledger's level)."""
@@ -553,13 +566,8 @@ def promote(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, cl
     if not wait:
         out(f"  not waiting: follow it with ./platform model status {env.name} {endpoint.name}")
         return 0
-    from botocore.exceptions import WaiterError
-
-    try:
-        cloudformation.get_waiter("stack_update_complete").wait(
-            StackName=stack["StackName"], WaiterConfig={"Delay": 30, "MaxAttempts": 480})
-    except WaiterError:
-        status = cloudformation.describe_stacks(StackName=stack["StackName"])["Stacks"][0]["StackStatus"]
+    status = wait_for_update(cloudformation, stack)
+    if status is not None:
         record_decision(client, run_id, env, endpoint, {**entry, "outcome": "rolled back", "stack_status": status,
                                                         "at": now().isoformat(timespec="seconds")},
                         now().isoformat(timespec="seconds"))
@@ -581,16 +589,30 @@ def promote(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, cl
                              f"./platform model status {env.name} {endpoint.name}. Recorded in the run.")
     if served["config"].lower() != served["declared_config"].lower() or served["models"] != [promoted_uri]:
         back = {parameter: live, **({baseline[0]: baseline[1]} if baseline is not None else {})}
+        rolled_back = {**entry, "outcome": "rolled back", "served": served, "parameters_put_back": back}
         update_parameters(cloudformation, stack, back)
-        record_decision(client, run_id, env, endpoint, {**entry, "outcome": "rolled back", "served": served,
-                                                        "parameters_put_back": back,
-                                                        "at": now().isoformat(timespec="seconds")},
-                        now().isoformat(timespec="seconds"))
-        raise PromotionError(f"the rollout of run {run_id} to {endpoint.name} rolled back: SageMaker serves "
-                             f"{served['config']} ({', '.join(str(m) for m in served['models'])}), not the declared "
-                             f"{served['declared_config']} ({promoted_uri}); the parameters are put back to {live} so "
-                             "that the stack declares what is served. See the endpoint's rollback alarms. Recorded in "
-                             "the run.")
+        # The put-back is another stack update (and endpoint update): recorded as under way before it is awaited (a
+        # wait cut short leaves that much), then with how it ended, so that the command returns on a settled stack.
+        # One decision: the second record replaces the first (the same tag, stamped when the rollback was found).
+        found_at = now().isoformat(timespec="seconds")
+        record_decision(client, run_id, env, endpoint, {**rolled_back, "put_back": "in progress", "at": found_at},
+                        found_at)
+        put_back = wait_for_update(cloudformation, stack)
+        record_decision(client, run_id, env, endpoint, {**rolled_back, "put_back": put_back or "complete",
+                                                        "at": found_at,
+                                                        "put_back_at": now().isoformat(timespec="seconds")}, found_at)
+        rolled = (f"the rollout of run {run_id} to {endpoint.name} rolled back: SageMaker serves {served['config']} "
+                  f"({', '.join(str(m) for m in served['models'])}), not the declared {served['declared_config']} "
+                  f"({promoted_uri})")
+        if put_back is not None:
+            raise PromotionError(f"{rolled}; putting the parameters back to {live} did not complete "
+                                 f"({stack['StackName']} is {put_back}), so the stack may still declare run {run_id}: "
+                                 f"see the stack's events, then once it is settled follow ./platform model status "
+                                 f"{env.name} {endpoint.name} and put {parameter} (and the quality baseline) back to "
+                                 "what is served. Recorded in the run.")
+        raise PromotionError(f"{rolled}; the parameters are put back to {live} (the stack update completed) so that "
+                             "the stack declares what is served. See the endpoint's rollback alarms. Recorded in the "
+                             "run.")
     record_decision(client, run_id, env, endpoint, {**entry, "outcome": "rolled out",
                                                     "at": now().isoformat(timespec="seconds")},
                     now().isoformat(timespec="seconds"))

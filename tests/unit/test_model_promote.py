@@ -7,11 +7,13 @@ import hashlib
 import json
 import itertools
 import random
+import re
 import shutil
 from datetime import datetime, timezone
 
 import boto3
 import pytest
+from botocore.exceptions import WaiterError
 from moto import mock_aws
 
 from ml_platform_job import evaluation
@@ -181,6 +183,67 @@ def test_the_old_configuration_after_the_update_fails_the_promotion_records_roll
     last = decisions(gate, better)[-1]
     assert last["outcome"] == "rolled back" and last["served"]["config"] == config_name(0)
     assert last["parameters_put_back"] == put_back
+
+
+class Awaited(Serving):
+    """Records each wait on a stack update with the updates started before it; the put-back's update (the second)
+    ends in ``put_back_status`` (its waiter fails) unless that is None."""
+
+    def __init__(self, *args, put_back_status=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.put_back_status, self.waits = put_back_status, []
+
+    def describe_stacks(self, StackName):
+        described = super().describe_stacks(StackName)
+        if len(self.updates) > 1 and self.put_back_status and StackName != "dev-Data":
+            described["Stacks"][0]["StackStatus"] = self.put_back_status
+        return described
+
+    def get_waiter(self, name):
+        outer, waiter = self, super().get_waiter(name)
+
+        class Waiter:
+            def wait(self, **kwargs):
+                outer.waits.append((len(outer.updates), kwargs))
+                if len(outer.updates) > 1 and outer.put_back_status:
+                    raise WaiterError(name, "Waiter encountered a terminal failure state", {})
+                waiter.wait(**kwargs)
+        return Waiter()
+
+
+def rolled_back_promotion(gate, cloudformation):
+    better = recorded_run(gate["tmp"], gate["uri"], "better", 0.90, s3=gate["s3"])
+    evaluated(gate, better, gate["live"])
+    sagemaker = SageMaker(f"models/classifier/{better}/model.tar.gz", live_key(gate), rolled_back=True)
+    with pytest.raises(SystemExit) as failed:
+        promote(gate, better, cloudformation, sagemaker=sagemaker)
+    return better, str(failed.value.code)
+
+
+def test_the_put_back_update_is_awaited_like_the_rollout_and_the_decision_says_it_completed(gate):
+    """Issue 41: the put-back is a second stack update; the command returned on it UPDATE_IN_PROGRESS."""
+    cloudformation = Awaited(live=gate["live"], baseline="0.85:2000")
+    better, message = rolled_back_promotion(gate, cloudformation)
+    config = {"StackName": "dev-Serving", "WaiterConfig": {"Delay": 30, "MaxAttempts": 480}}
+    assert cloudformation.waits == [(1, config), (2, config)]  # the rollout's update, then the put-back's
+    assert "the parameters are put back to " + gate["live"] + " (the stack update completed) so that" in message
+    assert message.count("\n") == 0 and message.endswith("Recorded in the run.")
+    last = decisions(gate, better)[-1]
+    assert (last["outcome"], last["put_back"]) == ("rolled back", "complete")
+
+
+def test_a_put_back_update_that_fails_is_reported_with_the_stacks_status_and_what_to_do(gate):
+    cloudformation = Awaited(live=gate["live"], baseline="0.85:2000", put_back_status="UPDATE_ROLLBACK_COMPLETE")
+    better, message = rolled_back_promotion(gate, cloudformation)
+    assert len(cloudformation.waits) == 2 and "are put back" not in message
+    assert re.search(rf"rolled back: SageMaker serves {config_name(0)} .*; putting the parameters back to "
+                     rf"{gate['live']} did not complete \(dev-Serving is UPDATE_ROLLBACK_COMPLETE\), so the stack may "
+                     rf"still declare run {better}: see the stack's events, then once it is settled follow "
+                     rf"./platform model status dev classifier and put {PARAMETER} \(and the quality baseline\) back "
+                     r"to what is served. Recorded in the run.$", message), message
+    last = decisions(gate, better)[-1]
+    assert (last["outcome"], last["put_back"]) == ("rolled back", "UPDATE_ROLLBACK_COMPLETE")
+    assert last["parameters_put_back"] == {PARAMETER: gate["live"], BASELINE: "0.85:2000"}
 
 
 def test_an_endpoint_not_in_service_after_the_update_is_not_called_rolled_out(gate):
