@@ -8,8 +8,10 @@ information is not there (no GPU on a laptop, no container metadata outside ECS)
 - ``params``: the job's parameters (often ``vars(args)``), every one by name; a value is ``"<redacted>"`` when it
   looks like a secret (the token and key shapes of ``SECRET_VALUE``), or when the name says secret outright
   (``password``, ``secret``, ``api_key``, ``hf_token``, ... and a ``*_token`` whose value is token-shaped):
-  ``redact_params``. Names alone are not judged by substrings: ``max_new_tokens``, ``tokenizer``, ``pad_token_id``,
-  ``num_key_value_heads``, ``session_length`` and ``use_auth`` are hyperparameters, and they are the run.
+  ``redact_params``. Nested mappings and lists are judged the same way at every depth, each value under its own
+  key's name (``{"db": {"password": ...}}`` redacts the password alone; structure and other values are kept). Names
+  alone are not judged by substrings: ``max_new_tokens``, ``tokenizer``, ``pad_token_id``, ``num_key_value_heads``,
+  ``session_length`` and ``use_auth`` are hyperparameters, and they are the run.
 - ``packages``: ``name==version`` of every installed distribution (a pip freeze without pip), written next to the
   passport (``packages.txt``) and to MLflow; the passport holds its SHA-256.
 - ``dataset``: the URI (``s3://`` prefix or a directory) with a SHA-256 over its contents (``dataset_fingerprint``):
@@ -124,8 +126,26 @@ def redact_command(argv: list[str]) -> list[str]:
 
 def redact_params(params: Mapping[str, Any]) -> dict[str, Any]:
     """The parameters a run records (passport and MLflow): every name, with ``"<redacted>"`` for a value
-    ``param_is_secret`` judges one, so a dropped parameter is seen to be dropped."""
-    return {name: REDACTED if param_is_secret(str(name), value) else value for name, value in params.items()}
+    ``param_is_secret`` judges one, so a dropped parameter is seen to be dropped. Nested mappings and lists keep
+    their structure and are judged at every depth by the same rules (``_redact``)."""
+    return {name: _redact(str(name), value) for name, value in params.items()}
+
+
+def _redact(name: str, value: Any) -> Any:
+    """One parameter as recorded. A mapping or a list under a name that says secret outright (``credentials``,
+    ``db_password``) is ``"<redacted>"`` whole; any other mapping keeps its keys, each value judged under its own
+    key's name (``{"db": {"password": ...}}``), and a list (or tuple) keeps its items, each judged under the list's
+    name (``[{"api_key": ...}]``, ``stop_tokens``); a leaf is judged by ``param_is_secret`` (its name and value)."""
+    if isinstance(value, Mapping):
+        if PARAM_SECRET_NAME.search(name):
+            return REDACTED
+        return {key: _redact(str(key), item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        if PARAM_SECRET_NAME.search(name):
+            return REDACTED
+        items = [_redact(name, item) for item in value]
+        return items if isinstance(value, list) else tuple(items)
+    return REDACTED if param_is_secret(name, value) else value
 
 
 def filter_params(params: Mapping[str, Any]) -> dict[str, Any]:

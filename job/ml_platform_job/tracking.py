@@ -47,11 +47,13 @@ window (``ML_PLATFORM_GOODPUT_WINDOW_SECONDS``) as an embedded-metric-format lin
 its loader or a save: the queue's goodput alarms' data. ``run.loader_settings()`` gives DataLoader settings for the
 attempt's instance.
 
-An attempt starts at its process's start (imports, the dataset's fingerprint and the passport are paid time too) and
-records its instance (``host``: the instance's id and Availability Zone, its boot, the image pull, the previous job's
-end on it; ``host.py``). An attempt whose process raises, or exits without ``finish`` or ``stop``, is recorded as
-``failed`` when the interpreter exits (its record and MLflow run written, the run FAILED); a hard kill (SIGKILL, out
-of memory) leaves it ``running``, billed to its last record.
+An attempt starts where AWS Batch started it (``DescribeJobs``: the job's ``startedAt``, or its entry in the job's
+``attempts``), when the job may read it (``batch:DescribeJobs``), else at its process's start (imports, the dataset's
+fingerprint and the passport are paid time too either way), and records its instance (``host``: the instance's id
+and Availability Zone, its boot, the image pull, the previous job's end on it; ``host.py``). An attempt whose
+process raises, or exits without ``finish`` or ``stop``, is recorded as ``failed`` when the interpreter exits (its
+record and MLflow run written, the run FAILED); a hard kill (SIGKILL, out of memory) leaves it ``running``, billed
+to its last record.
 
 Cost: every attempt's paid hours (``goodput.paid_span``: from its instance's boot, or the previous job's end on it,
 or its image pull, to its end) x its rate (the price table's, or the price paid where the operator side recorded
@@ -292,6 +294,7 @@ class TrackedRun:
         self._writes = writes  # False on a multi-node job's other nodes: only the main node records the run
         self._prices = prices
         self._batch = batch
+        self._batch_jobs: dict[str, Optional[Mapping[str, Any]]] = {}  # DescribeJobs' answers, once per job id
         self._sink_failed = False
         self._host_job: Optional[str] = None  # this attempt's name in the instance's job lines (host.py)
         self._crash: Optional[str] = None  # the exception that ended the process, when one did
@@ -347,7 +350,7 @@ class TrackedRun:
                       writes=writes)
             if run.finished:
                 return run
-            run._continue(env, packages, run._attempt_start(entered, record))
+            run._continue(env, packages, run._attempt_start(entered, record, env))
             return run
         now = clock()
         name = run_name or env.get("ML_PLATFORM_JOB_NAME") or f"run-{datetime.fromtimestamp(now, timezone.utc):%Y%m%d-%H%M%S}"
@@ -373,24 +376,32 @@ class TrackedRun:
                 run._safely(lambda: sink.artifact(run.run_id, artifact, text))
             if fingerprint:
                 run._safely(lambda: sink.dataset(run.run_id, fingerprint))
-        run._begin_attempt(env, packages, run._attempt_start(entered, record))
+        run._begin_attempt(env, packages, run._attempt_start(entered, record, env))
         return run
 
-    def _attempt_start(self, entered: float, record: Mapping[str, Any]) -> float:
-        """The attempt's start: the process's own start (its imports and setup are paid time too) for the first run
-        this process starts on the real clock, when that start is after the run's previous attempt ended; else
-        ``entered``, when ``start`` was called (a notebook's second run, a test's fake clock)."""
+    def _attempt_start(self, entered: float, record: Mapping[str, Any], env: Mapping[str, str]) -> float:
+        """The attempt's start, for the first run this process starts on the real clock (every run on an injected
+        clock: a test's attempt): AWS Batch's own start of it on Batch (``_batch_started_at``), else the process's
+        own start (its imports, the dataset's fingerprint and the passport are paid time too), each only when it is
+        not after ``entered`` and not before the run's previous attempt ended; else ``entered``, when ``start`` was
+        called (a notebook's second run, off Batch on a fake clock, neither start readable)."""
         global _PROCESS_START_USED
-        if self._clock is not time.time or _PROCESS_START_USED:
-            return entered
-        _PROCESS_START_USED = True
-        process = hosts.process_started_at()
+        if self._clock is time.time:
+            if _PROCESS_START_USED:
+                return entered
+            _PROCESS_START_USED = True
+            readers: tuple[Callable[[], Optional[float]], ...] = (lambda: self._batch_started_at(env),
+                                                                  hosts.process_started_at)
+        else:
+            readers = (lambda: self._batch_started_at(env),)
         attempts = (record.get("passport") or {}).get("attempts") or []
         previous = max((_epoch(a.get("ended_at") or a.get("last_seen_at") or a["started_at"]) for a in attempts
                         if a.get("started_at")), default=None)
-        if process is None or process > entered or (previous is not None and process < previous):
-            return entered
-        return process
+        for read in readers:
+            found = read()
+            if found is not None and found <= entered and (previous is None or found >= previous):
+                return found
+        return entered
 
     @staticmethod
     def _same_configuration(record: Mapping[str, Any], identity: Mapping[str, Any], compared: tuple[str, ...]) -> None:
@@ -432,11 +443,11 @@ class TrackedRun:
             self._safely(lambda: self.sink.resume(self.run_id))
         self._begin_attempt(env, packages, started)
 
-    def _batch_stopped_at(self, attempt: Mapping[str, Any], env: Mapping[str, str]) -> Optional[float]:
-        """AWS Batch's ``stoppedAt`` (epoch seconds) of a lost attempt, None where the job cannot read it.
-        https://docs.aws.amazon.com/batch/latest/APIReference/API_AttemptDetail.html"""
-        if not attempt.get("job_id") or not attempt.get("batch_attempt"):
-            return None
+    def _batch_job(self, job_id: str, env: Mapping[str, str]) -> Optional[Mapping[str, Any]]:
+        """AWS Batch's record of a job (``DescribeJobs``), asked once per job id; None where the job cannot read it
+        (not on AWS Batch, no batch:DescribeJobs, no network, no such job): never an error."""
+        if job_id in self._batch_jobs:
+            return self._batch_jobs[job_id]
         try:
             client = self._batch
             if client is None:
@@ -446,13 +457,51 @@ class TrackedRun:
                 from botocore.config import Config
                 client = boto3.client("batch", config=Config(connect_timeout=2, read_timeout=5,
                                                              retries={"max_attempts": 1}))
-            jobs = client.describe_jobs(jobs=[attempt["job_id"]])["jobs"]
-            tried = jobs[0].get("attempts", []) if jobs else []
+            jobs = client.describe_jobs(jobs=[job_id])["jobs"]
+            found = jobs[0] if jobs and isinstance(jobs[0], Mapping) else None
+        except Exception:  # no permission, no network, no such job: the caller's fallback stands
+            found = None
+        self._batch_jobs[job_id] = found
+        return found
+
+    def _batch_stopped_at(self, attempt: Mapping[str, Any], env: Mapping[str, str]) -> Optional[float]:
+        """AWS Batch's ``stoppedAt`` (epoch seconds) of a lost attempt, None where the job cannot read it.
+        https://docs.aws.amazon.com/batch/latest/APIReference/API_AttemptDetail.html"""
+        if not attempt.get("job_id") or not attempt.get("batch_attempt"):
+            return None
+        job = self._batch_job(attempt["job_id"], env)
+        try:
+            tried = (job or {}).get("attempts") or []
             stopped = tried[attempt["batch_attempt"] - 1].get("stoppedAt") if len(tried) >= attempt["batch_attempt"] \
                 else None
-        except Exception:  # no permission, no network, no such job: the lower bound stands
+        except Exception:  # an answer of another shape: the lower bound stands
             return None
-        return stopped / 1000 if stopped else None
+        return stopped / 1000 if isinstance(stopped, (int, float)) and stopped > 0 else None
+
+    def _batch_started_at(self, env: Mapping[str, str]) -> Optional[float]:
+        """AWS Batch's start (epoch seconds) of this process's attempt (``AWS_BATCH_JOB_ATTEMPT`` of
+        ``AWS_BATCH_JOB_ID``): its entry's ``startedAt`` where the job's ``attempts`` lists it already, else the job's
+        own ``startedAt`` (the running attempt's), unless a listed attempt stopped after it (a previous attempt's
+        start). None off AWS Batch or where the job cannot read it.
+        https://docs.aws.amazon.com/batch/latest/APIReference/API_JobDetail.html"""
+        job_id = env.get("AWS_BATCH_JOB_ID", "").split("#", 1)[0]
+        if not job_id:
+            return None
+        job = self._batch_job(job_id, env)
+        if job is None:
+            return None
+        try:
+            tried = job.get("attempts") or []
+            number = int(env["AWS_BATCH_JOB_ATTEMPT"]) if env.get("AWS_BATCH_JOB_ATTEMPT") else len(tried) + 1
+            if 1 <= number <= len(tried):
+                started = tried[number - 1].get("startedAt")
+            else:
+                started = job.get("startedAt")
+                if any((a.get("stoppedAt") or 0) > (started or 0) for a in tried):
+                    started = None
+        except Exception:  # an answer of another shape: the process's clock stands
+            return None
+        return started / 1000 if isinstance(started, (int, float)) and started > 0 else None
 
     def _begin_attempt(self, env: Mapping[str, str], packages: list[str], started: Optional[float] = None) -> None:
         started = self._clock() if started is None else started
