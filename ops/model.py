@@ -275,11 +275,16 @@ def wait_for_update(cloudformation: Any, stack: dict) -> Optional[str]:
     else the stack's status (rolled back, failed, or still in progress when the wait ran out)."""
     from botocore.exceptions import WaiterError
 
+    from botocore.exceptions import BotoCoreError, ClientError
+
     try:
         cloudformation.get_waiter("stack_update_complete").wait(
             StackName=stack["StackName"], WaiterConfig={"Delay": 30, "MaxAttempts": 480})
     except WaiterError:
-        return cloudformation.describe_stacks(StackName=stack["StackName"])["Stacks"][0]["StackStatus"]
+        try:
+            return cloudformation.describe_stacks(StackName=stack["StackName"])["Stacks"][0]["StackStatus"]
+        except (BotoCoreError, ClientError) as error:  # e.g. credentials that expired during the hours of waiting
+            return f"unknown ({error.__class__.__name__}: renew the credentials and look at the stack)"
     return None
 
 

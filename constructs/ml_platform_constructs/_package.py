@@ -109,6 +109,12 @@ class _MovedModule(importlib.abc.Loader):
     def create_module(self, spec):  # the default: a placeholder, replaced in exec_module
         return None
 
+    def get_code(self, fullname: str):
+        """What ``python -m <old path>`` runs: the new module's code, with the warning."""
+        warnings.warn(f"{fullname} moved to {self.new} in {self.moved_in}; run it from there (the old path is removed "
+                      f"in {self.removed_in})", DeprecationWarning, stacklevel=2)
+        return importlib.util.find_spec(self.new).loader.get_code(self.new)
+
     def exec_module(self, module) -> None:
         warnings.warn(f"{module.__name__} moved to {self.new} in {self.moved_in}; import it from there (the old path "
                       f"is removed in {self.removed_in})", DeprecationWarning, stacklevel=2)

@@ -68,8 +68,9 @@ BASE64_40 = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+=]{40}(?![A-Za-z0-9/+=])
 
 
 # A parameter's name says secret only when it names one outright; every other parameter is judged by its value.
-PARAM_SECRET_NAME = re.compile(r"(^|_)(password|passwd|passphrase|secret|secret_key|api_key|apikey|access_key"
-                               r"|private_key|credentials?|hf_token|auth_token|access_token|refresh_token)$", re.I)
+PARAM_SECRET_NAME = re.compile(r"(^|_)(passwords?|passwd|pwd|passphrases?|secrets?|secret_keys?|api_keys?|apikeys?"
+                               r"|access_keys?|private_keys?|credentials?|authorization|hf_token|auth_token"
+                               r"|access_token|refresh_token)$", re.I)
 # A ``*_token`` parameter is a secret when its value is token-shaped (16+ characters of letters, digits and
 # ``_-.=+/``, with a digit): ``pad_token="<pad>"`` and ``eos_token="</s>"`` are vocabulary, not credentials.
 TOKEN_PARAM = re.compile(r"(^|_)token$", re.I)
@@ -89,8 +90,15 @@ def looks_secret(name: str, value: str) -> bool:
     return bool(SECRET_NAME.search(name)) or secret_value(value)
 
 
+def snake_name(name: str) -> str:
+    """A parameter's name as the rules read it: camelCase and kebab-case in snake_case (``apiKey``, ``api-key`` and
+    ``SecretAccessKey`` are ``api_key``, ``api_key`` and ``secret_access_key``)."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).replace("-", "_").lower()
+
+
 def param_is_secret(name: str, value: Any) -> bool:
     """The parameters' test: the value, or a name that says secret outright (see PARAM_SECRET_NAME, TOKEN_PARAM)."""
+    name = snake_name(name)
     text = str(value)
     return bool(PARAM_SECRET_NAME.search(name) or (TOKEN_PARAM.search(name) and TOKEN_SHAPE.match(text))
                 or secret_value(text))
@@ -132,19 +140,26 @@ def redact_params(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _redact(name: str, value: Any) -> Any:
-    """One parameter as recorded. A mapping or a list under a name that says secret outright (``credentials``,
-    ``db_password``) is ``"<redacted>"`` whole; any other mapping keeps its keys, each value judged under its own
-    key's name (``{"db": {"password": ...}}``), and a list (or tuple) keeps its items, each judged under the list's
-    name (``[{"api_key": ...}]``, ``stop_tokens``); a leaf is judged by ``param_is_secret`` (its name and value)."""
+    """One parameter as recorded. A mapping or a sequence under a name that says secret outright (``credentials``,
+    ``db_password``, ``secrets``) is ``"<redacted>"`` whole; any other mapping keeps its keys, each value judged under
+    its own key's name (``{"db": {"password": ...}}``), a ``{"name": N, "value": V}`` pair's value under N; a
+    sequence (a list, a tuple, a Hydra ListConfig) keeps its items, each judged under the sequence's name
+    (``[{"api_key": ...}]``, ``stop_tokens``), unless one item is a secret value: then the whole sequence is (a
+    private key given as its lines); a leaf is judged by ``param_is_secret`` (its name and value)."""
+    snake = snake_name(name)
     if isinstance(value, Mapping):
-        if PARAM_SECRET_NAME.search(name):
+        if PARAM_SECRET_NAME.search(snake):
             return REDACTED
+        keys = {str(k).lower(): k for k in value}
+        if set(keys) == {"name", "value"}:  # an environment-style pair: the value under the name it gives
+            pair_name = str(value[keys["name"]])
+            return {**value, keys["value"]: _redact(pair_name, value[keys["value"]])}
         return {key: _redact(str(key), item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        if PARAM_SECRET_NAME.search(name):
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray)):
+        if PARAM_SECRET_NAME.search(snake) or any(isinstance(item, str) and secret_value(item) for item in value):
             return REDACTED
         items = [_redact(name, item) for item in value]
-        return items if isinstance(value, list) else tuple(items)
+        return tuple(items) if isinstance(value, tuple) else items
     return REDACTED if param_is_secret(name, value) else value
 
 

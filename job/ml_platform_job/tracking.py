@@ -455,8 +455,10 @@ class TrackedRun:
                     return None  # not on AWS Batch: nothing to ask
                 import boto3
                 from botocore.config import Config
+                # One try (max_attempts 1 would be one retry): in a subnet with no route to Batch's endpoint the
+                # connect times out once, per address tried, and the attempt starts on the process's clock.
                 client = boto3.client("batch", config=Config(connect_timeout=2, read_timeout=5,
-                                                             retries={"max_attempts": 1}))
+                                                             retries={"total_max_attempts": 1}))
             jobs = client.describe_jobs(jobs=[job_id])["jobs"]
             found = jobs[0] if jobs and isinstance(jobs[0], Mapping) else None
         except Exception:  # no permission, no network, no such job: the caller's fallback stands

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -121,6 +122,25 @@ def test_every_flat_runtime_path_of_0_12_imports_its_room_with_a_warning(old):
         module = importlib.import_module(old_path)
     assert module is importlib.import_module(new_path)
     assert not (PACKAGE / f"{old.replace('.', '/')}.py").exists()
+
+
+def test_a_flat_runtime_module_as_an_attribute_or_run_with_python_m_still_works_with_a_warning():
+    """0.12 let ``ml_platform_constructs.runtime.promotion`` be read as an attribute once anything had imported it,
+    and ``python -m ml_platform_constructs.runtime.interruption_watcher`` run the watcher."""
+    import ml_platform_constructs.runtime as runtime
+
+    vars(runtime).pop("promotion", None)
+    sys.modules.pop("ml_platform_constructs.runtime.promotion", None)  # as in a fresh process
+    with pytest.warns(DeprecationWarning, match="runtime.promotion moved to .*runtime.decisions.promotion"):
+        assert runtime.promotion is importlib.import_module("ml_platform_constructs.runtime.decisions.promotion")
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        runtime.nothing
+    old = "ml_platform_constructs.runtime.interruption_watcher"
+    sys.modules.pop(old, None)  # as in a fresh `python -m` process
+    spec = importlib.util.find_spec(old)  # what runpy (python -m) asks for the code it runs as __main__
+    with pytest.warns(DeprecationWarning, match="runtime.agents.interruption_watcher in 0.13.0; run it from there"):
+        code = spec.loader.get_code(old)
+    assert code.co_filename.endswith("runtime/agents/interruption_watcher.py")
 
 
 def test_the_runtime_rooms_hold_every_runtime_module_and_the_changelog_names_each_move():

@@ -55,10 +55,46 @@ def test_nested_hyperparameters_with_secret_sounding_substrings_are_kept_as_they
     assert passport.redact_params(params) == params
 
 
-def test_a_secret_value_in_a_mapping_redacts_that_value_alone_not_the_whole_mapping():
+def test_a_secret_value_in_a_mapping_redacts_that_value_alone_and_in_a_list_the_whole_list():
+    """A mapping's other keys are kept; a list's items may be parts of one secret (a key's lines): all go."""
     params = {"data": {"uri": "postgres://admin:s3cret@db.internal:5432/runs", "batch_size": 32},
               "hub": ["gpt2", "hf_abcdefghijklmnopqrstuvwxyz012345"]}
-    assert passport.redact_params(params) == {"data": {"uri": R, "batch_size": 32}, "hub": ["gpt2", R]}
+    assert passport.redact_params(params) == {"data": {"uri": R, "batch_size": 32}, "hub": R}
+
+
+def test_a_private_key_given_as_its_lines_is_redacted_whole_and_any_sequence_is_judged_by_its_items():
+    """A review of the nested rules: a key as a list of lines (0.12 redacted it whole; item by item kept its body), a
+    sequence that is not a list (a Hydra ListConfig, here a UserList) recursed into like a list."""
+    from collections import UserList
+
+    lines = ["-----BEGIN RSA PRIVATE KEY-----", "MIIEowIBAAKCAQEAx3", "-----END RSA PRIVATE KEY-----"]
+    assert passport.redact_params({"signing": lines, "ssh": tuple(lines)}) == {"signing": "<redacted>",
+                                                                              "ssh": "<redacted>"}
+    assert passport.redact_params({"hosts": UserList([{"password": "pw"}, {"port": 5432}])}) == {
+        "hosts": [{"password": "<redacted>"}, {"port": 5432}]}
+
+
+@pytest.mark.parametrize("params, redacted", [
+    ({"secrets": {"wandb": "x" * 8}}, {"secrets": "<redacted>"}),
+    ({"passwords": ["a", "b"]}, {"passwords": "<redacted>"}),
+    ({"api_keys": ["k1"]}, {"api_keys": "<redacted>"}),
+    ({"apiKey": "k"}, {"apiKey": "<redacted>"}),
+    ({"api-key": "k"}, {"api-key": "<redacted>"}),
+    ({"SecretAccessKey": "k"}, {"SecretAccessKey": "<redacted>"}),
+    ({"headers": {"Authorization": "Bearer abc"}}, {"headers": {"Authorization": "<redacted>"}}),
+    ({"db": {"pwd": "p"}}, {"db": {"pwd": "<redacted>"}}),
+    ({"env": [{"name": "DB_PASSWORD", "value": "p"}, {"name": "LR", "value": "0.1"}]},
+     {"env": [{"name": "DB_PASSWORD", "value": "<redacted>"}, {"name": "LR", "value": "0.1"}]}),
+])
+def test_secret_names_in_any_case_plural_or_as_a_name_value_pair_are_redacted(params, redacted):
+    assert passport.redact_params(params) == redacted
+
+
+def test_hyperparameters_named_near_a_secret_are_kept():
+    kept = {"tokenizer_name": "bert", "num_tokens": 10, "token_budget": 100, "max_tokens": 5, "auth_mode": "none",
+            "secret_sauce_ratio": 0.5, "password_len": 12, "optimizer": {"betas": [0.9, 0.99]},
+            "maxNewTokens": 64, "pad_token": "<pad>", "padTokenId": 0}
+    assert passport.redact_params(kept) == kept
 
 
 def test_a_runs_passport_and_flags_record_nested_parameters_redacted_by_name(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import tempfile
 from importlib import resources
@@ -24,6 +25,39 @@ def runtime_source(name: str) -> Path:
     return runtime.source(name) or Path(str(resources.files("ml_platform_job"))) / name
 
 
+def _holds(folder: Path, texts: Mapping[str, bytes]) -> bool:
+    """Whether ``folder`` is this user's and holds exactly ``texts`` (a file removed by a /tmp cleaner, or planted by
+    another user, would otherwise ship in the function's asset)."""
+    try:
+        owned = not hasattr(os, "getuid") or folder.stat().st_uid == os.getuid()  # (no owner to check on Windows)
+        return (owned and sorted(p.name for p in folder.iterdir()) == sorted(texts)
+                and all((folder / name).read_bytes() == text for name, text in texts.items()))
+    except OSError:
+        return False
+
+
+def _staged(texts: Mapping[str, bytes]) -> Path:
+    """A folder holding exactly ``texts``: staged once per content (the asset is copied from it at synth), so that
+    repeated synths reuse it, and staged again wherever the shared one does not hold them any more."""
+    digest = hashlib.sha256(b"".join(n.encode() + b"\0" + texts[n] for n in sorted(texts))).hexdigest()[:16]
+    staged = Path(tempfile.gettempdir()) / f"ml-platform-runtime-{digest}"
+    if _holds(staged, texts):
+        return staged
+    building = Path(tempfile.mkdtemp(prefix=f"ml-platform-runtime-{digest}-"))
+    for name, text in texts.items():
+        (building / name).write_bytes(text)
+    if not staged.exists():
+        try:
+            building.rename(staged)
+            return staged
+        except OSError:  # another synth staged the same content first
+            pass
+        if _holds(staged, texts):
+            shutil.rmtree(building, ignore_errors=True)
+            return staged
+    return building  # the shared folder is damaged or another user's: this synth's own copy
+
+
 def runtime_function(scope: Construct, id: str, *, handler: str, files: Sequence[str],
                      replace: Optional[Mapping[str, str]] = None, **options: Any) -> lambda_.Function:
     """A Python 3.14 arm64 function whose asset holds only ``files`` (each from ``runtime_source``), those named in
@@ -34,18 +68,7 @@ def runtime_function(scope: Construct, id: str, *, handler: str, files: Sequence
     if replace or len(folders) > 1:
         texts = {name: replace[name].encode() if replace and name in replace else source.read_bytes()
                  for name, source in sources.items()}
-        # Staged once per content (the asset is copied from it at synth): repeated synths reuse the folder.
-        digest = hashlib.sha256(b"".join(n.encode() + b"\0" + texts[n] for n in sorted(texts))).hexdigest()[:16]
-        staged = Path(tempfile.gettempdir()) / f"ml-platform-runtime-{digest}"
-        if not staged.is_dir():
-            building = Path(tempfile.mkdtemp(prefix=f"ml-platform-runtime-{digest}-"))
-            for name, text in texts.items():
-                (building / name).write_bytes(text)
-            try:
-                building.rename(staged)
-            except OSError:  # another synth staged the same content first
-                shutil.rmtree(building, ignore_errors=True)
-        code = str(staged)
+        code = str(_staged(texts))
     function = lambda_.Function(
         scope, id, runtime=lambda_.Runtime.PYTHON_3_14, architecture=lambda_.Architecture.ARM_64, handler=handler,
         code=lambda_.Code.from_asset(code, exclude=["*", *[f"!{name}" for name in files]]), **options)

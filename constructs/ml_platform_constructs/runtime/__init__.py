@@ -20,6 +20,18 @@ from typing import Optional
 ROOMS = ("handlers", "agents", "decisions")
 
 
+def __getattr__(name: str):
+    """0.12's ``runtime.<module>`` as an attribute (``ml_platform_constructs.runtime.quality``), with the warning of
+    its import path (PEP 562)."""
+    from .._package import RUNTIME_MOVED
+
+    if f"runtime.{name}" in RUNTIME_MOVED:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def source(name: str) -> Optional[Path]:
     """The file ``name`` (``quality_handler.py``) in its room, or None where no room holds it."""
     for room in ROOMS:
