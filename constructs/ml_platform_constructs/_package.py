@@ -141,6 +141,7 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
 
 
 def install_moved_paths() -> None:
-    """Makes 0.3's module paths, and 0.12's runtime paths, importable (idempotent). After the normal finders: a real module always wins."""
+    """Makes 0.3's module paths, and 0.12's runtime paths, importable (idempotent). After the normal finders: a real
+    module always wins."""
     if not any(isinstance(finder, _MovedFinder) for finder in sys.meta_path):
         sys.meta_path.append(_MovedFinder())

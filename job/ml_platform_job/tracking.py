@@ -267,7 +267,6 @@ class Seeds:
     recorded: Mapping[str, Any]
 
 
-
 def goodput_queue(env: Mapping[str, str]) -> Optional[str]:
     """The Queue dimension of an attempt's goodput windows: on AWS Batch (its job queues' names are generated), the
     platform's queue name, as the queue's goodput alarms read it (the job definition sets ML_PLATFORM_QUEUE_NAME),
@@ -275,6 +274,7 @@ def goodput_queue(env: Mapping[str, str]) -> Optional[str]:
     if not env.get("AWS_BATCH_JQ_NAME"):
         return None
     return env.get("ML_PLATFORM_QUEUE_NAME") or env["AWS_BATCH_JQ_NAME"]
+
 
 class TrackedRun:
     """One run of a training job across its attempts (see the module docstring)."""

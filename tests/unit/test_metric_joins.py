@@ -10,6 +10,7 @@ No metric name is written here: names come from what the code published and what
 
 from __future__ import annotations
 
+import ast
 import json
 import random
 import re
@@ -21,7 +22,7 @@ import pytest
 from aws_cdk import Stack
 from moto import mock_aws
 
-from bench.cloudwatch_alarms import CloudWatchAlarm
+from bench.cloudwatch_alarms import STATISTICS, CloudWatchAlarm
 from ml_platform_constructs import ModelQuality
 from ml_platform_constructs.runtime.decisions import drift
 from ml_platform_constructs.runtime.handlers import drift_handler, quality_handler
@@ -76,6 +77,24 @@ class Recording:
         alarm with a Unit sees no datapoint of another unit: a unit the publisher does not use blinds it)."""
         return [value for (key, value), (_, published) in zip(self.data, self.units)
                 if key == read and (unit is None or published == unit)]
+
+
+MATH_NODES = (ast.Expression, ast.BinOp, ast.BoolOp, ast.Compare, ast.Call, ast.Name, ast.Load, ast.Constant,
+              ast.Add, ast.Sub, ast.Mult, ast.Div, ast.And, ast.Or, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq,
+              ast.NotEq)
+
+
+def metric_math(expression: str, values: dict):
+    """A CloudWatch metric-math expression of arithmetic, IF, FILL, AND/OR and comparisons on ``values`` (None: no
+    datapoint) (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/using-metric-math.html)."""
+    tree = ast.parse(re.sub(r"\bAND\b", "and", re.sub(r"\bOR\b", "or", expression)), mode="eval")
+    assert all(isinstance(n, MATH_NODES) for n in ast.walk(tree)), f"an expression this evaluator does not read: " \
+                                                                  f"{expression}"
+    calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    assert calls <= {"IF", "FILL"}, f"a function this evaluator does not know: {expression}"
+    functions = {"IF": lambda condition, then, otherwise: then if condition else otherwise,
+                 "FILL": lambda value, filler: filler if value is None else value}
+    return eval(compile(tree, "<math>", "eval"), {"__builtins__": {}}, {**functions, **values})  # noqa: S307
 
 
 def published_to(template, alarm_id: str, recording: Recording) -> list[float]:
@@ -539,9 +558,6 @@ class Stored(Recording):
     that key between StartTime and EndTime, in periods of its Period from StartTime, each its Stat of them
     (https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_GetMetricData.html)."""
 
-    STATS = {"Average": lambda v: sum(v) / len(v), "Sum": sum, "Maximum": max, "Minimum": min,
-             "SampleCount": len}
-
     def __init__(self):
         super().__init__()
         self.times: list[datetime] = []
@@ -563,7 +579,7 @@ class Stored(Recording):
                     periods.setdefault(start, []).append(value)
             ordered = sorted(periods)
             results.append({"Id": query["Id"], "Timestamps": ordered,
-                            "Values": [self.STATS[stat["Stat"]](periods[at]) for at in ordered]})
+                            "Values": [STATISTICS[stat["Stat"]](periods[at]) for at in ordered]})
         return {"MetricDataResults": results}
 
 

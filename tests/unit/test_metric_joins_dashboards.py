@@ -51,8 +51,8 @@ from moto import mock_aws
 from ml_platform_job.health import RULES
 from tests.unit.test_budget_guard_queues import emulated, world  # noqa: F401 (fixtures)
 from tests.unit.test_metric_joins import (BATCH_ENV, NOW, Recording, built, drift_runs, extracted,  # noqa: F401
-                                          goodput_job, logical_id, metric_key, metric_lines, queue_built, quality_run,
-                                          read_by, stub_job)
+                                          goodput_job, logical_id, metric_key, metric_lines, metric_math, queue_built,
+                                          quality_run, read_by, stub_job)
 
 
 # --- what a dashboard reads ------------------------------------------------------------------------------------------
@@ -470,20 +470,6 @@ def test_the_stall_watchers_stop_and_warning_are_read_by_the_queues_by_rule_widg
     for key, jobs in ((stop, stop), (warned, job_warning)):
         titles = {title for title, read in reads if is_published(read, {key})}
         assert titles and titles == {title for title, read in reads if is_published(read, {jobs})}, (key, titles)
-
-
-def metric_math(expression: str, values: dict):
-    """A CloudWatch metric-math expression of IF, FILL, AND/OR and comparisons on ``values`` (None: no datapoint)
-    (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/using-metric-math.html)."""
-    import ast
-
-    python = re.sub(r"\bAND\b", "and", re.sub(r"\bOR\b", "or", expression))
-    tree = ast.parse(python, mode="eval")
-    calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call)}
-    assert calls <= {"IF", "FILL"}, f"a function this evaluator does not know: {expression}"
-    functions = {"IF": lambda condition, then, otherwise: then if condition else otherwise,
-                 "FILL": lambda value, filler: filler if value is None else value}
-    return eval(compile(tree, "<math>", "eval"), {"__builtins__": {}}, {**functions, **values})  # noqa: S307
 
 
 def test_the_fleets_scale_to_zero_alarm_reads_the_watchers_job_running_and_the_agents_gpus(fleet_built):
