@@ -74,7 +74,8 @@ class Recording:
 
     def values(self, read: tuple, unit: Optional[str] = None) -> list[float]:
         """The values published under ``read``; where the reader names a unit, only those published with it (an
-        alarm with a Unit sees no datapoint of another unit: a unit the publisher does not use blinds it)."""
+        alarm with a Unit sees no datapoint of another unit: a unit the publisher does not use leaves it in
+        INSUFFICIENT_DATA, https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_PutMetricAlarm.html)."""
         return [value for (key, value), (_, published) in zip(self.data, self.units)
                 if key == read and (unit is None or published == unit)]
 
