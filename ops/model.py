@@ -18,11 +18,14 @@ difference, bound, resolvable, examples_needed, ...). It guards against promotin
 tolerance (0.5 accuracy points, or percent of the live MAE) or more: at most alpha (5%) of such candidates pass.
 Exit: 0 PROMOTE, 3 REFUSE, 4 NOT JUDGED (too few examples, or not the same ids), 1 an error, 2 a bad argument.
 
-`evaluate`, in ENV's account (credentials checked first, as every operator command): submits the training queue's
-evaluation job definition as deployed (the queue's image, no other; config `promotion.evaluate_command`, which names
-the dataset), which scores the candidate run's model and the live model on the platform's held-out split and writes
-their outcomes under `evaluations/<queue>/<run id>/<live version>/` of the dataset bucket. Its role alone writes
-there, and only a holder of `TrainingQueue.grant_evaluate` submits it: no training job can write its own evidence.
+`evaluate`, in ENV's account (credentials checked first, as every operator command): asks the training queue's
+evaluation submitter (a Lambda function, `EvaluationSubmitter`) to submit its evaluation job definition as deployed
+(the queue's image, no other) with the endpoint's command as deployed (config `promotion.evaluate_command`, which names
+the dataset, as of the last deploy: a changed command says so and needs a deploy), which scores the candidate run's
+model and the live model on the platform's held-out split and writes their outcomes under
+`evaluations/<queue>/<run id>/<live version>/` of the dataset bucket. Its role alone writes there, and only the
+submitter submits it, with a command no caller chooses: no training job, and no operator, can write evidence of its
+own. An evaluation of the same run and live run still waiting or running is followed, not submitted again.
 Nothing the evaluation does comes from the candidate run's own record but its model: the split is the platform's
 (the library's held-out salt and fraction), and a run (candidate or live) whose passport declares another split is
 refused (it may have trained on the examples it would be judged on).
@@ -47,7 +50,7 @@ another configuration or model than the stack declares (after `promote --no-wait
 
 Calls: cloudformation:DescribeStacks, GetTemplate, DescribeStackResource and UpdateStack (with iam:PassRole for the
 stack's CloudFormation role), cloudwatch:DescribeAlarms, sagemaker:DescribeEndpoint, DescribeEndpointConfig and
-DescribeModel, batch:SubmitJob and DescribeJobs (evaluate: `TrainingQueue.grant_evaluate`), s3:GetObject on the
+DescribeModel, lambda:InvokeFunction and batch:DescribeJobs (evaluate: `EvaluationSubmitter.grant_submit`), s3:GetObject on the
 evidence and the run's model (HeadObject included) and s3:PutObject under models/, the MLflow read and SetTag API.
 """
 
@@ -76,6 +79,7 @@ from ops.aws_access import environment, require_known, session_for
 from ops.cli import DecidedAgainst, Parser, fit, read_text, verdict_exit, verdicts
 from ops.dataset import stack_output
 from ops.runs import RunsError, environment_tracking_uri, run_record
+from stacks.compute_stack import queue_output_key
 from stacks.config import EndpointConfig, EnvironmentConfig
 
 CAPABILITIES = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]
@@ -140,8 +144,7 @@ def live_run(client: Any, version: str) -> Optional[dict]:
 def evaluation_queue(env: EnvironmentConfig, endpoint: EndpointConfig) -> str:
     """The queue whose evaluation job definition scores candidates: config promotion.queue, else the endpoint's
     retraining queue, else the environment's first queue."""
-    name = endpoint.promotion.queue or (endpoint.retrain.queue if endpoint.retrain else None) or \
-        (env.queues[0].name if env.queues else None)
+    name = env.evaluation_queue(endpoint)
     if name is None:
         raise PromotionError(f"{env.name} has no training queue to evaluate candidates on: add one (its evaluation "
                              "job scores the candidate and the live model), or set promotion.queue")
@@ -201,14 +204,16 @@ def check_splits(candidate: dict, live: Optional[dict], run_id: str) -> None:
 # --- evaluate -----------------------------------------------------------------------------------------------------
 
 def evaluate(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, client: Any, cloudformation: Any,
-             batch: Any, wait: bool = True, out: Callable[[str], None] = print,
+             batch: Any, lambda_client: Any, wait: bool = True, out: Callable[[str], None] = print,
              sleep: Callable[[float], None] = time.sleep) -> str:
-    """Submits the evaluation job of ``run_id`` against the live version; returns where its evidence goes."""
+    """Asks the queue's evaluation submitter to score ``run_id`` against the live version; returns where its evidence
+    goes. The submitter runs the command deployed for the endpoint (config ``promotion.evaluate_command`` as of the
+    last deploy), the platform's split and evidence path: nothing here chooses them."""
     command = list(endpoint.promotion.evaluate_command)
     if not command:
         raise PromotionError(f"{endpoint.name} in {env.name} has no promotion.evaluate_command: set the command that "
                              'scores a candidate and the live model (e.g. ["python", "train.py", "--evaluate"]; '
-                             "ml_platform_job.evaluation's contract)")
+                             "ml_platform_job.evaluation's contract), then deploy")
     queue = evaluation_queue(env, endpoint)
     candidate = candidate_run(client, run_id)
     _, _, live = serving_stack(cloudformation, env, endpoint)
@@ -217,18 +222,26 @@ def evaluate(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, c
     live_record = live_run(client, live)
     check_splits(candidate, live_record, run_id)
     bucket = stack_output(cloudformation, f"{env.name}-Data", "DatasetBucketName")
-    where = evaluation.evidence_uri(bucket, queue, run_id, live if live_record else None)
-    # The platform's split and the live key; the dataset is the one evaluate_command names (config). Nothing from the
-    # candidate's own record but its model, which promote later checks is the object that was scored.
-    variables = {evaluation.CANDIDATE_MODEL: candidate["model_uri"], evaluation.OUTPUT: where,
-                 evaluation.LIVE_MODEL: live_model_uri(bucket, endpoint, live) if live_record else "",
-                 evaluation.SALT: PLATFORM_HOLDOUT["salt"], evaluation.FRACTION: str(PLATFORM_HOLDOUT["fraction"])}
-    target = jobs.find_queue(batch, queue)
-    # The deployed revision as it is (grant_evaluate allows that revision only, and no registration of another).
-    job = jobs.submit_evaluation(batch, target, name=f"evaluate-{run_id[:24]}-{(live if live_record else 'baseline')[:24]}",
-                                 command=command, environment=variables)
+    expected = evaluation.evidence_uri(bucket, queue, run_id, live if live_record else None)
+    submitter = stack_output(cloudformation, f"{env.name}-Compute", queue_output_key(queue, "EvaluationSubmitter"))
+    # The candidate's model and the live one; nothing else from the candidate's own record (promote later checks the
+    # model is the object that was scored). The submitter refuses a model outside what the evaluation reads.
+    try:
+        job = jobs.invoke_evaluation(lambda_client, submitter, endpoint=endpoint.name, run_id=run_id,
+                                     candidate_model=candidate["model_uri"], live_run_id=live if live_record else "",
+                                     live_model=live_model_uri(bucket, endpoint, live) if live_record else "")
+    except jobs.JobError as error:  # (its message is the line already)
+        raise PromotionError(str(error).removeprefix("error: ")) from None
+    where = job.get("output")
+    if where != expected:
+        raise PromotionError(f"the evaluation submitter sends the evidence to {where}, not {expected} (where promote "
+                             f"reads it): deploy {env.name} with this version (./platform deploy {env.name})")
+    if list(job.get("command") or []) != command:
+        out(f"  note: it runs the deployed command {' '.join(job.get('command') or [])}, not config's "
+            f"{' '.join(command)}: ./platform deploy {env.name} to run config's")
+    again = "" if job.get("submitted", True) else " (already waiting or running: not submitted again)"
     out(f"evaluating run {run_id} against {'the live run ' + live if live_record else 'the configured baseline'}: "
-        f"job {job['job_id']} on {queue}; its evidence goes to {where}")
+        f"job {job['job_id']} on {queue}{again}; its evidence goes to {where}")
     if not wait:
         out(f"  not waiting: promote when it succeeds (./platform job logs {env.name} {job['job_id']} shows its output)")
         return where
@@ -797,7 +810,7 @@ def main(argv: list[str]) -> int:
         return 0
     if args.command == "evaluate":
         evaluate(env, endpoint, args.run_id, client=client, cloudformation=cloudformation,
-                 batch=session.client("batch"), wait=not args.no_wait)
+                 batch=session.client("batch"), lambda_client=session.client("lambda"), wait=not args.no_wait)
         return 0
     caller = session.client("sts").get_caller_identity()["Arn"]
     return promote(env, endpoint, args.run_id, client=client, cloudformation=cloudformation, s3=session.client("s3"),

@@ -11,8 +11,8 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from constructs import Construct
-from ml_platform_constructs import (DatasetBucket, DatasetSnapshotBuilder, DatasetVolume, MlflowTracking, SpotGpuFleet,
-                                    SpotInterruptionAlerts, TrainingQueue)
+from ml_platform_constructs import (DatasetBucket, DatasetSnapshotBuilder, DatasetVolume, EvaluationSubmitter,
+                                    MlflowTracking, SpotGpuFleet, SpotInterruptionAlerts, TrainingQueue)
 
 from .config import DatasetVolumeConfig, EnvironmentConfig
 
@@ -61,6 +61,15 @@ class ComputeStack(Stack):
                 removal_policy=config.removal_policy, budget_scope=config.name, tracking=tracking)
             for queue in config.queues
         }
+        # The only submitters of the promotion gate's evaluation jobs: each runs the command config deploys for its
+        # endpoint (./platform model evaluate invokes them).
+        self.evaluation_submitters = {
+            name: EvaluationSubmitter(self, f"{name}Evaluations", queue=self.queues[name], commands=commands,
+                                      removal_policy=config.removal_policy)
+            for name, commands in sorted(config.evaluation_commands().items())}
+        for name, submitter in self.evaluation_submitters.items():
+            CfnOutput(self, queue_output_key(name, "EvaluationSubmitter"), value=submitter.function.function_name,
+                      description=f"Training queue {name}: the evaluation submitter (./platform model evaluate)")
         for name, queue in self.queues.items():
             if queue.job_queue is not None:  # a multi-node-only queue has none
                 CfnOutput(self, queue_output_key(name, "JobQueue"), value=queue.job_queue_arn,

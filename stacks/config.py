@@ -247,6 +247,22 @@ class EnvironmentConfig:
     def tags(self) -> dict[str, str]:
         return {"environment": self.name, "project": self.project, "cost-center": self.cost_center}
 
+    def evaluation_queue(self, endpoint: EndpointConfig) -> Optional[str]:
+        """The queue whose evaluation job definition scores the endpoint's candidates: promotion.queue, else the
+        endpoint's retraining queue, else the environment's first queue (None without queues)."""
+        return endpoint.promotion.queue or (endpoint.retrain.queue if endpoint.retrain else None) or \
+            (self.queues[0].name if self.queues else None)
+
+    def evaluation_commands(self) -> dict[str, dict[str, tuple[str, ...]]]:
+        """Queue -> endpoint -> the evaluation command deployed for it (promotion.evaluate_command), for the endpoints
+        that set one: what each queue's EvaluationSubmitter runs."""
+        commands: dict[str, dict[str, tuple[str, ...]]] = {}
+        for endpoint in self.endpoints:
+            queue = self.evaluation_queue(endpoint)
+            if endpoint.promotion.evaluate_command and queue:
+                commands.setdefault(queue, {})[endpoint.name] = endpoint.promotion.evaluate_command
+        return commands
+
 
 @dataclass(frozen=True)
 class PlatformConfig:
@@ -335,6 +351,11 @@ def _environment(name: str, project: str, raw: Any) -> EnvironmentConfig:
             raise ConfigError(f"{at}.endpoints[{index}].retrain.queue", endpoint.retrain.queue,
                               f"a queue of this environment ({sorted(q.name for q in queues)})",
                               f"add [[{at}.queues]] with that name or name an existing queue")
+        if endpoint.promotion.queue and endpoint.promotion.queue not in {q.name for q in queues}:
+            raise ConfigError(f"{at}.endpoints[{index}].promotion.queue", endpoint.promotion.queue,
+                              f"a queue of this environment ({sorted(q.name for q in queues)}): its evaluation "
+                              "jobs score the endpoint's candidates", f"add [[{at}.queues]] with that name or name an "
+                              "existing queue")
     return EnvironmentConfig(
         name=name,
         project=project,

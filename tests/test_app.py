@@ -93,13 +93,31 @@ def test_no_custom_resources_anywhere(templates):
 
 
 def test_the_only_lambda_functions_are_the_platforms_own(templates):
-    # Drift and quality checks, retraining on drift, budget guards, fleet scale-to-zero: no custom-resource providers.
+    # Drift and quality checks, retraining on drift, budget guards, fleet scale-to-zero, the elastic controller, the
+    # stall watcher and the evaluation submitters: no custom-resource providers.
     for key, template in templates.items():
         for logical_id in template.find_resources("AWS::Lambda::Function"):
             assert (key.endswith("/Serving") and any(n in logical_id for n in ("DriftCheck", "Retrain", "Quality"))) or (
                 key.endswith("/Governance") and "StopFunction" in logical_id) or (
                 key.endswith("/Compute") and any(n in logical_id for n in (
-                    "ScaleToZeroFunction", "StallWatcher", "Elastic"))), (key, logical_id)
+                    "ScaleToZeroFunction", "StallWatcher", "Elastic", "Evaluations"))), (key, logical_id)
+
+
+def test_each_queue_that_evaluates_an_endpoint_has_the_only_submitter_of_its_evaluations(templates, config):
+    """dev's classifier sets promotion.evaluate_command: its queue's submitter holds that command, and is the Compute
+    stack's output ./platform model evaluate reads; staging and prod evaluate nothing (no submitter)."""
+    for name in ENVIRONMENTS:
+        template = templates[f"{name}/Compute"]
+        submitters = template.find_resources("AWS::Lambda::Function", {
+            "Properties": {"Handler": "evaluation_submitter.handler"}})
+        commands = config.environments[name].evaluation_commands()
+        assert len(submitters) == len(commands), name
+        if commands:
+            [(logical_id, function)] = submitters.items()
+            assert json.loads(function["Properties"]["Environment"]["Variables"]["COMMANDS"]) == {
+                "classifier": ["python", "/opt/ml/code/train.py", "--evaluate"]}
+            [output] = template.find_outputs("QueueTrainingEvaluationSubmitter").values()
+            assert output["Value"] == {"Ref": logical_id}
 
 
 @pytest.mark.parametrize("name,limit,stop", [("dev", 1500, "80"), ("staging", 3000, "80"), ("prod", 12000, "90")])

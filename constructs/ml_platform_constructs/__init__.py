@@ -62,6 +62,7 @@ _EXPORTS = {
     "QUEUE_TAG": "training.training_queue",
     "TrainingQueue": "training.training_queue",
     "ElasticTraining": "training.elastic_training",
+    "EvaluationSubmitter": "training.evaluation_submitter",
     # serving
     "DRIFT_NAMESPACE": "serving.monitored_endpoint",
     "MonitoredEndpoint": "serving.monitored_endpoint",
@@ -108,4 +109,5 @@ if TYPE_CHECKING:  # type checkers and IDEs see the names eagerly
     from .serving.retrain_on_drift import RetrainOnDrift
     from .training.spot_gpu_fleet import GPU_NAMESPACE, JOB_NAMESPACE, SpotGpuFleet, SpotInterruptionAlerts
     from .training.elastic_training import ElasticTraining
+    from .training.evaluation_submitter import EvaluationSubmitter
     from .training.training_queue import QUEUE_TAG, TrainingQueue

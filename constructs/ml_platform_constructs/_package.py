@@ -1,7 +1,7 @@
 """How the package and its domain folders present themselves: names that load on first use, the module paths of
 0.3 that moved in 0.4, and the job side's modules that left ``runtime`` for their own distribution in 0.7
 (``ml-platform-job``, import ``ml_platform_job``), and the runtime room's modules that moved to its rooms (handlers,
-agents, decisions) in 0.13. Standard library only: importing ``ml_platform_constructs`` (or its CDK-free folders
+agents, decisions) in 0.13 (their old paths removed in 0.14). Standard library only: importing ``ml_platform_constructs`` (or its CDK-free folders
 ``advice``, ``operations``, ``runtime``) must not import aws-cdk-lib."""
 
 from __future__ import annotations
@@ -69,8 +69,9 @@ REMOVED_JOB_SIDE_PATHS = {
 }
 
 
-# The runtime room split by who runs its code in 0.13.0 (runtime/__init__.py): the flat paths import the moved modules,
-# with a warning, until 0.14.0.
+# The runtime room split by who runs its code in 0.13.0 (runtime/__init__.py): the flat paths imported the moved
+# modules, with a warning, in 0.13; 0.14.0 removed them: importing one (or reading it as an attribute of ``runtime``)
+# fails naming the new path.
 RUNTIME_MOVED_IN, RUNTIME_REMOVED_IN = "0.13.0", "0.14.0"
 RUNTIME_MOVED = {
     **{f"runtime.{name}": f"runtime.handlers.{name}" for name in (
@@ -79,6 +80,13 @@ RUNTIME_MOVED = {
     "runtime.interruption_watcher": "runtime.agents.interruption_watcher",
     **{f"runtime.{name}": f"runtime.decisions.{name}" for name in ("capture", "drift", "promotion", "quality", "stats")},
 }
+
+
+def runtime_removed(old: str) -> str:
+    """Why 0.12's flat runtime path ``old`` (``runtime.quality``) does not import, and the path to use."""
+    new = f"{PACKAGE}.{RUNTIME_MOVED[old]}"
+    return (f"{PACKAGE}.{old} moved to {new} in {RUNTIME_MOVED_IN} and its old path was removed in "
+            f"{RUNTIME_REMOVED_IN}: import {new}")
 
 
 def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
@@ -130,8 +138,7 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
             return importlib.util.spec_from_loader(fullname, _MovedModule(
                 new if new.startswith(f"{JOB_PACKAGE}.") else f"{PACKAGE}.{new}"))
         if package == PACKAGE and name in RUNTIME_MOVED:
-            return importlib.util.spec_from_loader(fullname, _MovedModule(
-                f"{PACKAGE}.{RUNTIME_MOVED[name]}", RUNTIME_MOVED_IN, RUNTIME_REMOVED_IN))
+            raise ModuleNotFoundError(runtime_removed(name), name=fullname)
         if package == PACKAGE and name in REMOVED_JOB_SIDE_PATHS:
             new = f"{JOB_PACKAGE}.{REMOVED_JOB_SIDE_PATHS[name]}"
             raise ModuleNotFoundError(f"{fullname} moved to {new} in {JOB_SIDE_MOVED_IN} and its old path was removed "

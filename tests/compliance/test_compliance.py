@@ -89,6 +89,9 @@ EXPECTED_ACKNOWLEDGEMENTS = {
         f"AwsSolutions-IAM5[Resource::{DATASETS}/models/classifier/*/model.tar.gz]"},
     "Compute/trainingQueue/Elastic/Resource/ServiceRole": {
         LAMBDA_BASIC, *KMS_GRANT, ANY_RESOURCE, "AwsSolutions-IAM5[Resource::arn:aws:batch:<region>:<account>:job/*]"},
+    # The evaluation submitter: ListJobs (no resource-level permissions) and the job it submits (its id unknown).
+    "Compute/trainingEvaluations/Resource/ServiceRole": {
+        LAMBDA_BASIC, ANY_RESOURCE, "AwsSolutions-IAM5[Resource::arn:aws:batch:<region>:<account>:job/*]"},
     "Compute/trainingQueue/Elastic/Resource/ServiceRole/DefaultPolicy": {
         f"AwsSolutions-IAM5[Resource::{DATASETS}/checkpoints/training/*/resize-request.json]",
         f"AwsSolutions-IAM5[Resource::{DATASETS}/checkpoints/training/*/resizes/*]",

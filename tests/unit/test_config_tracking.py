@@ -63,6 +63,10 @@ def test_a_tracking_server_of_a_size_with_its_version():
     ({"endpoints__0__promotion": {"alpha": 0.5}}, "environments.dev.endpoints[0].promotion.alpha=0.5 is invalid"),
     ({"endpoints__0__promotion": {"evaluate_command": "python x.py"}},
      "environments.dev.endpoints[0].promotion.evaluate_command='python x.py' is invalid: a list of strings"),
+    # 0.13 accepted it and failed at ./platform model evaluate; the queue's evaluation submitter is built at synth.
+    ({"endpoints__0__promotion": {"queue": "nosuch"}},
+     "environments.dev.endpoints[0].promotion.queue='nosuch' is invalid: a queue of this environment (['training']): "
+     "its evaluation jobs score the endpoint's candidates"),
     ({"network__nat_gateways": 0, "mlflow__tracking_server_size": "Small",
       "network__interface_endpoints": ["ssm", "ssmmessages", "ec2messages", "monitoring", "logs", "ec2", "autoscaling",
                                        "ecs", "ecs-agent", "ecs-telemetry", "ecr.api", "ecr.dkr"]},

@@ -112,35 +112,36 @@ def test_every_module_path_of_0_3_still_imports_with_a_warning_naming_the_new_on
 
 
 @pytest.mark.parametrize("old", sorted(RUNTIME_MOVED))
-def test_every_flat_runtime_path_of_0_12_imports_its_room_with_a_warning(old):
-    """The runtime room split by who runs the code (handlers, agents, decisions) in 0.13: the flat paths import the
-    same modules, with a warning naming the new path, for one release."""
+def test_every_flat_runtime_path_of_0_12_is_gone_and_its_error_names_the_new_one(old):
+    """The runtime room split by who runs the code (handlers, agents, decisions) in 0.13: the flat paths imported the
+    same modules with a warning for that release; 0.14 removed them, as 0.13's CHANGELOG said."""
     old_path, new_path = f"ml_platform_constructs.{old}", f"ml_platform_constructs.{RUNTIME_MOVED[old]}"
     sys.modules.pop(old_path, None)
-    with pytest.warns(DeprecationWarning, match=rf"{old_path} moved to {new_path} in 0.13.0.*removed in "
-                                                rf"{RUNTIME_REMOVED_IN}"):
-        module = importlib.import_module(old_path)
-    assert module is importlib.import_module(new_path)
+    with pytest.raises(ModuleNotFoundError, match=rf"^{old_path} moved to {new_path} in 0.13.0 and its old path was "
+                                                  rf"removed in {RUNTIME_REMOVED_IN}: import {new_path}$"):
+        importlib.import_module(old_path)
+    assert importlib.import_module(new_path)
     assert not (PACKAGE / f"{old.replace('.', '/')}.py").exists()
 
 
-def test_a_flat_runtime_module_as_an_attribute_or_run_with_python_m_still_works_with_a_warning():
+def test_a_flat_runtime_module_as_an_attribute_or_run_with_python_m_fails_naming_the_new_path():
     """0.12 let ``ml_platform_constructs.runtime.promotion`` be read as an attribute once anything had imported it,
-    and ``python -m ml_platform_constructs.runtime.interruption_watcher`` run the watcher."""
+    and ``python -m ml_platform_constructs.runtime.interruption_watcher`` run the watcher; 0.13 kept both with a
+    warning; 0.14 says where they went."""
     import ml_platform_constructs.runtime as runtime
 
     vars(runtime).pop("promotion", None)
     sys.modules.pop("ml_platform_constructs.runtime.promotion", None)  # as in a fresh process
-    with pytest.warns(DeprecationWarning, match="runtime.promotion moved to .*runtime.decisions.promotion"):
-        assert runtime.promotion is importlib.import_module("ml_platform_constructs.runtime.decisions.promotion")
+    with pytest.raises(AttributeError, match=r"runtime.promotion moved to .*runtime.decisions.promotion in 0.13.0 and "
+                                             r"its old path was removed in 0.14.0"):
+        runtime.promotion
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         runtime.nothing
-    old = "ml_platform_constructs.runtime.interruption_watcher"
-    sys.modules.pop(old, None)  # as in a fresh `python -m` process
-    spec = importlib.util.find_spec(old)  # what runpy (python -m) asks for the code it runs as __main__
-    with pytest.warns(DeprecationWarning, match="runtime.agents.interruption_watcher in 0.13.0; run it from there"):
-        code = spec.loader.get_code(old)
-    assert code.co_filename.endswith("runtime/agents/interruption_watcher.py")
+    result = subprocess.run([sys.executable, "-m", "ml_platform_constructs.runtime.interruption_watcher"],
+                            capture_output=True, text=True)
+    assert result.returncode == 1
+    assert ("ml_platform_constructs.runtime.interruption_watcher moved to "
+            "ml_platform_constructs.runtime.agents.interruption_watcher in 0.13.0") in result.stderr
 
 
 def test_the_runtime_rooms_hold_every_runtime_module_and_the_changelog_names_each_move():

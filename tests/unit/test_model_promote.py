@@ -19,7 +19,7 @@ from moto import mock_aws
 from ml_platform_job import evaluation
 from ops import model as model_ops
 from ops.runs import run_record
-from tests.unit.test_runs_ops import BASELINE, HOLDOUT, PARAMETER, Batch, CloudFormation, decisions
+from tests.unit.test_runs_ops import BASELINE, HOLDOUT, PARAMETER, Batch, CloudFormation, Lambda, decisions
 from tests.unit.test_runs_ops import recorded_run as record_run
 
 ENDPOINT = "ml-platform-dev-classifier"
@@ -412,7 +412,8 @@ def test_evaluate_uses_the_platforms_split_and_the_definitions_own_image_whateve
     batch = Batch()
     batch.register_job_definition = lambda **request: pytest.fail(f"registered {request}")
     model_ops.evaluate(gate["env"], gate["endpoint"], candidate, client=gate["client"],
-                       cloudformation=Serving(live=gate["live"]), batch=batch, out=[].append, sleep=lambda s: None)
+                       cloudformation=Serving(live=gate["live"]), batch=batch,
+                       lambda_client=Lambda(batch, gate["env"]), out=[].append, sleep=lambda s: None)
     [job] = batch.submitted
     assert job["jobDefinition"] == "arn:def/train:1"  # the deployed evaluation revision as it is
     variables = {v["name"]: v["value"] for v in job["containerOverrides"]["environment"]}
@@ -432,7 +433,8 @@ def test_a_run_split_otherwise_than_the_platform_is_refused_even_when_the_live_r
                                          r"it was split with salt 'v2' and the platform evaluates on salt '' "
                                          r"\(ml_platform_job.holdout's split\)"):
         model_ops.evaluate(gate["env"], gate["endpoint"], candidate, client=gate["client"],
-                           cloudformation=Serving(live=live), batch=batch, out=[].append, sleep=lambda s: None)
+                           cloudformation=Serving(live=live), batch=batch, lambda_client=Lambda(batch, gate["env"]),
+                           out=[].append, sleep=lambda s: None)
     assert batch.submitted == []
 
 

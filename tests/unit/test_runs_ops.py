@@ -1,6 +1,7 @@
 """./platform runs (list, show, --json) over a local MLflow store, and ./platform model promote: the gate's refusal
 and acceptance, the rollout's parameter update and its rollback, each recorded in the run."""
 
+import io
 import json
 import random
 from datetime import datetime, timezone
@@ -12,6 +13,7 @@ from moto import mock_aws
 
 from ml_platform_constructs.runtime.decisions import promotion
 from ml_platform_job import evaluation
+from ml_platform_constructs.runtime.handlers import evaluation_submitter
 from ml_platform_constructs.runtime.handlers.budget_guard import load_prices
 from ml_platform_job.tracking import TrackedRun
 from ops import model as model_ops
@@ -121,6 +123,9 @@ class CloudFormation:
         if StackName == "dev-Data":
             return {"Stacks": [{"StackName": StackName, "Outputs": [
                 {"OutputKey": "DatasetBucketName", "OutputValue": "datasets"}]}]}
+        if StackName == "dev-Compute":
+            return {"Stacks": [{"StackName": StackName, "Outputs": [
+                {"OutputKey": "QueueTrainingEvaluationSubmitter", "OutputValue": SUBMITTER}]}]}
         status = "UPDATE_ROLLBACK_COMPLETE" if self.updates and self.rollout_fails else "UPDATE_COMPLETE"
         return {"Stacks": [{"StackName": StackName, "StackStatus": status,
                             "RoleARN": "arn:aws:iam::111111111111:role/cdk-cfn-exec-role",
@@ -322,8 +327,8 @@ def test_promotion_needs_a_finished_run_with_a_model_and_a_versioned_endpoint(ga
 class Batch:
     """The queue as find_queue sees it, and the evaluation job's life."""
 
-    def __init__(self, ends="SUCCEEDED"):
-        self.submitted, self.ends = [], ends
+    def __init__(self, ends="SUCCEEDED", waiting=()):
+        self.submitted, self.ends, self.waiting = [], ends, list(waiting)
 
     def get_paginator(self, operation):
         pages = {"describe_job_queues": [{"jobQueues": [{
@@ -349,21 +354,48 @@ class Batch:
 
     def submit_job(self, **request):
         self.submitted.append(request)
-        return {"jobId": "job-1"}
+        return {"jobId": f"job-{len(self.submitted)}"}
+
+    def list_jobs(self, jobQueue, jobStatus, nextToken=None):
+        """``waiting``: (name, id) of jobs RUNNABLE on the queue."""
+        return {"jobSummaryList": [{"jobName": name, "jobId": job_id} for name, job_id in self.waiting
+                                   if jobStatus == "RUNNABLE"]}
 
     def describe_jobs(self, jobs):
         return {"jobs": [{"status": self.ends, "statusReason": "Essential container in task exited"}]}
 
 
 IMAGE = "111111111111.dkr.ecr.us-east-1.amazonaws.com/train:1.0"
+SUBMITTER = "dev-Compute-trainingEvaluations-ABC"
+
+
+class Lambda:
+    """The queue's EvaluationSubmitter: its handler in this process, deployed with config's commands, submitting to
+    the test's Batch (the candidates' models lie under s3://runs/checkpoints/training/ in these tests)."""
+
+    def __init__(self, batch, env, deployed=None):
+        commands = env.evaluation_commands()["training"] if deployed is None else deployed
+        self.batch, self.calls = batch, []
+        self.environ = {"JOB_QUEUE": "arn:aws:batch:us-east-1:111111111111:job-queue/q",
+                        "JOB_DEFINITION": "arn:def/train:1", "QUEUE_NAME": "training",
+                        "COMMANDS": json.dumps({k: list(v) for k, v in commands.items()}),
+                        "CANDIDATE_PREFIX": "s3://runs/checkpoints/training/", "LIVE_PREFIX": "s3://datasets/models/",
+                        "EVIDENCE_PREFIX": "s3://datasets/evaluations/training/", "HOLDOUT_SALT": "",
+                        "HOLDOUT_FRACTION": "0.05"}
+
+    def invoke(self, FunctionName, InvocationType, Payload):
+        assert (FunctionName, InvocationType) == (SUBMITTER, "RequestResponse")
+        self.calls.append(json.loads(Payload))
+        answer = evaluation_submitter.handler(json.loads(Payload), None, batch=self.batch, environ=self.environ)
+        return {"StatusCode": 200, "Payload": io.BytesIO(json.dumps(answer).encode())}
 
 
 def test_evaluate_submits_the_queues_evaluation_job_with_the_contract(gate):
     candidate = recorded_run(gate["tmp"], gate["uri"], "candidate", 0.90, s3=gate["s3"])
     batch, lines = Batch(), []
     where = model_ops.evaluate(gate["env"], gate["endpoint"], candidate, client=gate["client"],
-                               cloudformation=CloudFormation(live=gate["live"]), batch=batch, out=lines.append,
-                               sleep=lambda seconds: None)
+                               cloudformation=CloudFormation(live=gate["live"]), batch=batch,
+                               lambda_client=Lambda(batch, gate["env"]), out=lines.append, sleep=lambda seconds: None)
     assert where == f"s3://datasets/evaluations/training/{candidate}/{gate['live']}/"
     [job] = batch.submitted
     assert job["jobDefinition"] == "arn:def/train:1" and job["containerOverrides"]["command"] == \
@@ -380,9 +412,87 @@ def test_a_failed_evaluation_says_where_its_logs_are(gate):
     candidate = recorded_run(gate["tmp"], gate["uri"], "candidate", 0.90, s3=gate["s3"])
     with pytest.raises(SystemExit, match=r"the evaluation job job-1 FAILED: Essential container in task exited "
                                          r"\(./platform job logs dev job-1\)"):
+        batch = Batch(ends="FAILED")
         model_ops.evaluate(gate["env"], gate["endpoint"], candidate, client=gate["client"],
-                           cloudformation=CloudFormation(live=gate["live"]), batch=Batch(ends="FAILED"),
-                           out=[].append, sleep=lambda seconds: None)
+                           cloudformation=CloudFormation(live=gate["live"]), batch=batch,
+                           lambda_client=Lambda(batch, gate["env"]), out=[].append, sleep=lambda seconds: None)
+
+
+def evaluate_with(gate, candidate, batch, submitter, cloudformation=None, lines=None):
+    return model_ops.evaluate(gate["env"], gate["endpoint"], candidate, client=gate["client"],
+                              cloudformation=cloudformation or CloudFormation(live=gate["live"]), batch=batch,
+                              lambda_client=submitter, out=(lines if lines is not None else []).append,
+                              sleep=lambda seconds: None)
+
+
+def test_evaluate_asks_the_submitter_and_chooses_no_command_output_or_split(gate):
+    """0.13 submitted the evaluation definition itself with config's command: any holder of grant_evaluate could
+    override it and write any run's evidence. The caller now names the endpoint, the runs and their models."""
+    candidate = recorded_run(gate["tmp"], gate["uri"], "candidate", 0.90, s3=gate["s3"])
+    batch = Batch()
+    submitter = Lambda(batch, gate["env"])
+    evaluate_with(gate, candidate, batch, submitter)
+    assert submitter.calls == [{
+        "endpoint": "classifier", "run_id": candidate,
+        "candidate_model": "s3://runs/checkpoints/training/candidate/model.tar.gz", "live_run_id": gate["live"],
+        "live_model": f"s3://datasets/models/classifier/{gate['live']}/model.tar.gz"}]
+
+
+def test_evaluate_runs_the_deployed_command_and_says_config_changed_it_until_a_deploy(gate):
+    candidate = recorded_run(gate["tmp"], gate["uri"], "candidate", 0.90, s3=gate["s3"])
+    batch, lines = Batch(), []
+    evaluate_with(gate, candidate, batch, Lambda(batch, gate["env"], deployed={"classifier": ["python", "old.py"]}),
+                  lines=lines)
+    assert batch.submitted[0]["containerOverrides"]["command"] == ["python", "old.py"]
+    assert lines[0] == ("  note: it runs the deployed command python old.py, not config's python "
+                        "/opt/ml/code/train.py --evaluate: ./platform deploy dev to run config's")
+
+
+def test_evaluate_follows_the_same_evaluation_already_waiting_instead_of_submitting_it_again(gate):
+    candidate = recorded_run(gate["tmp"], gate["uri"], "candidate", 0.90, s3=gate["s3"])
+    name = f"evaluate-{candidate[:24]}-{gate['live'][:24]}"
+    batch, lines = Batch(waiting=[(name, "job-earlier")]), []
+    evaluate_with(gate, candidate, batch, Lambda(batch, gate["env"]), lines=lines)
+    assert batch.submitted == []
+    assert "job job-earlier on training (already waiting or running: not submitted again)" in lines[0]
+
+
+def test_evaluate_on_an_environment_deployed_before_the_submitter_says_deploy_in_one_line(gate):
+    class Before(CloudFormation):
+        def describe_stacks(self, StackName):
+            if StackName == "dev-Compute":
+                return {"Stacks": [{"StackName": StackName, "Outputs": []}]}
+            return super().describe_stacks(StackName)
+    candidate = recorded_run(gate["tmp"], gate["uri"], "candidate", 0.90, s3=gate["s3"])
+    batch = Batch()
+    with pytest.raises(SystemExit, match=r"^error: dev-Compute has no QueueTrainingEvaluationSubmitter output: deploy "
+                                         r"it first \(./platform deploy dev\)$"):
+        evaluate_with(gate, candidate, batch, Lambda(batch, gate["env"]), cloudformation=Before(live=gate["live"]))
+    assert batch.submitted == []
+
+
+def test_a_candidate_model_outside_what_the_evaluation_reads_is_refused_in_one_line(gate):
+    candidate = recorded_run(gate["tmp"], gate["uri"], "candidate", 0.90, s3=gate["s3"])
+    batch = Batch()
+    submitter = Lambda(batch, gate["env"])
+    submitter.environ["CANDIDATE_PREFIX"] = "s3://datasets/checkpoints/training/"
+    with pytest.raises(SystemExit, match=r"^error: the evaluation submitter refused: candidate_model "
+                                         r"'s3://runs/checkpoints/training/candidate/model.tar.gz' is not under "
+                                         r"s3://datasets/checkpoints/training/ \(the queue's checkpoints, which the "
+                                         r"evaluation reads\): record the model there$"):
+        evaluate_with(gate, candidate, batch, submitter)
+    assert batch.submitted == []
+
+
+def test_a_failing_submitter_is_one_line_that_says_where_to_look(gate):
+    class Failing:
+        def invoke(self, **request):
+            return {"StatusCode": 200, "FunctionError": "Unhandled",
+                    "Payload": io.BytesIO(b'{"errorMessage": "Task timed out after 30.00 seconds"}')}
+    candidate = recorded_run(gate["tmp"], gate["uri"], "candidate", 0.90, s3=gate["s3"])
+    with pytest.raises(SystemExit, match=rf"^error: the evaluation submitter {SUBMITTER} failed \(Task timed out "
+                                         r"after 30.00 seconds\): see its log group, then evaluate again$"):
+        evaluate_with(gate, candidate, Batch(), Failing())
 
 
 # --- ./platform model judge ---------------------------------------------------------------------------------------

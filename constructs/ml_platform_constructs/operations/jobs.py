@@ -13,7 +13,9 @@ identity.
 
 from __future__ import annotations
 
+import json
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
@@ -304,7 +306,13 @@ def submit_evaluation(batch: Any, target: QueueTarget, *, name: str, command: Se
     """Submits an evaluation job (the queue's evaluation definition: a role that reads datasets and models and alone
     writes ``evaluations/<queue>/``) with ``environment`` added to the job contract's; returns its id and name. It runs
     the deployed revision as it is: ``grant_evaluate`` allows that revision only, and no registration of another
-    (0.13.0 removed the deprecated ``image``: deploy the queue with the evaluation's image)."""
+    (0.13.0 removed the deprecated ``image``: deploy the queue with the evaluation's image).
+
+    Deprecated since 0.14.0, removed in 0.16.0, with ``TrainingQueue.grant_evaluate``: the caller chooses the command.
+    Invoke an ``EvaluationSubmitter``'s function instead (``invoke_evaluation``), which submits the deployed one."""
+    warnings.warn("jobs.submit_evaluation is deprecated since 0.14.0 and removed in 0.16.0: invoke the queue's "
+                  "EvaluationSubmitter (jobs.invoke_evaluation), which runs the command deployed for the endpoint",
+                  DeprecationWarning, stacklevel=2)
     if not target.evaluation_job_definition or not target.job_queue:
         raise JobError(f"training queue {target.name!r} has no evaluation job definition (a TrainingQueue with a "
                        "dataset bucket has one since ml_platform_constructs 0.5.0): deploy it with this version")
@@ -316,6 +324,30 @@ def submit_evaluation(batch: Any, target: QueueTarget, *, name: str, command: Se
                             "environment": [{"name": k, "value": v} for k, v in sorted(environment.items())]},
         tags={QUEUE_TAG: target.name, **(tags or {})}, propagateTags=True)
     return {"job_id": job["jobId"], "job_name": name}
+
+
+def invoke_evaluation(lambda_client: Any, function: str, *, endpoint: str, run_id: str, candidate_model: str,
+                      live_run_id: str = "", live_model: str = "") -> dict:
+    """Asks an ``EvaluationSubmitter``'s ``function`` (name or ARN) to submit the evaluation of ``run_id`` against
+    ``live_run_id`` (empty: the configured baseline) with the command deployed for ``endpoint``; returns its answer
+    (``job_id``, ``job_name``, ``output``, ``command``, ``submitted``: false when the same evaluation was already
+    waiting or running). A refusal or a failure of the function is a ``JobError`` in one line."""
+    payload = {"endpoint": endpoint, "run_id": run_id, "candidate_model": candidate_model,
+               "live_run_id": live_run_id, "live_model": live_model}
+    response = lambda_client.invoke(FunctionName=function, InvocationType="RequestResponse",
+                                    Payload=json.dumps(payload).encode())
+    body = response["Payload"].read()
+    try:
+        answer = json.loads(body or b"null")
+    except ValueError:
+        answer = None
+    if response.get("FunctionError") or not isinstance(answer, dict):
+        reason = answer.get("errorMessage") if isinstance(answer, dict) else None
+        raise JobError(f"the evaluation submitter {function} failed ({reason or repr(body[:200])}): see its log group, "
+                       "then evaluate again")
+    if answer.get("refused"):
+        raise JobError(f"the evaluation submitter refused: {answer['refused']}")
+    return answer
 
 
 def submitted_lines(submission: Submission, job: Mapping[str, Any], follow: str) -> list[str]:

@@ -9,7 +9,8 @@
 
 A Lambda function's asset is a flat set of these files (``foundation.runtime_function``): each module imports its
 neighbours relatively, and as top-level modules where it runs in Lambda. 0.12's flat paths
-(``ml_platform_constructs.runtime.quality``) import the moved modules, with a warning, until 0.14."""
+(``ml_platform_constructs.runtime.quality``) imported the moved modules, with a warning, in 0.13; since 0.14 they fail
+naming the new path."""
 
 from __future__ import annotations
 
@@ -21,14 +22,12 @@ ROOMS = ("handlers", "agents", "decisions")
 
 
 def __getattr__(name: str):
-    """0.12's ``runtime.<module>`` as an attribute (``ml_platform_constructs.runtime.quality``), with the warning of
-    its import path (PEP 562)."""
-    from .._package import RUNTIME_MOVED
+    """0.12's ``runtime.<module>`` as an attribute (``ml_platform_constructs.runtime.quality``): removed in 0.14, the
+    error names the new path (PEP 562)."""
+    from .._package import RUNTIME_MOVED, runtime_removed
 
     if f"runtime.{name}" in RUNTIME_MOVED:
-        import importlib
-
-        return importlib.import_module(f"{__name__}.{name}")
+        raise AttributeError(runtime_removed(f"runtime.{name}"))
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -11,6 +11,7 @@ _EXPORTS = {
     "QUEUE_TAG": "training_queue",
     "TrainingQueue": "training_queue",
     "ElasticTraining": "elastic_training",
+    "EvaluationSubmitter": "evaluation_submitter",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

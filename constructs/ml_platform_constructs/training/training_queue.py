@@ -20,7 +20,7 @@ import re
 from dataclasses import replace
 from typing import Mapping, Optional, Sequence, Union
 
-from aws_cdk import ArnFormat, Duration, RemovalPolicy, Size, Stack, Tags, Token
+from aws_cdk import Annotations, ArnFormat, Duration, RemovalPolicy, Size, Stack, Tags, Token
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -515,7 +515,7 @@ class TrainingQueue(Construct):
         and ``python -m ml_platform_constructs job submit|list|cancel`` do (another image included). Not the
         evaluation job definition: its role writes the promotion gate's evidence, so a submitter who could run it
         (or register a revision of it with their own image and pass its role) could write any run's evidence;
-        ``grant_evaluate`` is that right alone."""
+        an ``EvaluationSubmitter`` alone submits it."""
         stack = Stack.of(self)
         # Every revision of the queue's training definitions, and the "-submitted" revisions ./platform job registers.
         definitions = [d for d in definitions_of(self) if d is not self.evaluation_job_definition]
@@ -540,11 +540,21 @@ class TrainingQueue(Construct):
         (the definition names it; a role is passed when a definition is registered:
         https://docs.aws.amazon.com/batch/latest/userguide/iam-example-job-def.html), so no ``iam:PassRole``: the
         evaluation role cannot be put into another definition. Raises ``ValidationError`` without an evaluation
-        definition (a queue without ``datasets``)."""
+        definition (a queue without ``datasets``).
+
+        Deprecated since 0.14.0, removed in 0.16.0: a trust grant. SubmitJob has no condition key on
+        ``containerOverrides``, so the grantee may run any command with the evaluation role and write any run's
+        evidence. Use ``EvaluationSubmitter(queue=..., commands=...).grant_submit(grantee)``: its function submits the
+        command deployed for the endpoint. The synth warns (``ml-platform:grantEvaluateTrusts``)."""
         if self.evaluation_job_definition is None:
             raise ValidationError("TrainingQueue", "grant_evaluate datasets", None,
                                   "a queue with a DatasetBucket (only then has it an evaluation job definition)",
                                   "pass datasets= to the queue, or grant_submit_jobs for training jobs alone")
+        Annotations.of(self).add_warning_v2(
+            "ml-platform:grantEvaluateTrusts",
+            f"TrainingQueue {self.queue_name}: grant_evaluate is deprecated (removed in 0.16.0): its grantee can "
+            "override the evaluation's command and write any run's promotion evidence (SubmitJob has no condition on "
+            "containerOverrides). Use EvaluationSubmitter(queue=..., commands=...).grant_submit(grantee) instead")
         # The definition's Ref is its revision ARN: a later revision (a deploy) comes with its own grant.
         grant = iam.Grant.add_to_principal(
             grantee=grantee, actions=["batch:SubmitJob", "batch:TagResource"],
