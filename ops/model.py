@@ -76,7 +76,7 @@ from ml_platform_constructs.runtime.decisions.quality import parse_baseline
 from ml_platform_job.tracking import PROMOTION_TAG_PREFIX
 
 from ops.aws_access import environment, require_known, session_for
-from ops.cli import DecidedAgainst, Parser, fit, read_text, verdict_exit, verdicts
+from ops.cli import DecidedAgainst, Parser, aws_errors_in_one_line, fit, read_text, verdict_exit, verdicts
 from ops.dataset import stack_output
 from ops.runs import RunsError, environment_tracking_uri, run_record
 from stacks.compute_stack import queue_output_key
@@ -229,13 +229,15 @@ def evaluate(env: EnvironmentConfig, endpoint: EndpointConfig, run_id: str, *, c
     try:
         job = jobs.invoke_evaluation(lambda_client, submitter, endpoint=endpoint.name, run_id=run_id,
                                      candidate_model=candidate["model_uri"], live_run_id=live if live_record else "",
-                                     live_model=live_model_uri(bucket, endpoint, live) if live_record else "")
+                                     live_model=live_model_uri(bucket, endpoint, live) if live_record else "",
+                                     expected_output=expected)
     except jobs.JobError as error:  # (its message is the line already)
         raise PromotionError(str(error).removeprefix("error: ")) from None
     where = job.get("output")
-    if where != expected:
-        raise PromotionError(f"the evaluation submitter sends the evidence to {where}, not {expected} (where promote "
-                             f"reads it): deploy {env.name} with this version (./platform deploy {env.name})")
+    if where != expected:  # (a submitter of 0.14 refuses such a request before submitting)
+        raise PromotionError(f"the evaluation submitter sent job {job.get('job_id')}'s evidence to {where}, not "
+                             f"{expected} (where promote reads it): deploy {env.name} with this version "
+                             f"(./platform deploy {env.name})")
     if list(job.get("command") or []) != command:
         out(f"  note: it runs the deployed command {' '.join(job.get('command') or [])}, not config's "
             f"{' '.join(command)}: ./platform deploy {env.name} to run config's")
@@ -754,6 +756,7 @@ def ledger(env: EnvironmentConfig, endpoint: EndpointConfig, *, s3: Any, bucket:
 
 
 @verdicts
+@aws_errors_in_one_line
 def main(argv: list[str]) -> int:
     parser = Parser("./platform model", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -809,8 +812,13 @@ def main(argv: list[str]) -> int:
                          sagemaker=session.client("sagemaker"))))
         return 0
     if args.command == "evaluate":
+        from botocore.config import Config
+
+        # One attempt: a retried invocation could submit before the first one's job is listed (the function follows
+        # an evaluation already waiting, but ListJobs may not show one seconds old); run it again instead.
+        lambda_client = session.client("lambda", config=Config(retries={"total_max_attempts": 1}, read_timeout=90))
         evaluate(env, endpoint, args.run_id, client=client, cloudformation=cloudformation,
-                 batch=session.client("batch"), lambda_client=session.client("lambda"), wait=not args.no_wait)
+                 batch=session.client("batch"), lambda_client=lambda_client, wait=not args.no_wait)
         return 0
     caller = session.client("sts").get_caller_identity()["Arn"]
     return promote(env, endpoint, args.run_id, client=client, cloudformation=cloudformation, s3=session.client("s3"),

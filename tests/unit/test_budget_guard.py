@@ -156,8 +156,8 @@ def guard_statements(template):
 
 
 def test_every_statement_that_can_stop_or_start_something_is_bound_to_the_guards_scope(template):
-    scoped = [s for s in guard_statements(template)
-              if STOPPING_ACTIONS & set([s["Action"]] if isinstance(s["Action"], str) else s["Action"])]
+    scoped = [s for s in guard_statements(template) if s["Effect"] == "Allow"
+              and STOPPING_ACTIONS & set([s["Action"]] if isinstance(s["Action"], str) else s["Action"])]
     assert {"StopAndResumeOnlyThisEnvironmentsFleets", "StopAndResumeOnlyGovernedQueues",
             "EndOnlyGovernedQueueInstances"} == {s["Sid"] for s in scoped}
     for statement in scoped:
@@ -167,6 +167,15 @@ def test_every_statement_that_can_stop_or_start_something_is_bound_to_the_guards
     instances = next(s for s in scoped if s["Sid"] == "EndOnlyGovernedQueueInstances")
     assert instances["Action"] == "ec2:TerminateInstances"  # and only instances Batch launched for a queue:
     assert instances["Condition"]["Null"] == {"aws:ResourceTag/ml-platform:queue": "false"}
+
+
+def test_the_guard_may_never_submit_the_promotion_gates_evaluation_definition(template):
+    """Its role writes the gate's evidence and its only submitter is an EvaluationSubmitter (issue 41): a record the
+    guard resubmits could carry any command. Batch evaluates the definition's tags on a submission by revision."""
+    [deny] = [s for s in guard_statements(template) if s["Effect"] == "Deny"]
+    assert (deny["Sid"], deny["Action"]) == ("NeverTheEvaluationDefinition", "batch:SubmitJob")
+    assert deny["Resource"] == "arn:aws:batch:us-east-1:123456789012:job-definition/*"
+    assert deny["Condition"] == {"StringEquals": {"aws:ResourceTag/ml-platform:job-definition": "evaluation"}}
 
 
 def test_pending_job_records_are_read_only_through_parameter_store_for_their_path(template):

@@ -141,6 +141,26 @@ def test_each_ended_job_is_recorded_encrypted_as_the_submission_that_runs_it_aga
     assert kept["resnet"]["parameter"].startswith(f"{PENDING_PATH}{world['name']}-training/job-")
 
 
+def test_an_evaluation_is_ended_and_not_recorded_since_the_guard_may_not_submit_it_again(world):
+    """Its only submitter is an EvaluationSubmitter (the guard's role is denied the evaluation definition): a record
+    would fail at every resume. It is ended and the alert says to evaluate again."""
+    batch = world["batch"]
+    evaluation = batch.add_job("evaluate-abc-def", world["queue"], "RUNNING", definition=world["definition"],
+                               tags={"ml-platform:queue": "training", "ml-platform:job-definition": "evaluation"})
+    report = budget_guard.stop_queues(batch, PendingJobs(world["clients"]["ssm"], KEY), world["name"], "line", NOW)
+    assert report["evaluations_ended"] == [{"queue": "training", "job": "evaluate-abc-def", "id": evaluation}]
+    assert batch.jobs[evaluation]["status"] == "FAILED" and set(records(world)) == {"resnet", "bert"}
+    sent = []
+
+    class Sns:
+        def publish(self, **kwargs):
+            sent.append(kwargs["Message"])
+    budget_guard._announce(Sns(), "topic", {"action": "stop", "environment": "dev", "reason": "line",
+                                            "time": NOW.isoformat(), "stopped": [], **report})
+    assert (f"ended evaluation evaluate-abc-def ({evaluation}) of queue training, not recorded (only its submitter "
+            "runs it): ./platform model evaluate it again after the resume") in sent[0]
+
+
 def test_a_job_that_cannot_be_recorded_is_still_ended_and_reported(world):
     class BrokenSsm:
         def put_parameter(self, **kwargs):

@@ -42,12 +42,13 @@ def stubbed_batch(*, waiting=(), submits=True):
     """A real botocore Batch client whose calls are checked against the service's model (no network)."""
     client = boto3.client("batch", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
     stubber = Stubber(client)
-    for status in handler_module.ACTIVE:
+    for status in ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING"):  # every state before an end
         stubber.add_response("list_jobs", {"jobSummaryList": [
-            {"jobName": name, "jobId": job_id} for name, job_id in waiting if status == "RUNNABLE"]},
+            {"jobName": name, "jobId": job_id} for name, job_id, _ in waiting if status == "RUNNABLE"]},
             {"jobQueue": QUEUE_ARN, "jobStatus": status})
-        if waiting and status == "RUNNABLE":
-            break
+    if waiting:
+        stubber.add_response("describe_jobs", {"jobs": [job for _, _, job in waiting]},
+                             {"jobs": [job_id for _, job_id, _ in waiting]})
     if submits:
         stubber.add_response("submit_job", {"jobName": "n", "jobId": "job-new", "jobArn": "arn:job"}, {
             "jobName": f"evaluate-{RUN[:24]}-{LIVE[:24]}", "jobQueue": QUEUE_ARN, "jobDefinition": DEFINITION_ARN,
@@ -57,7 +58,8 @@ def stubbed_batch(*, waiting=(), submits=True):
                 {"name": "ML_PLATFORM_HOLDOUT_FRACTION", "value": "0.05"},
                 {"name": "ML_PLATFORM_HOLDOUT_SALT", "value": ""},
                 {"name": "ML_PLATFORM_LIVE_MODEL_URI", "value": REQUEST["live_model"]}]},
-            "tags": {"ml-platform:queue": "training"}, "propagateTags": True})
+            "tags": {"ml-platform:queue": "training", "ml-platform:job-definition": "evaluation"},
+            "propagateTags": True})
     stubber.activate()
     return client, stubber
 
@@ -82,12 +84,76 @@ def test_its_evidence_path_and_contract_are_the_evaluation_jobs():
     assert handler_module.NO_LIVE == evaluation.NO_LIVE
 
 
+def described(job_id, *, command=COMMAND, definition=DEFINITION_ARN, status="RUNNABLE", **variables):
+    job = handler_module.request(REQUEST, ENVIRON)
+    environment = {**job["environment"], **variables}
+    return {"jobId": job_id, "jobName": job["name"], "jobQueue": QUEUE_ARN, "status": status,
+            "jobDefinition": definition, "startedAt": 0,
+            "container": {"command": command, "environment": [{"name": k, "value": v} for k, v in environment.items()]}}
+
+
 def test_an_evaluation_already_waiting_is_returned_not_submitted_again():
     name = f"evaluate-{RUN[:24]}-{LIVE[:24]}"
-    batch, stubber = stubbed_batch(waiting=[("another", "job-0"), (name, "job-earlier")], submits=False)
+    batch, stubber = stubbed_batch(waiting=[(name, "job-earlier", described("job-earlier"))], submits=False)
     answer = handler_module.handler(REQUEST, None, batch=batch, environ=ENVIRON)
     stubber.assert_no_pending_responses()
-    assert (answer["job_id"], answer["submitted"]) == ("job-earlier", False)
+    assert (answer["job_id"], answer["submitted"], answer["command"]) == ("job-earlier", False, COMMAND)
+
+
+@pytest.mark.parametrize("impostor", [
+    described("job-x", command=["python", "-c", "write_my_own_evidence()"]),
+    described("job-x", definition=DEFINITION_ARN.replace(":3", ":2")),
+    described("job-x", ML_PLATFORM_HOLDOUT_SALT="mine"),
+    described("job-x", status="SUCCEEDED"),
+], ids=["another command", "another revision", "another split", "ended since it was listed"])
+def test_a_job_that_only_shares_the_name_is_not_the_evaluation(impostor):
+    name = f"evaluate-{RUN[:24]}-{LIVE[:24]}"
+    batch, stubber = stubbed_batch(waiting=[(name, "job-x", impostor)])
+    assert handler_module.handler(REQUEST, None, batch=batch, environ=ENVIRON)["submitted"] is True
+    stubber.assert_no_pending_responses()
+
+
+def test_what_else_a_request_holds_is_ignored():
+    """The caller chooses no command, output, split, image or definition, whatever it sends."""
+    batch, stubber = stubbed_batch()
+    answer = handler_module.handler({**REQUEST, "command": ["python", "-c", "forge()"], "output": "s3://x/y/",
+                                     "environment": {"ML_PLATFORM_HOLDOUT_SALT": "mine"}, "salt": "mine",
+                                     "job_definition": "arn:other", "image": "mine:1"}, None, batch=batch,
+                                    environ=ENVIRON)
+    stubber.assert_no_pending_responses()  # the one submission the stub expects: the deployed command, its split
+    assert answer["command"] == COMMAND and answer["output"] == f"s3://data/evaluations/training/{RUN}/{LIVE}/"
+
+
+def test_a_caller_expecting_the_evidence_elsewhere_is_refused_before_anything_is_submitted():
+    answer = handler_module.handler({**REQUEST, "expected_output": "s3://data/evidence/"}, None, batch=object(),
+                                    environ=ENVIRON)
+    assert answer["refused"].startswith(f"the deployed submitter writes the evidence to s3://data/evaluations/training/"
+                                        f"{RUN}/{LIVE}/, not s3://data/evidence/")
+    assert handler_module.handler({**REQUEST, "expected_output": f"s3://data/evaluations/training/{RUN}/{LIVE}/"},
+                                  None, batch=stubbed_batch()[0], environ=ENVIRON)["submitted"] is True
+
+
+def test_the_function_reads_exactly_the_variables_the_construct_sets(built):
+    """The construct, the function and the operator tests' stand-in (test_runs_ops.Lambda) name the same variables."""
+    import ast
+    import inspect
+    from test_runs_ops import Lambda
+
+    tree = ast.parse(inspect.getsource(handler_module))
+    read = {node.slice.value for node in ast.walk(tree) if isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Name) and node.value.id == "environ" and isinstance(node.slice, ast.Constant)}
+    template, _ = built
+    [function] = template.find_resources("AWS::Lambda::Function", {
+        "Properties": {"Handler": "evaluation_submitter.handler"}}).values()
+    assert read == set(function["Properties"]["Environment"]["Variables"]) == set(ENVIRON)
+    assert set(Lambda(None, None, deployed={}).environ) == read
+
+
+def test_its_jobs_carry_the_tag_the_budget_guard_reads():
+    from ml_platform_constructs.runtime.handlers import budget_guard
+
+    assert handler_module.EVALUATION_TAG == budget_guard.EVALUATION_TAG == (jobs.DEFINITION_TAG, jobs.EVALUATION)
+    assert handler_module.QUEUE_TAG == budget_guard.QUEUE_TAG
 
 
 @pytest.mark.parametrize("change, message", [
@@ -99,7 +165,8 @@ def test_an_evaluation_already_waiting_is_returned_not_submitted_again():
     ({"live_run_id": RUN}, f"run {RUN} is the live run: nothing to evaluate"),
     ({"candidate_model": "s3://data/evaluations/training/x/model.tar.gz"},
      "candidate_model 's3://data/evaluations/training/x/model.tar.gz' is not under s3://data/checkpoints/training/ "
-     "(the queue's checkpoints, which the evaluation reads): record the model there"),
+     "(the queue's checkpoints, which the evaluation reads): evaluate it on the queue it trained on (promotion.queue), "
+     "not training"),
     ({"candidate_model": "s3://data/checkpoints/training/"}, "is not under s3://data/checkpoints/training/"),
     ({"candidate_model": "s3://data/checkpoints/training/a b"}, "is not under s3://data/checkpoints/training/"),
     ({"live_model": "s3://other/models/x"}, "live_model 's3://other/models/x' is not under s3://data/models/"),
@@ -180,8 +247,21 @@ def test_an_operator_granted_to_submit_may_invoke_it_and_follow_the_job_but_not_
 
 def test_its_log_group_is_kept_a_year_under_the_queues_key(built):
     template, _ = built
-    template.has_resource_properties("AWS::Logs::LogGroup", {
-        "RetentionInDays": 365, "KmsKeyId": {"Fn::GetAtt": [Match.string_like_regexp("^Key"), "Arn"]}})
+    [function] = template.find_resources("AWS::Lambda::Function", {
+        "Properties": {"Handler": "evaluation_submitter.handler"}}).values()
+    group = template.find_resources("AWS::Logs::LogGroup")[function["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]]
+    assert group["Properties"]["RetentionInDays"] == 365
+    assert group["Properties"]["KmsKeyId"] == {"Fn::GetAtt": [logical_id(template, "AWS::KMS::Key"), "Arn"]}
+
+
+def test_it_tags_the_jobs_it_submits_with_its_queue_and_as_evaluations_only(built):
+    template, _ = built
+    [tagging] = [s for s in statements(template, "EvaluationsServiceRoleDefaultPolicy") if s.get("Sid") == "TagTheEvaluation"]
+    assert tagging["Action"] == "batch:TagResource"
+    assert tagging["Condition"] == {
+        "StringEquals": {"aws:RequestTag/ml-platform:queue": "training",
+                         "aws:RequestTag/ml-platform:job-definition": "evaluation"},
+        "ForAllValues:StringEquals": {"aws:TagKeys": ["ml-platform:queue", "ml-platform:job-definition"]}}
 
 
 def test_grant_evaluate_is_deprecated_with_a_warning_that_says_what_to_use(tmp_path):
@@ -210,7 +290,7 @@ def test_submit_evaluation_is_deprecated():
                                        "non-empty strings (the job's argv)"),
     ({"classifier": []}, "commands['classifier']=[] is invalid"),
     ({"classifier": ["python", ""]}, "commands['classifier']=['python', ''] is invalid"),
-    ({"classifier": ["x" * 3000]}, "commands='3019 bytes as JSON' is invalid: at most 3000 bytes (Lambda refuses more "
+    ({"classifier": ["x" * 2782]}, "commands='2801 bytes as JSON' is invalid: at most 2800 bytes (Lambda refuses more "
                                    "than 4 KB of environment variables). Fix: put the arguments in a file"),
 ])
 def test_commands_aws_or_the_job_would_refuse_fail_at_synth(tmp_path, commands, message):
@@ -221,6 +301,14 @@ def test_commands_aws_or_the_job_would_refuse_fail_at_synth(tmp_path, commands, 
         EvaluationSubmitter(stack, "Evaluations", queue=queue, commands=commands)
     assert message in str(refused.value)
     assert stack.node.try_find_child("Evaluations") is None
+
+
+def test_commands_of_2800_bytes_are_taken(tmp_path):
+    app = new_app(tmp_path)
+    stack = Stack(app, "Test", env={"account": ACCOUNT, "region": "us-east-1"})
+    submitter = EvaluationSubmitter(stack, "Evaluations", queue=queue_stack(stack)["queue"],
+                                    commands={"classifier": ["x" * 2781]})
+    assert len(json.dumps({"classifier": ["x" * 2781]}, separators=(",", ":"))) == 2800 and submitter.function
 
 
 def test_a_queue_without_an_evaluation_definition_is_refused(tmp_path):

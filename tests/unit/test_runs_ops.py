@@ -357,11 +357,16 @@ class Batch:
         return {"jobId": f"job-{len(self.submitted)}"}
 
     def list_jobs(self, jobQueue, jobStatus, nextToken=None):
-        """``waiting``: (name, id) of jobs RUNNABLE on the queue."""
-        return {"jobSummaryList": [{"jobName": name, "jobId": job_id} for name, job_id in self.waiting
-                                   if jobStatus == "RUNNABLE"]}
+        """``waiting``: the submissions (SubmitJob requests) of jobs RUNNABLE on the queue, ids job-w1, job-w2..."""
+        return {"jobSummaryList": [{"jobName": r["jobName"], "jobId": f"job-w{n}"}
+                                   for n, r in enumerate(self.waiting, 1) if jobStatus == "RUNNABLE"]}
 
     def describe_jobs(self, jobs):
+        waiting = {f"job-w{n}": r for n, r in enumerate(self.waiting, 1)}
+        if all(job_id in waiting for job_id in jobs):
+            return {"jobs": [{"jobId": job_id, "jobName": waiting[job_id]["jobName"], "status": "RUNNABLE",
+                              "jobDefinition": waiting[job_id]["jobDefinition"],
+                              "container": waiting[job_id]["containerOverrides"]} for job_id in jobs]}
         return {"jobs": [{"status": self.ends, "statusReason": "Essential container in task exited"}]}
 
 
@@ -418,11 +423,11 @@ def test_a_failed_evaluation_says_where_its_logs_are(gate):
                            lambda_client=Lambda(batch, gate["env"]), out=[].append, sleep=lambda seconds: None)
 
 
-def evaluate_with(gate, candidate, batch, submitter, cloudformation=None, lines=None):
+def evaluate_with(gate, candidate, batch, submitter, cloudformation=None, lines=None, wait=True):
     return model_ops.evaluate(gate["env"], gate["endpoint"], candidate, client=gate["client"],
                               cloudformation=cloudformation or CloudFormation(live=gate["live"]), batch=batch,
                               lambda_client=submitter, out=(lines if lines is not None else []).append,
-                              sleep=lambda seconds: None)
+                              sleep=lambda seconds: None, wait=wait)
 
 
 def test_evaluate_asks_the_submitter_and_chooses_no_command_output_or_split(gate):
@@ -435,7 +440,8 @@ def test_evaluate_asks_the_submitter_and_chooses_no_command_output_or_split(gate
     assert submitter.calls == [{
         "endpoint": "classifier", "run_id": candidate,
         "candidate_model": "s3://runs/checkpoints/training/candidate/model.tar.gz", "live_run_id": gate["live"],
-        "live_model": f"s3://datasets/models/classifier/{gate['live']}/model.tar.gz"}]
+        "live_model": f"s3://datasets/models/classifier/{gate['live']}/model.tar.gz",
+        "expected_output": f"s3://datasets/evaluations/training/{candidate}/{gate['live']}/"}]
 
 
 def test_evaluate_runs_the_deployed_command_and_says_config_changed_it_until_a_deploy(gate):
@@ -448,13 +454,33 @@ def test_evaluate_runs_the_deployed_command_and_says_config_changed_it_until_a_d
                         "/opt/ml/code/train.py --evaluate: ./platform deploy dev to run config's")
 
 
-def test_evaluate_follows_the_same_evaluation_already_waiting_instead_of_submitting_it_again(gate):
+def test_evaluate_again_follows_the_same_evaluation_still_waiting_instead_of_submitting_it_twice(gate):
     candidate = recorded_run(gate["tmp"], gate["uri"], "candidate", 0.90, s3=gate["s3"])
-    name = f"evaluate-{candidate[:24]}-{gate['live'][:24]}"
-    batch, lines = Batch(waiting=[(name, "job-earlier")]), []
-    evaluate_with(gate, candidate, batch, Lambda(batch, gate["env"]), lines=lines)
-    assert batch.submitted == []
-    assert "job job-earlier on training (already waiting or running: not submitted again)" in lines[0]
+    first = Batch()
+    evaluate_with(gate, candidate, first, Lambda(first, gate["env"]))
+    again, lines = Batch(waiting=first.submitted), []
+    evaluate_with(gate, candidate, again, Lambda(again, gate["env"]), lines=lines, wait=False)
+    assert again.submitted == []
+    assert "job job-w1 on training (already waiting or running: not submitted again)" in lines[0]
+
+
+@pytest.mark.parametrize("change", ["command", "definition", "output"])
+def test_a_job_that_only_shares_the_evaluations_name_is_not_followed(gate, change):
+    """Another submitter (a training job named like the evaluation, or a grant_evaluate holder's own command) must
+    not stand in for the evaluation: it is submitted all the same."""
+    candidate = recorded_run(gate["tmp"], gate["uri"], "candidate", 0.90, s3=gate["s3"])
+    first = Batch()
+    evaluate_with(gate, candidate, first, Lambda(first, gate["env"]))
+    [impostor] = json.loads(json.dumps(first.submitted))
+    if change == "command":
+        impostor["containerOverrides"]["command"] = ["python", "-c", "write_my_own_evidence()"]
+    elif change == "definition":
+        impostor["jobDefinition"] = "arn:def/train-submitted:7"
+    else:
+        impostor["containerOverrides"]["environment"][0]["value"] = "s3://runs/checkpoints/training/other/model.tar.gz"
+    again = Batch(waiting=[impostor])
+    evaluate_with(gate, candidate, again, Lambda(again, gate["env"]))
+    assert len(again.submitted) == 1 and again.submitted[0] == first.submitted[0]
 
 
 def test_evaluate_on_an_environment_deployed_before_the_submitter_says_deploy_in_one_line(gate):
@@ -472,14 +498,29 @@ def test_evaluate_on_an_environment_deployed_before_the_submitter_says_deploy_in
 
 
 def test_a_candidate_model_outside_what_the_evaluation_reads_is_refused_in_one_line(gate):
+    """A candidate trained on another queue than the one that evaluates it: its evaluation role could not read the
+    model (0.13 failed inside the job, AccessDenied)."""
     candidate = recorded_run(gate["tmp"], gate["uri"], "candidate", 0.90, s3=gate["s3"])
     batch = Batch()
     submitter = Lambda(batch, gate["env"])
-    submitter.environ["CANDIDATE_PREFIX"] = "s3://datasets/checkpoints/training/"
+    submitter.environ.update(QUEUE_NAME="ranker", CANDIDATE_PREFIX="s3://runs/checkpoints/ranker/")
     with pytest.raises(SystemExit, match=r"^error: the evaluation submitter refused: candidate_model "
                                          r"'s3://runs/checkpoints/training/candidate/model.tar.gz' is not under "
-                                         r"s3://datasets/checkpoints/training/ \(the queue's checkpoints, which the "
-                                         r"evaluation reads\): record the model there$"):
+                                         r"s3://runs/checkpoints/ranker/ \(the queue's checkpoints, which the "
+                                         r"evaluation reads\): evaluate it on the queue it trained on "
+                                         r"\(promotion.queue\), not ranker$"):
+        evaluate_with(gate, candidate, batch, submitter)
+    assert batch.submitted == []
+
+
+def test_a_submitter_that_would_write_the_evidence_elsewhere_refuses_before_submitting(gate):
+    candidate = recorded_run(gate["tmp"], gate["uri"], "candidate", 0.90, s3=gate["s3"])
+    batch = Batch()
+    submitter = Lambda(batch, gate["env"])
+    submitter.environ["EVIDENCE_PREFIX"] = "s3://datasets/evidence/training/"
+    with pytest.raises(SystemExit, match=rf"^error: the evaluation submitter refused: the deployed submitter writes "
+                                         rf"the evidence to s3://datasets/evidence/training/{candidate}/{gate['live']}/"
+                                         rf", not s3://datasets/evaluations/training/{candidate}/{gate['live']}/ "):
         evaluate_with(gate, candidate, batch, submitter)
     assert batch.submitted == []
 

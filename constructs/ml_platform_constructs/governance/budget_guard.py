@@ -33,6 +33,7 @@ from ..foundation.platform_key import allow_log_groups, allow_publishing
 from ..advice.price_table import TABLE_FILE, PriceTable
 from ..runtime.handlers.budget_guard import DEFAULT_BUDGET_AGE_HOURS, DEFAULT_GRACE_MINUTES, QUEUE_TAG
 from ..runtime.handlers.pending_jobs import PENDING_PATH
+from ..operations.jobs import DEFINITION_TAG, EVALUATION
 from ..foundation.runtime_function import runtime_function
 from ..training.spot_gpu_fleet import AUTO_SCALING_GROUPS_ARN
 
@@ -296,6 +297,14 @@ class BudgetGuard(Construct):
                      "batch:UntagResource", "batch:SubmitJob"],
             resources=[stack_arn(stack, arn) for arn in BATCH_QUEUE_ARNS],
             conditions={"StringEquals": {f"aws:ResourceTag/{BUDGET_SCOPE_TAG}": self.budget_scope}}))
+        # Never the promotion gate's evaluation definition, whose role writes the gate's evidence: its only submitter is
+        # an EvaluationSubmitter, with the command deployed for the endpoint (a resumed record could carry another).
+        # Batch evaluates a definition's tags when it is submitted by revision, as the guard submits:
+        # https://docs.aws.amazon.com/batch/latest/userguide/iam-example-restrict-job-submission-by-tags.html
+        function.add_to_role_policy(iam.PolicyStatement(
+            sid="NeverTheEvaluationDefinition", effect=iam.Effect.DENY, actions=["batch:SubmitJob"],
+            resources=[stack_arn(stack, BATCH_QUEUE_ARNS[2])],
+            conditions={"StringEquals": {f"aws:ResourceTag/{DEFINITION_TAG}": EVALUATION}}))
         # Ending jobs has no scope condition to bind it (a Batch job carries only its submitter's tags: queue tags do
         # not propagate, https://docs.aws.amazon.com/batch/latest/userguide/using-tags.html), so it is granted only
         # where the scope may hold a queue: added at synth, when every construct of the app exists.

@@ -327,13 +327,15 @@ def submit_evaluation(batch: Any, target: QueueTarget, *, name: str, command: Se
 
 
 def invoke_evaluation(lambda_client: Any, function: str, *, endpoint: str, run_id: str, candidate_model: str,
-                      live_run_id: str = "", live_model: str = "") -> dict:
+                      live_run_id: str = "", live_model: str = "", expected_output: str = "") -> dict:
     """Asks an ``EvaluationSubmitter``'s ``function`` (name or ARN) to submit the evaluation of ``run_id`` against
     ``live_run_id`` (empty: the configured baseline) with the command deployed for ``endpoint``; returns its answer
     (``job_id``, ``job_name``, ``output``, ``command``, ``submitted``: false when the same evaluation was already
-    waiting or running). A refusal or a failure of the function is a ``JobError`` in one line."""
+    waiting or running). With ``expected_output`` (where the caller will read the evidence) the function refuses to
+    submit an evaluation that writes elsewhere. A refusal or a failure of the function is a ``JobError`` in one
+    line."""
     payload = {"endpoint": endpoint, "run_id": run_id, "candidate_model": candidate_model,
-               "live_run_id": live_run_id, "live_model": live_model}
+               "live_run_id": live_run_id, "live_model": live_model, "expected_output": expected_output}
     response = lambda_client.invoke(FunctionName=function, InvocationType="RequestResponse",
                                     Payload=json.dumps(payload).encode())
     body = response["Payload"].read()

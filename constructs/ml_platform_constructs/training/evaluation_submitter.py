@@ -24,6 +24,8 @@ from ..data.dataset_bucket import MODELS_PREFIX
 from ..errors import ValidationError, refusal_leaves_no_node
 from ..foundation.nag_support import nag_arn, stack_arn, suppress_checkov
 from ..foundation.runtime_function import runtime_function
+from ..runtime.handlers.budget_guard import QUEUE_TAG
+from ..runtime.handlers.evaluation_submitter import EVALUATION_TAG
 from .queue_jobs import evaluation_prefix
 
 if TYPE_CHECKING:
@@ -32,9 +34,10 @@ if TYPE_CHECKING:
 FUNCTION_FILES = ("evaluation_submitter.py",)
 ENDPOINT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Lambda refuses a function whose environment variables together exceed 4 KB
-# (https://docs.aws.amazon.com/lambda/latest/dg/configuration-envvars.html); the ARNs and the bucket's name take up
-# to about 700 bytes of it.
-MAX_COMMANDS_BYTES = 3000
+# (https://docs.aws.amazon.com/lambda/latest/dg/configuration-envvars.html). The other variables take at most about
+# 900 bytes (their names, the job queue's and the definition's ARNs of generated names up to 128 characters, the
+# bucket's name of up to 63 three times); 2,800 leaves a margin for JSON escapes.
+MAX_COMMANDS_BYTES = 2800
 _JOBS_ARN = "arn:{partition}:batch:{region}:{account}:job/*"
 
 
@@ -94,7 +97,7 @@ class EvaluationSubmitter(Construct):
         self.commands = {name: tuple(command) for name, command in commands.items()}
         bucket = queue.datasets.bucket_name
         environment = {
-            "JOB_QUEUE": queue.job_queue_arn or queue.multi_node_job_queue_arn,
+            "JOB_QUEUE": queue.job_queue_arn,  # (a queue has an evaluation definition only with its single-node queue)
             "JOB_DEFINITION": queue.evaluation_job_definition.job_definition_arn, "QUEUE_NAME": queue.queue_name,
             "COMMANDS": encoded, "CANDIDATE_PREFIX": f"s3://{bucket}/{queue.checkpoint_prefix}",
             "LIVE_PREFIX": f"s3://{bucket}/{MODELS_PREFIX}",
@@ -113,17 +116,21 @@ class EvaluationSubmitter(Construct):
         self.function.add_to_role_policy(iam.PolicyStatement(
             sid="SubmitTheEvaluation", actions=["batch:SubmitJob"],
             resources=[environment["JOB_QUEUE"], environment["JOB_DEFINITION"]]))
+        # Its two tags (the queue's name; an evaluation, which the budget guard does not resubmit), and no other.
         self.function.add_to_role_policy(iam.PolicyStatement(
-            sid="TagTheEvaluation", actions=["batch:TagResource"], resources=[stack_arn(stack, _JOBS_ARN)]))
-        # ListJobs has no resource-level permissions:
+            sid="TagTheEvaluation", actions=["batch:TagResource"], resources=[stack_arn(stack, _JOBS_ARN)],
+            conditions={"StringEquals": {f"aws:RequestTag/{QUEUE_TAG}": queue.queue_name,
+                                         f"aws:RequestTag/{EVALUATION_TAG[0]}": EVALUATION_TAG[1]},
+                        "ForAllValues:StringEquals": {"aws:TagKeys": [QUEUE_TAG, EVALUATION_TAG[0]]}}))
+        # ListJobs and DescribeJobs have no resource-level permissions:
         # https://docs.aws.amazon.com/service-authorization/latest/reference/list_awsbatch.html
         self.function.add_to_role_policy(iam.PolicyStatement(
-            sid="FindTheSameEvaluation", actions=["batch:ListJobs"], resources=["*"]))
+            sid="FindTheSameEvaluation", actions=["batch:ListJobs", "batch:DescribeJobs"], resources=["*"]))
         Validations.of(self.function.role).acknowledge(
-            Acknowledgment(id="AwsSolutions-IAM5[Resource::*]", reason="batch:ListJobs has no resource-level "
-                           "permissions."),
+            Acknowledgment(id="AwsSolutions-IAM5[Resource::*]", reason="batch:ListJobs and batch:DescribeJobs have no "
+                           "resource-level permissions."),
             Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{nag_arn(stack, _JOBS_ARN)}]",
-                           reason="Tagging the job it submits: its id is not known before."))
+                           reason="Tagging the job it submits (its id is not known before) with its queue's tag only."))
 
     def grant_submit(self, grantee: iam.IGrantable) -> iam.Grant:
         """What ``./platform model evaluate`` needs: invoke the function, and describe the job it submitted (to wait

@@ -48,6 +48,8 @@ except ImportError:  # in Lambda the modules sit at the top of the package (pric
 # library only), imported by the constructs.
 FLEET_TAG = "ml-platform:fleet"
 QUEUE_TAG = "ml-platform:queue"
+# The tag an EvaluationSubmitter puts on the evaluation jobs it submits (operations.jobs.DEFINITION_TAG, EVALUATION).
+EVALUATION_TAG = ("ml-platform:job-definition", "evaluation")
 RESUBMISSION_OF_TAG = "ml-platform:budget-resubmission-of"  # on the resubmission: the job it replaces
 STOP_REASON_PREFIX = "ml-platform budget stop"  # starts the status reason of every job the stop ended
 STOP_TIME = "%Y-%m-%dT%H:%MZ"  # starts the stop tag's value and the ended jobs' status reason
@@ -358,9 +360,11 @@ def _described(batch: Any, job_ids: Sequence[str]) -> dict[str, dict]:
 def stop_queues(batch: Any, pending: PendingJobs, environment: str, reason: str, now: datetime) -> dict:
     """Idempotent, like the fleets' stop; a queue an operator resumed this month is left running. Each job it ends is
     first recorded in ``pending`` as the submission that runs it again (resume reads that record, not Batch's job
-    list); a job it could not record is still ended, and reported."""
+    list); a job it could not record is still ended, and reported. A promotion gate's evaluation job (tagged
+    ``EVALUATION_TAG`` by its only submitter, an EvaluationSubmitter) is ended and not recorded: the guard may not
+    submit the evaluation definition (its role writes the gate's evidence), so it is evaluated again by hand."""
     report = {"queues_stopped": [], "queues_already_stopped": [], "queues_resumed_by_operator": [], "jobs_ended": [],
-              "jobs_not_recorded": []}
+              "jobs_not_recorded": [], "evaluations_ended": []}
     for queue in governed_queues(batch, environment):
         name, arn, tags = queue["tags"][QUEUE_TAG], queue["jobQueueArn"], queue.get("tags", {})
         entry = {"queue": name, "job_queue": queue["jobQueueName"]}
@@ -378,11 +382,15 @@ def stop_queues(batch: Any, pending: PendingJobs, environment: str, reason: str,
         details = _described(batch, [job["jobId"] for job in running])
         for job in running:  # SIGTERM, then SIGKILL after the queue's stop timeout: the job checkpoints
             ended = {"queue": name, "job": job["jobName"], "id": job["jobId"]}
-            try:
-                pending.record(_resubmission(details[job["jobId"]]), leaf=f"job-{job['jobId']}", source="budget-stop",
-                               now=now)
-            except Exception as error:  # the spend stops all the same; the report says what resume will not run
-                report["jobs_not_recorded"].append({**ended, "error": str(error)[:300]})
+            tags = details[job["jobId"]].get("tags") or {}
+            if tags.get(EVALUATION_TAG[0]) == EVALUATION_TAG[1]:
+                report["evaluations_ended"].append(ended)
+            else:
+                try:
+                        pending.record(_resubmission(details[job["jobId"]]), leaf=f"job-{job['jobId']}",
+                                   source="budget-stop", now=now)
+                except Exception as error:  # the spend stops all the same; the report says what resume will not run
+                    report["jobs_not_recorded"].append({**ended, "error": str(error)[:300]})
             batch.terminate_job(jobId=job["jobId"], reason=f"{STOP_REASON_PREFIX} {now:{STOP_TIME}}: {reason}"[:255])
             report["jobs_ended"].append(ended)
         batch.tag_resource(resourceArn=arn, tags={STOP_TAG: f"{now:{STOP_TIME}} {reason}"[:256]})
@@ -632,6 +640,8 @@ def _announce(sns: Any, topic_arn: str, report: dict) -> None:
               for e in body.get("queues_resumed_by_operator", [])]
     lines += [f"NOT recorded, so resume will not run it again: {e['job']} ({e['id']}) of queue {e['queue']}: "
               f"{e['error']}; submit it again by hand, under the same name" for e in body.get("jobs_not_recorded", [])]
+    lines += [f"ended evaluation {e['job']} ({e['id']}) of queue {e['queue']}, not recorded (only its submitter runs "
+              "it): ./platform model evaluate it again after the resume" for e in body.get("evaluations_ended", [])]
     lines += [f"resumed training queue {e['queue']}" for e in body.get("queues_resumed", [])]
     lines += [f"resubmitted {e['job']} ({e['was']} -> {e['now']}): it resumes from its checkpoints" if e.get("was")
               else f"submitted {e['job']} ({e['now']}), which the stopped queue had refused ({e['source']})"
