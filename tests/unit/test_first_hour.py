@@ -87,7 +87,7 @@ def stand_in_cli(tmp_path):
 def test_ctrl_c_during_a_synth_is_one_line_exit_130_and_ends_the_cli_and_its_app(stand_in_cli, tmp_path, whole_group):
     env, pids = stand_in_cli
     command = subprocess.Popen([sys.executable, "-m", "ops.cdk_cli", "dev"], cwd=ROOT, env=env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, preexec_fn=interruptible)
     try:
         wait_for(lambda: pids.exists() and pids.read_text().count(" ") == 1)
         cli, app = map(int, pids.read_text().split())
@@ -114,7 +114,7 @@ def test_ctrl_c_while_the_commands_modules_load_is_one_line_too(stand_in_cli):
     env, pids = stand_in_cli
     command = subprocess.Popen([sys.executable, "-m", "ops.cdk_cli", "dev"], cwd=ROOT, text=True,
                                env={**env, "PYTHONPROFILEIMPORTTIME": "1"}, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, start_new_session=True)
+                               stderr=subprocess.PIPE, start_new_session=True, preexec_fn=interruptible)
     try:
         for line in command.stderr:
             if line.rstrip().endswith("| ops"):  # the package, ops/__init__.py, has been imported
@@ -151,7 +151,7 @@ def test_ctrl_c_while_the_emulator_runs_ends_moto(tmp_path):
     script.write_text(MOTO_THEN_WAIT)
     command = subprocess.Popen([sys.executable, str(script), str(tmp_path / "moto.log")], cwd=ROOT, text=True,
                                env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, preexec_fn=interruptible)
     try:
         port = int(command.stdout.readline())
         servers = [p for p in Path("/proc").glob("[0-9]*") if f"-p\0{port}" in _cmdline(p)]
@@ -163,6 +163,13 @@ def test_ctrl_c_while_the_emulator_runs_ends_moto(tmp_path):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(command.pid, signal.SIGKILL)
     assert (command.returncode, err) == (130, INTERRUPTED + "\n")
+
+
+def interruptible() -> None:
+    """In the child before it runs: Ctrl-C's default, whatever this process inherited. A runner started in the
+    background by a non-interactive shell ignores SIGINT, its children inherit that (across exec), and a shell cannot
+    trap a signal ignored at its start: the tests' Ctrl-C would reach nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _cmdline(proc: Path) -> str:
@@ -211,7 +218,7 @@ def test_ctrl_c_during_setup_is_one_line_not_the_tools_failure(tmp_path):
     events, write_end = os.pipe()  # the write end goes to the command and its children
     env = {**os.environ, "PYTHON": str(python), "STAND_IN_EVENTS": str(write_end)}
     command = subprocess.Popen([str(checkout / "platform"), "setup"], cwd=checkout, env=env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, preexec_fn=interruptible,
                                pass_fds=(write_end,))
     os.close(write_end)
     try:
@@ -305,7 +312,7 @@ def test_ctrl_c_during_platform_test_is_one_line_exit_130_after_pytest_tears_dow
         env.pop(name, None)
     command = subprocess.Popen([str(checkout / "platform"), "test", "-p", "no:cacheprovider", "test_waits.py"],
                                cwd=checkout, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               start_new_session=True, pass_fds=(write_end,))
+                               start_new_session=True, preexec_fn=interruptible, pass_fds=(write_end,))
     os.close(write_end)
     try:
         assert next_event(events) == ("started" if moment == "test" else "loading conftest.py")
