@@ -338,6 +338,9 @@ def test_a_7_minute_drift_schedule_gets_a_not_judged_alarm_cloudwatch_accepts(ma
 
 
 def test_the_endpoint_writes_to_a_log_group_of_its_own_with_retention_and_the_logs_key(built):
+    """Its static name and DeletionPolicy Retain are also what the upgrade of an endpoint of before 0.6 needs: the
+    deploy imports the group SageMaker made (constructs/docs/MonitoredEndpoint.md, CloudFormation's automatic import
+    of named resources)."""
     template = built[0]
     groups = template.find_resources("AWS::Logs::LogGroup", {"Properties": {
         "LogGroupName": "/aws/sagemaker/Endpoints/classifier-dev"}})
