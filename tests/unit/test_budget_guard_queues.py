@@ -102,6 +102,18 @@ def resume(world, at=NOW + timedelta(days=1)):
     return budget_guard.handle({"action": "resume", "operator": "ops"}, world["clients"], world["env"], at, PRICES)
 
 
+def announced(report):
+    """The alert a stop with this queue report sends."""
+    sent = []
+
+    class Sns:
+        def publish(self, **kwargs):
+            sent.append(kwargs["Message"])
+    budget_guard._announce(Sns(), "topic", {"action": "stop", "environment": "dev", "reason": "line",
+                                            "time": NOW.isoformat(), "stopped": [], **report})
+    return sent[0]
+
+
 # --- stop --------------------------------------------------------------------------------------------------------
 
 def test_a_budgets_notification_stops_fleets_and_queues_together(world):
@@ -150,15 +162,8 @@ def test_an_evaluation_is_ended_and_not_recorded_since_the_guard_may_not_submit_
     report = budget_guard.stop_queues(batch, PendingJobs(world["clients"]["ssm"], KEY), world["name"], "line", NOW)
     assert report["evaluations_ended"] == [{"queue": "training", "job": "evaluate-abc-def", "id": evaluation}]
     assert batch.jobs[evaluation]["status"] == "FAILED" and set(records(world)) == {"resnet", "bert"}
-    sent = []
-
-    class Sns:
-        def publish(self, **kwargs):
-            sent.append(kwargs["Message"])
-    budget_guard._announce(Sns(), "topic", {"action": "stop", "environment": "dev", "reason": "line",
-                                            "time": NOW.isoformat(), "stopped": [], **report})
     assert (f"ended evaluation evaluate-abc-def ({evaluation}) of queue training, not recorded (only its submitter "
-            "runs it): ./platform model evaluate it again after the resume") in sent[0]
+            "runs it): ./platform model evaluate it again after the resume") in announced(report)
 
 
 def test_a_job_that_cannot_be_recorded_is_still_ended_and_reported(world):
@@ -168,14 +173,7 @@ def test_a_job_that_cannot_be_recorded_is_still_ended_and_reported(world):
     report = budget_guard.stop_queues(world["batch"], PendingJobs(BrokenSsm(), KEY), world["name"], "line", NOW)
     assert {j["job"] for j in report["jobs_not_recorded"]} == {"resnet", "bert"}
     assert world["batch"].jobs[world["jobs"]["resnet"]]["status"] == "FAILED"
-    sent = []
-
-    class Sns:
-        def publish(self, **kwargs):
-            sent.append(kwargs["Message"])
-    budget_guard._announce(Sns(), "topic", {"action": "stop", "environment": "dev", "reason": "line",
-                                            "time": NOW.isoformat(), "stopped": [], **report})
-    assert "NOT recorded, so resume will not run it again: resnet" in sent[0]
+    assert "NOT recorded, so resume will not run it again: resnet" in announced(report)
 
 
 def test_a_second_stop_changes_nothing_and_records_nothing_new(world):
