@@ -173,7 +173,8 @@ def test_the_guard_may_never_submit_the_promotion_gates_evaluation_definition(te
     """Its role writes the gate's evidence and its only submitter is an EvaluationSubmitter (issue 41): a record the
     guard resubmits could carry any command. Batch evaluates the definition's tags on a submission by revision."""
     [deny] = [s for s in guard_statements(template) if s["Effect"] == "Deny"]
-    assert (deny["Sid"], deny["Action"]) == ("NeverTheEvaluationDefinition", "batch:SubmitJob")
+    assert deny["Sid"] == "NeverTheEvaluationDefinition"  # nor untag it, which would lift the denial
+    assert deny["Action"] == ["batch:SubmitJob", "batch:TagResource", "batch:UntagResource"]
     assert deny["Resource"] == "arn:aws:batch:us-east-1:123456789012:job-definition/*"
     assert deny["Condition"] == {"StringEquals": {"aws:ResourceTag/ml-platform:job-definition": "evaluation"}}
 

@@ -166,6 +166,17 @@ def test_an_evaluation_is_ended_and_not_recorded_since_the_guard_may_not_submit_
             "runs it): ./platform model evaluate it again after the resume") in announced(report)
 
 
+def test_an_evaluation_is_known_by_its_definitions_tag_too(world):
+    """A job submitted without the job tag (0.13's jobs.submit_evaluation) runs the evaluation definition all the
+    same: recorded, it would fail at every resume (the guard is denied that definition)."""
+    batch = world["batch"]
+    definition = batch.register(f"{world['name']}-evaluate", tags={**world["tags"], "ml-platform:job-definition":
+                                                                    "evaluation"})
+    evaluation = batch.add_job("evaluate-old", world["queue"], "RUNNING", definition=definition)
+    report = budget_guard.stop_queues(batch, PendingJobs(world["clients"]["ssm"], KEY), world["name"], "line", NOW)
+    assert [e["id"] for e in report["evaluations_ended"]] == [evaluation] and "evaluate-old" not in records(world)
+
+
 def test_a_job_that_cannot_be_recorded_is_still_ended_and_reported(world):
     class BrokenSsm:
         def put_parameter(self, **kwargs):

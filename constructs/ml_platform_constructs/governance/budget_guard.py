@@ -301,8 +301,10 @@ class BudgetGuard(Construct):
         # an EvaluationSubmitter, with the command deployed for the endpoint (a resumed record could carry another).
         # Batch evaluates a definition's tags when it is submitted by revision, as the guard submits:
         # https://docs.aws.amazon.com/batch/latest/userguide/iam-example-restrict-job-submission-by-tags.html
+        # (nor may it change that tag, which the denial keys on)
         function.add_to_role_policy(iam.PolicyStatement(
-            sid="NeverTheEvaluationDefinition", effect=iam.Effect.DENY, actions=["batch:SubmitJob"],
+            sid="NeverTheEvaluationDefinition", effect=iam.Effect.DENY,
+            actions=["batch:SubmitJob", "batch:TagResource", "batch:UntagResource"],
             resources=[stack_arn(stack, BATCH_QUEUE_ARNS[2])],
             conditions={"StringEquals": {f"aws:ResourceTag/{DEFINITION_TAG}": EVALUATION}}))
         # Ending jobs has no scope condition to bind it (a Batch job carries only its submitter's tags: queue tags do

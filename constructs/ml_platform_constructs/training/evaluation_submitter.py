@@ -52,8 +52,8 @@ class EvaluationSubmitter(Construct):
       and submits the queue's evaluation definition (its deployed revision) with the endpoint's command, the evidence
       path ``evaluations/<queue>/<run>/<live run or none>/`` and the platform's held-out split
       (``ml_platform_job.holdout``). The caller chooses no command, output or split.
-    - A job of the same name still waiting or running is returned, not submitted again: a retried invocation submits
-      once.
+    - A job of the same name, revision, command and variables still waiting or running is returned, not submitted
+      again (a job that only shares the name is not followed).
     - A changed command is a deploy (``commands``): no running job ends (the next evaluation runs the new one).
 
     Attributes: ``function`` (main child ``Resource``), ``queue``, ``commands``.
@@ -62,7 +62,7 @@ class EvaluationSubmitter(Construct):
     :param commands: endpoint name -> the evaluation job's command (``ml_platform_job.evaluation``'s contract), e.g.
         ``{"classifier": ["python", "/opt/ml/code/train.py", "--evaluate"]}``; 1 or more endpoints, names of 1-64
         letters, digits, ``.``, ``_`` or ``-``, each command a non-empty list of non-empty strings, all of them at most
-        3,000 bytes as JSON (Lambda's 4 KB of environment variables).
+        2,800 bytes as JSON (Lambda's 4 KB of environment variables).
     :param removal_policy: of the function's log group. Default: RETAIN.
     """
 
@@ -116,12 +116,12 @@ class EvaluationSubmitter(Construct):
         self.function.add_to_role_policy(iam.PolicyStatement(
             sid="SubmitTheEvaluation", actions=["batch:SubmitJob"],
             resources=[environment["JOB_QUEUE"], environment["JOB_DEFINITION"]]))
-        # Its two tags (the queue's name; an evaluation, which the budget guard does not resubmit), and no other.
+        # Its two tag keys (the queue's; an evaluation, which the budget guard does not resubmit), no other. No
+        # condition on their values: Batch documents no request tags in the TagResource check SubmitJob makes, and
+        # a value condition without them would refuse every submission (the values are the function's own code's).
         self.function.add_to_role_policy(iam.PolicyStatement(
             sid="TagTheEvaluation", actions=["batch:TagResource"], resources=[stack_arn(stack, _JOBS_ARN)],
-            conditions={"StringEquals": {f"aws:RequestTag/{QUEUE_TAG}": queue.queue_name,
-                                         f"aws:RequestTag/{EVALUATION_TAG[0]}": EVALUATION_TAG[1]},
-                        "ForAllValues:StringEquals": {"aws:TagKeys": [QUEUE_TAG, EVALUATION_TAG[0]]}}))
+            conditions={"ForAllValues:StringEquals": {"aws:TagKeys": [QUEUE_TAG, EVALUATION_TAG[0]]}}))
         # ListJobs and DescribeJobs have no resource-level permissions:
         # https://docs.aws.amazon.com/service-authorization/latest/reference/list_awsbatch.html
         self.function.add_to_role_policy(iam.PolicyStatement(
@@ -130,7 +130,7 @@ class EvaluationSubmitter(Construct):
             Acknowledgment(id="AwsSolutions-IAM5[Resource::*]", reason="batch:ListJobs and batch:DescribeJobs have no "
                            "resource-level permissions."),
             Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{nag_arn(stack, _JOBS_ARN)}]",
-                           reason="Tagging the job it submits (its id is not known before) with its queue's tag only."))
+                           reason="Tagging the job it submits (its id is not known before) with its two tag keys only."))
 
     def grant_submit(self, grantee: iam.IGrantable) -> iam.Grant:
         """What ``./platform model evaluate`` needs: invoke the function, and describe the job it submitted (to wait

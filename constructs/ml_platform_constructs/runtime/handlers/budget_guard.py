@@ -357,12 +357,28 @@ def _described(batch: Any, job_ids: Sequence[str]) -> dict[str, dict]:
     return found
 
 
+def _evaluation_definitions(batch: Any, jobs: Sequence[dict]) -> set[str]:
+    """Which of these jobs' definitions are a promotion gate's evaluation definition (by the definition's tag, which
+    the guard's role may not change): none known where DescribeJobDefinitions fails (the jobs' own tag still says)."""
+    arns = sorted({job["jobDefinition"] for job in jobs if job.get("jobDefinition")})
+    found = set()
+    try:
+        for start in range(0, len(arns), 100):
+            found |= {d["jobDefinitionArn"] for d in batch.describe_job_definitions(
+                jobDefinitions=arns[start:start + 100])["jobDefinitions"]
+                if (d.get("tags") or {}).get(EVALUATION_TAG[0]) == EVALUATION_TAG[1]}
+    except Exception:  # the stop goes on; a record the guard may not submit is kept and reported at resume
+        pass
+    return found
+
+
 def stop_queues(batch: Any, pending: PendingJobs, environment: str, reason: str, now: datetime) -> dict:
     """Idempotent, like the fleets' stop; a queue an operator resumed this month is left running. Each job it ends is
     first recorded in ``pending`` as the submission that runs it again (resume reads that record, not Batch's job
-    list); a job it could not record is still ended, and reported. A promotion gate's evaluation job (tagged
-    ``EVALUATION_TAG`` by its only submitter, an EvaluationSubmitter) is ended and not recorded: the guard may not
-    submit the evaluation definition (its role writes the gate's evidence), so it is evaluated again by hand."""
+    list); a job it could not record is still ended, and reported. A promotion gate's evaluation job (its definition
+    tagged ``EVALUATION_TAG``, or the job by its submitter, an EvaluationSubmitter) is ended and not recorded: the
+    guard may not submit the evaluation definition (its role writes the gate's evidence), so it is evaluated again by
+    hand."""
     report = {"queues_stopped": [], "queues_already_stopped": [], "queues_resumed_by_operator": [], "jobs_ended": [],
               "jobs_not_recorded": [], "evaluations_ended": []}
     for queue in governed_queues(batch, environment):
@@ -380,14 +396,16 @@ def stop_queues(batch: Any, pending: PendingJobs, environment: str, reason: str,
         for environment_arn in environments:  # no new instances; idle ones scale in
             batch.update_compute_environment(computeEnvironment=environment_arn, state="DISABLED")
         details = _described(batch, [job["jobId"] for job in running])
+        evaluations = _evaluation_definitions(batch, list(details.values()))
         for job in running:  # SIGTERM, then SIGKILL after the queue's stop timeout: the job checkpoints
             ended = {"queue": name, "job": job["jobName"], "id": job["jobId"]}
-            tags = details[job["jobId"]].get("tags") or {}
-            if tags.get(EVALUATION_TAG[0]) == EVALUATION_TAG[1]:
+            described = details.get(job["jobId"], {})
+            if ((described.get("tags") or {}).get(EVALUATION_TAG[0]) == EVALUATION_TAG[1]
+                    or described.get("jobDefinition") in evaluations):
                 report["evaluations_ended"].append(ended)
             else:
-                try:
-                        pending.record(_resubmission(details[job["jobId"]]), leaf=f"job-{job['jobId']}",
+                try:  # (a job DescribeJobs did not return: a KeyError here, reported, and the stop goes on)
+                    pending.record(_resubmission(details[job["jobId"]]), leaf=f"job-{job['jobId']}",
                                    source="budget-stop", now=now)
                 except Exception as error:  # the spend stops all the same; the report says what resume will not run
                     report["jobs_not_recorded"].append({**ended, "error": str(error)[:300]})

@@ -15,8 +15,9 @@ function's, fixed at deploy:
    ``ml_platform_job.evaluation.evidence_uri``), with the platform's held-out split (``HOLDOUT_SALT``,
    ``HOLDOUT_FRACTION``);
 5. a job of the same name still waiting or running on the queue, of the deployed revision, with the command and the
-   variables this request would submit, is that evaluation: it is returned, not submitted again (an invocation
-   retried submits once); a job that only shares the name (another submitter's) is not followed;
+   variables this request would submit, is that evaluation: it is returned, not submitted again (an evaluation asked
+   for twice runs once, unless the second ask comes before ListJobs shows the first job); a job that only shares the
+   name (another submitter's) is not followed;
 6. ``expected_output``, when the caller gives it, must be the evidence path computed here (a caller and a deployed
    function that disagree on where promote reads the evidence refuse before anything is submitted).
 
@@ -116,9 +117,9 @@ def _same(job: dict, definition: str, wanted: dict) -> bool:
     """Whether a described job is the evaluation ``wanted`` would submit: the deployed revision, the command, and each
     of its variables with the same value."""
     container = job.get("container") or {}
-    variables = {v.get("name"): v.get("value") for v in container.get("environment") or []}
+    variables = {v.get("name"): v.get("value") or "" for v in container.get("environment") or []}
     return (job.get("jobDefinition") == definition and container.get("command") == wanted["command"]
-            and all(variables.get(k) == v for k, v in wanted["environment"].items()))
+            and all(variables.get(k, "") == v for k, v in wanted["environment"].items()))  # (an empty value may go)
 
 
 def _running(batch: Any, queue: str, definition: str, wanted: dict) -> Optional[str]:
