@@ -17,13 +17,16 @@ from typing import Any, Sequence
 
 from botocore.exceptions import ClientError
 from ml_platform_constructs.advice import gpu_catalog
-from ml_platform_constructs.data.dataset_snapshots import DEFAULT_BUILDER_INSTANCE_TYPE
-from ml_platform_constructs.training.spot_gpu_fleet import FLEET_TAG
+from ml_platform_constructs.runtime.handlers.budget_guard import FLEET_TAG
 
 from ops.aws_access import environment, require_known, session_for
 from ops.cli import INSTANCES, Parser, aws_errors_in_one_line, bounded
 from ops.dataset import missing_volumes
 from stacks.config import EnvironmentConfig, FleetConfig, QueueConfig
+
+# DatasetSnapshotBuilder's default instance type (data.dataset_snapshots.DEFAULT_BUILDER_INSTANCE_TYPE, held equal by
+# tests/unit/test_config.py): a copy, so that the operator's commands need no CDK.
+SNAPSHOT_BUILDER_TYPE = "m6in.2xlarge"
 
 
 def find_group(autoscaling: Any, env: EnvironmentConfig, fleet: str) -> dict:
@@ -130,7 +133,7 @@ def preflight(quotas: Any, iam: Any, env: EnvironmentConfig, ssm: Any, ec2: Any)
         if queue.multi_node_instance_types:  # one AZ: the first subnet's
             checks.append(("multi-node queue", queue.name, queue.multi_node_instance_types, env.availability_zones[:1]))
     # The snapshot builder launches in the first subnet, the first configured AZ.
-    checks.append(("snapshot builder", "DatasetSnapshots", [DEFAULT_BUILDER_INSTANCE_TYPE], env.availability_zones[:1]))
+    checks.append(("snapshot builder", "DatasetSnapshots", [SNAPSHOT_BUILDER_TYPE], env.availability_zones[:1]))
     for check in checks:
         found, ok = offering_check(ec2, *check)
         lines += found

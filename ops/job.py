@@ -31,8 +31,7 @@ from ml_platform_constructs.operations.jobs import JobError, Submission
 from ops.aws_access import environment, require_known, session_for
 from ops.cli import Parser, add_job_figures, aws_errors_in_one_line
 from ops.dataset import stack_output
-from stacks.compute_stack import queue_output_key
-from stacks.config import EnvironmentConfig, QueueConfig
+from stacks.config import EnvironmentConfig, QueueConfig, queue_output_key
 
 
 def find_queue(env: EnvironmentConfig, name: str) -> QueueConfig:

@@ -20,8 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, NoReturn, Optional
 
-from ml_platform_constructs.serving.endpoint_quality import GROUND_TRUTH_PREFIX
-from ml_platform_constructs.runtime.decisions.quality import label_of, validate_labels
+from ml_platform_constructs.runtime.decisions.quality import GROUND_TRUTH_PREFIX, label_of, validate_labels
 
 from ops.aws_access import environment, require_known, session_for
 from ops.cli import Parser, aws_errors_in_one_line, read_text

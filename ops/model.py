@@ -79,8 +79,7 @@ from ops.aws_access import environment, require_known, session_for
 from ops.cli import DecidedAgainst, Parser, aws_errors_in_one_line, fit, read_text, verdict_exit, verdicts
 from ops.dataset import stack_output
 from ops.runs import RunsError, environment_tracking_uri, run_record
-from stacks.compute_stack import queue_output_key
-from stacks.config import EndpointConfig, EnvironmentConfig
+from stacks.config import EndpointConfig, EnvironmentConfig, queue_output_key
 
 CAPABILITIES = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]
 EVALUATION_POLL_SECONDS = 30

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import re
 
 from aws_cdk import CfnOutput, Duration, Stack
 from aws_cdk import aws_ec2 as ec2
@@ -14,12 +13,7 @@ from constructs import Construct
 from ml_platform_constructs import (DatasetBucket, DatasetSnapshotBuilder, DatasetVolume, EvaluationSubmitter,
                                     MlflowTracking, SpotGpuFleet, SpotInterruptionAlerts, TrainingQueue)
 
-from .config import DatasetVolumeConfig, EnvironmentConfig
-
-
-def queue_output_key(queue: str, what: str) -> str:
-    """The Compute stack's output naming a queue's resource (read by ./platform job)."""
-    return "Queue" + re.sub(r"[^A-Za-z0-9]", "", queue.title()) + what
+from .config import DatasetVolumeConfig, EnvironmentConfig, queue_output_key  # noqa: F401 (its old home)
 
 
 def dataset_volumes(volumes: tuple[DatasetVolumeConfig, ...], snapshots: DatasetSnapshotBuilder) -> list[DatasetVolume]:

@@ -7,23 +7,22 @@ value, what is allowed and how to fix it.
 from __future__ import annotations
 
 import difflib
-import functools
 import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from aws_cdk import RemovalPolicy
-from aws_cdk import aws_ec2 as ec2
-from aws_cdk.region_info import Fact
+from typing import TYPE_CHECKING
+
 from ml_platform_constructs.advice.gpu_catalog import GPU_CATALOG
-from ml_platform_constructs.data.mlflow_tracking import TRACKING_SERVER_SIZES
-from ml_platform_constructs.serving.monitored_endpoint import ECR_IMAGE
-from ml_platform_constructs.foundation.network import QUEUE_INTERFACE_ENDPOINTS
+from ml_platform_constructs.operations.jobs import ECR_IMAGE, is_tagged_ecr_image
 from ml_platform_constructs.runtime.decisions.quality import holdout_metric
 from ml_platform_constructs.runtime.handlers.retrain import COOLDOWN_HOURS
-from ml_platform_constructs.training.training_queue import is_tagged_ecr_image
+
+if TYPE_CHECKING:  # the stacks' types; reading and checking the config needs no CDK (operator commands run without it)
+    from aws_cdk import RemovalPolicy
+    from aws_cdk import aws_ec2 as ec2
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "environments.toml"
 ENVIRONMENT_NAMES = ("dev", "staging", "prod")
@@ -37,15 +36,35 @@ INTERFACE_ENDPOINT_NAMES = frozenset({
 # What ECS container instances (AWS Batch) reach without a NAT gateway, besides the S3 gateway endpoint:
 # https://docs.aws.amazon.com/AmazonECS/latest/developerguide/vpc-endpoints.html
 # and CloudWatch monitoring, where the CloudWatch agent sends the GPU metrics the idle and memory alarms read.
-QUEUE_ENDPOINTS = (*(endpoint.short_name for endpoint in QUEUE_INTERFACE_ENDPOINTS), "logs", "monitoring")
+# (QUEUE_INTERFACE_ENDPOINTS' short names, which tests/unit/test_config.py holds equal to the library's.)
+QUEUE_ENDPOINTS = ("ecs", "ecs-agent", "ecs-telemetry", "ecr.api", "ecr.dkr", "logs", "monitoring")
+# MlflowTracking's tracking_server_size values (data.mlflow_tracking.TRACKING_SERVER_SIZES, held equal by the test).
+TRACKING_SERVER_SIZES = ("Small", "Medium", "Large")
+# The Regions aws-cdk-lib's region facts know (Fact.regions of the pinned aws-cdk-lib, held equal by the test), so
+# that service principals and endpoint names resolve; here as a list, so that reading the config needs no CDK.
+REGIONS = frozenset({
+    "af-south-1", "ap-east-1", "ap-east-2", "ap-northeast-1", "ap-northeast-2", "ap-northeast-3", "ap-south-1",
+    "ap-south-2", "ap-southeast-1", "ap-southeast-2", "ap-southeast-3", "ap-southeast-4", "ap-southeast-5",
+    "ap-southeast-6", "ap-southeast-7", "ca-central-1", "ca-west-1", "cn-north-1", "cn-northwest-1", "eu-central-1",
+    "eu-central-2", "eu-isoe-west-1", "eu-north-1", "eu-south-1", "eu-south-2", "eu-west-1", "eu-west-2", "eu-west-3",
+    "eusc-de-east-1", "il-central-1", "me-central-1", "me-south-1", "mx-central-1", "sa-east-1", "us-east-1",
+    "us-east-2", "us-gov-east-1", "us-gov-west-1", "us-iso-east-1", "us-iso-west-1", "us-isob-east-1",
+    "us-isob-west-1", "us-isof-east-1", "us-isof-south-1", "us-west-1", "us-west-2"})
 # What jobs and fleet instances reach SageMaker's managed MLflow through without a NAT gateway (MLFLOW_INTERFACE_ENDPOINTS):
 # https://docs.aws.amazon.com/sagemaker/latest/dg/mlflow-interface-endpoint.html
 MLFLOW_ENDPOINTS = ("sagemaker.experiments", "sagemaker.api")
 
 
-def interface_endpoint_service(name: str) -> ec2.InterfaceVpcEndpointAwsService:
+def queue_output_key(queue: str, what: str) -> str:
+    """The Compute stack's output naming a queue's resource (read by ./platform job and model evaluate)."""
+    return "Queue" + re.sub(r"[^A-Za-z0-9]", "", queue.title()) + what
+
+
+def interface_endpoint_service(name: str) -> "ec2.InterfaceVpcEndpointAwsService":
     """The service behind a configured short name (com.amazonaws.<region>.<name>); SageMaker MLflow's is
     aws.sagemaker.<region>.experiments."""
+    from aws_cdk import aws_ec2 as ec2
+
     if name == "sagemaker.experiments":
         return ec2.InterfaceVpcEndpointAwsService.SAGEMAKER_EXPERIMENTS
     return ec2.InterfaceVpcEndpointAwsService(name)
@@ -235,8 +254,10 @@ class EnvironmentConfig:
         return self.name == "dev"
 
     @property
-    def removal_policy(self) -> RemovalPolicy:
+    def removal_policy(self) -> "RemovalPolicy":
         """dev's stateful resources go with their stack; everywhere else they are retained."""
+        from aws_cdk import RemovalPolicy
+
         return RemovalPolicy.DESTROY if self.is_dev else RemovalPolicy.RETAIN
 
     @property
@@ -376,11 +397,8 @@ def _environment(name: str, project: str, raw: Any) -> EnvironmentConfig:
     )
 
 
-@functools.cache
 def _regions() -> frozenset[str]:
-    # Regions CDK's region facts know, so that service principals and endpoint names resolve. RegionInfo.regions is
-    # Fact.regions, each wrapped: one jsii round trip for the names instead of one per Region, once per process.
-    return frozenset(Fact.regions)
+    return REGIONS
 
 
 def _network(at: str, raw: Any, az_count: int) -> CreatedNetworkConfig | ImportedNetworkConfig:

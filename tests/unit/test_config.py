@@ -3,10 +3,12 @@
 import copy
 import re
 import tomllib
+from pathlib import Path
 
 import pytest
 from aws_cdk import RemovalPolicy
 
+from stacks import config as platform_config
 from stacks.config import DEFAULT_CONFIG, ConfigError, ConfigSyntaxError, CreatedNetworkConfig, ImportedNetworkConfig, load, parse
 
 RAW = tomllib.loads(DEFAULT_CONFIG.read_text())
@@ -288,3 +290,39 @@ def test_an_unknown_key_beside_a_missing_one_is_to_be_renamed_to_it():
     raw["projects"] = raw.pop("project")
     with pytest.raises(ConfigError, match=r"^config: projects='ml-platform' is invalid: .* Fix: rename it to 'project'$"):
         parse(raw)
+
+
+# --- reading the config needs no CDK (issue 41): the operator's commands run without aws-cdk-lib or Node.js --------
+
+OPERATOR_MODULES = ("advise", "aws_access", "budget", "ci_target", "cli", "dataset", "drift", "drift_baseline", "fleet",
+                    "goodput", "instance_records", "job", "job_cost", "labels", "model", "quality", "refresh_prices",
+                    "rehearse", "runs", "tco", "terminal")
+
+
+def test_the_operators_commands_and_the_config_import_without_the_cdk():
+    """0.13's stacks.config imported aws-cdk-lib and started its jsii kernel (Node.js): about 2 s before any operator
+    command did anything, against the house rule. (cdk_cli, cost_estimate and lint synthesize: they need it.)"""
+    import subprocess
+    import sys
+
+    code = ("import importlib, sys; import stacks.config\n"
+            f"for m in {OPERATOR_MODULES!r}: importlib.import_module('ops.' + m)\n"
+            "print(sorted(k for k in ('aws_cdk', 'jsii', 'constructs') if k in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            cwd=Path(__file__).resolve().parents[2])
+    assert result.stdout.strip() == "[]"
+
+
+def test_the_configs_copies_of_the_librarys_facts_are_the_same():
+    """What stacks.config keeps as plain values so that it needs no CDK, held equal to where they come from."""
+    from aws_cdk.region_info import Fact
+    from ml_platform_constructs.data.dataset_snapshots import DEFAULT_BUILDER_INSTANCE_TYPE
+    from ml_platform_constructs.data.mlflow_tracking import TRACKING_SERVER_SIZES
+    from ml_platform_constructs.foundation.network import QUEUE_INTERFACE_ENDPOINTS
+    from ops import fleet
+
+    assert platform_config.REGIONS == frozenset(Fact.regions)
+    assert platform_config.TRACKING_SERVER_SIZES == TRACKING_SERVER_SIZES
+    assert platform_config.QUEUE_ENDPOINTS == (*(e.short_name for e in QUEUE_INTERFACE_ENDPOINTS), "logs",
+                                               "monitoring")
+    assert fleet.SNAPSHOT_BUILDER_TYPE == DEFAULT_BUILDER_INSTANCE_TYPE

@@ -30,11 +30,10 @@ from ..errors import ValidationError, refusal_leaves_no_node
 from ..foundation.nag_support import AcknowledgeWildcardResources, suppress_checkov
 from ..runtime.decisions.promotion import BASELINE, quality_baseline_parameter
 from ..runtime.decisions.quality import (DEFAULT_FALSE_ALARMS, DEFAULT_MAX_BATCH_HOURS, DEFAULT_POWER, DEFAULT_REFERENCE_LABELS,
-                               PROBLEM_TYPES, holdout_metric)
+                               GROUND_TRUTH_PREFIX, PROBLEM_TYPES, holdout_metric)
 from ..foundation.runtime_function import runtime_function
 
 QUALITY_NAMESPACE = "MLPlatform/Quality"
-GROUND_TRUTH_PREFIX = "ground-truth/"
 LABELS_TOO_LATE_SHARE = 0.05  # of a run's labels, estimated too late to join: the too-late alarm's threshold
 # The quality check's code: the handler and what it imports (in Lambda, each sits at the top of the package).
 FUNCTION_FILES = ("capture.py", "quality.py", "quality_handler.py", "stats.py")

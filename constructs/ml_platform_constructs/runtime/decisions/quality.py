@@ -68,6 +68,9 @@ except ImportError:  # in Lambda the modules sit at the top of the package
 PROBLEM_TYPES = ("binary", "multiclass", "regression")
 DECISIONS = ("ok", "alarm", "filling", "not_judged")
 HOURS_90_DAYS = 90 * 24
+# Where ground-truth labels arrive, in the capture bucket: ground-truth/<endpoint>/yyyy/mm/dd/hh/ (EndpointQuality's
+# GROUND_TRUTH_PREFIX; here so that the operator's label upload needs no CDK).
+GROUND_TRUTH_PREFIX = "ground-truth/"
 DEFAULT_FALSE_ALARMS = 0.25  # a healthy model's expected alarms in 90 days
 DEFAULT_POWER = 0.9
 DEFAULT_MAX_BATCH_HOURS = 168
