@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-
 from aws_cdk import CfnOutput, Duration, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_kms as kms

@@ -11,9 +11,7 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from ml_platform_constructs.advice.gpu_catalog import GPU_CATALOG
 from ml_platform_constructs.operations.jobs import ECR_IMAGE, is_tagged_ecr_image
@@ -60,7 +58,7 @@ def queue_output_key(queue: str, what: str) -> str:
     return "Queue" + re.sub(r"[^A-Za-z0-9]", "", queue.title()) + what
 
 
-def interface_endpoint_service(name: str) -> "ec2.InterfaceVpcEndpointAwsService":
+def interface_endpoint_service(name: str) -> ec2.InterfaceVpcEndpointAwsService:
     """The service behind a configured short name (com.amazonaws.<region>.<name>); SageMaker MLflow's is
     aws.sagemaker.<region>.experiments."""
     from aws_cdk import aws_ec2 as ec2
@@ -254,7 +252,7 @@ class EnvironmentConfig:
         return self.name == "dev"
 
     @property
-    def removal_policy(self) -> "RemovalPolicy":
+    def removal_policy(self) -> RemovalPolicy:
         """dev's stateful resources go with their stack; everywhere else they are retained."""
         from aws_cdk import RemovalPolicy
 
