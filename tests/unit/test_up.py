@@ -109,6 +109,7 @@ def test_a_gap_moto_did_not_have_before_is_named_not_called_expected(steps, caps
 
 def test_each_long_step_shows_a_spinner_under_its_header_on_a_terminal(steps, monkeypatch, capsys):
     monkeypatch.setattr(terminal, "on_terminal", lambda stream: True)
+    monkeypatch.setenv("COLUMNS", "120")  # a terminal wide enough for the longest header, whatever runs the test
     drawn = []
     monkeypatch.setattr(terminal.Progress, "_write", lambda self, text: drawn.append(text))
     assert steps["run"]() == 0
