@@ -333,7 +333,7 @@ def _environment(name: str, project: str, raw: Any) -> EnvironmentConfig:
     _keys(at, raw, required={"account", "region", "availability_zones", "cost_center", "alert_emails", "network",
                              "datasets"}, optional={"fleets", "endpoints", "budget", "queues", "mlflow"})
     region = raw["region"]
-    if region not in _regions():
+    if region not in REGIONS:
         raise ConfigError(f"{at}.region", region, "an AWS Region name known to aws-cdk-lib, such as us-east-1",
                           "fix the spelling")
     azs = _string_list(f"{at}.availability_zones", raw["availability_zones"], 1, 6)
@@ -393,10 +393,6 @@ def _environment(name: str, project: str, raw: Any) -> EnvironmentConfig:
         budget=_budget(f"{at}.budget", raw["budget"]) if "budget" in raw else None,
         mlflow=mlflow,
     )
-
-
-def _regions() -> frozenset[str]:
-    return REGIONS
 
 
 def _network(at: str, raw: Any, az_count: int) -> CreatedNetworkConfig | ImportedNetworkConfig:

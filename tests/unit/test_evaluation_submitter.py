@@ -145,7 +145,7 @@ def test_the_function_reads_exactly_the_variables_the_construct_sets(built):
     """The construct, the function and the operator tests' stand-in (test_runs_ops.Lambda) name the same variables."""
     import ast
     import inspect
-    from test_runs_ops import Lambda
+    from tests.unit.test_runs_ops import Lambda
 
     tree = ast.parse(inspect.getsource(handler_module))
     read = {node.slice.value for node in ast.walk(tree) if isinstance(node, ast.Subscript)

@@ -11,13 +11,9 @@ from ml_platform_constructs.runtime.handlers.budget_guard import load_prices
 from ml_platform_job.health import FIXES, RULES, HealthMonitor, HealthRules
 from ml_platform_job.tracking import TAG_PREFIX, TrackedRun
 from ops import runs as runs_ops
+from tests.unit.test_runs_ops import fits
 
 
-
-def fits(text, width=100):
-    """Every line within ``width``, but a line of one word (a path, a URL: fit keeps it whole, to copy): a path's
-    length is the test machine's (pytest-xdist's workers' temporary paths are longer)."""
-    return all(len(line) <= width or " " not in line.strip() for line in text.splitlines())
 
 def tracked(tmp_path, name, uri=None):
     env = {"ML_PLATFORM_CHECKPOINT_URI": str(tmp_path / name), "AWS_REGION": "us-east-1",
