@@ -324,3 +324,15 @@ def test_a_queue_without_an_evaluation_definition_is_refused(tmp_path):
     with pytest.raises(ValidationError, match=r"^EvaluationSubmitter: queue='plain' is invalid: a TrainingQueue with "
                                               r"a DatasetBucket .* Fix: pass datasets= to the queue$"):
         EvaluationSubmitter(stack, "Evaluations", queue=queue, commands={"classifier": COMMAND})
+
+
+def test_a_queue_of_another_stack_is_refused_since_the_revision_arn_would_be_an_export_that_changes(tmp_path):
+    """The second deploy that revises the definition would fail: CloudFormation cannot update an export in use."""
+    app = new_app(tmp_path)
+    stack = Stack(app, "Test", env={"account": ACCOUNT, "region": "us-east-1"})
+    queue = queue_stack(stack)["queue"]
+    other = Stack(app, "Promotion", env={"account": ACCOUNT, "region": "us-east-1"})
+    with pytest.raises(ValidationError, match=r"^EvaluationSubmitter: queue='training' is invalid: a TrainingQueue of "
+                                              r"the stack the submitter is created in: .* Fix: create the "
+                                              r"EvaluationSubmitter in the queue's stack$"):
+        EvaluationSubmitter(other, "Evaluations", queue=queue, commands={"classifier": COMMAND})

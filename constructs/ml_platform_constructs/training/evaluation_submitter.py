@@ -58,7 +58,8 @@ class EvaluationSubmitter(Construct):
 
     Attributes: ``function`` (main child ``Resource``), ``queue``, ``commands``.
 
-    :param queue: a TrainingQueue with a dataset bucket (only then has it an evaluation job definition).
+    :param queue: a TrainingQueue with a dataset bucket (only then has it an evaluation job definition), in the stack the
+        submitter is created in (its definition's revision ARN changes on update: no export of it).
     :param commands: endpoint name -> the evaluation job's command (``ml_platform_job.evaluation``'s contract), e.g.
         ``{"classifier": ["python", "/opt/ml/code/train.py", "--evaluate"]}``; 1 or more endpoints, names of 1-64
         letters, digits, ``.``, ``_`` or ``-``, each command a non-empty list of non-empty strings, all of them at most
@@ -75,6 +76,11 @@ class EvaluationSubmitter(Construct):
             fail("queue", getattr(queue, "queue_name", type(queue).__name__),
                  "a TrainingQueue with a DatasetBucket (only then has it an evaluation job definition)",
                  "pass datasets= to the queue")
+        if Stack.of(scope) is not Stack.of(queue):
+            fail("queue", queue.queue_name, "a TrainingQueue of the stack the submitter is created in: the function "
+                 "names the evaluation definition's revision ARN, which changes on each deploy that revises it, and "
+                 "CloudFormation refuses to update an export another stack imports", "create the EvaluationSubmitter "
+                 "in the queue's stack")
         if not isinstance(commands, Mapping) or not commands:
             fail("commands", commands, "a mapping of at least one endpoint name to its evaluation command",
                  'e.g. {"classifier": ["python", "/opt/ml/code/train.py", "--evaluate"]}')
