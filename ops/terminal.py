@@ -319,6 +319,19 @@ def progress(what: str, **options: Any) -> Iterator[Progress]:
 
 # --- ./platform test ------------------------------------------------------------------------------------------------
 
+# ./platform test's default: pytest-xdist, one worker per core (at most 4: each may synthesize the whole app), each test
+# file whole on one worker (its module fixtures run once), the files in the order tests/conftest.py puts them.
+PARALLEL = ["-n", "auto", "--maxprocesses", "4", "--dist", "loadfile", "--no-loadscope-reorder"]
+
+
+def suite_arguments(args: list[str]) -> list[str]:
+    """pytest's arguments for ./platform test ARGS: PARALLEL first, unless ARGS choose the workers themselves (-n,
+    --numprocesses, --dist, -p no:xdist)."""
+    chosen = any(arg in ("no:xdist", "-pno:xdist") or arg.startswith(("--numprocesses", "--dist")) or
+                 (arg.startswith("-n") and not arg.startswith("--")) for arg in args)
+    return list(args) if chosen else [*PARALLEL, *args]
+
+
 def pytest_main(argv: Optional[list[str]] = None) -> NoReturn:
     """./platform test: pytest in this process, ended by Ctrl-C as every command is. pytest still ends its session as
     it would (every fixture torn down: moto, the emulator, the background scans), but what it would print from the
@@ -327,7 +340,7 @@ def pytest_main(argv: Optional[list[str]] = None) -> NoReturn:
     session (pytest's import, conftest.py's) is the same line. SIGTERM keeps its default: tests install SIGTERM
     handlers of their own, which call the one before them (./platform runs this with ``python -c``, not ``-m``, for
     that: ops/__init__.py would install this module's)."""
-    args = sys.argv[1:] if argv is None else argv
+    args = suite_arguments(sys.argv[1:] if argv is None else argv)
     sys.argv[0] = "./platform test"  # pytest's usage line names it (basename: "platform test"), not "-c"
     stderr = os.dup(2)  # the interrupt's line goes here once 1 and 2 lead to /dev/null (not inherited by children)
     code = 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -39,6 +40,15 @@ STACKS = [f"{name}/{stack}" for name, env in platform_config.load().environments
           for stack in ("Core", "Data", "Compute", *(("Serving",) if env.endpoints else ()),
                         *(("Governance",) if env.budget else ()))]
 CDK_CONTEXT = json.loads((ROOT / "cdk.json").read_text())["context"]
+# Under pytest-xdist (./platform test runs the suite on one worker per core, each file whole on one worker) a worker
+# learns which files it runs only as it gets them, so work that overlaps a file's tests (the background scans, the
+# emulator, the library wheel) starts when that worker reaches the file, not when the session starts: every worker
+# collects every test, and each would otherwise start all of it.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+# The files that wait on such work go to the workers first, so that it overlaps the rest of the suite; then the others,
+# the largest first (as xdist's own --loadscope-reorder would).
+STARTS_BACKGROUND_WORK = ("tests/compliance/test_compliance.py", "tests/emulator/test_local_deploy.py",
+                          "tests/emulator/test_local_run.py", "tests/test_library_wheel.py")
 
 
 def new_app(outdir: Path, *, validate_templates: bool = False, **context) -> App:
@@ -64,11 +74,26 @@ def platform_app(tmp_path_factory, config, request):
     app = new_app(outdir)
     stages = {stage.stage_name: stage for stage in build(app, config)}
     assembly = app.synth()
-    for scan, start in ((_CHECKOV, start_checkov), (_CFN_LINT, start_cfn_lint)):
-        if scan.get("wanted"):
-            scan["process"] = start(assembly_templates(outdir))
-            request.addfinalizer(lambda scan=scan: _stop_unread(scan))
+    if _CHECKOV.get("wanted") or _CFN_LINT.get("wanted"):
+        start_scans(outdir, request)
     return stages, assembly, outdir
+
+
+@pytest.fixture(scope="module")
+def scans_started(platform_app, request) -> None:
+    """Starts the background scans now, unless started: under pytest-xdist, test_compliance.py asks for it with its
+    first test (the scans' state lives in this module as pytest loaded it, not in ``tests.conftest`` as a test file
+    imports it: two module objects)."""
+    _, _, outdir = platform_app
+    start_scans(outdir, request)
+
+
+def start_scans(outdir: Path, request) -> None:
+    """Starts checkov and cfn-lint over the synthesized templates in ``outdir`` in the background, unless started."""
+    for scan, start in ((_CHECKOV, start_checkov), (_CFN_LINT, start_cfn_lint)):
+        if "process" not in scan:
+            scan["process"] = start(assembly_templates(outdir))
+            request.addfinalizer(lambda scan=scan: _stop_unread(scan))  # ended if never read
 
 
 def _stop_unread(scan: dict) -> None:
@@ -97,14 +122,26 @@ def checkov_scan(platform_app) -> CheckovResult:
     return _CHECKOV["result"]
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     """Tests that wait for the background scans (checkov, cfn-lint) run last, when the scans have had the whole
-    suite's time to finish."""
+    suite's time to finish (in one process, the scans start with the first test that needs the whole app). Under
+    pytest-xdist, the files in STARTS_BACKGROUND_WORK come first, and test_compliance.py starts the scans itself."""
     def waits(item, fixture):
         return fixture in getattr(item, "fixturenames", ())
     items.sort(key=lambda item: waits(item, "checkov_scan") or waits(item, "cfn_lint_scan"))
+    if XDIST_WORKER:
+        sizes: dict[str, int] = {}
+        for item in items:
+            sizes[_file(item)] = sizes.get(_file(item), 0) + 1
+        first = {name: rank for rank, name in enumerate(STARTS_BACKGROUND_WORK)}
+        items.sort(key=lambda item: (first.get(_file(item), len(first)), -sizes[_file(item)], _file(item)))
+        return
     _CHECKOV["wanted"] = any(waits(item, "checkov_scan") for item in items)
     _CFN_LINT["wanted"] = any(waits(item, "cfn_lint_scan") for item in items)
+
+
+def _file(item) -> str:
+    return item.nodeid.split("::", 1)[0]
 
 
 @pytest.fixture(scope="session")
@@ -176,8 +213,8 @@ def training_queue(stack: Stack, **props):
 
 def pytest_collection_finish(session):
     """Starts the library wheel build and synth (a separate process, seconds of CPU) as soon as the session knows
-    it will run test_library_wheel.py, so it overlaps the other tests."""
-    if any(item.path.name == "test_library_wheel.py" for item in session.items):
+    it will run test_library_wheel.py, so it overlaps the other tests (under pytest-xdist, the file starts it)."""
+    if not XDIST_WORKER and any(item.path.name == "test_library_wheel.py" for item in session.items):
         from tests import test_library_wheel
 
         work = Path(tempfile.mkdtemp(prefix="library-wheel-"))

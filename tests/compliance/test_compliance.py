@@ -9,9 +9,19 @@ from aws_cdk import aws_s3 as s3
 from cdk_nag import AwsSolutionsChecks
 
 from ml_platform_constructs import DatasetBucket
-from ops.lint import lint_template, templates as assembly_templates
+from ops.lint import LintResult, lint_template, nag_acknowledgements, templates as assembly_templates
+from ops.local import up
 from stacks.app_builder import build, failed_validations
-from tests.conftest import STACKS, new_app
+from tests.conftest import STACKS, XDIST_WORKER, new_app
+from tests.test_readme_examples import readme_example
+
+
+@pytest.fixture(scope="module", autouse=True)
+def scans(request):
+    """Under pytest-xdist, the background scans start with this module's first test (on the worker that runs it),
+    not with the whole app's first synth (tests/conftest.py): its tests that read them come last."""
+    if XDIST_WORKER:
+        request.getfixturevalue("scans_started")
 
 # Every acknowledged cdk-nag finding, reviewed, by the construct that acknowledges it (its path below the
 # environment) and the finding (rule and what it is about: the action or resource of a wildcard, the managed policy):
@@ -230,3 +240,13 @@ def test_every_checkov_suppression_is_expected_and_has_a_specific_reason(checkov
     assert {check for _, check, _ in checkov_scan.skipped} == EXPECTED_CHECKOV_SUPPRESSIONS
     for resource, check, reason in checkov_scan.skipped:
         assert len(reason) >= 40 and reason != "No comment provided", (resource, check, reason)
+
+
+def test_the_readme_up_example_shows_what_was_synthesized_and_validated(platform_app, config, cfn_lint_scan,
+                                                                         checkov_scan):
+    _, _, assembly = platform_app
+    templates = assembly_templates(assembly)
+    lint = LintResult(len(templates), [line for lines in cfn_lint_scan.values() for line in lines], checkov_scan)
+    lines = up.validation_lines(len(templates), len(config.environments), "cdk.out", nag_acknowledgements(assembly),
+                                lint)
+    assert [line for line in lines if line not in readme_example("./platform up")] == []

@@ -8,14 +8,23 @@ from pathlib import Path
 
 from ops.local.deploy import LocalEmulator
 from stacks import config as platform_config
+from tests.conftest import XDIST_WORKER
 
 
 def pytest_collection_finish(session):
-    if any(Path(__file__).parent in item.path.parents for item in session.items):
+    if not XDIST_WORKER and any(Path(__file__).parent in item.path.parents for item in session.items):
+        start(session.config)
+
+
+def start(config) -> tuple:
+    """Starts the emulator in a thread, unless started; returns (emulator, its start's future, pool, logs). Under
+    pytest-xdist, the module that deploys to it starts it (tests/conftest.py, XDIST_WORKER)."""
+    if getattr(config, "local_emulator", None) is None:
         logs = Path(tempfile.mkdtemp(prefix="emulator-logs-"))
         emulator = LocalEmulator(platform_config.load().environments["dev"], logs)
         pool = ThreadPoolExecutor(max_workers=1)
-        session.config.local_emulator = (emulator, pool.submit(emulator.start), pool, logs)
+        config.local_emulator = (emulator, pool.submit(emulator.start), pool, logs)
+    return config.local_emulator
 
 
 def stop(config) -> None:

@@ -15,14 +15,14 @@ from ops.local.report import CREATED, KNOWN_GAPS, MISSING, PARTIAL, format_repor
 from stacks.app_builder import build
 from stacks.config import interface_endpoint_service
 from tests.conftest import new_app
-from tests.emulator.conftest import stop
+from tests.emulator.conftest import start, stop
 from tests.test_readme_examples import readme_example, shows
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", autouse=True)
 def emulator(request):
-    """moto as dev's account, bootstrapped in a thread since the session started (conftest.py), as up bootstraps
-    it while the local target synthesizes."""
-    emulator, starting, _, _ = request.config.local_emulator
+    """moto as dev's account, bootstrapped in a thread since the session started (conftest.py; under pytest-xdist,
+    since this module's first test), as up bootstraps it while the local target synthesizes."""
+    emulator, starting, _, _ = start(request.config)
     yield emulator, starting
     stop(request.config)
 

@@ -4,6 +4,10 @@ import importlib.util
 import re
 from pathlib import Path
 
+import pytest
+
+from ops import terminal
+
 ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("bench_benchmark", ROOT / "bench" / "benchmark.py")
 bench = importlib.util.module_from_spec(spec)
@@ -56,3 +60,18 @@ def test_every_test_file_is_found_as_pytest_collects_them():
 def test_the_synth_command_selects_every_environment_or_one():
     assert bench.synth(None, "out")[-1] == "**"
     assert bench.synth(None, "out", "dev")[-4:] == ["out", "dev/*", "-c", "environments=dev"]
+
+
+def test_the_suite_is_timed_as_platform_test_runs_it(monkeypatch):
+    runs = []
+    monkeypatch.setattr(bench, "timed_tests", lambda arguments: runs.append(arguments) or (1.0, 1.0, True))
+    bench.main(["--skip-synth", "--skip-files", "--skip-cold"])
+    assert runs == [terminal.PARALLEL]
+
+
+@pytest.mark.parametrize("args,parallel", [
+    ([], True), (["-k", "dataset", "tests/unit"], True), (["-x"], True),
+    (["-n", "4"], False), (["-n4"], False), (["--numprocesses=3"], False), (["--dist", "load"], False),
+    (["-p", "no:xdist"], False), (["-pno:xdist"], False), (["--no-header"], True)])
+def test_platform_test_runs_on_xdist_workers_unless_told_how_to_run(args, parallel):
+    assert terminal.suite_arguments(args) == ([*terminal.PARALLEL, *args] if parallel else args)
