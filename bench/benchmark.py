@@ -158,8 +158,19 @@ def phases(runs: int) -> list[tuple[str, str]]:
 
 
 def test_files(root: Path = ROOT) -> list[Path]:
-    """Every test file of the suite, as pytest collects them (pytest.ini's testpaths, test_*.py)."""
-    return sorted(path for path in (root / "tests").rglob("test_*.py") if "__pycache__" not in path.parts)
+    """Every test file of the suite, as pytest collects them (pytest.ini's testpaths, test_*.py, without what its
+    addopts ignore: tests/frameworks, the frameworks tier, which needs PyTorch and runs in .venv/frameworks)."""
+    ignored = [root / arg.split("=", 1)[1] for arg in _ini_addopts(root) if arg.startswith("--ignore=")]
+    return sorted(path for path in (root / "tests").rglob("test_*.py")
+                  if "__pycache__" not in path.parts and not any(path.is_relative_to(folder) for folder in ignored))
+
+
+def _ini_addopts(root: Path) -> list[str]:
+    import configparser
+
+    ini = configparser.ConfigParser()
+    ini.read(root / "pytest.ini")
+    return ini.get("pytest", "addopts", fallback="").split()
 
 
 def file_seconds(files: list[Path], run=timed_tests) -> list[tuple[str, float, float, bool]]:

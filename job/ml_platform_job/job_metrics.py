@@ -34,12 +34,16 @@ SAMPLES_PROCESSED = "SamplesProcessed"
 JOB_ID_DIMENSION = "JobId"
 
 
+def batch_job_id(env: Mapping[str, str]) -> Optional[str]:
+    """This process's AWS Batch job id from AWS_BATCH_JOB_ID, without a multi-node job's "#<node index>" suffix (every
+    node of one job reports the one job); None off AWS Batch.
+    https://docs.aws.amazon.com/batch/latest/userguide/job_env_vars.html"""
+    return env.get("AWS_BATCH_JOB_ID", "").split("#", 1)[0] or None
+
+
 def job_id_from_environment(env: Mapping[str, str]) -> Optional[str]:
-    """The Batch job id (without a multi-node job's #node suffix), else ML_PLATFORM_JOB_ID."""
-    batch = env.get("AWS_BATCH_JOB_ID")
-    if batch:
-        return batch.split("#", 1)[0]
-    return env.get("ML_PLATFORM_JOB_ID") or None
+    """The Batch job id (batch_job_id), else ML_PLATFORM_JOB_ID (a job run elsewhere: ./platform job run-local)."""
+    return batch_job_id(env) or env.get("ML_PLATFORM_JOB_ID") or None
 
 
 class JobMetrics:

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from .benchmark import IMDS, INSTANCE_TYPE_FILE
+from .job_metrics import job_id_from_environment
 
 # Written by the platform's instance bootstrap (instance_bootstrap.py); /run/ml-platform is mounted into queue jobs'
 # containers.
@@ -479,7 +480,7 @@ def collect(*, env: Mapping[str, str], seed: Optional[int], params: Mapping[str,
     packages = installed_packages()
     gpu = gpus()
     instance_type, lifecycle = instance(env)
-    job_id = env.get("AWS_BATCH_JOB_ID", "").split("#", 1)[0] or env.get("ML_PLATFORM_JOB_ID")
+    job_id = job_id_from_environment(env)
     commit, diff = git_commit(env, code_directory, outputs)
     if diff is not None:
         commit["diff_artifact"] = DIFF_NAME

@@ -90,6 +90,7 @@ from typing import Any, Callable, Mapping, Optional, Union
 from . import host as hosts
 from . import passport as passports
 from .goodput import LoaderSettings, PhaseClock, loader_settings, loader_settings_for, run_ledger
+from .job_metrics import batch_job_id, job_id_from_environment
 from .prices import gpu_share, load_prices
 from .storage import Location
 
@@ -486,7 +487,7 @@ class TrackedRun:
         own ``startedAt`` (the running attempt's), unless a listed attempt stopped after it (a previous attempt's
         start). None off AWS Batch or where the job cannot read it.
         https://docs.aws.amazon.com/batch/latest/APIReference/API_JobDetail.html"""
-        job_id = env.get("AWS_BATCH_JOB_ID", "").split("#", 1)[0]
+        job_id = batch_job_id(env)
         if not job_id:
             return None
         job = self._batch_job(job_id, env)
@@ -532,7 +533,7 @@ class TrackedRun:
         changes = [c for c in changes if not c.startswith("packages_artifact ")]
         attempts.append({
             "number": number,
-            "job_id": env.get("AWS_BATCH_JOB_ID", "").split("#", 1)[0] or env.get("ML_PLATFORM_JOB_ID"),
+            "job_id": job_id_from_environment(env),
             "batch_attempt": int(env["AWS_BATCH_JOB_ATTEMPT"]) if env.get("AWS_BATCH_JOB_ATTEMPT") else None,
             "instance_type": instance_type, "lifecycle": lifecycle,
             "gpu_share": gpu_share(instance_type, environment["gpu"]["count"]) if instance_type else 1.0,

@@ -54,6 +54,7 @@ def test_every_test_file_is_found_as_pytest_collects_them():
     files = bench.test_files()
     assert bench.ROOT / "tests" / "unit" / "test_bench.py" in files
     assert bench.ROOT / "tests" / "emulator" / "test_local_deploy.py" in files
+    assert not [path for path in files if "frameworks" in path.parts]  # pytest.ini ignores the frameworks tier
     assert all(path.name.startswith("test_") for path in files) and len(files) > 90
 
 

@@ -9,7 +9,7 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from ml_platform_constructs import JOB_NAMESPACE
-from ml_platform_job.job_metrics import NAMESPACE, JobMetrics, job_id_from_environment
+from ml_platform_job.job_metrics import NAMESPACE, JobMetrics, batch_job_id, job_id_from_environment
 from ml_platform_constructs.advice import job_cost as jc
 from ops import job_cost as app_job_cost
 
@@ -63,6 +63,8 @@ def test_report_sends_accuracy_and_tokens_with_the_job_id():
 def test_job_id_from_batch_drops_the_node_suffix_and_falls_back_to_the_platform_variable():
     assert job_id_from_environment({"AWS_BATCH_JOB_ID": "abc#3"}) == "abc"
     assert job_id_from_environment({"ML_PLATFORM_JOB_ID": "fleet-run-7"}) == "fleet-run-7"
+    assert job_id_from_environment({"AWS_BATCH_JOB_ID": "abc", "ML_PLATFORM_JOB_ID": "fleet-run-7"}) == "abc"
+    assert (batch_job_id({"AWS_BATCH_JOB_ID": "abc#0"}), batch_job_id({"ML_PLATFORM_JOB_ID": "x"})) == ("abc", None)
     with pytest.raises(ValueError, match="neither AWS_BATCH_JOB_ID nor ML_PLATFORM_JOB_ID"):
         JobMetrics(cloudwatch=Recorder(), env={})
 
