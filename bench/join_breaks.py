@@ -9,6 +9,7 @@ A benchmark, not part of the suite: it edits source files while it runs (each is
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -222,8 +223,11 @@ def run(item: Break) -> tuple[list[str], float]:
     try:
         path.write_text(source.replace(item.old, item.new))
         # -x: the first test that notices is the answer (a broken loop may otherwise wait out its timeouts).
+        # No bytecode written: a break and its undoing could share a second and a size, which a cached .pyc of the
+        # broken module would not tell apart (./platform keeps bytecode under .venv/pycache).
         result = terminal.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--no-header",
-                               "-rf", *item.tests], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               "-rf", *item.tests], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
     finally:
         path.write_text(source)  # also on Ctrl-C or SIGTERM: the pytest run has been ended first
     return re.findall(r"^FAILED (\S+)", result.stdout, re.M), time.monotonic() - started

@@ -63,11 +63,19 @@ def test_the_synth_command_selects_every_environment_or_one():
     assert bench.synth(None, "out", "dev")[-4:] == ["out", "dev/*", "-c", "environments=dev"]
 
 
-def test_the_suite_is_timed_as_platform_test_runs_it(monkeypatch):
+def test_the_suite_is_timed_as_platform_test_runs_it(monkeypatch, capsys):
     runs = []
     monkeypatch.setattr(bench, "timed_tests", lambda arguments: runs.append(arguments) or (1.0, 1.0, True))
+    monkeypatch.setattr(bench, "reference_seconds", lambda: 2.25)
     bench.main(["--skip-synth", "--skip-files", "--skip-cold"])
     assert runs == [terminal.PARALLEL]
+    rows = capsys.readouterr().out.splitlines()
+    assert "| this machine's speed: 20,000,000 Python additions, CPU s (best of 3) | 2.25 s |" in rows
+    assert "| whole test suite, wall time (target < 180 s) / CPU | 1.0 / 1.0 s |" in rows
+
+
+def test_the_machines_speed_is_the_best_of_three_timed_loops():
+    assert 0 < bench.reference_seconds(20_000) < 1
 
 
 @pytest.mark.parametrize("args,parallel", [
