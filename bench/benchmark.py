@@ -240,7 +240,7 @@ def main(argv: list[str]) -> int:
     if not args.skip_cold:
         clone = scratch / "clone"
         terminal.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONHOME"))}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONHOME", "PYTHONPYCACHEPREFIX"))}
         env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if not p.startswith(str(ROOT)))
         env.update(PIP_NO_CACHE_DIR="1", npm_config_cache=str(scratch / "npm-cache"))
         with terminal.progress("cold setup of a fresh clone (several minutes)"):

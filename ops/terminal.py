@@ -326,10 +326,13 @@ PARALLEL = ["-n", "auto", "--maxprocesses", "4", "--dist", "loadfile", "--no-loa
 
 def suite_arguments(args: list[str]) -> list[str]:
     """pytest's arguments for ./platform test ARGS: PARALLEL first, unless ARGS choose the workers themselves (-n,
-    --numprocesses, --dist, -p no:xdist)."""
+    --numprocesses, --dist, -p no:xdist) or name one test file and no folder (the developer's loop: one file runs
+    whole on one worker anyway, and the workers' start would be its time twice over)."""
     chosen = any(arg in ("no:xdist", "-pno:xdist") or arg.startswith(("--numprocesses", "--dist")) or
                  (arg.startswith("-n") and not arg.startswith("--")) for arg in args)
-    return list(args) if chosen else [*PARALLEL, *args]
+    files = {arg.split("::", 1)[0] for arg in args if arg.split("::", 1)[0].endswith(".py")}
+    folders = [arg for arg in args if not arg.startswith("-") and os.path.isdir(arg)]
+    return list(args) if chosen or (len(files) == 1 and not folders) else [*PARALLEL, *args]
 
 
 def pytest_main(argv: Optional[list[str]] = None) -> NoReturn:

@@ -45,10 +45,11 @@ CDK_CONTEXT = json.loads((ROOT / "cdk.json").read_text())["context"]
 # emulator, the library wheel) starts when that worker reaches the file, not when the session starts: every worker
 # collects every test, and each would otherwise start all of it.
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
-# The files that wait on such work go to the workers first, so that it overlaps the rest of the suite; then the others,
-# the largest first (as xdist's own --loadscope-reorder would).
-STARTS_BACKGROUND_WORK = ("tests/compliance/test_compliance.py", "tests/emulator/test_local_deploy.py",
-                          "tests/emulator/test_local_run.py", "tests/test_library_wheel.py")
+# The files that wait on such work go to the workers first, so that it overlaps the rest of the suite, with
+# test_local_run.py (one test of about 15 s: by its count of tests it would come last and end the run alone); then the
+# others, the most tests first (as xdist's own --loadscope-reorder would).
+FIRST_FILES = ("tests/compliance/test_compliance.py", "tests/emulator/test_local_deploy.py",
+               "tests/emulator/test_local_run.py", "tests/test_library_wheel.py")
 
 
 def new_app(outdir: Path, *, validate_templates: bool = False, **context) -> App:
@@ -68,13 +69,14 @@ def config() -> platform_config.PlatformConfig:
 
 @pytest.fixture(scope="session")
 def platform_app(tmp_path_factory, config, request):
-    """The whole app (every environment), synthesized once; cdk-nag runs inside this synth. checkov starts over
-    its templates right away, in one background process, so its start-up overlaps the rest of the suite."""
+    """The whole app (every environment), synthesized once; cdk-nag runs inside this synth. In one process, the
+    background scans the selected tests wait for (checkov, cfn-lint) start over its templates right away, so that they
+    overlap the rest of the suite; under pytest-xdist, test_compliance.py starts them on its worker."""
     outdir = tmp_path_factory.mktemp("cdk.out")
     app = new_app(outdir)
     stages = {stage.stage_name: stage for stage in build(app, config)}
     assembly = app.synth()
-    if _CHECKOV.get("wanted") or _CFN_LINT.get("wanted"):
+    if not XDIST_WORKER:
         start_scans(outdir, request)
     return stages, assembly, outdir
 
@@ -88,10 +90,11 @@ def scans_started(platform_app, request) -> None:
     start_scans(outdir, request)
 
 
-def start_scans(outdir: Path, request) -> None:
-    """Starts checkov and cfn-lint over the synthesized templates in ``outdir`` in the background, unless started."""
-    for scan, start in ((_CHECKOV, start_checkov), (_CFN_LINT, start_cfn_lint)):
-        if "process" not in scan:
+def start_scans(outdir: Path, request, *, scans=None) -> None:
+    """Starts checkov and cfn-lint (those the selected tests wait for, or ``scans``) over the synthesized templates in
+    ``outdir`` in the background, unless started."""
+    for scan, start in scans or ((_CHECKOV, start_checkov), (_CFN_LINT, start_cfn_lint)):
+        if "process" not in scan and (scans or scan.get("wanted")):
             scan["process"] = start(assembly_templates(outdir))
             request.addfinalizer(lambda scan=scan: _stop_unread(scan))  # ended if never read
 
@@ -107,17 +110,20 @@ _CFN_LINT: dict = {}
 
 
 @pytest.fixture(scope="session")
-def cfn_lint_scan(platform_app) -> dict[str, list[str]]:
-    """cfn-lint's errors per synthesized template (the background process platform_app started)."""
+def cfn_lint_scan(platform_app, request) -> dict[str, list[str]]:
+    """cfn-lint's errors per synthesized template (the background process started with the whole app's synth, or by
+    test_compliance.py under pytest-xdist; started now if neither did)."""
     if "result" not in _CFN_LINT:
+        start_scans(platform_app[2], request, scans=((_CFN_LINT, start_cfn_lint),))
         _CFN_LINT["result"] = cfn_lint_result(_CFN_LINT["process"])
     return _CFN_LINT["result"]
 
 
 @pytest.fixture(scope="session")
-def checkov_scan(platform_app) -> CheckovResult:
-    """checkov's findings over every synthesized template (the process platform_app started)."""
+def checkov_scan(platform_app, request) -> CheckovResult:
+    """checkov's findings over every synthesized template (started as cfn_lint_scan's, or now)."""
     if "result" not in _CHECKOV:
+        start_scans(platform_app[2], request, scans=((_CHECKOV, start_checkov),))
         _CHECKOV["result"] = checkov_result(_CHECKOV["process"])
     return _CHECKOV["result"]
 
@@ -125,19 +131,18 @@ def checkov_scan(platform_app) -> CheckovResult:
 def pytest_collection_modifyitems(config, items):
     """Tests that wait for the background scans (checkov, cfn-lint) run last, when the scans have had the whole
     suite's time to finish (in one process, the scans start with the first test that needs the whole app). Under
-    pytest-xdist, the files in STARTS_BACKGROUND_WORK come first, and test_compliance.py starts the scans itself."""
+    pytest-xdist, the files in FIRST_FILES come first, and test_compliance.py starts the scans itself."""
     def waits(item, fixture):
         return fixture in getattr(item, "fixturenames", ())
     items.sort(key=lambda item: waits(item, "checkov_scan") or waits(item, "cfn_lint_scan"))
+    _CHECKOV["wanted"] = any(waits(item, "checkov_scan") for item in items)
+    _CFN_LINT["wanted"] = any(waits(item, "cfn_lint_scan") for item in items)
     if XDIST_WORKER:
         sizes: dict[str, int] = {}
         for item in items:
             sizes[_file(item)] = sizes.get(_file(item), 0) + 1
-        first = {name: rank for rank, name in enumerate(STARTS_BACKGROUND_WORK)}
+        first = {name: rank for rank, name in enumerate(FIRST_FILES)}
         items.sort(key=lambda item: (first.get(_file(item), len(first)), -sizes[_file(item)], _file(item)))
-        return
-    _CHECKOV["wanted"] = any(waits(item, "checkov_scan") for item in items)
-    _CFN_LINT["wanted"] = any(waits(item, "cfn_lint_scan") for item in items)
 
 
 def _file(item) -> str:

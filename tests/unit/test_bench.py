@@ -81,6 +81,8 @@ def test_the_machines_speed_is_the_best_of_three_timed_loops():
 @pytest.mark.parametrize("args,parallel", [
     ([], True), (["-k", "dataset", "tests/unit"], True), (["-x"], True),
     (["-n", "4"], False), (["-n4"], False), (["--numprocesses=3"], False), (["--dist", "load"], False),
-    (["-p", "no:xdist"], False), (["-pno:xdist"], False), (["--no-header"], True)])
+    (["-p", "no:xdist"], False), (["-pno:xdist"], False), (["--no-header"], True),
+    (["tests/unit/test_bench.py"], False), (["tests/unit/test_bench.py::test_x", "-x"], False),
+    (["tests/unit/test_bench.py", "tests/unit/test_tco.py"], True), (["tests/unit/test_bench.py", "tests/unit"], True)])
 def test_platform_test_runs_on_xdist_workers_unless_told_how_to_run(args, parallel):
     assert terminal.suite_arguments(args) == ([*terminal.PARALLEL, *args] if parallel else args)

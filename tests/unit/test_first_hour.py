@@ -299,13 +299,18 @@ def set_up_checkout(tmp_path: Path) -> Path:
     return checkout
 
 
-@pytest.mark.parametrize("moment,whole_group", [("test", True), ("conftest", False)],
-                         ids=["Ctrl-C at the terminal during a test", "kill -INT while conftest.py loads"])
-def test_ctrl_c_during_platform_test_is_one_line_exit_130_after_pytest_tears_down(tmp_path, moment, whole_group):
+@pytest.mark.parametrize("moment,whole_group,workers", [("test", True, []), ("test", True, ["-n", "2"]),
+                                                        ("conftest", False, [])],
+                         ids=["Ctrl-C at the terminal during a test (one file: one process)",
+                              "Ctrl-C at the terminal during a test on xdist workers",
+                              "kill -INT while conftest.py loads"])
+def test_ctrl_c_during_platform_test_is_one_line_exit_130_after_pytest_tears_down(tmp_path, moment, whole_group,
+                                                                                 workers):
     """0.7 ended in pytest's KeyboardInterrupt section and summary, exit 2 (or in a traceback when the Ctrl-C came
     while conftest.py loaded). Now the output up to the Ctrl-C stays, pytest still tears every fixture down, and one
-    line ends it, exit 130. The tests run on pytest-xdist's workers, as ./platform test runs them by default (the
-    Ctrl-C reaches them with the terminal's group); conftest.py loads first in the command's own process."""
+    line ends it, exit 130. One file runs in one process (./platform test FILE); on pytest-xdist's workers, as the
+    whole suite runs, the Ctrl-C reaches them with the terminal's group; conftest.py loads first in the command's own
+    process."""
     checkout = set_up_checkout(tmp_path)
     events, write_end = os.pipe()  # the write end goes to the command and its children
     # This checkout's modules by absolute path: under ./platform test (python -c) sys.path starts with "", which in the
@@ -315,7 +320,8 @@ def test_ctrl_c_during_platform_test_is_one_line_exit_130_after_pytest_tears_dow
     for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "CI", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT",
                  "PYTEST_XDIST_TESTRUNUID"):  # this test's own worker's
         env.pop(name, None)
-    command = subprocess.Popen([str(checkout / "platform"), "test", "-p", "no:cacheprovider", "test_waits.py"],
+    command = subprocess.Popen([str(checkout / "platform"), "test", "-p", "no:cacheprovider", *workers,
+                                "test_waits.py"],
                                cwd=checkout, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                start_new_session=True, preexec_fn=interruptible, pass_fds=(write_end,))
     os.close(write_end)
@@ -338,10 +344,13 @@ def test_ctrl_c_during_platform_test_is_one_line_exit_130_after_pytest_tears_dow
     if moment == "test":
         assert after == ["torn down"]
         lines = out.splitlines()
-        # The quick test's dot, if the command had printed it: a worker's report reaches the command a moment after the
-        # test, and the Ctrl-C may come first. The interrupted test has none.
-        started = next(n for n, line in enumerate(lines) if re.fullmatch(r"\d+ workers \[2 items\]", line))
-        assert lines[started + 1:] in ([""], ["", "."]), out
+        if workers:
+            # The quick test's dot, if the command had printed it: a worker's report reaches the command a moment after
+            # the test, and the Ctrl-C may come first. The interrupted test has none.
+            started = next(n for n, line in enumerate(lines) if re.fullmatch(r"2 workers \[2 items\]", line))
+            assert lines[started + 1:] in ([""], ["", "."]), out
+        else:
+            assert lines[-1] == "test_waits.py ."  # the quick test's dot; the interrupted test has none
         assert [line for line in lines if line.startswith(("=", "!", "_"))] == [lines[0]]  # "== test session starts"
     else:
         assert (after, out) == ([], "")
