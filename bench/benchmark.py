@@ -260,7 +260,8 @@ REFERENCE_LOOP = 20_000_000
 
 def reference_seconds(count: int = REFERENCE_LOOP) -> float:
     """CPU seconds of a fixed pure-Python loop, best of 3: the same figures on two machines differ by their speed
-    (the machines this project is measured on have differed by 1.7x per core), so each run states it."""
+    (the same test files have taken 1.5-2.2 times as long on one machine of this project as on another:
+    docs/BENCHMARKS.md), so each run states it."""
     best = math.inf
     for _ in range(3):
         started = time.process_time()
