@@ -588,15 +588,17 @@ def drift_days(rng: random.Random, *, features: int, rows_per_hour: int, hours: 
 
 def bench_drift(table: Table, rng: random.Random, trials: int, quick: bool = False) -> None:
     # Over time: hourly checks for 90 days, the budget per endpoint (0.25 false alarms in 90 days).
-    days = 2 if quick else 90  # quick: the window fills on day 1 and rolls on day 2 (a third of the suite's test)
+    days = 2 if quick else 90  # quick: the window fills on day 1 and rolls on day 2
+    baseline_rows = 1000 if quick else 5000  # quick (the suite's test of the table): each run's baseline drawn smaller
     for features, rows_per_hour, shift, label in (
             (10, 100, 0.0, "no drift"), (10, 100_000, 0.0, "no drift"), (20, 100, 0.0, "no drift"),
             (5, 1000, 0.0, "no drift"), (10, 100, 0.5, "0.5-SD shift (PSI 0.24, under 0.25) in 1 feature"),
             (10, 100_000, 0.5, "0.5-SD shift (PSI 0.24, under 0.25) in 1 feature")):
-        runs = max(3, trials // (25 if features >= 10 else 12))
+        runs = 1 if quick else max(3, trials // (25 if features >= 10 else 12))
         episodes = 0
         for _ in range(runs):
-            alarms = drift_days(rng, features=features, rows_per_hour=rows_per_hour, hours=24 * days, shift=shift)
+            alarms = drift_days(rng, baseline_rows=baseline_rows, features=features, rows_per_hour=rows_per_hour,
+                                hours=24 * days, shift=shift)
             episodes += sum(1 for i, a in enumerate(alarms) if a and (i == 0 or not alarms[i - 1]))
         rate = episodes / runs * 90 / days
         table.add("drift over time", f"{label}, {features} features, {rows_per_hour:,} rows/h ({runs} x {days} days "
@@ -606,16 +608,18 @@ def bench_drift(table: Table, rng: random.Random, trials: int, quick: bool = Fal
     # the window is all shifted (a day after the shift at most).
     for n in (1000, 5000, 10_000):
         runs = max(10, trials // (5 if n <= 5000 else 10))
-        hits = sum(drift_days(rng, features=10, rows_per_hour=n, hours=1, shift=0.65)[0] for _ in range(runs))
+        hits = sum(drift_days(rng, baseline_rows=baseline_rows, features=10, rows_per_hour=n, hours=1, shift=0.65)[0]
+                   for _ in range(runs))
         table.add("drift", f"0.65-SD shift (PSI about 0.4) in 1 of 10 features, a window of {n:,} values ({runs} "
                   "checks)", ci(hits, runs), ">= 90%" if n >= 5000 else "(the floor at the 90-day budget needs "
                   "about 5,000 values: reported)", hits / runs >= 0.9 or n < 5000)
     for rows_per_hour in (100, 1000, 100_000):
-        runs = max(5, trials // 25)
+        runs = 2 if quick else max(5, trials // 25)
         hits = checks = 0
         delays = []
         for _ in range(runs):
-            alarms = drift_days(rng, features=10, rows_per_hour=rows_per_hour, hours=48, shift=0.65, shift_from=0)
+            alarms = drift_days(rng, baseline_rows=baseline_rows, features=10, rows_per_hour=rows_per_hour, hours=48,
+                                shift=0.65, shift_from=0)
             hits += sum(alarms[24:])
             checks += len(alarms[24:])
             delays.append(next((i + 1 for i, a in enumerate(alarms) if a), None))
@@ -624,7 +628,7 @@ def bench_drift(table: Table, rng: random.Random, trials: int, quick: bool = Fal
         table.add("drift", f"0.65-SD shift in 1 of 10 features, {rows_per_hour:,} rows/h, checks 24-48 h after it "
                   f"({runs} x 24 checks)", f"{ci(hits, checks)}; first alarm after {median} h (median)",
                   ">= 90%" if rows_per_hour >= 1000 else "(reported)", hits / checks >= 0.9 or rows_per_hour < 1000)
-    baseline = drift.build_baseline([training_row(rng) for _ in range(5000)], FEATURES)
+    baseline = drift.build_baseline([training_row(rng) for _ in range(1000 if quick else 5000)], FEATURES)
     thresholds = drift.Thresholds()
     # Feature watch: skewed features without drift (spreads alone under 300 records; relations from 300), and a
     # broken join.
