@@ -11,15 +11,16 @@ work done. The load average before and after says how quiet the machine was.
 
 The suite's targets: the whole suite as ./platform test runs it (one pytest-xdist worker per core) under 180 s on
 this 2-core machine as features are added, and each test file run alone (`python -m pytest FILE`, one process: the
-developer's loop, interpreter start and collection included) under 15 s. Every file is run alone, one after another (minutes); the table lists the
-slowest and every file over the target.
+developer's loop, interpreter start and collection included) under 15 s. Every file is run alone, one after another
+(minutes); the table lists the slowest and every file over the target.
 """
 
 from __future__ import annotations
 
+import configparser
 import json
-import os
 import math
+import os
 import resource
 import shutil
 import statistics
@@ -167,8 +168,6 @@ def test_files(root: Path = ROOT) -> list[Path]:
 
 
 def _ini_addopts(root: Path) -> list[str]:
-    import configparser
-
     ini = configparser.ConfigParser()
     ini.read(root / "pytest.ini")
     return ini.get("pytest", "addopts", fallback="").split()
@@ -240,7 +239,8 @@ def main(argv: list[str]) -> int:
     if not args.skip_cold:
         clone = scratch / "clone"
         terminal.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONHOME", "PYTHONPYCACHEPREFIX"))}
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("VIRTUAL_ENV", "PYTHONHOME", "PYTHONPYCACHEPREFIX"))}
         env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if not p.startswith(str(ROOT)))
         env.update(PIP_NO_CACHE_DIR="1", npm_config_cache=str(scratch / "npm-cache"))
         with terminal.progress("cold setup of a fresh clone (several minutes)"):

@@ -628,7 +628,7 @@ def bench_drift(table: Table, rng: random.Random, trials: int, quick: bool = Fal
         table.add("drift", f"0.65-SD shift in 1 of 10 features, {rows_per_hour:,} rows/h, checks 24-48 h after it "
                   f"({runs} x 24 checks)", f"{ci(hits, checks)}; first alarm after {median} h (median)",
                   ">= 90%" if rows_per_hour >= 1000 else "(reported)", hits / checks >= 0.9 or rows_per_hour < 1000)
-    baseline = drift.build_baseline([training_row(rng) for _ in range(1000 if quick else 5000)], FEATURES)
+    baseline = drift.build_baseline([training_row(rng) for _ in range(baseline_rows)], FEATURES)
     thresholds = drift.Thresholds()
     # Feature watch: skewed features without drift (spreads alone under 300 records; relations from 300), and a
     # broken join.

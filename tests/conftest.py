@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Callable
 
@@ -90,13 +91,18 @@ def scans_started(platform_app, request) -> None:
     start_scans(outdir, request)
 
 
-def start_scans(outdir: Path, request, *, scans=None) -> None:
-    """Starts checkov and cfn-lint (those the selected tests wait for, or ``scans``) over the synthesized templates in
-    ``outdir`` in the background, unless started."""
-    for scan, start in scans or ((_CHECKOV, start_checkov), (_CFN_LINT, start_cfn_lint)):
-        if "process" not in scan and (scans or scan.get("wanted")):
-            scan["process"] = start(assembly_templates(outdir))
-            request.addfinalizer(lambda scan=scan: _stop_unread(scan))  # ended if never read
+def start_scans(outdir: Path, request) -> None:
+    """Starts the scans the selected tests wait for (checkov, cfn-lint) over the synthesized templates in ``outdir``
+    in the background, unless started."""
+    for scan, start in ((_CHECKOV, start_checkov), (_CFN_LINT, start_cfn_lint)):
+        if scan.get("wanted"):
+            _start_scan(scan, start, outdir, request)
+
+
+def _start_scan(scan: dict, start, outdir: Path, request) -> None:
+    if "process" not in scan:
+        scan["process"] = start(assembly_templates(outdir))
+        request.addfinalizer(lambda: _stop_unread(scan))  # ended if never read
 
 
 def _stop_unread(scan: dict) -> None:
@@ -114,7 +120,7 @@ def cfn_lint_scan(platform_app, request) -> dict[str, list[str]]:
     """cfn-lint's errors per synthesized template (the background process started with the whole app's synth, or by
     test_compliance.py under pytest-xdist; started now if neither did)."""
     if "result" not in _CFN_LINT:
-        start_scans(platform_app[2], request, scans=((_CFN_LINT, start_cfn_lint),))
+        _start_scan(_CFN_LINT, start_cfn_lint, platform_app[2], request)
         _CFN_LINT["result"] = cfn_lint_result(_CFN_LINT["process"])
     return _CFN_LINT["result"]
 
@@ -123,7 +129,7 @@ def cfn_lint_scan(platform_app, request) -> dict[str, list[str]]:
 def checkov_scan(platform_app, request) -> CheckovResult:
     """checkov's findings over every synthesized template (started as cfn_lint_scan's, or now)."""
     if "result" not in _CHECKOV:
-        start_scans(platform_app[2], request, scans=((_CHECKOV, start_checkov),))
+        _start_scan(_CHECKOV, start_checkov, platform_app[2], request)
         _CHECKOV["result"] = checkov_result(_CHECKOV["process"])
     return _CHECKOV["result"]
 
@@ -138,9 +144,7 @@ def pytest_collection_modifyitems(config, items):
     _CHECKOV["wanted"] = any(waits(item, "checkov_scan") for item in items)
     _CFN_LINT["wanted"] = any(waits(item, "cfn_lint_scan") for item in items)
     if XDIST_WORKER:
-        sizes: dict[str, int] = {}
-        for item in items:
-            sizes[_file(item)] = sizes.get(_file(item), 0) + 1
+        sizes = Counter(_file(item) for item in items)
         first = {name: rank for rank, name in enumerate(FIRST_FILES)}
         items.sort(key=lambda item: (first.get(_file(item), len(first)), -sizes[_file(item)], _file(item)))
 
