@@ -149,7 +149,7 @@ def main(argv: list[str], *, assembly: Path = ROOT / "cdk.out", local_assembly: 
         f"Example job, as a queue runs it, on moto's S3 (the whole run record: {shown(run_file)}):",
         *run_lines,
         "Next:",
-        "  ./platform test                       the whole test suite (about 6 minutes on 2 cores)",
+        "  ./platform test                       the whole test suite (about 3 minutes on 2 cores)",
         "  config/environments.toml              your accounts, Regions, fleets, queues (docs/CONFIGURATION.md)",
         f"  AWS_PROFILE={config.project}-{first} ./platform diff {first}   then ./platform deploy {first} "
         "(docs/COMMANDS.md)",
