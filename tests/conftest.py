@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -10,12 +11,17 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable
 
-import botocore.loaders
-import botocore.session
-import pytest
-from aws_cdk import App, Stack
-from aws_cdk import aws_ec2 as ec2
-from aws_cdk.assertions import Template
+# Any deprecated aws-cdk-lib API the library or the app calls fails the test that calls it, here and in the synths the
+# tests start (jsii's own switch, read by the jsii kernel as it starts, with the first aws_cdk import below): a
+# user's `cdk synth` would print "[WARNING] ... is deprecated" and the next major version would not synthesize.
+os.environ["JSII_DEPRECATED"] = "fail"
+
+import botocore.loaders  # noqa: E402
+import botocore.session  # noqa: E402
+import pytest  # noqa: E402
+from aws_cdk import App, Stack  # noqa: E402
+from aws_cdk import aws_ec2 as ec2  # noqa: E402
+from aws_cdk.assertions import Template  # noqa: E402
 
 from ops.lint import CheckovResult, cfn_lint_result, checkov_result, start_cfn_lint, start_checkov
 from ops.lint import templates as assembly_templates
@@ -220,6 +226,26 @@ def training_queue(stack: Stack, **props):
                                                                        "g6.2xlarge")], **props)
 
 
+def freeze_what_lives():
+    """Collects the garbage once, then moves every object left to the collector's permanent generation
+    (gc.freeze): the imported modules (aws-cdk-lib's, MLflow's, moto's) and the session's fixtures are never garbage,
+    yet every full collection (tens a worker) walked them all, and pytest's five at its end: about 8 s of each
+    worker's CPU over the suite (measured with gc.callbacks, docs/BENCHMARKS.md). Objects freed by their count still
+    go at once; what a test makes is collected as before, and frozen only with its file's end."""
+    gc.collect()
+    gc.freeze()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After a file's last test (its module fixtures torn down), what it imported and kept is frozen too."""
+    try:
+        return (yield)
+    finally:
+        if nextitem is None or nextitem.path != item.path:
+            freeze_what_lives()
+
+
 def pytest_collection_finish(session):
     """Starts the library wheel build and synth (a separate process, seconds of CPU) as soon as the session knows
     it will run test_library_wheel.py, so it overlaps the other tests (under pytest-xdist, the file starts it)."""
@@ -228,6 +254,7 @@ def pytest_collection_finish(session):
 
         work = Path(tempfile.mkdtemp(prefix="library-wheel-"))
         session.config.library_wheel_build = (work, test_library_wheel.start(work))
+    freeze_what_lives()  # every test module imported
 
 
 def pytest_sessionfinish(session):
@@ -241,15 +268,27 @@ def pytest_sessionfinish(session):
 
 
 @pytest.fixture(scope="session")
-def _mlflow_store_template(tmp_path_factory) -> Path:
-    """A local MLflow SQLite store created once per session (creating its tables runs every schema migration,
-    seconds of CPU); each test gets a copy."""
+def _mlflow_store_template(tmp_path_factory, pytestconfig) -> Path:
+    """A local MLflow SQLite store, empty, with its tables: each test gets a copy. Creating the tables runs every
+    schema migration (about 4 s of CPU), so the store is kept in pytest's cache directory (.pytest_cache) for the
+    installed MLflow, SQLAlchemy and Alembic, and made again when one changes or the cache is cleared (--cache-clear)."""
     pytest.importorskip("mlflow")
+    import alembic
+    import mlflow
+    import sqlalchemy
     from mlflow.tracking import MlflowClient
 
-    directory = tmp_path_factory.mktemp("mlflow-template")
-    MlflowClient(f"sqlite:///{directory / 'mlflow.db'}").search_experiments()
-    return directory / "mlflow.db"
+    versions = "-".join(module.__version__ for module in (mlflow, sqlalchemy, alembic))
+    cache = getattr(pytestconfig, "cache", None)  # None under -p no:cacheprovider
+    directory = cache.mkdir(f"mlflow-store-{versions}") if cache else tmp_path_factory.mktemp("mlflow-template")
+    kept = directory / "mlflow.db"
+    if not kept.exists():
+        # Made under a name of its own, then renamed: pytest-xdist's workers may make it at once.
+        making = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+        MlflowClient(f"sqlite:///{making}").search_experiments()
+        shutil.copy(making, directory / f".{os.getpid()}.db")
+        os.replace(directory / f".{os.getpid()}.db", kept)
+    return kept
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.15.0"
+__version__ = "0.15.1"
 
 # 128 + SIGTERM: the queue's retry strategy retries an attempt that ends with it (and no other code of the job's).
 STOPPED_EXIT_CODE = 143

@@ -173,13 +173,31 @@ def filter_params(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def installed_packages() -> list[str]:
-    """``name==version`` of every installed distribution, sorted (what ``pip freeze`` lists, without pip)."""
-    found = {}
-    for distribution in metadata.distributions():
-        name, version = _name_and_version(distribution)
-        if name:
-            found[name.lower()] = f"{name}=={version}"
-    return [found[key] for key in sorted(found)]
+    """``name==version`` of every installed distribution, sorted (what ``pip freeze`` lists, without pip).
+
+    Read once per state of the import path: reading every distribution's metadata takes tens of milliseconds, and a
+    process that starts many runs (a notebook, a sweep, the tests) would pay it each time. The state is each
+    ``sys.path`` entry with its modification time: installing, upgrading or removing a distribution adds or removes
+    its ``.dist-info`` directory there, and so reads the packages again."""
+    state = tuple((entry, _modified(entry)) for entry in sys.path)
+    if _PACKAGES_READ.get("state") != state:
+        found = {}
+        for distribution in metadata.distributions():
+            name, version = _name_and_version(distribution)
+            if name:
+                found[name.lower()] = f"{name}=={version}"
+        _PACKAGES_READ.update(state=state, packages=[found[key] for key in sorted(found)])
+    return list(_PACKAGES_READ["packages"])
+
+
+_PACKAGES_READ: dict[str, Any] = {}
+
+
+def _modified(entry: str) -> Optional[int]:
+    try:
+        return os.stat(entry or ".").st_mtime_ns
+    except OSError:
+        return None
 
 
 def _name_and_version(distribution: metadata.Distribution) -> tuple[Optional[str], Optional[str]]:

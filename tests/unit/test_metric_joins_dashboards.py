@@ -563,8 +563,21 @@ def test_the_scaling_reader_reads_ec2_auto_scaling_policies(synth_stack):
         group = autoscaling.AutoScalingGroup(stack, "Group", vpc=isolated_vpc(stack),
                                              instance_type=ec2.InstanceType("t3.micro"),
                                              machine_image=ec2.MachineImage.generic_linux({"us-east-1": "ami-1234"}))
-        group.scale_on_metric("Step", metric=metric("Step"), scaling_steps=[
-            autoscaling.ScalingInterval(upper=10, change=-1), autoscaling.ScalingInterval(lower=50, change=1)])
+        # A step policy as scale_on_metric synthesizes it (a policy and an alarm each way, the alarm's action a Ref of
+        # its policy), written out: scale_on_metric passes aws-cdk-lib's own StepScalingAction a deprecated prop
+        # (cooldown), which the suite's JSII_DEPRECATED=fail refuses (tests/conftest.py).
+        for way, comparison, threshold, change in (("Lower", "LESS_THAN_OR_EQUAL_TO_THRESHOLD", 10, -1),
+                                                   ("Upper", "GREATER_THAN_OR_EQUAL_TO_THRESHOLD", 50, 1)):
+            step = autoscaling.CfnScalingPolicy.StepAdjustmentProperty(
+                scaling_adjustment=change, **({"metric_interval_upper_bound": 0} if change < 0 else
+                                              {"metric_interval_lower_bound": 0}))
+            policy = autoscaling.CfnScalingPolicy(
+                stack, f"Step{way}", auto_scaling_group_name=group.auto_scaling_group_name, policy_type="StepScaling",
+                adjustment_type="ChangeInCapacity", step_adjustments=[step])
+            alarm = cloudwatch.Alarm(stack, f"Step{way}Alarm", metric=metric("Step"), threshold=threshold,
+                                     comparison_operator=getattr(cloudwatch.ComparisonOperator, comparison),
+                                     evaluation_periods=1)
+            alarm.node.default_child.alarm_actions = [policy.ref]
         group.scale_to_track_metric("Track", metric=metric("Track"), target_value=50)
         dimension = autoscaling.CfnScalingPolicy.MetricDimensionProperty(name="A", value="1")
         autoscaling.CfnScalingPolicy(

@@ -3,6 +3,7 @@ cost and its per-point figures, and MLflow as an optional store."""
 
 import argparse
 import json
+import shutil
 from datetime import datetime, timezone
 
 import boto3
@@ -175,6 +176,23 @@ def test_the_package_list_is_every_installed_distribution_with_its_version():
     assert f"boto3=={metadata.version('boto3')}" in packages
     assert {line.split("==")[0].lower() for line in packages} == {
         d.metadata["Name"].lower() for d in metadata.distributions() if d.metadata["Name"]}
+
+
+def test_the_package_list_is_read_once_and_again_after_an_install(tmp_path, monkeypatch):
+    """A process that starts many runs reads the packages once; a distribution installed (or removed) since, in any
+    directory of the import path, is in the next run's list."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = passport.installed_packages()
+    reads = []
+    monkeypatch.setattr(passport.metadata, "distributions",
+                        lambda real=passport.metadata.distributions: reads.append(1) or real())
+    assert passport.installed_packages() == before and reads == []  # nothing installed since: not read again
+    info = tmp_path / "just_installed-1.2.3.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: just-installed\nVersion: 1.2.3\n")
+    assert "just-installed==1.2.3" in passport.installed_packages() and reads == [1]
+    shutil.rmtree(info)
+    assert passport.installed_packages() == before and reads == [1, 1]
 
 
 def test_two_attempts_continue_one_run_with_cost_and_interruptions(tmp_path):

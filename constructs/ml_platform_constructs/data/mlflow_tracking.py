@@ -158,7 +158,7 @@ class MlflowTracking(Construct):
         consumer = Stack.of(scope)
         if consumer is Stack.of(self):
             return self.arn
-        consumer.add_dependency(Stack.of(self), "reads the MLflow tracking URI parameter")
+        consumer.add_stack_dependency(Stack.of(self), "reads the MLflow tracking URI parameter")
         return ssm.StringParameter.value_for_string_parameter(consumer, self.uri_parameter_name)
     # --- validation -------------------------------------------------------------------------------------------
     @staticmethod
