@@ -13,6 +13,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from ops import terminal
 
@@ -31,6 +32,16 @@ def lint_template(path: Path, regions: list[str]) -> list[str]:
     tests' conftest (which imports this module for the background scans) and every command that never lints.
     """
     from cfnlint.api import decode_str, run_template_by_data
+
+    config, rules = _rules(regions)
+    template, errors = decode_str(path.read_text())
+    matches = errors or list(run_template_by_data(template, config, rules))
+    return [f"{path.name}: {m.rule.id} {m.message} ({'/'.join(map(str, m.path))})"
+            for m in matches if m.rule.id.startswith("E")]
+
+
+def _rules(regions: list[str]) -> tuple:
+    """cfn-lint's configuration and rules for a Region list, loaded once."""
     from cfnlint.config import ConfigMixIn
     from cfnlint.runner import Runner
 
@@ -38,11 +49,7 @@ def lint_template(path: Path, regions: list[str]) -> list[str]:
     if key not in _RULES:
         config = ConfigMixIn(regions=regions)
         _RULES[key] = (config, Runner(config).rules)
-    config, rules = _RULES[key]
-    template, errors = decode_str(path.read_text())
-    matches = errors or list(run_template_by_data(template, config, rules))
-    return [f"{path.name}: {m.rule.id} {m.message} ({'/'.join(map(str, m.path))})"
-            for m in matches if m.rule.id.startswith("E")]
+    return _RULES[key]
 
 
 # checkov runs from its own environment (its pins conflict with the project's): ./platform setup makes it.
@@ -56,16 +63,54 @@ class CheckovResult:
     passed: int
 
 
-def start_checkov(paths: list[Path]) -> subprocess.Popen:
-    """Starts checkov's CloudFormation checks over ``paths`` in one process (most of its time is start-up), so a
-    caller can do other work meanwhile; ``checkov_result`` waits for it."""
+# checkov as its script runs it, after reading its arguments from the first line of stdin (JSON): importing checkov
+# is most of its start (about 2.5 s of CPU), and it happens before the templates are needed.
+_CHECKOV_WAITING = """\
+import json, sys, warnings
+from checkov.main import Checkov
+argv = json.loads(sys.stdin.readline() or "null")
+if argv is None:
+    sys.exit(0)  # no templates came: the caller stopped
+sys.argv[1:] = argv
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", category=SyntaxWarning)
+    sys.exit(Checkov(argv=argv).run())
+"""
+
+
+def _checkov_arguments(paths: list[Path]) -> list[str]:
+    # --skip-download and no API key (start_checkov's environment): nothing leaves the machine.
+    return ["--framework", "cloudformation", "--output", "json", "--compact", "--skip-download",
+            *[arg for path in paths for arg in ("--file", str(path))]]
+
+
+def start_checkov(paths: Optional[list[Path]] = None) -> subprocess.Popen:
+    """Starts checkov's CloudFormation checks over ``paths`` in one process, so a caller can do other work
+    meanwhile; ``checkov_result`` waits for it. Without ``paths`` the process loads checkov (most of its start) and
+    waits for them: a caller starts it before synthesizing and gives it the templates with ``scan_templates``."""
     if not CHECKOV.exists():
         raise SystemExit(f"lint: checkov is not installed at {CHECKOV}: run ./platform setup")
-    command = [str(CHECKOV), "--framework", "cloudformation", "--output", "json", "--compact", "--skip-download",
-               *[arg for path in paths for arg in ("--file", str(path))]]
-    # --skip-download and no API key: nothing leaves the machine.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BC_", "PRISMA_"))}
-    return terminal.start(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    if paths is None:
+        return terminal.start([str(CHECKOV.parent / "python"), "-c", _CHECKOV_WAITING], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return terminal.start([str(CHECKOV), *_checkov_arguments(paths)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, env=env)
+
+
+def scan_templates(process: subprocess.Popen, paths: list[Path]) -> None:
+    """Gives a scan started without its templates (``start_checkov()``, ``start_cfn_lint()``) the templates to
+    scan; its ``*_result`` waits for it as for one started with them."""
+    if "--cfn-lint-json" in process.args:  # cfn-lint: the paths
+        line = json.dumps(list(map(str, paths)))
+    else:
+        line = json.dumps(_checkov_arguments(paths))
+    try:
+        process.stdin.write(line + "\n")
+        process.stdin.close()
+    except BrokenPipeError:
+        pass  # it has ended already: its result says how
+    process.stdin = None  # closed: communicate() would flush it
 
 
 def checkov_result(process: subprocess.Popen) -> CheckovResult:
@@ -85,12 +130,15 @@ def checkov_result(process: subprocess.Popen) -> CheckovResult:
     return CheckovResult(failed=failed, skipped=skipped, passed=passed)
 
 
-def start_cfn_lint(paths: list[Path]) -> subprocess.Popen:
+def start_cfn_lint(paths: Optional[list[Path]] = None) -> subprocess.Popen:
     """cfn-lint over ``paths`` in a background process (``cfn_lint_result`` waits for it), so that a test
-    session overlaps its CPU time with other work."""
-    return terminal.start([sys.executable, "-m", "ops.lint", "--cfn-lint-json", *map(str, paths)],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          cwd=Path(__file__).resolve().parent.parent)
+    session overlaps its CPU time with other work. Without ``paths`` the process loads cfn-lint and its rules (about
+    2 s of CPU) and waits for them (``scan_templates``)."""
+    waiting = paths is None
+    return terminal.start([sys.executable, "-m", "ops.lint", "--cfn-lint-json", *(["-"] if waiting else
+                                                                                 map(str, paths))],
+                          stdin=subprocess.PIPE if waiting else None, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parent.parent)
 
 
 def _communicate(process: subprocess.Popen) -> tuple[str, str]:
@@ -154,7 +202,11 @@ def nag_acknowledgements(assembly_dir: Path) -> list[tuple[str, str]]:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--cfn-lint-json"]:
-        print(json.dumps({path: lint_template(Path(path), _regions(Path(path))) for path in argv[1:]}))
+        paths = argv[1:]
+        if paths == ["-"]:  # start_cfn_lint(): the rules first, then the paths from stdin
+            _rules(["us-east-1"])
+            paths = json.loads(sys.stdin.readline() or "[]")
+        print(json.dumps({path: lint_template(Path(path), _regions(Path(path))) for path in paths}))
         return 0
     assembly_dir = Path(argv[0] if argv else "cdk.out")
     paths = templates(assembly_dir)

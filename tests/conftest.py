@@ -23,7 +23,8 @@ from aws_cdk import App, Stack  # noqa: E402
 from aws_cdk import aws_ec2 as ec2  # noqa: E402
 from aws_cdk.assertions import Template  # noqa: E402
 
-from ops.lint import CheckovResult, cfn_lint_result, checkov_result, start_cfn_lint, start_checkov
+from ops.lint import (CheckovResult, cfn_lint_result, checkov_result, scan_templates, start_cfn_lint,
+                      start_checkov)
 from ops.lint import templates as assembly_templates
 from stacks import config as platform_config
 from stacks.app_builder import build
@@ -77,8 +78,11 @@ def config() -> platform_config.PlatformConfig:
 @pytest.fixture(scope="session")
 def platform_app(tmp_path_factory, config, request):
     """The whole app (every environment), synthesized once; cdk-nag runs inside this synth. In one process, the
-    background scans the selected tests wait for (checkov, cfn-lint) start over its templates right away, so that they
-    overlap the rest of the suite; under pytest-xdist, test_compliance.py starts them on its worker."""
+    background scans the selected tests wait for (checkov, cfn-lint) load while it synthesizes and scan its
+    templates right away, so that they overlap the rest of the suite; under pytest-xdist, test_compliance.py starts
+    them on its worker."""
+    if not XDIST_WORKER:
+        load_scans(request)
     outdir = tmp_path_factory.mktemp("cdk.out")
     app = new_app(outdir)
     stages = {stage.stage_name: stage for stage in build(app, config)}
@@ -89,17 +93,26 @@ def platform_app(tmp_path_factory, config, request):
 
 
 @pytest.fixture(scope="module")
-def scans_started(platform_app, request) -> None:
-    """Starts the background scans now, unless started: under pytest-xdist, test_compliance.py asks for it with its
-    first test (the scans' state lives in this module as pytest loaded it, not in ``tests.conftest`` as a test file
-    imports it: two module objects)."""
-    _, _, outdir = platform_app
+def scans_started(request) -> None:
+    """Starts the background scans now, unless started, loading while the whole app synthesizes if it has not: under
+    pytest-xdist, test_compliance.py asks for it with its first test (the scans' state lives in this module as pytest
+    loaded it, not in ``tests.conftest`` as a test file imports it: two module objects)."""
+    load_scans(request)
+    _, _, outdir = request.getfixturevalue("platform_app")
     start_scans(outdir, request)
 
 
+def load_scans(request) -> None:
+    """Starts the scans the selected tests wait for (checkov, cfn-lint) without their templates, unless started:
+    each loads (checkov's import, cfn-lint's rules: about 4.5 s of CPU together) while the app synthesizes."""
+    for scan, start in ((_CHECKOV, start_checkov), (_CFN_LINT, start_cfn_lint)):
+        if scan.get("wanted") and "process" not in scan:
+            _launch(scan, start, request)
+
+
 def start_scans(outdir: Path, request) -> None:
-    """Starts the scans the selected tests wait for (checkov, cfn-lint) over the synthesized templates in ``outdir``
-    in the background, unless started."""
+    """Gives the scans the selected tests wait for the synthesized templates in ``outdir``, starting them unless
+    started: they run in the background."""
     for scan, start in ((_CHECKOV, start_checkov), (_CFN_LINT, start_cfn_lint)):
         if scan.get("wanted"):
             _start_scan(scan, start, outdir, request)
@@ -107,8 +120,15 @@ def start_scans(outdir: Path, request) -> None:
 
 def _start_scan(scan: dict, start, outdir: Path, request) -> None:
     if "process" not in scan:
-        scan["process"] = start(assembly_templates(outdir))
-        request.addfinalizer(lambda: _stop_unread(scan))  # ended if never read
+        _launch(scan, start, request)
+    if not scan.get("given"):
+        scan_templates(scan["process"], assembly_templates(outdir))
+        scan["given"] = True
+
+
+def _launch(scan: dict, start, request) -> None:
+    scan["process"] = start()
+    request.addfinalizer(lambda: _stop_unread(scan))  # ended if never read
 
 
 def _stop_unread(scan: dict) -> None:
