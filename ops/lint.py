@@ -13,7 +13,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from ops import terminal
 
@@ -92,7 +92,8 @@ def start_checkov(paths: Optional[list[Path]] = None) -> subprocess.Popen:
         raise SystemExit(f"lint: checkov is not installed at {CHECKOV}: run ./platform setup")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BC_", "PRISMA_"))}
     if paths is None:
-        return terminal.start([str(CHECKOV.parent / "python"), "-c", _CHECKOV_WAITING], stdin=subprocess.PIPE,
+        # -P: the working directory is not put first on checkov's import path (as its script does not).
+        return terminal.start([str(CHECKOV.parent / "python"), "-P", "-c", _CHECKOV_WAITING], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     return terminal.start([str(CHECKOV), *_checkov_arguments(paths)], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, env=env)
@@ -130,13 +131,14 @@ def checkov_result(process: subprocess.Popen) -> CheckovResult:
     return CheckovResult(failed=failed, skipped=skipped, passed=passed)
 
 
-def start_cfn_lint(paths: Optional[list[Path]] = None) -> subprocess.Popen:
+def start_cfn_lint(paths: Optional[list[Path]] = None, *, regions: Sequence[str] = ("us-east-1",)
+                   ) -> subprocess.Popen:
     """cfn-lint over ``paths`` in a background process (``cfn_lint_result`` waits for it), so that a test
-    session overlaps its CPU time with other work. Without ``paths`` the process loads cfn-lint and its rules (about
-    2 s of CPU) and waits for them (``scan_templates``)."""
+    session overlaps its CPU time with other work. Without ``paths`` the process loads cfn-lint and its rules for
+    ``regions`` (the templates' Regions: about 2 s of CPU for the first) and waits for them (``scan_templates``)."""
     waiting = paths is None
-    return terminal.start([sys.executable, "-m", "ops.lint", "--cfn-lint-json", *(["-"] if waiting else
-                                                                                 map(str, paths))],
+    return terminal.start([sys.executable, "-m", "ops.lint", "--cfn-lint-json",
+                           *(["-", *regions] if waiting else map(str, paths))],
                           stdin=subprocess.PIPE if waiting else None, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parent.parent)
 
@@ -203,8 +205,9 @@ def nag_acknowledgements(assembly_dir: Path) -> list[tuple[str, str]]:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--cfn-lint-json"]:
         paths = argv[1:]
-        if paths == ["-"]:  # start_cfn_lint(): the rules first, then the paths from stdin
-            _rules(["us-east-1"])
+        if paths[:1] == ["-"]:  # start_cfn_lint(): each Region's rules first, then the paths from stdin
+            for region in paths[1:]:
+                _rules([region])
             paths = json.loads(sys.stdin.readline() or "[]")
         print(json.dumps({path: lint_template(Path(path), _regions(Path(path))) for path in paths}))
         return 0

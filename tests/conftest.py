@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import gc
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Callable
 
-# Any deprecated aws-cdk-lib API the library or the app calls fails the test that calls it, here and in the synths the
-# tests start (jsii's own switch, read by the jsii kernel as it starts, with the first aws_cdk import below): a
-# user's `cdk synth` would print "[WARNING] ... is deprecated" and the next major version would not synthesize.
+# A deprecated aws-cdk-lib API the library or the app calls fails the synth that first calls it in each process: the
+# whole app's synth here (every environment, on every worker) and the synths the tests start (jsii's own switch,
+# read by the jsii kernel as it starts, with the first aws_cdk import below; jsii raises on an API's first use in a
+# process and lets later uses pass). A user's `cdk synth` would print "[WARNING] ... is deprecated", and the next
+# major version would not synthesize.
 os.environ["JSII_DEPRECATED"] = "fail"
 
 import botocore.loaders  # noqa: E402
@@ -105,7 +110,7 @@ def scans_started(request) -> None:
 def load_scans(request) -> None:
     """Starts the scans the selected tests wait for (checkov, cfn-lint) without their templates, unless started:
     each loads (checkov's import, cfn-lint's rules: about 4.5 s of CPU together) while the app synthesizes."""
-    for scan, start in ((_CHECKOV, start_checkov), (_CFN_LINT, start_cfn_lint)):
+    for scan, start in _scanners(request):
         if scan.get("wanted") and "process" not in scan:
             _launch(scan, start, request)
 
@@ -113,9 +118,14 @@ def load_scans(request) -> None:
 def start_scans(outdir: Path, request) -> None:
     """Gives the scans the selected tests wait for the synthesized templates in ``outdir``, starting them unless
     started: they run in the background."""
-    for scan, start in ((_CHECKOV, start_checkov), (_CFN_LINT, start_cfn_lint)):
+    for scan, start in _scanners(request):
         if scan.get("wanted"):
             _start_scan(scan, start, outdir, request)
+
+
+def _scanners(request) -> list[tuple[dict, Callable]]:
+    regions = sorted({env.region for env in request.getfixturevalue("config").environments.values()})
+    return [(_CHECKOV, start_checkov), (_CFN_LINT, functools.partial(start_cfn_lint, regions=regions))]
 
 
 def _start_scan(scan: dict, start, outdir: Path, request) -> None:
@@ -146,7 +156,7 @@ def cfn_lint_scan(platform_app, request) -> dict[str, list[str]]:
     """cfn-lint's errors per synthesized template (the background process started with the whole app's synth, or by
     test_compliance.py under pytest-xdist; started now if neither did)."""
     if "result" not in _CFN_LINT:
-        _start_scan(_CFN_LINT, start_cfn_lint, platform_app[2], request)
+        _start_scan(*_scanners(request)[1], platform_app[2], request)
         _CFN_LINT["result"] = cfn_lint_result(_CFN_LINT["process"])
     return _CFN_LINT["result"]
 
@@ -155,7 +165,7 @@ def cfn_lint_scan(platform_app, request) -> dict[str, list[str]]:
 def checkov_scan(platform_app, request) -> CheckovResult:
     """checkov's findings over every synthesized template (started as cfn_lint_scan's, or now)."""
     if "result" not in _CHECKOV:
-        _start_scan(_CHECKOV, start_checkov, platform_app[2], request)
+        _start_scan(*_scanners(request)[0], platform_app[2], request)
         _CHECKOV["result"] = checkov_result(_CHECKOV["process"])
     return _CHECKOV["result"]
 
@@ -257,12 +267,14 @@ def freeze_what_lives():
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_teardown(item, nextitem):
-    """After a file's last test (its module fixtures torn down), what it imported and kept is frozen too."""
+def pytest_runtest_protocol(item, nextitem):
+    """After a file's last test (its module fixtures torn down, its fixture values released), what the file imported
+    and kept is frozen too; not after a failed test, whose traceback (sys.last_value) still holds its objects: their
+    finalizers must run, and report, at the session's end."""
     try:
         return (yield)
     finally:
-        if nextitem is None or nextitem.path != item.path:
+        if (nextitem is None or nextitem.path != item.path) and getattr(sys, "last_value", None) is None:
             freeze_what_lives()
 
 
@@ -291,7 +303,8 @@ def pytest_sessionfinish(session):
 def _mlflow_store_template(tmp_path_factory, pytestconfig) -> Path:
     """A local MLflow SQLite store, empty, with its tables: each test gets a copy. Creating the tables runs every
     schema migration (about 4 s of CPU), so the store is kept in pytest's cache directory (.pytest_cache) for the
-    installed MLflow, SQLAlchemy and Alembic, and made again when one changes or the cache is cleared (--cache-clear)."""
+    installed MLflow, SQLAlchemy and Alembic, and made again when one changes, the cache is cleared (--cache-clear)
+    or the kept file is not a whole store; in a read-only checkout it is made for the session."""
     pytest.importorskip("mlflow")
     import alembic
     import mlflow
@@ -300,15 +313,34 @@ def _mlflow_store_template(tmp_path_factory, pytestconfig) -> Path:
 
     versions = "-".join(module.__version__ for module in (mlflow, sqlalchemy, alembic))
     cache = getattr(pytestconfig, "cache", None)  # None under -p no:cacheprovider
-    directory = cache.mkdir(f"mlflow-store-{versions}") if cache else tmp_path_factory.mktemp("mlflow-template")
-    kept = directory / "mlflow.db"
-    if not kept.exists():
-        # Made under a name of its own, then renamed: pytest-xdist's workers may make it at once.
-        making = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
-        MlflowClient(f"sqlite:///{making}").search_experiments()
-        shutil.copy(making, directory / f".{os.getpid()}.db")
-        os.replace(directory / f".{os.getpid()}.db", kept)
-    return kept
+    try:
+        directory = cache.mkdir(f"mlflow-store-{versions}") if cache else None
+    except OSError:  # a read-only checkout: made for this session only
+        directory = None
+    kept = directory / "mlflow.db" if directory else None
+    if kept and _migrated(kept):
+        return kept
+    making = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    MlflowClient(f"sqlite:///{making}").search_experiments()
+    if kept:
+        try:  # under a name of its own, then renamed: pytest-xdist's workers may make it at once
+            shutil.copy(making, directory / f".{os.getpid()}.db")
+            os.replace(directory / f".{os.getpid()}.db", kept)
+        except OSError:
+            pass
+    return making
+
+
+def _migrated(store: Path) -> bool:
+    """Whether a kept store is whole: SQLite's, with MLflow's migrations recorded (a truncated or foreign file is made
+    again)."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{store}?mode=ro", uri=True)) as connection:
+            return bool(connection.execute("SELECT version_num FROM alembic_version").fetchone())
+    except sqlite3.Error:
+        return False
 
 
 @pytest.fixture

@@ -60,6 +60,8 @@ def main(work: Path) -> int:
         # aws-cdk-lib's built-in template validation off, as in the other tests' synths (conftest.new_app): then
         # the validation report is written only because the example registered a plugin, cdk-nag.
         "CDK_VALIDATION": "false",
+        # The suite's (tests/conftest.py: "fail"): the example's synth through the wheel calls no deprecated API.
+        "JSII_DEPRECATED": os.environ.get("JSII_DEPRECATED", "fail"),
         "HOME": os.environ.get("HOME", str(work)),
     }
     base_python = getattr(sys, "_base_executable", sys.executable)

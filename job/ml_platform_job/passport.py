@@ -175,27 +175,43 @@ def filter_params(params: Mapping[str, Any]) -> dict[str, Any]:
 def installed_packages() -> list[str]:
     """``name==version`` of every installed distribution, sorted (what ``pip freeze`` lists, without pip).
 
-    Read once per state of the import path: reading every distribution's metadata takes tens of milliseconds, and a
-    process that starts many runs (a notebook, a sweep, the tests) would pay it each time. The state is each
-    ``sys.path`` entry with its modification time: installing, upgrading or removing a distribution adds or removes
-    its ``.dist-info`` directory there, and so reads the packages again."""
-    state = tuple((entry, _modified(entry)) for entry in sys.path)
-    if _PACKAGES_READ.get("state") != state:
-        found = {}
-        for distribution in metadata.distributions():
+    Read again only when a distribution's metadata changed: parsing every distribution's metadata takes tens of
+    milliseconds, and a process that starts many runs (a notebook, a sweep, the tests) would pay it each time. The
+    state compared is each distribution's metadata directory and its metadata file's modification time (listing
+    them takes about a millisecond): an install, upgrade or removal adds or removes a directory, and metadata
+    rewritten in place (an editable install's ``egg-info`` after a version bump) changes the file's time. A
+    distribution found some other way (a finder of its own on ``sys.meta_path``) has no such directory: then the
+    list is read every time."""
+    found: list[metadata.Distribution] = list(metadata.distributions())
+    state: Optional[tuple] = _metadata_state(found)
+    if state is None or _PACKAGES_READ.get("state") != state:
+        named = {}
+        for distribution in found:
             name, version = _name_and_version(distribution)
             if name:
-                found[name.lower()] = f"{name}=={version}"
-        _PACKAGES_READ.update(state=state, packages=[found[key] for key in sorted(found)])
+                named[name.lower()] = f"{name}=={version}"
+        _PACKAGES_READ.update(state=state, packages=[named[key] for key in sorted(named)])
     return list(_PACKAGES_READ["packages"])
 
 
 _PACKAGES_READ: dict[str, Any] = {}
 
 
-def _modified(entry: str) -> Optional[int]:
+def _metadata_state(distributions: list[metadata.Distribution]) -> Optional[tuple]:
+    """(metadata directory, its metadata file's modification time) of each distribution; None when one has no
+    directory of its own to look at."""
+    state = []
+    for distribution in distributions:
+        path = getattr(distribution, "_path", None)  # a PathDistribution's .dist-info or .egg-info
+        if not isinstance(path, Path):
+            return None
+        state.append((str(path), _modified(path / "METADATA") or _modified(path / "PKG-INFO") or _modified(path)))
+    return tuple(state)
+
+
+def _modified(path: Path) -> Optional[int]:
     try:
-        return os.stat(entry or ".").st_mtime_ns
+        return os.stat(path).st_mtime_ns
     except OSError:
         return None
 

@@ -7,6 +7,8 @@ compares each template resource with what the service APIs return and never clai
 from __future__ import annotations
 
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -16,6 +18,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 CREATED, PARTIAL, NOT_READ, MISSING = "created", "PARTIAL", "not read back", "NOT CREATED"
+_SESSION_LOCK = threading.Lock()
 
 
 @dataclass
@@ -66,9 +69,12 @@ class Reader:
 
     def client(self, service: str) -> Any:
         if service not in self._clients:
-            # No retries: an emulator error is an answer to report, not a fault to wait out.
-            self._clients[service] = self._session.client(service, endpoint_url=self._endpoint_url,
-                                                          config=Config(retries={"max_attempts": 1, "mode": "standard"}))
+            # No retries: an emulator error is an answer to report, not a fault to wait out. One client at a time from
+            # the session, which is not thread-safe (report_assembly reads the stacks in threads); a client is.
+            with _SESSION_LOCK:
+                self._clients[service] = self._session.client(
+                    service, endpoint_url=self._endpoint_url,
+                    config=Config(retries={"max_attempts": 1, "mode": "standard"}))
         return self._clients[service]
 
     def neighbours(self, resource_type: str) -> list[dict]:
@@ -116,9 +122,14 @@ def report_stack(session: boto3.session.Session, endpoint_url: str, stack_name: 
 
 
 def report_assembly(session: boto3.session.Session, endpoint_url: str, assembly_dir: Path) -> list[StackReport]:
-    """Reports every stack of a (nested) cloud assembly directory, in manifest order."""
-    return [report_stack(session, endpoint_url, name, json.loads(path.read_text()))
-            for name, path in stack_templates(assembly_dir)]
+    """Reports every stack of a (nested) cloud assembly directory, in manifest order. The stacks are read at once,
+    one thread each: the emulator answers one while this process reads another's answer."""
+    stacks = stack_templates(assembly_dir)
+    if not stacks:
+        return []
+    with ThreadPoolExecutor(max_workers=len(stacks)) as pool:
+        return list(pool.map(lambda stack: report_stack(session, endpoint_url, stack[0],
+                                                        json.loads(stack[1].read_text())), stacks))
 
 
 def stack_templates(assembly_dir: Path) -> list[tuple[str, Path]]:
