@@ -78,6 +78,13 @@ def stop(process: subprocess.Popen, grace: float = GRACE_SECONDS) -> None:
     forget(process)
 
 
+def kill(process: subprocess.Popen) -> None:
+    """Ends the child's process group at once (SIGKILL), for a child with nothing to save or flush."""
+    _signal_group(process, signal.SIGKILL)
+    process.wait()
+    forget(process)
+
+
 def stop_all(grace: float = GRACE_SECONDS) -> None:
     with _children_lock:
         children = list(_children)

@@ -131,7 +131,7 @@ class LocalEmulator:
 
 def synthesize_and_deploy(assembly: Path, dev: EnvironmentConfig, logs: Path = LOGS) -> LocalDeploy:
     """The emulator step of ./platform up: the local target's synth while moto starts and is bootstrapped, then
-    the deploy of every stack and the read-back; moto is stopped in the end."""
+    the deploy of every stack and the read-back, then moto is ended."""
     emulator = LocalEmulator(dev, logs)
     with ThreadPoolExecutor(max_workers=1) as pool:
         starting = pool.submit(emulator.start)
