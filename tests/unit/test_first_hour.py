@@ -162,6 +162,22 @@ def test_ctrl_c_while_the_emulator_runs_ends_moto(tmp_path):
     assert (command.returncode, err) == (130, INTERRUPTED + "\n")
 
 
+def test_the_emulator_ends_with_its_block_and_its_log_is_whole(tmp_path):
+    """moto is killed at the block's end (an orderly exit took a second after a deploy): nothing of it is left
+    running, and its log, unbuffered, holds every request it answered."""
+    import urllib.request
+
+    from ops.local.emulator import moto_server
+
+    log = tmp_path / "moto.log"
+    with moto_server("123456789012", str(log)) as port:
+        [server] = [int(p.name) for p in Path("/proc").glob("[0-9]*") if f"-p\0{port}\0" in _cmdline(p) + "\0"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/data.json?last=1", timeout=10):
+            pass
+    assert not alive(server)  # reaped as the block ended: no wait needed
+    assert "data.json?last=1" in log.read_text()
+
+
 def interruptible() -> None:
     """In the child before it runs: Ctrl-C's default, whatever this process inherited. A runner started in the
     background by a non-interactive shell ignores SIGINT, its children inherit that (across exec), and a shell cannot
