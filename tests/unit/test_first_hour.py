@@ -151,11 +151,11 @@ def test_ctrl_c_while_the_emulator_runs_ends_moto(tmp_path):
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, preexec_fn=interruptible)
     try:
         port = int(command.stdout.readline())
-        servers = [p for p in Path("/proc").glob("[0-9]*") if f"-p\0{port}" in _cmdline(p)]
+        servers = moto_servers(port)
         assert len(servers) == 1
         os.killpg(command.pid, signal.SIGINT)
         _, err = command.communicate(timeout=30)
-        wait_for(lambda: not alive(int(servers[0].name)), timeout=15)
+        wait_for(lambda: not alive(servers[0]), timeout=15)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(command.pid, signal.SIGKILL)
@@ -171,7 +171,7 @@ def test_the_emulator_ends_with_its_block_and_its_log_is_whole(tmp_path):
 
     log = tmp_path / "moto.log"
     with moto_server("123456789012", str(log)) as port:
-        [server] = [int(p.name) for p in Path("/proc").glob("[0-9]*") if f"-p\0{port}\0" in _cmdline(p) + "\0"]
+        [server] = moto_servers(port)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/data.json?last=1", timeout=10):
             pass
     assert not alive(server)  # reaped as the block ended: no wait needed
@@ -183,6 +183,11 @@ def interruptible() -> None:
     background by a non-interactive shell ignores SIGINT, its children inherit that (across exec), and a shell cannot
     trap a signal ignored at its start: the tests' Ctrl-C would reach nothing."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def moto_servers(port: int) -> list[int]:
+    """The pids of the processes listening as moto on ``port`` (its command line ends ``-p PORT``)."""
+    return [int(proc.name) for proc in Path("/proc").glob("[0-9]*") if f"-p\0{port}\0" in _cmdline(proc) + "\0"]
 
 
 def _cmdline(proc: Path) -> str:
