@@ -55,7 +55,7 @@ BREAKS = [
           '            id="AwsSolutions-S1",\n',
           '            id="AwsSolutions-IAM5",\n            reason="x" * 20,\n        ), Acknowledgment(\n'
           '            id="AwsSolutions-S1",\n',
-          ("tests/compliance/test_compliance.py::test_every_acknowledgement_is_expected_by_construct_and_finding",)),
+          ("tests/compliance/test_cdk_nag.py::test_every_acknowledgement_is_expected_by_construct_and_finding",)),
     Break("retraining: the cooldown inverted", f"{LIB}/runtime/handlers/retrain.py",
           '"attribute_not_exists(#pk) OR #until <= :now"', '"attribute_not_exists(#pk) OR #until > :now"',
           ("tests/unit/test_retrain.py", "tests/unit/test_retrain_claims.py")),

@@ -61,7 +61,7 @@ XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 # The files that wait on such work go to the workers first, so that it overlaps the rest of the suite, with
 # test_local_run.py (one test of about 15 s: by its count of tests it would come last and end the run alone); then the
 # others, the most tests first (as xdist's own --loadscope-reorder would).
-FIRST_FILES = ("tests/compliance/test_compliance.py", "tests/emulator/test_local_deploy.py",
+FIRST_FILES = ("tests/compliance/test_scanners.py", "tests/emulator/test_local_deploy.py",
                "tests/emulator/test_local_run.py", "tests/test_library_wheel.py")
 
 
@@ -84,7 +84,7 @@ def config() -> platform_config.PlatformConfig:
 def platform_app(tmp_path_factory, config, request):
     """The whole app (every environment), synthesized once; cdk-nag runs inside this synth. In one process, the
     background scans the selected tests wait for (checkov, cfn-lint) load while it synthesizes and scan its
-    templates right away, so that they overlap the rest of the suite; under pytest-xdist, test_compliance.py starts
+    templates right away, so that they overlap the rest of the suite; under pytest-xdist, test_scanners.py starts
     them on its worker."""
     if not XDIST_WORKER:
         load_scans(request)
@@ -99,9 +99,10 @@ def platform_app(tmp_path_factory, config, request):
 
 @pytest.fixture(scope="module")
 def scans_started(request) -> None:
-    """Starts the background scans now, unless started, loading while the whole app synthesizes if it has not: under
-    pytest-xdist, test_compliance.py asks for it with its first test (the scans' state lives in this module as pytest
-    loaded it, not in ``tests.conftest`` as a test file imports it: two module objects)."""
+    """Starts the background scans now, unless started, loading while the whole app synthesizes if it has not:
+    test_scanners.py asks for it with its first test (under pytest-xdist, the scans start there; in one process, the
+    whole app's first synth may have started them). The scans' state lives in this module as pytest loaded it, not in
+    ``tests.conftest`` as a test file imports it: two module objects."""
     load_scans(request)
     _, _, outdir = request.getfixturevalue("platform_app")
     start_scans(outdir, request)
@@ -154,7 +155,7 @@ _CFN_LINT: dict = {}
 @pytest.fixture(scope="session")
 def cfn_lint_scan(platform_app, request) -> dict[str, list[str]]:
     """cfn-lint's errors per synthesized template (the background process started with the whole app's synth, or by
-    test_compliance.py under pytest-xdist; started now if neither did)."""
+    test_scanners.py's first test; started now if neither did)."""
     if "result" not in _CFN_LINT:
         _start_scan(*_scanners(request)[1], platform_app[2], request)
         _CFN_LINT["result"] = cfn_lint_result(_CFN_LINT["process"])
@@ -173,7 +174,7 @@ def checkov_scan(platform_app, request) -> CheckovResult:
 def pytest_collection_modifyitems(config, items):
     """Tests that wait for the background scans (checkov, cfn-lint) run last, when the scans have had the whole
     suite's time to finish (in one process, the scans start with the first test that needs the whole app). Under
-    pytest-xdist, the files in FIRST_FILES come first, and test_compliance.py starts the scans itself."""
+    pytest-xdist, the files in FIRST_FILES come first, and test_scanners.py starts the scans itself."""
     def waits(item, fixture):
         return fixture in getattr(item, "fixturenames", ())
     items.sort(key=lambda item: waits(item, "checkov_scan") or waits(item, "cfn_lint_scan"))
