@@ -301,11 +301,13 @@ def pytest_sessionfinish(session):
 
 
 @pytest.fixture(scope="session")
-def _mlflow_store_template(tmp_path_factory, pytestconfig) -> Path:
+def _mlflow_store_template(tmp_path_factory) -> Path:
     """A local MLflow SQLite store, empty, with its tables: each test gets a copy. Creating the tables runs every
-    schema migration (about 4 s of CPU), so the store is kept in pytest's cache directory (.pytest_cache) for the
-    installed MLflow, SQLAlchemy and Alembic, and made again when one changes, the cache is cleared (--cache-clear)
-    or the kept file is not a whole store; in a read-only checkout it is made for the session."""
+    schema migration (about 4 s of CPU), so the store is kept in the Python environment that runs the tests
+    (``<sys.prefix>/cache``: ``.venv/cache`` under ./platform), per installed MLflow, SQLAlchemy and Alembic, and
+    made again when one changes or the kept file is not a whole store; where that directory cannot be written (a
+    system Python, a read-only environment) it is made for the session. Not in pytest's cache directory: a run with
+    ``-p no:cacheprovider`` (the bench's files alone, the first-hour test's suite) would make it every time."""
     pytest.importorskip("mlflow")
     import alembic
     import mlflow
@@ -313,22 +315,18 @@ def _mlflow_store_template(tmp_path_factory, pytestconfig) -> Path:
     from mlflow.tracking import MlflowClient
 
     versions = "-".join(module.__version__ for module in (mlflow, sqlalchemy, alembic))
-    cache = getattr(pytestconfig, "cache", None)  # None under -p no:cacheprovider
-    try:
-        directory = cache.mkdir(f"mlflow-store-{versions}") if cache else None
-    except OSError:  # a read-only checkout: made for this session only
-        directory = None
-    kept = directory / "mlflow.db" if directory else None
-    if kept and _migrated(kept):
+    directory = Path(sys.prefix) / "cache" / f"mlflow-store-{versions}"
+    kept = directory / "mlflow.db"
+    if _migrated(kept):
         return kept
     making = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
     MlflowClient(f"sqlite:///{making}").search_experiments()
-    if kept:
-        try:  # under a name of its own, then renamed: pytest-xdist's workers may make it at once
-            shutil.copy(making, directory / f".{os.getpid()}.db")
-            os.replace(directory / f".{os.getpid()}.db", kept)
-        except OSError:
-            pass
+    try:  # under a name of its own, then renamed: pytest-xdist's workers may make it at once
+        directory.mkdir(parents=True, exist_ok=True)
+        shutil.copy(making, directory / f".{os.getpid()}.db")
+        os.replace(directory / f".{os.getpid()}.db", kept)
+    except OSError:
+        pass  # not writable: made for this session only
     return making
 
 
