@@ -41,15 +41,13 @@ def lint_template(path: Path, regions: list[str]) -> list[str]:
 
 
 def _rules(regions: list[str]) -> tuple:
-    """cfn-lint's configuration and rules for a Region list, loaded once. Its warning and informational rules (W*,
-    I*) are not run: ``lint_template`` reports errors only, and no error rule is a child of one of them (cfn-lint
-    1.x's ``child_rules``), so the errors are the same; they were about a tenth of its time over the app."""
+    """cfn-lint's configuration and rules for a Region list, loaded once."""
     from cfnlint.config import ConfigMixIn
     from cfnlint.runner import Runner
 
     key = tuple(regions)
     if key not in _RULES:
-        config = ConfigMixIn(regions=regions, ignore_checks=["W", "I"])
+        config = ConfigMixIn(regions=regions)
         _RULES[key] = (config, Runner(config).rules)
     return _RULES[key]
 
@@ -94,8 +92,9 @@ def start_checkov(paths: Optional[list[Path]] = None) -> subprocess.Popen:
         raise SystemExit(f"lint: checkov is not installed at {CHECKOV}: run ./platform setup")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BC_", "PRISMA_"))}
     # One process, no forked workers: the scans already run as two processes (checkov beside cfn-lint), and checkov's
-    # workers (one per core) cost more CPU than they save (pickling each template's graph back: 8.9 -> 7.0 s of CPU
-    # over the app's 13 templates on two cores, the same findings). Its own switch (common/parallelizer).
+    # workers (one per core, parsing the templates and sending each back pickled) cost more CPU than they save: 8.9 ->
+    # 7.0 s of CPU over the app's 13 templates on two cores, the same findings. Its own switch (common/parallelizer),
+    # the mode it picks itself under a debugger; a value of the caller's is kept.
     env.setdefault("CHECKOV_PARALLELIZATION_TYPE", "none")
     if paths is None:
         # -P: the working directory is not put first on checkov's import path (as its script does not).

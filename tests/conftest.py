@@ -102,7 +102,9 @@ def scans_started(request) -> None:
     """Starts the background scans now, unless started, loading while the whole app synthesizes if it has not:
     test_scanners.py asks for it with its first test (under pytest-xdist, the scans start there; in one process, the
     whole app's first synth may have started them). The scans' state lives in this module as pytest loaded it, not in
-    ``tests.conftest`` as a test file imports it: two module objects."""
+    ``tests.conftest`` as a test file imports it: two module objects. Nothing when no selected test reads a scan."""
+    if not any(scan.get("wanted") for scan, _ in _scanners(request)):
+        return
     load_scans(request)
     _, _, outdir = request.getfixturevalue("platform_app")
     start_scans(outdir, request)
@@ -139,7 +141,9 @@ def _start_scan(scan: dict, start, outdir: Path, request) -> None:
 
 def _launch(scan: dict, start, request) -> None:
     scan["process"] = start()
-    request.addfinalizer(lambda: _stop_unread(scan))  # ended if never read
+    # Ended if never read, with the session, not with the module that asked: in one process the tests that read the
+    # scans come last, after that module's first teardown.
+    request.session.addfinalizer(lambda: _stop_unread(scan))
 
 
 def _stop_unread(scan: dict) -> None:
@@ -301,13 +305,13 @@ def pytest_sessionfinish(session):
 
 
 @pytest.fixture(scope="session")
-def _mlflow_store_template(tmp_path_factory) -> Path:
+def _mlflow_store_template(tmp_path_factory, pytestconfig) -> Path:
     """A local MLflow SQLite store, empty, with its tables: each test gets a copy. Creating the tables runs every
-    schema migration (about 4 s of CPU), so the store is kept in the Python environment that runs the tests
-    (``<sys.prefix>/cache``: ``.venv/cache`` under ./platform), per installed MLflow, SQLAlchemy and Alembic, and
-    made again when one changes or the kept file is not a whole store; where that directory cannot be written (a
-    system Python, a read-only environment) it is made for the session. Not in pytest's cache directory: a run with
-    ``-p no:cacheprovider`` (the bench's files alone, the first-hour test's suite) would make it every time."""
+    schema migration (about 4 s of CPU), so the store is kept, per installed MLflow, SQLAlchemy and Alembic, and
+    made again when one changes or the kept file is not a whole store: in the virtual environment that runs the tests
+    (``<sys.prefix>/cache``: ``.venv/cache`` under ./platform), so that a run without pytest's cache (``-p
+    no:cacheprovider``, as the bench runs each file alone) finds it too; outside a virtual environment, in pytest's
+    cache directory; where neither can be written (a read-only checkout), made for the session."""
     pytest.importorskip("mlflow")
     import alembic
     import mlflow
@@ -315,18 +319,27 @@ def _mlflow_store_template(tmp_path_factory) -> Path:
     from mlflow.tracking import MlflowClient
 
     versions = "-".join(module.__version__ for module in (mlflow, sqlalchemy, alembic))
-    directory = Path(sys.prefix) / "cache" / f"mlflow-store-{versions}"
-    kept = directory / "mlflow.db"
-    if _migrated(kept):
+    cache = getattr(pytestconfig, "cache", None)  # None under -p no:cacheprovider
+    directory = None
+    if sys.prefix != sys.base_prefix:
+        directory = Path(sys.prefix) / "cache" / f"mlflow-store-{versions}"
+    elif cache:
+        with contextlib.suppress(OSError):  # a read-only checkout
+            directory = cache.mkdir(f"mlflow-store-{versions}")
+    kept = directory / "mlflow.db" if directory else None
+    if kept and _migrated(kept):
         return kept
     making = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
     MlflowClient(f"sqlite:///{making}").search_experiments()
-    try:  # under a name of its own, then renamed: pytest-xdist's workers may make it at once
-        directory.mkdir(parents=True, exist_ok=True)
-        shutil.copy(making, directory / f".{os.getpid()}.db")
-        os.replace(directory / f".{os.getpid()}.db", kept)
-    except OSError:
-        pass  # not writable: made for this session only
+    if kept:
+        part = directory / f".{os.getpid()}.db"
+        try:  # under a name of its own, then renamed: pytest-xdist's workers may make it at once
+            directory.mkdir(parents=True, exist_ok=True)
+            shutil.copy(making, part)
+            os.replace(part, kept)
+        except OSError:  # not writable: made for this session only
+            with contextlib.suppress(OSError):
+                part.unlink(missing_ok=True)
     return making
 
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from ops.lint import LintResult, _rules, lint_template, nag_acknowledgements, templates as assembly_templates
+from ops.lint import LintResult, lint_template, nag_acknowledgements, templates as assembly_templates
 from ops.local import up
 from tests.conftest import STACKS
 from tests.test_readme_examples import readme_example
@@ -30,18 +30,6 @@ def test_cfn_lint_reports_the_errors_it_finds(tmp_path):
     path = tmp_path / "Bad.template.json"
     path.write_text(json.dumps({"Resources": {"B": {"Type": "AWS::S3::Bucket", "Properties": {"BucketNameX": "x"}}}}))
     assert [line.split(" ")[1] for line in lint_template(path, ["us-east-1"])] == ["E3002"]
-
-
-def test_cfn_lint_runs_every_error_rule_and_none_hangs_off_the_skipped_warnings():
-    """ops.lint skips cfn-lint's warning and informational rules (only errors are reported): an error rule that is a
-    child of one of them would be skipped with it (cfn-lint 1.x runs a child through its parent)."""
-    config, rules = _rules(["us-east-1"])
-    every = list(rules.values())
-    assert len([rule for rule in every if rule.id.startswith("E")]) > 200  # 243 error rules in cfn-lint 1.58
-    assert all(rules.is_rule_enabled(rule, config) for rule in every if rule.id.startswith("E"))
-    assert not any(rules.is_rule_enabled(rule, config) for rule in every if rule.id.startswith(("W", "I")))
-    assert [(rule.id, child) for rule in every if rule.id.startswith(("W", "I"))
-            for child in rule.child_rules if child.startswith("E")] == []
 
 
 # --- checkov ------------------------------------------------------------------------------------------------------
