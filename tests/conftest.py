@@ -28,6 +28,7 @@ from aws_cdk import App, Stack  # noqa: E402
 from aws_cdk import aws_ec2 as ec2  # noqa: E402
 from aws_cdk.assertions import Template  # noqa: E402
 
+from ops import terminal  # noqa: E402
 from ops.lint import (CheckovResult, cfn_lint_result, checkov_result, scan_templates, start_cfn_lint,
                       start_checkov)
 from ops.lint import templates as assembly_templates
@@ -148,7 +149,7 @@ def _launch(scan: dict, start, request) -> None:
 
 def _stop_unread(scan: dict) -> None:
     if "result" not in scan:
-        scan["process"].kill()
+        terminal.kill(scan["process"])  # its process group: a worker it forked too
         scan["process"].communicate()
 
 
@@ -180,14 +181,16 @@ def pytest_collection_modifyitems(config, items):
     suite's time to finish (in one process, the scans start with the first test that needs the whole app). Under
     pytest-xdist, the files in FIRST_FILES come first, and test_scanners.py starts the scans itself."""
     def waits(item, fixture):
-        return fixture in getattr(item, "fixturenames", ())
+        return _waits(item, fixture)
     items.sort(key=lambda item: waits(item, "checkov_scan") or waits(item, "cfn_lint_scan"))
-    _CHECKOV["wanted"] = any(waits(item, "checkov_scan") for item in items)
-    _CFN_LINT["wanted"] = any(waits(item, "cfn_lint_scan") for item in items)
     if XDIST_WORKER:
         sizes = Counter(_file(item) for item in items)
         first = {name: rank for rank, name in enumerate(FIRST_FILES)}
         items.sort(key=lambda item: (first.get(_file(item), len(first)), -sizes[_file(item)], _file(item)))
+
+
+def _waits(item, fixture: str) -> bool:
+    return fixture in getattr(item, "fixturenames", ())
 
 
 def _file(item) -> str:
@@ -291,6 +294,10 @@ def pytest_collection_finish(session):
 
         work = Path(tempfile.mkdtemp(prefix="library-wheel-"))
         session.config.library_wheel_build = (work, test_library_wheel.start(work))
+    # Which scans the selected tests read: known here, after -k, -m, --deselect and --lf have removed theirs (this
+    # module's pytest_collection_modifyitems runs before pytest's own deselection).
+    _CHECKOV["wanted"] = any(_waits(item, "checkov_scan") for item in session.items)
+    _CFN_LINT["wanted"] = any(_waits(item, "cfn_lint_scan") for item in session.items)
     freeze_what_lives()  # every test module imported
 
 
@@ -310,8 +317,8 @@ def _mlflow_store_template(tmp_path_factory, pytestconfig) -> Path:
     schema migration (about 4 s of CPU), so the store is kept, per installed MLflow, SQLAlchemy and Alembic, and
     made again when one changes or the kept file is not a whole store: in the virtual environment that runs the tests
     (``<sys.prefix>/cache``: ``.venv/cache`` under ./platform), so that a run without pytest's cache (``-p
-    no:cacheprovider``, as the bench runs each file alone) finds it too; outside a virtual environment, in pytest's
-    cache directory; where neither can be written (a read-only checkout), made for the session."""
+    no:cacheprovider``, as the bench runs each file alone) finds it too; else (outside a virtual environment, or
+    where it cannot be written) in pytest's cache directory; where neither can be written, made for the session."""
     pytest.importorskip("mlflow")
     import alembic
     import mlflow
@@ -320,24 +327,27 @@ def _mlflow_store_template(tmp_path_factory, pytestconfig) -> Path:
 
     versions = "-".join(module.__version__ for module in (mlflow, sqlalchemy, alembic))
     cache = getattr(pytestconfig, "cache", None)  # None under -p no:cacheprovider
-    directory = None
-    if sys.prefix != sys.base_prefix:
-        directory = Path(sys.prefix) / "cache" / f"mlflow-store-{versions}"
-    elif cache:
+    name = f"mlflow-store-{versions}"
+    places = [Path(sys.prefix) / "cache" / name] if sys.prefix != sys.base_prefix else []
+    if places and _migrated(places[0] / "mlflow.db"):
+        return places[0] / "mlflow.db"
+    if cache:
         with contextlib.suppress(OSError):  # a read-only checkout
-            directory = cache.mkdir(f"mlflow-store-{versions}")
-    kept = directory / "mlflow.db" if directory else None
-    if kept and _migrated(kept):
-        return kept
+            places.append(cache.mkdir(name))
+            if _migrated(places[-1] / "mlflow.db"):
+                return places[-1] / "mlflow.db"
     making = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
     MlflowClient(f"sqlite:///{making}").search_experiments()
-    if kept:
+    for directory in places:
         part = directory / f".{os.getpid()}.db"
         try:  # under a name of its own, then renamed: pytest-xdist's workers may make it at once
             directory.mkdir(parents=True, exist_ok=True)
             shutil.copy(making, part)
-            os.replace(part, kept)
-        except OSError:  # not writable: made for this session only
+            os.replace(part, directory / "mlflow.db")
+            break
+        except OSError:  # not writable: the next place, or made for this session only
+            pass
+        finally:
             with contextlib.suppress(OSError):
                 part.unlink(missing_ok=True)
     return making
@@ -349,7 +359,7 @@ def _migrated(store: Path) -> bool:
     import sqlite3
 
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{store}?mode=ro", uri=True)) as connection:
+        with contextlib.closing(sqlite3.connect(f"{store.resolve().as_uri()}?mode=ro", uri=True)) as connection:
             return bool(connection.execute("SELECT version_num FROM alembic_version").fetchone())
     except sqlite3.Error:
         return False
