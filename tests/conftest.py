@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import json
 import os
@@ -104,7 +103,7 @@ def scans_started(request) -> None:
     test_scanners.py asks for it with its first test (under pytest-xdist, the scans start there; in one process, the
     whole app's first synth may have started them). The scans' state lives in this module as pytest loaded it, not in
     ``tests.conftest`` as a test file imports it: two module objects. Nothing when no selected test reads a scan."""
-    if not any(scan.get("wanted") for scan, _ in _scanners(request)):
+    if not any(scan.get("wanted") for scan in _SCANS):
         return
     load_scans(request)
     _, _, outdir = request.getfixturevalue("platform_app")
@@ -114,34 +113,33 @@ def scans_started(request) -> None:
 def load_scans(request) -> None:
     """Starts the scans the selected tests wait for (checkov, cfn-lint) without their templates, unless started:
     each loads (checkov's import, cfn-lint's rules: about 4.5 s of CPU together) while the app synthesizes."""
-    for scan, start in _scanners(request):
+    for scan in _SCANS:
         if scan.get("wanted") and "process" not in scan:
-            _launch(scan, start, request)
+            _launch(scan, request)
 
 
 def start_scans(outdir: Path, request) -> None:
     """Gives the scans the selected tests wait for the synthesized templates in ``outdir``, starting them unless
     started: they run in the background."""
-    for scan, start in _scanners(request):
+    for scan in _SCANS:
         if scan.get("wanted"):
-            _start_scan(scan, start, outdir, request)
+            _start_scan(scan, outdir, request)
 
 
-def _scanners(request) -> list[tuple[dict, Callable]]:
-    regions = sorted({env.region for env in request.getfixturevalue("config").environments.values()})
-    return [(_CHECKOV, start_checkov), (_CFN_LINT, functools.partial(start_cfn_lint, regions=regions))]
-
-
-def _start_scan(scan: dict, start, outdir: Path, request) -> None:
+def _start_scan(scan: dict, outdir: Path, request) -> None:
     if "process" not in scan:
-        _launch(scan, start, request)
+        _launch(scan, request)
     if not scan.get("given"):
         scan_templates(scan["process"], assembly_templates(outdir))
         scan["given"] = True
 
 
-def _launch(scan: dict, start, request) -> None:
-    scan["process"] = start()
+def _launch(scan: dict, request) -> None:
+    if scan is _CHECKOV:
+        scan["process"] = start_checkov()
+    else:  # cfn-lint, with the rules of every configured Region loaded
+        regions = sorted({env.region for env in request.getfixturevalue("config").environments.values()})
+        scan["process"] = start_cfn_lint(regions=regions)
     # Ended if never read, with the session, not with the module that asked: in one process the tests that read the
     # scans come last, after that module's first teardown.
     request.session.addfinalizer(lambda: _stop_unread(scan))
@@ -155,6 +153,7 @@ def _stop_unread(scan: dict) -> None:
 
 _CHECKOV: dict = {}
 _CFN_LINT: dict = {}
+_SCANS = (_CHECKOV, _CFN_LINT)
 
 
 @pytest.fixture(scope="session")
@@ -162,7 +161,7 @@ def cfn_lint_scan(platform_app, request) -> dict[str, list[str]]:
     """cfn-lint's errors per synthesized template (the background process started with the whole app's synth, or by
     test_scanners.py's first test; started now if neither did)."""
     if "result" not in _CFN_LINT:
-        _start_scan(*_scanners(request)[1], platform_app[2], request)
+        _start_scan(_CFN_LINT, platform_app[2], request)
         _CFN_LINT["result"] = cfn_lint_result(_CFN_LINT["process"])
     return _CFN_LINT["result"]
 
@@ -171,7 +170,7 @@ def cfn_lint_scan(platform_app, request) -> dict[str, list[str]]:
 def checkov_scan(platform_app, request) -> CheckovResult:
     """checkov's findings over every synthesized template (started as cfn_lint_scan's, or now)."""
     if "result" not in _CHECKOV:
-        _start_scan(*_scanners(request)[0], platform_app[2], request)
+        _start_scan(_CHECKOV, platform_app[2], request)
         _CHECKOV["result"] = checkov_result(_CHECKOV["process"])
     return _CHECKOV["result"]
 
@@ -180,9 +179,7 @@ def pytest_collection_modifyitems(config, items):
     """Tests that wait for the background scans (checkov, cfn-lint) run last, when the scans have had the whole
     suite's time to finish (in one process, the scans start with the first test that needs the whole app). Under
     pytest-xdist, the files in FIRST_FILES come first, and test_scanners.py starts the scans itself."""
-    def waits(item, fixture):
-        return _waits(item, fixture)
-    items.sort(key=lambda item: waits(item, "checkov_scan") or waits(item, "cfn_lint_scan"))
+    items.sort(key=lambda item: _waits(item, "checkov_scan") or _waits(item, "cfn_lint_scan"))
     if XDIST_WORKER:
         sizes = Counter(_file(item) for item in items)
         first = {name: rank for rank, name in enumerate(FIRST_FILES)}
@@ -329,13 +326,12 @@ def _mlflow_store_template(tmp_path_factory, pytestconfig) -> Path:
     cache = getattr(pytestconfig, "cache", None)  # None under -p no:cacheprovider
     name = f"mlflow-store-{versions}"
     places = [Path(sys.prefix) / "cache" / name] if sys.prefix != sys.base_prefix else []
-    if places and _migrated(places[0] / "mlflow.db"):
-        return places[0] / "mlflow.db"
     if cache:
         with contextlib.suppress(OSError):  # a read-only checkout
             places.append(cache.mkdir(name))
-            if _migrated(places[-1] / "mlflow.db"):
-                return places[-1] / "mlflow.db"
+    for directory in places:
+        if _migrated(directory / "mlflow.db"):
+            return directory / "mlflow.db"
     making = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
     MlflowClient(f"sqlite:///{making}").search_experiments()
     for directory in places:
