@@ -303,8 +303,7 @@ def pytest_sessionfinish(session):
     if started:
         work, process = started
         if process.poll() is None:  # the session stopped before the test waited for it
-            process.kill()
-            process.wait()
+            terminal.kill(process)  # its process group: the example's synth it started too
         shutil.rmtree(work, ignore_errors=True)
 
 

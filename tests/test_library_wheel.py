@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from ops import terminal
 from ops.lint import lint_template
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,9 +27,11 @@ BUILDER = ROOT / "tests" / "library_wheel_build.py"
 
 
 def start(work: Path) -> subprocess.Popen:
+    """The build in a process group of its own, so that ``terminal.kill`` ends it with what it started (its synth
+    of the example, and that synth's jsii kernel, outlived the build's own process when only that was killed)."""
     work.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen([sys.executable, str(BUILDER), str(work)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, start_new_session=True)
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +39,11 @@ def built(request, tmp_path_factory) -> dict:
     started = getattr(request.config, "library_wheel_build", None)
     work, process = started or (tmp_path_factory.mktemp("library-wheel"), None)
     process = process or start(work)
-    _, stderr = process.communicate(timeout=300)
+    try:
+        _, stderr = process.communicate(timeout=300)
+    except BaseException:  # timed out or interrupted: nothing of the build is left running
+        terminal.kill(process)
+        raise
     assert process.returncode == 0, stderr[-3000:]
     result = json.loads((work / "result.json").read_text())
     assert result["returncode"] == 0, result["stderr"]
