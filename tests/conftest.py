@@ -304,6 +304,7 @@ def pytest_sessionfinish(session):
         work, process = started
         if process.poll() is None:  # the session stopped before the test waited for it
             terminal.kill(process)  # its process group: the example's synth it started too
+            process.communicate()  # its pipes read and closed
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -1,8 +1,8 @@
 """The construct library as another team gets it: a wheel built from constructs/, installed into an environment
 without the platform app, synthesizing the README's example app (examples/team_stack) with cdk-nag.
 
-The work is tests/library_wheel_build.py, a separate process started when the session begins (conftest), so it
-runs while other tests do; the fixture waits for it.
+The work is tests/library_wheel_build.py, a separate process started when the session begins (conftest; under
+pytest-xdist, by this file's fixture on its worker), so it runs while other tests do; the fixture waits for it.
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ def built(request, tmp_path_factory) -> dict:
     try:
         _, stderr = process.communicate(timeout=300)
     except BaseException:  # timed out or interrupted: nothing of the build is left running
-        terminal.kill(process)
+        if process.returncode is None:  # not reaped yet: its group is still ours to end
+            terminal.kill(process)
+        process.communicate()  # its pipes read and closed
         raise
     assert process.returncode == 0, stderr[-3000:]
     result = json.loads((work / "result.json").read_text())
